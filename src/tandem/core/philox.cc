@@ -1,0 +1,55 @@
+#include "tandem/core/philox.h"
+
+#include <cmath>
+
+namespace tandem {
+
+PhiloxBlock philox4x32(PhiloxBlock c, uint64_t key) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(kMul0) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(kMul1) * c[2];
+    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k0, static_cast<uint32_t>(p1),
+         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k1, static_cast<uint32_t>(p0)};
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  return c;
+}
+
+uint64_t hash_name(std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : name) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+namespace {
+PhiloxBlock block_at(uint64_t seed, uint64_t stream, uint64_t index) {
+  return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(stream),
+                     static_cast<uint32_t>(stream >> 32)},
+                    seed);
+}
+}  // namespace
+
+float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
+  const PhiloxBlock b = block_at(seed, stream, index);
+  const float u1 = uniform_from_bits(b[0]);
+  const float u2 = uniform_from_bits(b[1]);
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * u2);
+}
+
+float uniform_at(uint64_t seed, uint64_t stream, uint64_t index) {
+  return uniform_from_bits(block_at(seed, stream, index)[2]);
+}
+
+uint64_t bits64_at(uint64_t seed, uint64_t stream, uint64_t index) {
+  const PhiloxBlock b = block_at(seed, stream, index);
+  return (static_cast<uint64_t>(b[3]) << 32) | b[2];
+}
+
+}  // namespace tandem

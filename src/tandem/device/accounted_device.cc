@@ -1,0 +1,65 @@
+#include "tandem/device/accounted_device.h"
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/core/units.h"
+
+namespace tandem::device {
+
+void* AccountedDevice::allocate(size_t bytes, std::string_view what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (budget_ != 0 && live_ + bytes > budget_) {
+    TANDEM_FAIL("out of device memory on ", name(), ": allocating '", what, "' (", format_bytes(bytes),
+                ") would hold ", format_bytes(live_ + bytes), ", over the budget of ", format_bytes(budget_),
+                "; already held: ", format_bytes(live_), describe_largest_locked(3),
+                ". Raise \"device_memory\", or spread the model over more devices (\"parallel\").");
+  }
+  void* p = raw_allocate(bytes == 0 ? 1 : bytes);
+  held_[p] = Held{bytes, std::string(what)};
+  live_ += bytes;
+  peak_ = std::max(peak_, live_);
+  return p;
+}
+
+void AccountedDevice::release(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  held_.erase(ptr);
+  live_ -= bytes;
+  raw_release(ptr);
+}
+
+uint64_t AccountedDevice::live_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_;
+}
+
+uint64_t AccountedDevice::peak_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
+}
+
+void AccountedDevice::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = live_;
+}
+
+std::string AccountedDevice::describe_largest_locked(int count) const {
+  // Group by name with the layer index stripped would hide detail; list the largest single holdings.
+  std::vector<const Held*> all;
+  all.reserve(held_.size());
+  for (const auto& [ptr, h] : held_) all.push_back(&h);
+  std::partial_sort(all.begin(), all.begin() + std::min<size_t>(count, all.size()), all.end(),
+                    [](const Held* a, const Held* b) { return a->bytes > b->bytes; });
+  std::ostringstream os;
+  if (!all.empty()) os << " (largest: ";
+  for (size_t i = 0; i < std::min<size_t>(count, all.size()); ++i)
+    os << (i ? ", " : "") << "'" << all[i]->what << "' " << format_bytes(all[i]->bytes);
+  if (!all.empty()) os << ")";
+  return os.str();
+}
+
+}  // namespace tandem::device

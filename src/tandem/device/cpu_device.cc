@@ -1,0 +1,20 @@
+#include "tandem/device/cpu_device.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "tandem/core/error.h"
+#include "tandem/core/units.h"
+
+namespace tandem::device {
+
+void* CpuDevice::raw_allocate(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) TANDEM_FAIL("the operating system refused ", format_bytes(bytes), " of host memory on ", name());
+  return p;
+}
+
+void CpuDevice::raw_release(void* ptr) { std::free(ptr); }
+
+}  // namespace tandem::device

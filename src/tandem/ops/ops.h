@@ -1,0 +1,91 @@
+// The op set: forward and backward of every computation the models need, on fp32 tensors.
+// Each op checks shapes and dispatches on the tensors' device (CPU: OpenBLAS and OpenMP, in ops/cpu).
+// Ops never allocate their outputs unless they say so; scratch goes through the device allocator.
+// Gradient outputs named d* are overwritten unless the comment says "accumulates" (+=).
+// Legend: N rows (tokens), K/M/C channels, V vocabulary, B batch, T time, H heads, D head dim (C = H*D).
+#pragma once
+
+#include <cstdint>
+
+#include "tandem/core/tensor.h"
+
+namespace tandem::ops {
+
+// c = op(a) @ op(b) + beta * c, over the last two dims of 2-D views: a is (M, K) or, with trans_a,
+// (K, M); b is (K, N) or, with trans_b, (N, K); c is (M, N). Inputs of rank > 2 are read as
+// (numel / last dim, last dim). beta = 1 accumulates.
+void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float beta = 0.0f);
+
+// y (N, C) += bias (C), broadcast over rows.
+void add_bias(const Tensor& y, const Tensor& bias);
+// dbias (C) += sum over rows of dy (N, C). Accumulates.
+void bias_backward(const Tensor& dy, const Tensor& dbias);
+
+// out = a + b, elementwise, same shape. out may alias a or b.
+void add(const Tensor& a, const Tensor& b, const Tensor& out);
+// y += alpha * x, elementwise. Accumulates.
+void axpy(float alpha, const Tensor& x, const Tensor& y);
+// x *= alpha.
+void scale(const Tensor& x, float alpha);
+
+// ReLU: y = max(x, 0); dx = dy * (x > 0).
+void relu_forward(const Tensor& x, const Tensor& y);
+void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+// GELU, tanh approximation (as PyTorch's approximate="tanh"):
+// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_forward(const Tensor& x, const Tensor& y);
+void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+// LayerNorm over the last dim: x (N, C), gamma/beta (C), y (N, C); saves mean (N) and rstd (N)
+// (rstd = 1 / sqrt(var + eps), biased variance as PyTorch).
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd, float eps = 1e-5f);
+// dx (N, C) overwritten; dgamma, dbeta (C) accumulate.
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+
+// Embedding lookup: ids (N) i32 in [0, V), table (V, C), y (N, C). An id out of range throws Error.
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y);
+// dtable (V, C) += scatter of dy (N, C) by ids. Accumulates; deterministic (no atomics).
+void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable);
+
+// Learned positions: y (B, T, C) += pos (T_max, C) rows 0..T-1, for every batch row.
+void add_positions(const Tensor& y, const Tensor& pos);
+// dpos (T_max, C) rows 0..T-1 += sum over batch of dy (B, T, C). Accumulates.
+void add_positions_backward(const Tensor& dy, const Tensor& dpos);
+
+// Causal multi-head self-attention on a fused projection: qkv (B, T, 3C) laid out as [q | k | v] along the
+// last dim, head h using columns h*D .. h*D+D-1 of each part (PyTorch's split then view(B, T, H, D)).
+// y (B, T, C) = softmax(q k^T / sqrt(D) + causal mask) v, heads concatenated. Saves lse (B, H, T), the
+// log-sum-exp of each score row, so backward recomputes the probabilities instead of storing (T, T).
+void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse);
+// dqkv (B, T, 3C) overwritten.
+void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
+                        const Tensor& dqkv);
+
+// Softmax cross-entropy: logits (N, V), targets (N) i32 in [0, V). losses (N) gets each row's
+// -log softmax(logits)[target]; lse (N) saves each row's log-sum-exp. A target out of range throws Error.
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse);
+// dlogits (N, V) = scale * (softmax(logits) - onehot(target)); scale is d(loss)/d(row loss), e.g. 1/N
+// for the mean. dlogits may alias logits (the logits are then overwritten).
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
+                            const Tensor& dlogits);
+
+// Sum of squares of x, accumulated in double (for global-norm clipping).
+double sum_squares(const Tensor& x);
+
+// AdamW (Loshchilov & Hutter) on flat fp32 buffers of equal numel, one step, `step` counted from 1:
+// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p),
+// m_hat = m / (1 - b1^step), v_hat = v / (1 - b2^step). grad is read as grad * grad_scale.
+struct AdamWParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  int64_t step = 1;
+  float grad_scale = 1.0f;
+};
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
+
+// Casts between storage types: dst = convert(src), same numel (f32 <-> bf16/f16, f32 <-> f32).
+void cast(const Tensor& src, const Tensor& dst);
+
+}  // namespace tandem::ops
