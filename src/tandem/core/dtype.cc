@@ -43,10 +43,10 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504: inf
-  if (abs < 0x38800000u) {                                                // subnormal or zero in f16
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);            // below half the smallest subnormal
+  if (abs < 0x38800000u) {                                               // subnormal or zero in f16
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);           // below half the smallest subnormal
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const int shift = 126 - static_cast<int>(abs >> 23);  // 14..24
     uint32_t h = mant >> shift;

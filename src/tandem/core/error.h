@@ -25,11 +25,11 @@ std::string concat(Args&&... args) {
 }  // namespace tandem
 
 // TANDEM_CHECK(cond, parts...): a broken invariant, reported with the file, line and condition.
-#define TANDEM_CHECK(cond, ...)                                                                               \
-  do {                                                                                                       \
-    if (!(cond))                                                                                             \
-      throw ::tandem::Error(::tandem::detail::concat("internal check failed at ", __FILE__, ":", __LINE__, \
-                                                     ": ", #cond, " " __VA_OPT__(, ) __VA_ARGS__));          \
+#define TANDEM_CHECK(cond, ...)                                                                                  \
+  do {                                                                                                           \
+    if (!(cond))                                                                                                 \
+      throw ::tandem::Error(::tandem::detail::concat("internal check failed at ", __FILE__, ":", __LINE__, ": ", \
+                                                     #cond, " " __VA_OPT__(, ) __VA_ARGS__));                    \
   } while (0)
 
 // TANDEM_FAIL(parts...): throw a user-facing Error built from the parts.

@@ -25,8 +25,7 @@ Storage::Storage(Device& device, size_t bytes, std::string_view what)
 Storage::~Storage() { device_->release(data_, bytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device& device, std::string_view what) {
-  for (int64_t d : shape)
-    TANDEM_CHECK(d >= 0, "negative dimension in ", shape_str(shape), " for ", std::string(what));
+  for (int64_t d : shape) TANDEM_CHECK(d >= 0, "negative dimension in ", shape_str(shape), " for ", std::string(what));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -60,8 +59,8 @@ Tensor Tensor::view(const Shape& shape) const {
 }
 
 Tensor Tensor::flat_slice(int64_t begin, int64_t count, const Shape& shape) const {
-  TANDEM_CHECK(begin >= 0 && count >= 0 && begin + count <= numel(), "slice [", begin, ", ", begin + count,
-               ") out of ", numel(), " elements");
+  TANDEM_CHECK(begin >= 0 && count >= 0 && begin + count <= numel(), "slice [", begin, ", ", begin + count, ") out of ",
+               numel(), " elements");
   TANDEM_CHECK(shape_numel(shape) == count, "slice of ", count, " elements cannot have shape ", shape_str(shape));
   Tensor t = *this;
   t.offset_ += static_cast<size_t>(begin) * dtype_size(dtype_);

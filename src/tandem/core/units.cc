@@ -20,16 +20,26 @@ uint64_t parse_bytes(const std::string& text) {
   for (size_t i = pos; i < text.size(); ++i)
     if (!std::isspace(static_cast<unsigned char>(text[i]))) unit += static_cast<char>(std::tolower(text[i]));
   double scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "kb") scale = 1e3;
-  else if (unit == "mb") scale = 1e6;
-  else if (unit == "gb") scale = 1e9;
-  else if (unit == "tb") scale = 1e12;
-  else if (unit == "kib") scale = 1024.0;
-  else if (unit == "mib") scale = 1024.0 * 1024;
-  else if (unit == "gib") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
-  else TANDEM_FAIL("unknown unit in size '", text, "': use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB");
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
+  else if (unit == "kib")
+    scale = 1024.0;
+  else if (unit == "mib")
+    scale = 1024.0 * 1024;
+  else if (unit == "gib")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "tib")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else
+    TANDEM_FAIL("unknown unit in size '", text, "': use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB");
   if (!(value >= 0) || std::isinf(value)) TANDEM_FAIL("size '", text, "' must be a non-negative number");
   return static_cast<uint64_t>(std::llround(value * scale));
 }
@@ -43,8 +53,10 @@ std::string format_bytes(uint64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
   return buf;
 }
 

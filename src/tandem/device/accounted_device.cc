@@ -12,8 +12,8 @@ namespace tandem::device {
 void* AccountedDevice::allocate(size_t bytes, std::string_view what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (budget_ != 0 && live_ + bytes > budget_) {
-    TANDEM_FAIL("out of device memory on ", name(), ": allocating '", what, "' (", format_bytes(bytes),
-                ") would hold ", format_bytes(live_ + bytes), ", over the budget of ", format_bytes(budget_),
+    TANDEM_FAIL("out of device memory on ", name(), ": allocating '", what, "' (", format_bytes(bytes), ") would hold ",
+                format_bytes(live_ + bytes), ", over the budget of ", format_bytes(budget_),
                 "; already held: ", format_bytes(live_), describe_largest_locked(3),
                 ". Raise \"device_memory\", or spread the model over more devices (\"parallel\").");
   }

@@ -39,16 +39,22 @@ void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 
 // LayerNorm over the last dim: x (N, C), gamma/beta (C), y (N, C); saves mean (N) and rstd (N)
 // (rstd = 1 / sqrt(var + eps), biased variance as PyTorch).
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
-                       const Tensor& mean, const Tensor& rstd, float eps = 1e-5f);
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
+                       const Tensor& rstd, float eps = 1e-5f);
 // dx (N, C) overwritten; dgamma, dbeta (C) accumulate.
-void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
 
 // Embedding lookup: ids (N) i32 in [0, V), table (V, C), y (N, C). An id out of range throws Error.
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y);
 // dtable (V, C) += scatter of dy (N, C) by ids. Accumulates; deterministic (no atomics).
 void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable);
+// Vocabulary-sharded (tensor-parallel) variants: this slot's table (V_local, C) holds rows [start, start + V_local)
+// of the full (vocab, C) table. Forward writes table[id - start] for ids in that range and zeros for the others
+// (the slots' outputs are summed afterwards); ids outside [0, vocab) throw Error. Backward scatters only the ids
+// in range (negative ids throw; the upper bound was checked by forward).
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t start, int64_t vocab);
+void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t start);
 
 // Learned positions: y (B, T, C) += pos (T_max, C) rows 0..T-1, for every batch row.
 void add_positions(const Tensor& y, const Tensor& pos);
@@ -71,6 +77,17 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
 // for the mean. dlogits may alias logits (the logits are then overwritten).
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
                             const Tensor& dlogits);
+// Vocabulary-sharded (tensor-parallel) cross-entropy: this slot's logits (N, V_local) are columns
+// [start, start + V_local) of the full (N, vocab). The caller joins the slots: row_max (N) = max of the row's local
+// logits, then max over slots; target_logit (N) = the target's logit if it falls in this slot, else 0, then summed;
+// row_sum_exp gives sum_exp (N) = sum_j exp(logits[i, j] - row_max[i]), summed over slots, and
+// lse = row_max + log(sum_exp). Targets outside [0, vocab) throw Error.
+void cross_entropy_stats(const Tensor& logits, const Tensor& targets, int64_t start, int64_t vocab,
+                         const Tensor& row_max, const Tensor& target_logit);
+void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp);
+// As above with the full lse (N): the one-hot is subtracted only where the target falls in this slot.
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
+                            const Tensor& dlogits, int64_t start);
 
 // Sum of squares of x, accumulated in double (for global-norm clipping).
 double sum_squares(const Tensor& x);

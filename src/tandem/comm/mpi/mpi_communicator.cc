@@ -1,0 +1,225 @@
+#include "tandem/comm/mpi/mpi_communicator.h"
+
+#include <chrono>
+#include <climits>
+#include <sstream>
+#include <thread>
+
+#include "tandem/comm/mpi/mpi_world.h"
+#include "tandem/core/error.h"
+#include "tandem/core/philox.h"
+
+namespace tandem::comm::mpi {
+
+void check_mpi(int code, const char* call, const std::string& group) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  TANDEM_FAIL(call, " failed on group '", group, "': ", std::string(text, static_cast<size_t>(len)));
+}
+
+namespace {
+
+// Elements are moved as their storage: reductions only on f32 (gradients are reduced in fp32).
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::I32:
+      return MPI_INT32_T;
+    case DType::BF16:
+    case DType::F16:
+      return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+
+int count_of(const Tensor& t, const std::string& group) {
+  if (t.numel() > INT_MAX)
+    TANDEM_FAIL("a single message of ", t.numel(), " elements on group '", group, "' exceeds MPI's int count");
+  return static_cast<int>(t.numel());
+}
+
+void check_reducible(const Tensor& t, const std::string& group) {
+  if (t.dtype() != DType::F32 && t.dtype() != DType::I32)
+    TANDEM_FAIL("reductions on group '", group, "' need f32 or i32 tensors, got ", dtype_name(t.dtype()));
+}
+
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(MpiCommunicator& comm, MPI_Request req, int32_t op, int64_t seq)
+      : comm_(comm), req_(req), op_(op), seq_(seq) {}
+  ~MpiRequest() override {
+    if (req_ != MPI_REQUEST_NULL) wait();  // never leave an operation in flight on a freed buffer
+  }
+  void wait() override {
+    if (req_ != MPI_REQUEST_NULL) comm_.wait(req_, op_, seq_);
+  }
+
+ private:
+  MpiCommunicator& comm_;
+  MPI_Request req_;
+  int32_t op_;
+  int64_t seq_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MpiWorld& world, MPI_Comm comm, std::string name)
+    : world_(world), comm_(comm), name_(std::move(name)), id_(hash_name(name_)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  world_ranks_.resize(static_cast<size_t>(size_));
+  const int me = world.rank();
+  MPI_Allgather(&me, 1, MPI_INT, world_ranks_.data(), 1, MPI_INT, comm_);
+  world_.register_group(id_, name_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+int64_t MpiCommunicator::begin(int32_t op) {
+  const int64_t seq = seq_++;
+  world_.progress().started(id_, seq);
+  (void)op;
+  return seq;
+}
+
+std::unique_ptr<Request> MpiCommunicator::started(MPI_Request req, int32_t op, int64_t seq) {
+  return std::make_unique<MpiRequest>(*this, req, op, seq);
+}
+
+std::unique_ptr<Request> MpiCommunicator::all_reduce_async(const Tensor& t, ReduceOp op) {
+  check_reducible(t, name_);
+  const int64_t seq = begin(kAllReduce);
+  MPI_Request req;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.raw(), count_of(t, name_), mpi_type(t.dtype()), mpi_op(op), comm_, &req),
+            "MPI_Iallreduce", name_);
+  return started(req, kAllReduce, seq);
+}
+
+std::unique_ptr<Request> MpiCommunicator::reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) {
+  check_reducible(in, name_);
+  TANDEM_CHECK(in.numel() == out.numel() * size_ && in.dtype() == out.dtype(), "reduce_scatter of ", in.numel(),
+               " into ", out.numel(), " x ", size_);
+  const int64_t seq = begin(kReduceScatter);
+  MPI_Request req;
+  check_mpi(MPI_Ireduce_scatter_block(in.raw(), out.raw(), count_of(out, name_), mpi_type(in.dtype()), mpi_op(op),
+                                      comm_, &req),
+            "MPI_Ireduce_scatter_block", name_);
+  return started(req, kReduceScatter, seq);
+}
+
+std::unique_ptr<Request> MpiCommunicator::all_gather_async(const Tensor& in, const Tensor& out) {
+  TANDEM_CHECK(out.numel() == in.numel() * size_ && in.dtype() == out.dtype(), "all_gather of ", in.numel(), " into ",
+               out.numel(), " x ", size_);
+  const int64_t seq = begin(kAllGather);
+  MPI_Request req;
+  const int n = count_of(in, name_);
+  // The owned shard may already sit in its place inside the output (ZeRO's values): gather in place.
+  const bool in_place = in.raw() == static_cast<char*>(out.raw()) + static_cast<size_t>(rank_) * in.nbytes();
+  check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.raw(), n, mpi_type(in.dtype()), out.raw(), n,
+                           mpi_type(in.dtype()), comm_, &req),
+            "MPI_Iallgather", name_);
+  return started(req, kAllGather, seq);
+}
+
+std::unique_ptr<Request> MpiCommunicator::broadcast_async(const Tensor& t, int root) {
+  const int64_t seq = begin(kBroadcast);
+  MPI_Request req;
+  check_mpi(MPI_Ibcast(t.raw(), count_of(t, name_), mpi_type(t.dtype()), root, comm_, &req), "MPI_Ibcast", name_);
+  return started(req, kBroadcast, seq);
+}
+
+// Point-to-point operations do not take a group sequence number (they pair two ranks, not the group); the
+// watchdog still names them by the tag.
+std::unique_ptr<Request> MpiCommunicator::send_async(const Tensor& t, int peer, int tag) {
+  MPI_Request req;
+  check_mpi(MPI_Isend(t.raw(), count_of(t, name_), mpi_type(t.dtype()), peer, tag, comm_, &req), "MPI_Isend", name_);
+  return started(req, kSend, tag);
+}
+
+std::unique_ptr<Request> MpiCommunicator::recv_async(const Tensor& t, int peer, int tag) {
+  MPI_Request req;
+  check_mpi(MPI_Irecv(t.raw(), count_of(t, name_), mpi_type(t.dtype()), peer, tag, comm_, &req), "MPI_Irecv", name_);
+  return started(req, kRecv, tag);
+}
+
+void MpiCommunicator::barrier() {
+  const int64_t seq = begin(kBarrier);
+  MPI_Request req;
+  check_mpi(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", name_);
+  wait(req, kBarrier, seq);
+}
+
+double MpiCommunicator::all_reduce_scalar(double value, ReduceOp op) {
+  const int64_t seq = begin(kScalar);
+  MPI_Request req;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, mpi_op(op), comm_, &req), "MPI_Iallreduce", name_);
+  wait(req, kScalar, seq);
+  return value;
+}
+
+void MpiCommunicator::wait(MPI_Request& req, int32_t op, int64_t seq) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  world_.progress().waiting(id_, seq, op);
+  // Poll rather than block in MPI_Wait so a hang becomes a message. Spin briefly, then sleep a little:
+  // tests run more ranks than cores, and a spinning rank would starve the one it waits for.
+  int spins = 0;
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test", name_);
+    if (done) break;
+    if (++spins < 200) continue;
+    std::this_thread::sleep_for(std::chrono::microseconds(spins < 2000 ? 20 : 200));
+    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    if (waited > world_.timeout_s()) fire(op, seq, waited);
+  }
+  world_.progress().finished_waiting();
+}
+
+void MpiCommunicator::fire(int32_t op, int64_t seq, double waited_s) {
+  std::ostringstream os;
+  os << "[tandem watchdog] rank " << world_.rank() << ": " << op_name(op);
+  if (op == kSend || op == kRecv)
+    os << " (tag " << seq << ")";
+  else
+    os << " #" << seq;
+  os << " on group '" << name_ << "' (world ranks";
+  for (int r : world_ranks_) os << " " << r;
+  os << ") has waited " << static_cast<int>(waited_s) << " s, over the " << world_.timeout_s() << " s timeout.";
+  if (op != kSend && op != kRecv) {
+    std::ostringstream missing, unknown;
+    int n_missing = 0;
+    for (int r : world_ranks_) {
+      if (r == world_.rank()) continue;
+      PeerProgress p;
+      if (!world_.progress().read(r, id_, p)) {
+        unknown << " " << r;
+        continue;
+      }
+      if (p.started >= seq) continue;
+      ++n_missing;
+      missing << " " << r << " (";
+      if (p.waiting)
+        missing << "waiting in " << op_name(p.wait_op) << " #" << p.wait_seq << " on '"
+                << world_.group_name(p.wait_group) << "'";
+      else
+        missing << "computing, or dead";
+      missing << ")";
+    }
+    if (n_missing) os << " Ranks that have not arrived:" << missing.str() << ".";
+    if (!unknown.str().empty()) os << " On other hosts (not visible from here):" << unknown.str() << ".";
+  }
+  os << " A rank is hung or has died; the job is aborted. Raise parallel.timeout_s if steps are just slow.";
+  world_.abort(os.str());
+}
+
+}  // namespace tandem::comm::mpi

@@ -1,0 +1,66 @@
+// Batch-size arithmetic: DeepSpeed's train_batch_size = micro * accum * dp, deriving whichever is omitted.
+// It reads only the three batch keys; their types were checked by validate().
+#include <optional>
+
+#include "tandem/config/config.h"
+#include "tandem/config/fields.h"
+#include "tandem/core/error.h"
+
+namespace tandem::config {
+namespace {
+
+constexpr const char* kGlobal = "train_batch_size";
+constexpr const char* kMicro = "train_micro_batch_size_per_gpu";
+constexpr const char* kAccum = "gradient_accumulation_steps";
+
+std::optional<int64_t> read(const Json& cfg, const char* key) {
+  if (!cfg.is_object() || !cfg.contains(key)) return std::nullopt;
+  const std::optional<int64_t> v = as_integer(cfg.at(key));
+  if (!v || *v < 1) TANDEM_FAIL("config key '", key, "' must be a positive integer, got ", show(cfg.at(key)));
+  return v;
+}
+
+// `total` must split evenly into `parts` (= `names`, which evaluate as `values`); otherwise say which key to
+// change and to what.
+int64_t divide(int64_t total, int64_t parts, const std::string& names, const std::string& values, const char* derived) {
+  if (total % parts == 0) return total / parts;
+  const int64_t lower = total / parts * parts, upper = lower + parts;
+  TANDEM_FAIL(kGlobal, " = ", total, " is not divisible by ", names, " = ", values.empty() ? "" : values + " = ", parts,
+              ", so ", derived, " cannot be derived: change ", kGlobal, " to a multiple of ", parts, " (e.g. ",
+              lower > 0 ? std::to_string(lower) + " or " : std::string(), upper, ")");
+}
+
+}  // namespace
+
+BatchSizes resolve_batch(const Json& cfg, int64_t dp) {
+  if (dp < 1) TANDEM_FAIL("the data-parallel size must be at least 1, got ", dp);
+  const std::optional<int64_t> global = read(cfg, kGlobal), micro = read(cfg, kMicro), accum = read(cfg, kAccum);
+
+  if (global && micro && accum) {
+    const int64_t product = *micro * *accum * dp;
+    if (product != *global)
+      TANDEM_FAIL("inconsistent batch sizes: ", kGlobal, " (", *global, ") must equal ", kMicro, " * ", kAccum,
+                  " * data-parallel size = ", *micro, " * ", *accum, " * ", dp, " = ", product, ". Change ", kGlobal,
+                  " to ", product, ", or remove one of the three keys to have it derived");
+    return {*global, *micro, *accum};
+  }
+  const std::string dp_text = std::to_string(dp);
+  if (global && micro)
+    return {*global, *micro,
+            divide(*global, *micro * dp, std::string(kMicro) + " * data-parallel size",
+                   std::to_string(*micro) + " * " + dp_text, kAccum)};
+  if (global && accum)
+    return {*global,
+            divide(*global, *accum * dp, std::string(kAccum) + " * data-parallel size",
+                   std::to_string(*accum) + " * " + dp_text, kMicro),
+            *accum};
+  if (micro && accum) return {*micro * *accum * dp, *micro, *accum};
+  // With one key given, DeepSpeed's convention: no accumulation.
+  if (global) return {*global, divide(*global, dp, "the data-parallel size", "", kMicro), 1};
+  if (micro) return {*micro * dp, *micro, 1};
+  if (accum)
+    TANDEM_FAIL("only ", kAccum, " (", *accum, ") is set: the batch size is unknown. Add ", kGlobal, " or ", kMicro);
+  TANDEM_FAIL("no batch size given: set ", kGlobal, " (the global batch) or ", kMicro, " (the batch per device)");
+}
+
+}  // namespace tandem::config

@@ -1,0 +1,151 @@
+// Reading a config file, applying "a.b=value" overrides, and the typed TrainConfig view.
+// The schema (keys, types, defaults) is in schema.cc and batch arithmetic in batch.cc.
+#include "tandem/config/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "tandem/config/fields.h"
+#include "tandem/core/error.h"
+#include "tandem/core/units.h"
+
+namespace tandem::config {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TANDEM_FAIL("cannot open config file '", path, "': check the path (", std::strerror(errno), ")");
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad()) TANDEM_FAIL("cannot read config file '", path, "'");
+  return os.str();
+}
+
+// nlohmann reports a byte position; people want a line and column.
+std::string position(const std::string& text, size_t byte) {
+  const size_t end = std::min(byte == 0 ? 0 : byte - 1, text.size());
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n')
+      ++line, column = 1;
+    else
+      ++column;
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+std::vector<std::string> split_key(const std::string& key, const std::string& assignment) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (true) {
+    const size_t dot = key.find('.', begin);
+    parts.push_back(key.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin));
+    if (parts.back().empty()) TANDEM_FAIL("override '", assignment, "' has an empty key part: write it as a.b.c=value");
+    if (dot == std::string::npos) break;
+    begin = dot + 1;
+  }
+  return parts;
+}
+
+}  // namespace
+
+void apply_override(Json& cfg, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos)
+    TANDEM_FAIL("override '", assignment, "' has no '=': write it as key.path=value, e.g. optimizer.params.lr=3e-4");
+  const std::vector<std::string> parts = split_key(assignment.substr(0, eq), assignment);
+  const std::string text = assignment.substr(eq + 1);
+  // Anything that is not valid JSON is meant as a string, so optimizer.type=AdamW needs no quotes.
+  Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+
+  if (cfg.is_null()) cfg = Json::object();
+  Json* node = &cfg;
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked += (i ? "." : "") + parts[i];
+    if (!node->is_object())
+      TANDEM_FAIL("override '", assignment, "': cannot set a key inside '", walked.substr(0, walked.rfind('.')),
+                  "', which is ", show(*node), ", not an object");
+    Json& next = (*node)[parts[i]];
+    if (next.is_null()) next = Json::object();
+    if (!next.is_object())
+      TANDEM_FAIL("override '", assignment, "': '", walked, "' is ", show(next), ", not an object, so it has no key '",
+                  parts[i + 1], "'");
+    node = &next;
+  }
+  if (!node->is_object()) TANDEM_FAIL("override '", assignment, "': the config is ", show(*node), ", not an object");
+  (*node)[parts.back()] = std::move(value);
+}
+
+Json load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::string text = read_file(path);
+  Json cfg;
+  try {
+    cfg = Json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const Json::parse_error& e) {
+    std::string detail = e.what();
+    const size_t syntax = detail.find("syntax error");
+    if (syntax != std::string::npos) detail = detail.substr(syntax);
+    TANDEM_FAIL("config file '", path, "' is not valid JSON: ", position(text, e.byte), ": ", detail);
+  }
+  if (!cfg.is_object()) TANDEM_FAIL("config file '", path, "' must hold a JSON object {...}, got ", show(cfg));
+  for (const auto& o : overrides) apply_override(cfg, o);
+  try {
+    return validate(std::move(cfg));
+  } catch (const Error& e) {
+    TANDEM_FAIL("config file '", path, "'", overrides.empty() ? "" : " (with overrides)", ": ", e.what());
+  }
+}
+
+TrainConfig parse(const Json& validated_cfg, int64_t dp) {
+  // validate() is idempotent and cheap; running it again keeps parse() safe on a hand-built config.
+  const Json cfg = validate(validated_cfg);
+  TrainConfig tc;
+  tc.batch = resolve_batch(cfg, dp);
+  tc.data_parallel = dp;
+  tc.steps = cfg.at("steps").get<int64_t>();
+  tc.seed = cfg.at("seed").get<uint64_t>();
+  tc.steps_per_print = cfg.at("steps_per_print").get<int64_t>();
+
+  const Json& opt = cfg.at("optimizer");
+  const Json& op = opt.at("params");
+  tc.optimizer = {opt.at("type").get<std::string>(), op.at("lr").get<double>(),  op.at("betas")[0].get<double>(),
+                  op.at("betas")[1].get<double>(),   op.at("eps").get<double>(), op.at("weight_decay").get<double>()};
+
+  const Json& sch = cfg.at("scheduler");
+  const Json& sp = sch.at("params");
+  tc.scheduler = {sch.at("type").get<std::string>(), sp.value("warmup_num_steps", int64_t{0}),
+                  sp.value("warmup_min_lr", 0.0),    sp.value("total_num_steps", tc.steps),
+                  sp.value("warmup_min_ratio", 0.0), sp.value("cos_min_ratio", 0.1)};
+
+  tc.gradient_clipping = cfg.at("gradient_clipping").get<double>();
+  tc.zero_stage = cfg.at("zero_optimization").at("stage").get<int64_t>();
+  const Json& h = cfg.at("fp16");
+  tc.fp16 = {h.at("enabled").get<bool>(),
+             h.at("loss_scale").get<double>(),
+             h.at("initial_scale_power").get<int64_t>(),
+             h.at("loss_scale_window").get<int64_t>(),
+             h.at("hysteresis").get<int64_t>(),
+             h.at("min_loss_scale").get<double>()};
+  tc.bf16 = cfg.at("bf16").at("enabled").get<bool>();
+
+  tc.model_type = cfg.at("model").at("type").get<std::string>();
+  tc.model = cfg.at("model");
+  tc.data = cfg.at("data");
+  tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
+  tc.checkpoint = {cfg.at("checkpoint").at("every").get<int64_t>(), cfg.at("checkpoint").at("keep").get<int64_t>()};
+
+  tc.device_memory_bytes = 0;
+  if (cfg.contains("device_memory")) {
+    const Json& dm = cfg.at("device_memory");
+    tc.device_memory_bytes = dm.is_string() ? parse_bytes(dm.get<std::string>()) : dm.get<uint64_t>();
+  }
+  tc.raw = cfg;
+  return tc;
+}
+
+}  // namespace tandem::config

@@ -1,0 +1,44 @@
+// Training data: the Dataset interface, its batch layout, and the factory from the "data" config.
+// It decides which samples a step sees; it does not shard them over ranks (callers pass global indices).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tandem/config/config.h"
+#include "tandem/core/tensor.h"
+
+namespace tandem::data {
+
+// inputs: gpt -> (B, T) i32 tokens; mlp -> (B, F) f32 features.
+// targets: gpt -> (B*T) i32 next tokens; mlp -> (B) i32 classes.
+struct Batch {
+  Tensor inputs;
+  Tensor targets;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // The `count` samples with global indices first .. first+count-1 of step `step`, on `device` (which must
+  // be host-visible). Sample (step, i) depends only on (seed, step, i): the same whatever the layout or the
+  // micro-batching.
+  virtual Batch batch(int64_t step, int64_t first, int64_t count, Device& device) const = 0;
+  // One line, e.g. "text 'x.txt': 1.2 MiB, 1,258,291 bytes, vocab 256".
+  virtual std::string describe() const = 0;
+};
+
+// What the model consumes: tokens (seq_len, vocab_size) or features and classes.
+struct ModelIO {
+  bool tokens;
+  int64_t seq_len;
+  int64_t vocab_size;
+  int64_t features;
+  int64_t classes;
+};
+
+// Builds the dataset the (validated) "data" object describes. Throws when the data does not fit the model.
+std::unique_ptr<Dataset> make_dataset(const config::Json& data_cfg, const ModelIO& io, uint64_t seed);
+
+}  // namespace tandem::data

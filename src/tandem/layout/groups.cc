@@ -1,0 +1,33 @@
+#include "tandem/layout/groups.h"
+
+#include "tandem/core/error.h"
+
+namespace tandem::layout {
+
+Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout) {
+  TANDEM_CHECK(world.size() == layout.world(), "layout ", layout.str(), " on ", world.size(), " ranks");
+  Groups g;
+  g.layout = layout;
+  g.rank = world.rank();
+  g.coord = coord_of(layout, g.rank);
+  const Coord c = g.coord;
+  const std::string at_dp = "dp=" + std::to_string(c.dp), at_pp = "pp=" + std::to_string(c.pp),
+                    at_tp = "tp=" + std::to_string(c.tp);
+  // Colors: the coordinates the members share, flattened; keys: the coordinate along the axis.
+  g.world = world.world();
+  g.tp = world.split(c.dp * layout.pp + c.pp, c.tp, "tp(" + at_dp + "," + at_pp + ")");
+  g.pp = world.split(c.dp * layout.tp + c.tp, c.pp, "pp(" + at_dp + "," + at_tp + ")");
+  g.dp = world.split(c.pp * layout.tp + c.tp, c.dp, "dp(" + at_pp + "," + at_tp + ")");
+  return g;
+}
+
+Groups make_single_process_groups() {
+  Groups g;
+  g.world = std::make_unique<comm::SelfCommunicator>("world");
+  g.dp = std::make_unique<comm::SelfCommunicator>("dp");
+  g.pp = std::make_unique<comm::SelfCommunicator>("pp");
+  g.tp = std::make_unique<comm::SelfCommunicator>("tp");
+  return g;
+}
+
+}  // namespace tandem::layout

@@ -1,0 +1,27 @@
+// Groups: this rank's communicators along each parallel axis of a Layout, as an explicit value.
+//   tp: the tensor-parallel slots of one stage of one virtual GPU (neighbouring ranks)
+//   pp: the stages of one virtual GPU at one tp slot
+//   dp: the same (stage, tp slot) in every virtual GPU: the ZeRO / gradient-reduction group
+#pragma once
+
+#include <memory>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/comm/mpi/mpi_world.h"
+#include "tandem/layout/layout.h"
+
+namespace tandem::layout {
+
+struct Groups {
+  Layout layout;
+  Coord coord;
+  int rank = 0;
+  std::unique_ptr<comm::Communicator> world, dp, pp, tp;
+};
+
+// Every rank of the MPI world calls this with the same layout.
+Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout);
+// One process, no MPI: every group is this rank alone.
+Groups make_single_process_groups();
+
+}  // namespace tandem::layout

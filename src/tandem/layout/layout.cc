@@ -1,0 +1,135 @@
+#include "tandem/layout/layout.h"
+
+#include <sstream>
+
+#include "tandem/core/error.h"
+
+namespace tandem::layout {
+
+std::string Layout::str() const {
+  std::ostringstream os;
+  os << "dp " << dp << " x pp " << pp << " x tp " << tp;
+  return os.str();
+}
+
+Coord coord_of(const Layout& l, int rank) {
+  TANDEM_CHECK(rank >= 0 && rank < l.world(), "rank ", rank, " outside ", l.str());
+  return Coord{rank / (l.tp * l.pp), (rank / l.tp) % l.pp, rank % l.tp};
+}
+
+int rank_of(const Layout& l, const Coord& c) { return c.tp + l.tp * (c.pp + l.pp * c.dp); }
+
+namespace {
+
+int positive_int(const config::Json& obj, const char* key, int fallback) {
+  if (!obj.contains(key) || obj.at(key).is_null()) return fallback;
+  const auto& v = obj.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < 1)
+    TANDEM_FAIL("parallel.", key, " must be a positive integer, got ", v.dump());
+  return v.get<int>();
+}
+
+}  // namespace
+
+ParallelPlan resolve_parallel(const config::Json& parallel, int world) {
+  ParallelPlan plan;
+  if (parallel.is_string())
+    TANDEM_FAIL("\"parallel\": \"", parallel.get<std::string>(),
+                "\" needs the planner; give the layout explicitly, e.g. {\"virtual_gpus\": 2, \"pipeline\": 2}");
+  const config::Json p = parallel.is_object() ? parallel : config::Json::object();
+  const bool has_dp = p.contains("virtual_gpus"), has_pp = p.contains("pipeline"), has_tp = p.contains("tensor");
+  int dp = positive_int(p, "virtual_gpus", 0), pp = positive_int(p, "pipeline", 1), tp = positive_int(p, "tensor", 1);
+  if (!has_dp) {
+    if (world % (pp * tp) != 0)
+      TANDEM_FAIL("a virtual GPU of pipeline ", pp, " x tensor ", tp, " = ", pp * tp, " devices does not divide the ",
+                  world, " processes of this job: run with a multiple of ", pp * tp,
+                  " processes or change parallel.pipeline / parallel.tensor");
+    dp = world / (pp * tp);
+  } else if (!has_pp && !has_tp && world % dp == 0) {
+    pp = world / dp;  // the virtual GPU is a pipeline unless told otherwise
+  } else if (has_pp && !has_tp && world % (dp * pp) == 0) {
+    tp = world / (dp * pp);
+  } else if (has_tp && !has_pp && world % (dp * tp) == 0) {
+    pp = world / (dp * tp);
+  }
+  plan.layout = Layout{dp, pp, tp};
+  if (plan.layout.world() != world)
+    TANDEM_FAIL("the layout ", plan.layout.str(), " needs ", plan.layout.world(), " devices but the job has ", world,
+                " processes: run with -n ", plan.layout.world(),
+                " or change parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
+
+  plan.schedule = p.value("schedule", std::string("1f1b"));
+  if (plan.schedule != "gpipe" && plan.schedule != "1f1b" && plan.schedule != "interleaved")
+    TANDEM_FAIL("parallel.schedule '", plan.schedule, "' is not one of gpipe, 1f1b, interleaved");
+  plan.virtual_stages = positive_int(p, "virtual_stages", plan.schedule == "interleaved" ? 2 : 1);
+  if (plan.virtual_stages > 1 && plan.schedule != "interleaved")
+    TANDEM_FAIL("parallel.virtual_stages ", plan.virtual_stages, " needs \"schedule\": \"interleaved\"");
+  plan.activation_checkpointing = p.value("activation_checkpointing", false);
+  if (p.contains("timeout_s")) plan.timeout_s = p.at("timeout_s").get<double>();
+  if (p.contains("stages")) {
+    for (const auto& r : p.at("stages")) {
+      if (!r.is_array() || r.size() != 2)
+        TANDEM_FAIL("parallel.stages must be a list of [first, last] block ranges, got ", r.dump());
+      plan.stages.emplace_back(r.at(0).get<int64_t>(), r.at(1).get<int64_t>());
+    }
+  }
+  return plan;
+}
+
+void validate_for_model(const ParallelPlan& plan, const config::Json& model, int64_t micro_batches) {
+  const Layout& l = plan.layout;
+  const int chunks = l.pp * plan.virtual_stages;
+  const std::string type = model.at("type").get<std::string>();
+  if (type == "gpt") {
+    const int64_t layers = model.at("layers").get<int64_t>(), heads = model.at("heads").get<int64_t>();
+    const int64_t vocab = model.at("vocab_size").get<int64_t>();
+    if (heads % l.tp != 0)
+      TANDEM_FAIL("model.heads ", heads, " is not divisible by parallel.tensor ", l.tp,
+                  ": each tensor-parallel slot holds whole heads; choose a tensor width that divides ", heads);
+    if (vocab % l.tp != 0)
+      TANDEM_FAIL("model.vocab_size ", vocab, " is not divisible by parallel.tensor ", l.tp,
+                  ": pad the vocabulary to a multiple of ", l.tp, " (e.g. ", (vocab + l.tp - 1) / l.tp * l.tp, ")");
+    if (plan.stages.empty() && layers < chunks)
+      TANDEM_FAIL("model.layers ", layers, " cannot fill ", chunks, " pipeline stages (pipeline ", l.pp,
+                  " x virtual_stages ", plan.virtual_stages, "): use fewer stages");
+    if (!plan.stages.empty()) {
+      if (static_cast<int>(plan.stages.size()) != chunks)
+        TANDEM_FAIL("parallel.stages lists ", plan.stages.size(), " stages but the layout has ", chunks);
+      int64_t next = 0;
+      for (const auto& [first, last] : plan.stages) {
+        if (first != next || last < first)
+          TANDEM_FAIL("parallel.stages must cover blocks 0..", layers - 1,
+                      " in order with contiguous, non-empty ranges; the range [", first, ", ", last,
+                      "] does not follow ", next - 1);
+        next = last + 1;
+      }
+      if (next != layers)
+        TANDEM_FAIL("parallel.stages covers blocks 0..", next - 1, " but the model has ", layers, " blocks");
+    }
+  } else {
+    const auto sizes = model.at("sizes").get<std::vector<int64_t>>();
+    // Linear i splits its outputs (even i) or its inputs (odd i) over tp; an unpaired last layer is replicated.
+    for (size_t i = 0; i + 1 < sizes.size(); i += 2)
+      if (i + 2 < sizes.size() && sizes[i + 1] % l.tp != 0)
+        TANDEM_FAIL("mlp width sizes[", i + 1, "] = ", sizes[i + 1], " is not divisible by parallel.tensor ", l.tp);
+    const int64_t linears = static_cast<int64_t>(sizes.size()) - 1;
+    if (linears < chunks)
+      TANDEM_FAIL("the mlp has ", linears, " layers, too few for ", chunks, " pipeline stages: use fewer stages");
+    if (!plan.stages.empty()) TANDEM_FAIL("parallel.stages applies to gpt blocks; mlp stages are balanced");
+  }
+  if (plan.schedule == "interleaved" && l.pp > 1 && micro_batches % l.pp != 0)
+    TANDEM_FAIL("the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here ",
+                micro_batches, ") to be a multiple of parallel.pipeline ", l.pp);
+}
+
+std::string describe_rank_map(const Layout& l, const std::string& device_prefix) {
+  std::ostringstream os;
+  for (int r = 0; r < l.world(); ++r) {
+    const Coord c = coord_of(l, r);
+    os << "  rank " << r << " -> vgpu " << c.dp << ", stage " << c.pp << ", tp slot " << c.tp << ", device "
+       << device_prefix << r << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace tandem::layout

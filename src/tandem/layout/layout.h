@@ -1,0 +1,56 @@
+// Layout: how the job's devices are cut into virtual GPUs. dp virtual GPUs (data-parallel replicas), each
+// of pp pipeline stages x tp tensor-parallel slots. Rank map: rank = tp_rank + tp * (pp_rank + pp * dp_rank),
+// so the devices of one virtual GPU are neighbours and tensor-parallel peers nearest of all.
+// Example, 8 devices as dp 2 x pp 2 x tp 2:
+//   rank:    0 1 2 3 | 4 5 6 7
+//   vgpu:    0 0 0 0 | 1 1 1 1
+//   stage:   0 0 1 1 | 0 0 1 1
+//   tp slot: 0 1 0 1 | 0 1 0 1
+// A value type: no globals; the communicators of each axis are built from it (groups.h).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/config/config.h"
+
+namespace tandem::layout {
+
+struct Layout {
+  int dp = 1, pp = 1, tp = 1;
+  int world() const { return dp * pp * tp; }
+  int vgpu_size() const { return pp * tp; }
+  std::string str() const;  // "dp 2 x pp 2 x tp 1"
+};
+
+struct Coord {
+  int dp = 0, pp = 0, tp = 0;
+};
+
+Coord coord_of(const Layout& layout, int rank);
+int rank_of(const Layout& layout, const Coord& c);
+
+// Everything the "parallel" config object says, resolved against the world size.
+struct ParallelPlan {
+  Layout layout;
+  std::string schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved"
+  int virtual_stages = 1;
+  bool activation_checkpointing = false;
+  std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
+  double timeout_s = 300;                           // the communication watchdog
+};
+
+// From the config's "parallel" object (null/absent: everything 1 except what the world size implies, i.e.
+// dp = world). Any of virtual_gpus, pipeline, tensor may be omitted and is derived from the world size; a
+// layout that does not multiply to the world size is an error that says how to fix it.
+ParallelPlan resolve_parallel(const config::Json& parallel, int world_size);
+
+// Checks the plan against the model (layers over stages, heads and vocabulary over tp, mlp widths over tp)
+// and the batch (interleaving needs micro-batches divisible by pp). Throws Error with what to change.
+void validate_for_model(const ParallelPlan& plan, const config::Json& model, int64_t micro_batches);
+
+// One line per rank: "rank 3 -> vgpu 0, stage 1, tp slot 1, device cpu:3".
+std::string describe_rank_map(const Layout& layout, const std::string& device_prefix);
+
+}  // namespace tandem::layout

@@ -1,0 +1,66 @@
+// The GPT-2 style layers (the same function as PyTorch's reference model): token + learned position
+// embedding, the pre-LN transformer block, and the final LayerNorm + untied vocabulary head.
+// Legend: B batch, T time, C channels (dim), H heads, V vocabulary.
+#pragma once
+
+#include "tandem/nn/activation.h"
+#include "tandem/nn/layernorm.h"
+#include "tandem/nn/linear.h"
+
+namespace tandem::nn {
+
+// tokens (B, T) i32 -> x (B, T, C) = wte[tokens] + wpe[0..T). Parameters "wte.weight" (V, C), "wpe.weight" (T_max, C).
+// Vocabulary-parallel: slot i holds rows [i V/tp, (i+1) V/tp) of wte and looks up only the tokens in its
+// range (zeros elsewhere); the sum over tp completes every row. wpe is replicated and added after the sum.
+class GptEmbedding final : public Layer {
+ public:
+  GptEmbedding(int64_t vocab_size, int64_t max_seq_len, int64_t dim, TpSlot tp = {});
+  Tensor forward(const Tensor& tokens, Saved& saved) override;
+  Tensor backward(const Tensor& dy, Saved& saved) override;  // returns undefined: tokens have no gradient
+  Shape output_shape(const Shape& in) const override { return {in.at(0), in.at(1), dim_}; }
+
+ private:
+  int64_t vocab_, max_seq_, dim_;
+  TpSlot tp_;
+  Parameter* wte_;  // (V / tp, C)
+  Parameter* wpe_;  // (T_max, C)
+};
+
+// x + attn(ln1(x)), then + mlp(ln2(.)); attn = proj(causal_attention(qkv(.))), mlp = out(gelu(fc(.))).
+// Parameters "blocks.<i>.{ln1,qkv,proj,ln2,fc,out}.{weight,bias}".
+// Tensor-parallel: qkv and fc are column-parallel (slot i owns heads [i H/tp, (i+1) H/tp) and 4C/tp MLP
+// columns), proj and out row-parallel; LayerNorms are replicated.
+class GptBlock final : public Layer {
+ public:
+  GptBlock(int index, int64_t dim, int heads, TpSlot tp = {});
+  // x (B, T, C) -> y (B, T, C)
+  Tensor forward(const Tensor& x, Saved& saved) override;
+  Tensor backward(const Tensor& dy, Saved& saved) override;
+
+ private:
+  int heads_;  // this slot's heads
+  LayerNorm ln1_;
+  Linear qkv_;   // C -> 3C
+  Linear proj_;  // C -> C
+  LayerNorm ln2_;
+  Linear fc_;  // C -> 4C
+  Activation gelu_;
+  Linear out_;  // 4C -> C
+};
+
+// logits (B, T, V) = head(lnf(x)); "lnf.{weight,bias}", "head.weight" (V, C), no bias. Tensor-parallel: the
+// head is column-parallel and each slot returns its vocabulary slice (B, T, V / tp) for the
+// vocabulary-parallel loss.
+class GptHead final : public Layer {
+ public:
+  GptHead(int64_t dim, int64_t vocab_size, TpSlot tp = {});
+  Tensor forward(const Tensor& x, Saved& saved) override;
+  Tensor backward(const Tensor& dy, Saved& saved) override;
+  Shape output_shape(const Shape& in) const override { return head_.output_shape(in); }
+
+ private:
+  LayerNorm lnf_;
+  Linear head_;
+};
+
+}  // namespace tandem::nn

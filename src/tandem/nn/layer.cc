@@ -1,0 +1,35 @@
+#include "tandem/nn/layer.h"
+
+namespace tandem::nn {
+
+std::vector<Parameter*> Layer::parameters() {
+  std::vector<Parameter*> out;
+  for (auto& p : params_) out.push_back(p.get());
+  for (Layer* c : children_)
+    for (Parameter* p : c->parameters()) out.push_back(p);
+  return out;
+}
+
+Parameter& Layer::add_parameter(const std::string& local, Shape shape, Init init, bool decay) {
+  Shard whole;
+  whole.split = shape_numel(shape);
+  return add_sharded_parameter(local, shape, shape, whole, init, decay);
+}
+
+Parameter& Layer::add_sharded_parameter(const std::string& local, Shape global_shape, Shape local_shape, Shard shard,
+                                        Init init, bool decay) {
+  TANDEM_CHECK(shard.outer * shard.split * shard.inner == shape_numel(global_shape) && shard.split % shard.parts == 0 &&
+                   shape_numel(local_shape) * shard.parts == shape_numel(global_shape),
+               "inconsistent shard of ", local, " ", shape_str(global_shape), " -> ", shape_str(local_shape));
+  auto p = std::make_unique<Parameter>();
+  p->name = child_name(local);
+  p->shape = std::move(local_shape);
+  p->global_shape = std::move(global_shape);
+  p->shard = shard;
+  p->init = init;
+  p->decay = decay;
+  params_.push_back(std::move(p));
+  return *params_.back();
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,77 @@
+// Layer: the unit a model is made of. Explicit forward and backward, named parameters, no hidden state:
+// what forward keeps for backward lives in a Saved the caller owns (one per micro-batch in flight).
+// Layers never communicate; parallel wrappers (tandem/parallel) do that around them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/core/tensor.h"
+#include "tandem/nn/tensor_parallel.h"
+
+namespace tandem::nn {
+
+enum class Init { Normal, Zeros, Ones };
+
+// A trainable tensor. `value` and `grad` are views into the model's flat buffers once materialised.
+struct Parameter {
+  std::string name;    // logical name, e.g. "blocks.3.qkv.weight": the same in every layout and checkpoint
+  Shape shape;         // what this rank holds
+  Shape global_shape;  // the logical tensor
+  Shard shard;         // which part of the logical tensor `shape` is
+  Init init = Init::Normal;
+  float stddev = 0.02f;  // for Init::Normal
+  bool decay = true;     // weight decay applies (matrices, embeddings), not to biases and norm gains
+  Tensor value;
+  Tensor grad;
+};
+
+// What a layer's forward keeps for its backward; nested for composite layers.
+struct Saved {
+  std::vector<Tensor> tensors;
+  std::vector<Saved> children;
+  void clear() {
+    tensors.clear();
+    children.clear();
+  }
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  // Own parameters, then each child's, in declaration order.
+  std::vector<Parameter*> parameters();
+
+  // y = f(x). Fills `saved` with what backward needs.
+  virtual Tensor forward(const Tensor& x, Saved& saved) = 0;
+  // dx from dy; accumulates parameter gradients (+=). Returns an undefined tensor when x has no gradient
+  // (token ids). May release what `saved` holds.
+  virtual Tensor backward(const Tensor& dy, Saved& saved) = 0;
+  // The output's shape for an input of shape `in` (pipelines size their receive buffers with it).
+  virtual Shape output_shape(const Shape& in) const { return in; }
+
+ protected:
+  // Declares a parameter named "<layer name>.<local>" holding all of a logical tensor of `shape`.
+  Parameter& add_parameter(const std::string& local, Shape shape, Init init, bool decay);
+  // Declares a parameter holding part `shard` of a logical tensor of `global_shape`; its own shape is
+  // `global_shape` with the split dim divided.
+  Parameter& add_sharded_parameter(const std::string& local, Shape global_shape, Shape local_shape, Shard shard,
+                                   Init init, bool decay);
+  // Registers a member layer so its parameters are listed after this layer's own.
+  void add_child(Layer& child) { children_.push_back(&child); }
+  // A child's name under this layer: "<layer name>.<local>".
+  std::string child_name(const std::string& local) const { return name_.empty() ? local : name_ + "." + local; }
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Parameter>> params_;  // stable addresses
+  std::vector<Layer*> children_;
+};
+
+}  // namespace tandem::nn

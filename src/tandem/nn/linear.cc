@@ -1,0 +1,62 @@
+#include "tandem/nn/linear.h"
+
+#include "tandem/ops/ops.h"
+
+namespace tandem::nn {
+
+Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool bias, Split split, TpSlot tp,
+               int fused)
+    : Layer(std::move(name)), in_(in_features), out_(out_features), split_(tp.active() ? split : Split::None), tp_(tp) {
+  const int parts = tp_.size;
+  if (split_ == Split::None) {
+    weight_ = &add_parameter("weight", {out_, in_}, Init::Normal, true);
+    bias_ = bias ? &add_parameter("bias", {out_}, Init::Zeros, false) : nullptr;
+    return;
+  }
+  if (split_ == Split::Column) {
+    TANDEM_CHECK(out_features % (fused * parts) == 0, this->name(), ": ", out_features, " outputs over ", fused, " x ",
+                 parts);
+    out_ = out_features / parts;
+    const int64_t block = out_features / fused;  // rows of one fused projection
+    weight_ = &add_sharded_parameter("weight", {out_features, in_}, {out_, in_},
+                                     Shard{fused, block, in_, tp.rank, parts}, Init::Normal, true);
+    bias_ = bias ? &add_sharded_parameter("bias", {out_features}, {out_}, Shard{fused, block, 1, tp.rank, parts},
+                                          Init::Zeros, false)
+                 : nullptr;
+  } else {
+    TANDEM_CHECK(in_features % parts == 0, this->name(), ": ", in_features, " inputs over ", parts);
+    in_ = in_features / parts;
+    weight_ = &add_sharded_parameter("weight", {out_, in_features}, {out_, in_},
+                                     Shard{out_, in_features, 1, tp.rank, parts}, Init::Normal, true);
+    bias_ = bias ? &add_parameter("bias", {out_}, Init::Zeros, false) : nullptr;
+  }
+}
+
+Shape Linear::output_shape(const Shape& in) const {
+  Shape s = in;
+  s.back() = out_;
+  return s;
+}
+
+Tensor Linear::forward(const Tensor& x, Saved& saved) {
+  TANDEM_CHECK(x.dim(-1) == in_, name(), " expects last dim ", in_, ", got ", shape_str(x.shape()));
+  Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, x.device(), name() + " output");  // (..., out)
+  ops::matmul(x, weight_->value, y, false, true);
+  if (split_ == Split::Row) tp_.sum(y);  // partial products of the input slices
+  if (bias_) ops::add_bias(y.view({y.numel() / out_, out_}), bias_->value);
+  saved.tensors = {x};
+  return y;
+}
+
+Tensor Linear::backward(const Tensor& dy, Saved& saved) {
+  const Tensor x = saved.tensors.at(0);                                                  // (..., in)
+  ops::matmul(dy, x, weight_->grad, true, false, 1.0f);                                  // dW (out, in) += dy^T x
+  if (bias_) ops::bias_backward(dy.view({dy.numel() / out_, out_}), bias_->grad);        // db (out) += sum dy
+  Tensor dx = Tensor::empty(x.shape(), DType::F32, x.device(), name() + " input grad");  // (..., in)
+  ops::matmul(dy, weight_->value, dx, false, false);
+  if (split_ == Split::Column) tp_.sum(dx);  // each slot saw only its output columns
+  saved.clear();
+  return dx;
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,37 @@
+// Linear: y = x W^T + b with W (out, in) as PyTorch's nn.Linear, so names and shapes interchange.
+// Tensor-parallel forms (Megatron): with W = [W_1; ..; W_tp] split by rows, a column-parallel layer computes
+// Y_i = X W_i^T + b_i from a replicated X (its input gradient is summed over tp: the "f" operator); with
+// W = [W_1 .. W_tp] split by columns, a row-parallel layer computes Y = sum_i X_i W_i^T + b from a
+// partitioned X (the sum over tp is the "g" operator; b is replicated and added once after it).
+#pragma once
+
+#include "tandem/nn/layer.h"
+
+namespace tandem::nn {
+
+enum class Split { None, Column, Row };
+
+class Linear final : public Layer {
+ public:
+  // `fused` > 1 (column split only): the outputs are `fused` stacked projections (q, k, v) and each is split
+  // separately, so every slot holds its rows of each.
+  Linear(std::string name, int64_t in_features, int64_t out_features, bool bias = true, Split split = Split::None,
+         TpSlot tp = {}, int fused = 1);
+
+  // x (..., in_local) -> y (..., out_local)
+  Tensor forward(const Tensor& x, Saved& saved) override;
+  Tensor backward(const Tensor& dy, Saved& saved) override;
+  Shape output_shape(const Shape& in) const override;
+
+  int64_t in_features() const { return in_; }    // this slot's input width
+  int64_t out_features() const { return out_; }  // this slot's output width
+
+ private:
+  int64_t in_, out_;
+  Split split_;
+  TpSlot tp_;
+  Parameter* weight_;  // (out_local, in_local)
+  Parameter* bias_;    // (out_local) or null
+};
+
+}  // namespace tandem::nn

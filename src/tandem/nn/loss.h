@@ -1,0 +1,18 @@
+// The training loss: softmax cross-entropy, mean over the tokens (or samples) of the global batch.
+// Vocabulary-parallel when the logits are a tp slot's slice of the vocabulary: the row max, the sum of
+// exponentials and the target's logit are each reduced over tp, so no slot ever holds all V logits.
+#pragma once
+
+#include "tandem/core/tensor.h"
+#include "tandem/nn/tensor_parallel.h"
+
+namespace tandem::nn {
+
+// logits (N, V_local) or (B, T, V_local), slot tp.rank's columns [rank V_local, (rank+1) V_local) of V =
+// V_local * tp.size; targets (N) i32 in [0, V). Returns the sum of the rows' losses (double, the same on
+// every slot) and overwrites the logits with d(loss)/d(logits) for loss = sum / `normalizer` (the number of
+// rows in the whole global batch, so micro-batches and replicas add up to the mean).
+double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, double normalizer,
+                                  const TpSlot& tp = {});
+
+}  // namespace tandem::nn

@@ -1,0 +1,111 @@
+#include "tandem/nn/model.h"
+
+#include <set>
+
+#include "tandem/core/philox.h"
+
+namespace tandem::nn {
+
+Layer& Model::add(std::unique_ptr<Layer> layer) {
+  TANDEM_CHECK(!materialized(), "add layers before materialize()");
+  layers_.push_back(std::move(layer));
+  std::set<std::string> names;
+  for (Parameter* p : parameters())
+    if (!names.insert(p->name).second) TANDEM_FAIL("two parameters are both named '", p->name, "': rename a layer");
+  return *layers_.back();
+}
+
+std::vector<Parameter*> Model::parameters() const {
+  std::vector<Parameter*> out;
+  for (const auto& l : layers_)
+    for (Parameter* p : l->parameters()) out.push_back(p);
+  return out;
+}
+
+int64_t Model::num_parameters() const {
+  int64_t n = 0;
+  for (Parameter* p : parameters()) n += shape_numel(p->shape);
+  return n;
+}
+
+void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first) {
+  float* v = value.f32();
+  const int64_t n = value.numel();
+  switch (param.init) {
+    case Init::Zeros:
+      value.fill_zero();
+      return;
+    case Init::Ones:
+      for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
+      return;
+    case Init::Normal: {
+      // Keyed by the element's index in the logical tensor, so a shard draws what the whole would hold there.
+      const uint64_t stream = hash_name(param.name);
+      const Shard& sh = param.shard;
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        v[i] = param.stddev * normal_at(seed, stream, static_cast<uint64_t>(sh.global_index(first + i)));
+      return;
+    }
+  }
+}
+
+void Model::materialize(Device& device, uint64_t seed) {
+  TANDEM_CHECK(!materialized(), "materialize() called twice");
+  const int64_t total = num_parameters();
+  values_ = Tensor::empty({total}, DType::F32, device, "parameters (fp32)");
+  grads_ = Tensor::zeros({total}, DType::F32, device, "gradients (fp32)");
+  int64_t offset = 0;
+  for (Parameter* p : parameters()) {
+    const int64_t n = shape_numel(p->shape);
+    p->value = values_.flat_slice(offset, n, p->shape);
+    p->grad = grads_.flat_slice(offset, n, p->shape);
+    initialize_parameter(*p, p->value, seed);
+    offset += n;
+  }
+}
+
+Tensor Model::forward(const Tensor& input, std::vector<Saved>& saved, bool recompute) {
+  TANDEM_CHECK(materialized(), "materialize() the model before forward()");
+  return forward_range(0, layers_.size(), input, saved, recompute);
+}
+
+void Model::backward(const Tensor& doutput, std::vector<Saved>& saved, bool recompute) {
+  backward_range(0, layers_.size(), doutput, saved, recompute);
+}
+
+Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std::vector<Saved>& saved, bool recompute,
+                            LayerHooks* hooks) {
+  TANDEM_CHECK(first <= last && last <= layers_.size(), "layer range [", first, ", ", last, ")");
+  saved.assign(last - first, Saved{});
+  Tensor x = input;
+  for (size_t i = first; i < last; ++i) {
+    if (hooks) hooks->before_forward(i);
+    Tensor y = layers_[i]->forward(x, saved[i - first]);
+    if (recompute) saved[i - first] = Saved{{x}, {}};
+    if (hooks) hooks->after_forward(i);
+    x = y;
+  }
+  return x;
+}
+
+Tensor Model::backward_range(size_t first, size_t last, const Tensor& doutput, std::vector<Saved>& saved,
+                             bool recompute, LayerHooks* hooks) {
+  TANDEM_CHECK(saved.size() == last - first, "backward() without a matching forward()");
+  Tensor dy = doutput;
+  for (size_t i = last; i-- > first;) {
+    Saved& s = saved[i - first];
+    if (hooks) hooks->before_backward(i);
+    if (recompute) {
+      const Tensor x = s.tensors.at(0);
+      s.clear();
+      layers_[i]->forward(x, s);
+    }
+    dy = layers_[i]->backward(dy, s);
+    s.clear();
+    if (hooks) hooks->after_backward(i);
+  }
+  return dy;
+}
+
+}  // namespace tandem::nn

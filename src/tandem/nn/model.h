@@ -1,0 +1,76 @@
+// Model: an ordered list of layers (the units a pipeline may later cut between) whose parameters live in
+// two flat fp32 buffers, values and gradients, on one device. Build it in code with add(), or from a
+// config through build_mlp / build_gpt (models.h); hand it to the trainer.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tandem/nn/layer.h"
+
+namespace tandem::nn {
+
+class Model {
+ public:
+  Model() = default;
+  Model(Model&&) = default;
+  Model& operator=(Model&&) = default;
+
+  // Appends a layer. Parameter names must be unique across the model.
+  Layer& add(std::unique_ptr<Layer> layer);
+  template <class L, class... Args>
+  L& emplace(Args&&... args) {
+    return static_cast<L&>(add(std::make_unique<L>(std::forward<Args>(args)...)));
+  }
+
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  std::vector<Parameter*> parameters() const;
+  int64_t num_parameters() const;
+
+  // Allocates the flat value and gradient buffers on `device` (through its budget), points every parameter
+  // at its slice, and initialises values from (seed, parameter name, element index): N(0, stddev) for
+  // Init::Normal, 0 or 1 otherwise. The result does not depend on anything else.
+  void materialize(Device& device, uint64_t seed);
+  bool materialized() const { return values_.defined(); }
+  const Tensor& flat_values() const { return values_; }  // (P)
+  const Tensor& flat_grads() const { return grads_; }    // (P)
+  void zero_grad() const { grads_.fill_zero(); }
+
+  // Runs every layer. `saved` gets one entry per layer. With `recompute`, each layer keeps only its input
+  // and its forward is run again in backward (activation checkpointing).
+  Tensor forward(const Tensor& input, std::vector<Saved>& saved, bool recompute = false);
+  // Backward through every layer from d(output); accumulates into the gradient buffer.
+  void backward(const Tensor& doutput, std::vector<Saved>& saved, bool recompute = false);
+
+  // The same over layers [first, last) only (a pipeline chunk); `saved` gets last - first entries. `hooks`,
+  // when given, run around each layer (ZeRO gathers and frees parameters there).
+  struct LayerHooks {
+    virtual ~LayerHooks() = default;
+    virtual void before_forward(size_t layer) {}
+    virtual void after_forward(size_t layer) {}
+    virtual void before_backward(size_t layer) {}
+    virtual void after_backward(size_t layer) {}
+  };
+  Tensor forward_range(size_t first, size_t last, const Tensor& input, std::vector<Saved>& saved, bool recompute,
+                       LayerHooks* hooks = nullptr);
+  // Returns d(input) (undefined when the first layer takes tokens).
+  Tensor backward_range(size_t first, size_t last, const Tensor& doutput, std::vector<Saved>& saved, bool recompute,
+                        LayerHooks* hooks = nullptr);
+
+  // True when the last layer returns one tensor-parallel slot's slice of the vocabulary (gpt under tp),
+  // so the loss must be vocabulary-parallel.
+  bool vocab_parallel_logits() const { return vocab_parallel_logits_; }
+  void set_vocab_parallel_logits(bool v) { vocab_parallel_logits_ = v; }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+  Tensor values_;  // (P) fp32
+  Tensor grads_;   // (P) fp32
+  bool vocab_parallel_logits_ = false;
+};
+
+// Fills `value` with the parameter's initial values for elements [first, first + value.numel()) of what the
+// parameter holds (its shard, flattened). Any device, any slice, any tensor-parallel split: the same numbers.
+void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first = 0);
+
+}  // namespace tandem::nn

@@ -1,0 +1,417 @@
+// The op front end: checks every call's shapes and dtypes, then dispatches on the device kind to a backend
+// (ops/cpu today; a cuda/ folder joins it later). Data-dependent checks (ids in range) live in the backends.
+#include "tandem/ops/ops.h"
+
+#include <climits>
+#include <utility>
+
+#include "tandem/ops/cpu/cpu_ops.h"
+#include "tandem/ops/op_util.h"
+
+namespace tandem::ops {
+namespace {
+
+[[noreturn]] void no_backend(const char* op, const Tensor& t) {
+  TANDEM_FAIL(op, " has no implementation for device ", t.device().name(),
+              " yet; only CPU devices can run it in this build");
+}
+
+// Every tensor of one call must be defined and on the same kind of device, since the backend is picked from
+// the first one and reads all of them through that backend's pointers.
+template <class... Rest>
+void check_devices(const char* op, const Tensor& first, const Rest&... rest) {
+  TANDEM_CHECK(first.defined(), op, ": undefined tensor");
+  const DeviceKind kind = first.device().kind();
+  [[maybe_unused]] auto same = [&](const Tensor& t) {
+    TANDEM_CHECK(t.defined(), op, ": undefined tensor");
+    TANDEM_CHECK(t.device().kind() == kind, op, ": tensors on ", first.device().name(), " and ", t.device().name());
+  };
+  (same(rest), ...);
+}
+
+// Runs the backend for `t`'s device kind. A CUDA backend adds its function here as a second argument.
+template <class CpuFn>
+auto dispatch(const char* op, const Tensor& t, CpuFn&& cpu_fn) {
+  switch (t.device().kind()) {
+    case DeviceKind::Cpu:
+      return cpu_fn();
+    case DeviceKind::Cuda:
+      break;
+  }
+  no_backend(op, t);
+}
+
+void check_dtype(const char* op, const char* name, const Tensor& t, DType want) {
+  TANDEM_CHECK(t.dtype() == want, op, ": ", name, " ", shape_str(t.shape()), " holds ", dtype_name(t.dtype()),
+               ", expected ", dtype_name(want));
+}
+void check_f32(const char* op, const char* name, const Tensor& t) { check_dtype(op, name, t, DType::F32); }
+
+void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b) {
+  TANDEM_CHECK(a.shape() == b.shape(), op, ": ", name_a, " ", shape_str(a.shape()), " and ", name_b, " ",
+               shape_str(b.shape()), " differ in shape");
+}
+
+// A channel vector (C) matching the last dim of a (N, C) tensor.
+void check_channels(const char* op, const char* name, const Tensor& v, const Tensor& rows) {
+  TANDEM_CHECK(v.rank() == 1 && v.dim(0) == cols_of(rows), op, ": ", name, " ", shape_str(v.shape()),
+               " does not match the last dim of ", shape_str(rows.shape()));
+}
+
+// A per-row vector (N) of a (N, C) tensor; any shape of N elements is accepted, e.g. (B, T) for (B, T, C).
+void check_per_row(const char* op, const char* name, const Tensor& v, const Tensor& rows) {
+  TANDEM_CHECK(v.numel() == rows_of(rows), op, ": ", name, " ", shape_str(v.shape()), " needs one element per row of ",
+               shape_str(rows.shape()));
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const char* a0 = static_cast<const char*>(a.raw());
+  const char* b0 = static_cast<const char*>(b.raw());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float beta) {
+  check_devices("matmul", c, a, b);
+  check_f32("matmul", "a", a);
+  check_f32("matmul", "b", b);
+  check_f32("matmul", "c", c);
+  const int64_t m = trans_a ? cols_of(a) : rows_of(a);
+  const int64_t k = trans_a ? rows_of(a) : cols_of(a);
+  const int64_t kb = trans_b ? cols_of(b) : rows_of(b);
+  const int64_t n = trans_b ? rows_of(b) : cols_of(b);
+  TANDEM_CHECK(k == kb && rows_of(c) == m && cols_of(c) == n, "matmul: a ", shape_str(a.shape()), trans_a ? "^T" : "",
+               " @ b ", shape_str(b.shape()), trans_b ? "^T" : "", " does not fit c ", shape_str(c.shape()));
+  // BLAS takes 32-bit dimensions and leading dims.
+  for (int64_t d : {rows_of(a), cols_of(a), rows_of(b), cols_of(b), m, n})
+    TANDEM_CHECK(d <= INT_MAX, "matmul: dimension ", d, " exceeds the 32-bit BLAS interface");
+  TANDEM_CHECK(!overlaps(c, a) && !overlaps(c, b), "matmul: c ", shape_str(c.shape()), " shares memory with an input");
+  return dispatch("matmul", c, [&] { return cpu::matmul(a, b, c, trans_a, trans_b, beta); });
+}
+
+void add_bias(const Tensor& y, const Tensor& bias) {
+  check_devices("add_bias", y, bias);
+  check_f32("add_bias", "y", y);
+  check_f32("add_bias", "bias", bias);
+  check_channels("add_bias", "bias", bias, y);
+  return dispatch("add_bias", y, [&] { return cpu::add_bias(y, bias); });
+}
+
+void bias_backward(const Tensor& dy, const Tensor& dbias) {
+  check_devices("bias_backward", dy, dbias);
+  check_f32("bias_backward", "dy", dy);
+  check_f32("bias_backward", "dbias", dbias);
+  check_channels("bias_backward", "dbias", dbias, dy);
+  return dispatch("bias_backward", dy, [&] { return cpu::bias_backward(dy, dbias); });
+}
+
+void add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_devices("add", out, a, b);
+  check_f32("add", "a", a);
+  check_f32("add", "b", b);
+  check_f32("add", "out", out);
+  check_same_shape("add", "a", a, "b", b);
+  check_same_shape("add", "a", a, "out", out);
+  return dispatch("add", out, [&] { return cpu::add(a, b, out); });
+}
+
+void axpy(float alpha, const Tensor& x, const Tensor& y) {
+  check_devices("axpy", y, x);
+  check_f32("axpy", "x", x);
+  check_f32("axpy", "y", y);
+  // Flat buffers of equal size are fine (gradient accumulation over parameter groups); the shapes may differ.
+  TANDEM_CHECK(x.numel() == y.numel(), "axpy: x ", shape_str(x.shape()), " and y ", shape_str(y.shape()),
+               " differ in size");
+  return dispatch("axpy", y, [&] { return cpu::axpy(alpha, x, y); });
+}
+
+void scale(const Tensor& x, float alpha) {
+  check_devices("scale", x);
+  check_f32("scale", "x", x);
+  return dispatch("scale", x, [&] { return cpu::scale(x, alpha); });
+}
+
+void relu_forward(const Tensor& x, const Tensor& y) {
+  check_devices("relu_forward", y, x);
+  check_f32("relu_forward", "x", x);
+  check_f32("relu_forward", "y", y);
+  check_same_shape("relu_forward", "x", x, "y", y);
+  return dispatch("relu_forward", y, [&] { return cpu::relu_forward(x, y); });
+}
+
+void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  check_devices("relu_backward", dx, x, dy);
+  check_f32("relu_backward", "x", x);
+  check_f32("relu_backward", "dy", dy);
+  check_f32("relu_backward", "dx", dx);
+  check_same_shape("relu_backward", "x", x, "dy", dy);
+  check_same_shape("relu_backward", "x", x, "dx", dx);
+  return dispatch("relu_backward", dx, [&] { return cpu::relu_backward(x, dy, dx); });
+}
+
+void gelu_forward(const Tensor& x, const Tensor& y) {
+  check_devices("gelu_forward", y, x);
+  check_f32("gelu_forward", "x", x);
+  check_f32("gelu_forward", "y", y);
+  check_same_shape("gelu_forward", "x", x, "y", y);
+  return dispatch("gelu_forward", y, [&] { return cpu::gelu_forward(x, y); });
+}
+
+void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  check_devices("gelu_backward", dx, x, dy);
+  check_f32("gelu_backward", "x", x);
+  check_f32("gelu_backward", "dy", dy);
+  check_f32("gelu_backward", "dx", dx);
+  check_same_shape("gelu_backward", "x", x, "dy", dy);
+  check_same_shape("gelu_backward", "x", x, "dx", dx);
+  return dispatch("gelu_backward", dx, [&] { return cpu::gelu_backward(x, dy, dx); });
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
+                       const Tensor& rstd, float eps) {
+  check_devices("layernorm_forward", y, x, gamma, beta, mean, rstd);
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"x", x},
+                                {"gamma", gamma},
+                                {"beta", beta},
+                                {"y", y},
+                                {"mean", mean},
+                                {"rstd", rstd}})
+    check_f32("layernorm_forward", name, t);
+  check_same_shape("layernorm_forward", "x", x, "y", y);
+  check_channels("layernorm_forward", "gamma", gamma, x);
+  check_channels("layernorm_forward", "beta", beta, x);
+  check_per_row("layernorm_forward", "mean", mean, x);
+  check_per_row("layernorm_forward", "rstd", rstd, x);
+  return dispatch("layernorm_forward", y, [&] { return cpu::layernorm_forward(x, gamma, beta, y, mean, rstd, eps); });
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+  check_devices("layernorm_backward", dx, dy, x, gamma, mean, rstd, dgamma, dbeta);
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"dy", dy},
+                                {"x", x},
+                                {"gamma", gamma},
+                                {"mean", mean},
+                                {"rstd", rstd},
+                                {"dx", dx},
+                                {"dgamma", dgamma},
+                                {"dbeta", dbeta}})
+    check_f32("layernorm_backward", name, t);
+  check_same_shape("layernorm_backward", "x", x, "dy", dy);
+  check_same_shape("layernorm_backward", "x", x, "dx", dx);
+  check_channels("layernorm_backward", "gamma", gamma, x);
+  check_channels("layernorm_backward", "dgamma", dgamma, x);
+  check_channels("layernorm_backward", "dbeta", dbeta, x);
+  check_per_row("layernorm_backward", "mean", mean, x);
+  check_per_row("layernorm_backward", "rstd", rstd, x);
+  return dispatch("layernorm_backward", dx,
+                  [&] { return cpu::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta); });
+}
+
+namespace {
+// ids (N) index rows of a table (V_local, C); y or dy is (N, C) read as rows.
+void check_embedding(const char* op, const Tensor& ids, const Tensor& table, const Tensor& rows) {
+  check_dtype(op, "ids", ids, DType::I32);
+  check_f32(op, "table", table);
+  check_f32(op, "y", rows);
+  TANDEM_CHECK(table.rank() == 2 && cols_of(rows) == table.dim(1) && rows_of(rows) == ids.numel(), op, ": ids ",
+               shape_str(ids.shape()), " and table ", shape_str(table.shape()), " do not fit ",
+               shape_str(rows.shape()));
+}
+}  // namespace
+
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y) {
+  embedding_forward(ids, table, y, 0, table.rank() == 2 ? table.dim(0) : 0);
+}
+
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t start, int64_t vocab) {
+  check_devices("embedding_forward", y, ids, table);
+  check_embedding("embedding_forward", ids, table, y);
+  TANDEM_CHECK(start >= 0 && start + table.dim(0) <= vocab && vocab <= cpu::kUncheckedVocab,
+               "embedding_forward: table ", shape_str(table.shape()), " at row ", start,
+               " does not fit a vocabulary of ", vocab);
+  return dispatch("embedding_forward", y, [&] { return cpu::embedding_forward(ids, table, y, start, vocab); });
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable) {
+  check_devices("embedding_backward", dtable, ids, dy);
+  check_embedding("embedding_backward", ids, dtable, dy);
+  return dispatch("embedding_backward", dtable,
+                  [&] { return cpu::embedding_backward(ids, dy, dtable, 0, dtable.dim(0)); });
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t start) {
+  check_devices("embedding_backward", dtable, ids, dy);
+  check_embedding("embedding_backward", ids, dtable, dy);
+  TANDEM_CHECK(start >= 0, "embedding_backward: negative shard start ", start);
+  return dispatch("embedding_backward", dtable,
+                  [&] { return cpu::embedding_backward(ids, dy, dtable, start, cpu::kUncheckedVocab); });
+}
+
+void add_positions(const Tensor& y, const Tensor& pos) {
+  check_devices("add_positions", y, pos);
+  check_f32("add_positions", "y", y);
+  check_f32("add_positions", "pos", pos);
+  TANDEM_CHECK(y.rank() == 3 && pos.rank() == 2 && y.dim(1) <= pos.dim(0) && y.dim(2) == pos.dim(1),
+               "add_positions: y ", shape_str(y.shape()), " (B, T, C) does not fit pos ", shape_str(pos.shape()),
+               " (T_max, C)");
+  return dispatch("add_positions", y, [&] { return cpu::add_positions(y, pos); });
+}
+
+void add_positions_backward(const Tensor& dy, const Tensor& dpos) {
+  check_devices("add_positions_backward", dpos, dy);
+  check_f32("add_positions_backward", "dy", dy);
+  check_f32("add_positions_backward", "dpos", dpos);
+  TANDEM_CHECK(dy.rank() == 3 && dpos.rank() == 2 && dy.dim(1) <= dpos.dim(0) && dy.dim(2) == dpos.dim(1),
+               "add_positions_backward: dy ", shape_str(dy.shape()), " (B, T, C) does not fit dpos ",
+               shape_str(dpos.shape()), " (T_max, C)");
+  return dispatch("add_positions_backward", dpos, [&] { return cpu::add_positions_backward(dy, dpos); });
+}
+
+namespace {
+void check_attention(const char* op, const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
+  check_f32(op, "qkv", qkv);
+  check_f32(op, "y", y);
+  check_f32(op, "lse", lse);
+  TANDEM_CHECK(qkv.rank() == 3 && heads > 0 && qkv.dim(2) % (3 * static_cast<int64_t>(heads)) == 0, op, ": qkv ",
+               shape_str(qkv.shape()), " is not (B, T, 3C) with C divisible by ", heads, " heads");
+  const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+  TANDEM_CHECK(y.shape() == Shape({b, t, c}), op, ": y ", shape_str(y.shape()), " does not match qkv ",
+               shape_str(qkv.shape()));
+  TANDEM_CHECK(lse.shape() == Shape({b, heads, t}), op, ": lse ", shape_str(lse.shape()),
+               " is not (B, H, T) = ", shape_str({b, heads, t}));
+  TANDEM_CHECK(t <= INT_MAX && 3 * c <= INT_MAX, op, ": qkv ", shape_str(qkv.shape()),
+               " exceeds the 32-bit BLAS interface");
+}
+}  // namespace
+
+void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
+  check_devices("attention_forward", y, qkv, lse);
+  check_attention("attention_forward", qkv, heads, y, lse);
+  return dispatch("attention_forward", y, [&] { return cpu::attention_forward(qkv, heads, y, lse); });
+}
+
+void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
+                        const Tensor& dqkv) {
+  check_devices("attention_backward", dqkv, qkv, y, lse, dy);
+  check_attention("attention_backward", qkv, heads, y, lse);
+  check_f32("attention_backward", "dy", dy);
+  check_f32("attention_backward", "dqkv", dqkv);
+  check_same_shape("attention_backward", "y", y, "dy", dy);
+  check_same_shape("attention_backward", "qkv", qkv, "dqkv", dqkv);
+  TANDEM_CHECK(!overlaps(dqkv, qkv) && !overlaps(dqkv, y) && !overlaps(dqkv, dy) && !overlaps(dqkv, lse),
+               "attention_backward: dqkv shares memory with an input");
+  return dispatch("attention_backward", dqkv, [&] { return cpu::attention_backward(qkv, heads, y, lse, dy, dqkv); });
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {
+  check_devices("cross_entropy_forward", losses, logits, targets, lse);
+  check_f32("cross_entropy_forward", "logits", logits);
+  check_dtype("cross_entropy_forward", "targets", targets, DType::I32);
+  check_f32("cross_entropy_forward", "losses", losses);
+  check_f32("cross_entropy_forward", "lse", lse);
+  TANDEM_CHECK(cols_of(logits) > 0, "cross_entropy_forward: logits ", shape_str(logits.shape()), " has no classes");
+  check_per_row("cross_entropy_forward", "targets", targets, logits);
+  check_per_row("cross_entropy_forward", "losses", losses, logits);
+  check_per_row("cross_entropy_forward", "lse", lse, logits);
+  return dispatch("cross_entropy_forward", losses,
+                  [&] { return cpu::cross_entropy_forward(logits, targets, losses, lse); });
+}
+
+namespace {
+void check_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                  const Tensor& dlogits) {
+  const char* op = "cross_entropy_backward";
+  check_devices(op, dlogits, logits, targets, lse);
+  check_f32(op, "logits", logits);
+  check_dtype(op, "targets", targets, DType::I32);
+  check_f32(op, "lse", lse);
+  check_f32(op, "dlogits", dlogits);
+  check_same_shape(op, "logits", logits, "dlogits", dlogits);
+  check_per_row(op, "targets", targets, logits);
+  check_per_row(op, "lse", lse, logits);
+  // Aliasing is allowed only as the exact same elements: a partial overlap would read overwritten logits.
+  TANDEM_CHECK(!overlaps(dlogits, logits) || dlogits.raw() == logits.raw(), op, ": dlogits ",
+               shape_str(dlogits.shape()), " partially overlaps logits");
+}
+}  // namespace
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
+                            const Tensor& dlogits) {
+  check_cross_entropy_backward(logits, targets, lse, dlogits);
+  return dispatch("cross_entropy_backward", dlogits, [&] {
+    return cpu::cross_entropy_backward(logits, targets, lse, scale, dlogits, 0, cols_of(logits));
+  });
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
+                            const Tensor& dlogits, int64_t start) {
+  check_cross_entropy_backward(logits, targets, lse, dlogits);
+  TANDEM_CHECK(start >= 0, "cross_entropy_backward: negative shard start ", start);
+  return dispatch("cross_entropy_backward", dlogits, [&] {
+    return cpu::cross_entropy_backward(logits, targets, lse, scale, dlogits, start, cpu::kUncheckedVocab);
+  });
+}
+
+void cross_entropy_stats(const Tensor& logits, const Tensor& targets, int64_t start, int64_t vocab,
+                         const Tensor& row_max, const Tensor& target_logit) {
+  const char* op = "cross_entropy_stats";
+  check_devices(op, row_max, logits, targets, target_logit);
+  check_f32(op, "logits", logits);
+  check_dtype(op, "targets", targets, DType::I32);
+  check_f32(op, "row_max", row_max);
+  check_f32(op, "target_logit", target_logit);
+  TANDEM_CHECK(cols_of(logits) > 0, op, ": logits ", shape_str(logits.shape()), " has no classes");
+  TANDEM_CHECK(start >= 0 && start + cols_of(logits) <= vocab && vocab <= cpu::kUncheckedVocab, op, ": logits ",
+               shape_str(logits.shape()), " at column ", start, " do not fit a vocabulary of ", vocab);
+  check_per_row(op, "targets", targets, logits);
+  check_per_row(op, "row_max", row_max, logits);
+  check_per_row(op, "target_logit", target_logit, logits);
+  return dispatch(op, row_max,
+                  [&] { return cpu::cross_entropy_stats(logits, targets, start, vocab, row_max, target_logit); });
+}
+
+void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
+  const char* op = "row_sum_exp";
+  check_devices(op, sum_exp, logits, row_max);
+  check_f32(op, "logits", logits);
+  check_f32(op, "row_max", row_max);
+  check_f32(op, "sum_exp", sum_exp);
+  check_per_row(op, "row_max", row_max, logits);
+  check_per_row(op, "sum_exp", sum_exp, logits);
+  return dispatch(op, sum_exp, [&] { return cpu::row_sum_exp(logits, row_max, sum_exp); });
+}
+
+double sum_squares(const Tensor& x) {
+  check_devices("sum_squares", x);
+  check_f32("sum_squares", "x", x);
+  return dispatch("sum_squares", x, [&] { return cpu::sum_squares(x); });
+}
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
+  check_devices("adamw_step", param, grad, m, v);
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor&>{"param", param}, {"grad", grad}, {"m", m}, {"v", v}}) {
+    check_f32("adamw_step", name, t);
+    TANDEM_CHECK(t.numel() == param.numel(), "adamw_step: ", name, " ", shape_str(t.shape()),
+                 " differs in size from param ", shape_str(param.shape()));
+  }
+  TANDEM_CHECK(p.step >= 1, "adamw_step: step ", p.step, " must count from 1");
+  return dispatch("adamw_step", param, [&] { return cpu::adamw_step(param, grad, m, v, p); });
+}
+
+void cast(const Tensor& src, const Tensor& dst) {
+  check_devices("cast", dst, src);
+  TANDEM_CHECK(src.numel() == dst.numel(), "cast: src ", shape_str(src.shape()), " and dst ", shape_str(dst.shape()),
+               " differ in size");
+  const bool to_or_from_f32 = src.dtype() == DType::F32 || dst.dtype() == DType::F32;
+  const bool has_i32 = src.dtype() == DType::I32 || dst.dtype() == DType::I32;
+  if (src.dtype() != dst.dtype() && (!to_or_from_f32 || has_i32))
+    TANDEM_FAIL("cast from ", dtype_name(src.dtype()), " to ", dtype_name(dst.dtype()),
+                " is not supported: casts go between f32 and bf16 or f16");
+  return dispatch("cast", dst, [&] { return cpu::cast(src, dst); });
+}
+
+}  // namespace tandem::ops

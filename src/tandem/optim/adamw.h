@@ -1,0 +1,47 @@
+// AdamW over segments of flat fp32 buffers: fp32 moments, decoupled weight decay applied only to the
+// parameters marked `decay`. A segment is the unit a ZeRO shard later owns; here it is one parameter.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tandem/core/tensor.h"
+
+namespace tandem::optim {
+
+struct AdamWConfig {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+};
+
+// One contiguous run of parameters the optimizer updates, with its moments.
+struct Segment {
+  std::string name;  // parameter name, for checkpoints
+  Tensor value;      // (n) fp32
+  Tensor grad;       // (n) fp32
+  bool decay = true;
+};
+
+class AdamW {
+ public:
+  // Allocates the moments (zeros) for every segment on the segments' device.
+  AdamW(std::vector<Segment> segments, AdamWConfig cfg);
+
+  // One update with learning rate `lr`; gradients are read multiplied by `grad_scale` (clipping, loss
+  // scaling). Counts the step.
+  void step(float lr, float grad_scale = 1.0f);
+
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t s) { step_ = s; }
+  const std::vector<Segment>& segments() const { return segments_; }
+  const std::vector<Tensor>& exp_avg() const { return m_; }     // one per segment, (n)
+  const std::vector<Tensor>& exp_avg_sq() const { return v_; }  // one per segment, (n)
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  std::vector<Segment> segments_;
+  AdamWConfig cfg_;
+  std::vector<Tensor> m_, v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tandem::optim

@@ -1,0 +1,79 @@
+#include "tandem/parallel/engine.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "tandem/nn/loss.h"
+#include "tandem/optim/clip.h"
+
+namespace tandem::parallel {
+
+Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineConfig& cfg, layout::Groups& groups,
+               Device& device, const Shape& input_shape)
+    : cfg_(cfg), groups_(groups), device_(device) {
+  const layout::Layout& l = groups.layout;
+  tp_reducer_ = std::make_unique<CommTpReducer>(*groups.tp);
+  model_ = build(nn::TpSlot{groups.coord.tp, l.tp, tp_reducer_.get()});
+
+  const int v = cfg.plan.virtual_stages;
+  const int S = l.pp * v;
+  const auto all_chunks = cfg.plan.stages.empty() ? pipeline::balance_by_parameters(model_, S)
+                                                  : pipeline::gpt_stage_map(model_, cfg.plan.stages);
+  std::vector<size_t> held;
+  for (int c = 0; c < v; ++c) {
+    const auto range = all_chunks[static_cast<size_t>(pipeline::global_stage(groups.coord.pp, c, l.pp))];
+    chunks_.push_back(range);
+    for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
+  }
+  store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.adamw);
+
+  const auto kind = v > 1 ? pipeline::ScheduleKind::Interleaved : pipeline::schedule_from_name(cfg.plan.schedule);
+  const pipeline::ScheduleSpec spec{l.pp, static_cast<int>(cfg.micro_batches), v};
+  auto schedule = pipeline::build_schedule(kind, spec);
+  pipeline::ExecutorSetup setup;
+  setup.pp_rank = groups.coord.pp;
+  setup.pp = l.pp;
+  setup.virtual_stages = v;
+  setup.micro_batches = static_cast<int>(cfg.micro_batches);
+  setup.chunks = chunks_;
+  setup.actions = schedule[static_cast<size_t>(groups.coord.pp)];
+  setup.input_shape = input_shape;
+  setup.recompute = cfg.plan.activation_checkpointing;
+  executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
+}
+
+StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, float lr,
+                        double loss_normalizer) {
+  const auto& c = groups_.coord;
+  const int64_t per_replica = cfg_.micro_batch * cfg_.micro_batches;
+  store_->begin_step();
+  const nn::TpSlot loss_tp =
+      model_.vocab_parallel_logits() ? nn::TpSlot{c.tp, groups_.layout.tp, tp_reducer_.get()} : nn::TpSlot{};
+  const double local_loss =
+      executor_->run([&](int mb) { return batch(c.dp * per_replica + mb * cfg_.micro_batch, cfg_.micro_batch); },
+                     [&](const Tensor& logits, const Tensor& targets) {
+                       return nn::cross_entropy_sum_and_grad(logits, targets, loss_normalizer, loss_tp);
+                     });
+  store_->reduce_gradients();
+
+  StepResult r;
+  // Every tp slot of the last stage computed the same loss: count it once per virtual GPU.
+  r.loss_sum = groups_.world->all_reduce_scalar(c.tp == 0 ? local_loss : 0.0);
+  r.grad_norm = std::sqrt(groups_.world->all_reduce_scalar(store_->grad_sum_of_squares(c.tp == 0)));
+  store_->optimizer_step(lr, optim::clip_coefficient(r.grad_norm, cfg_.gradient_clipping));
+  return r;
+}
+
+std::string Engine::describe_chunks() const {
+  std::ostringstream os;
+  const int S = groups_.layout.pp * cfg_.plan.virtual_stages;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const auto [first, last] = chunks_[c];
+    os << (c ? "; " : "") << "stage "
+       << pipeline::global_stage(groups_.coord.pp, static_cast<int>(c), groups_.layout.pp) << " of " << S << ": layers "
+       << first << ".." << last - 1;
+  }
+  return os.str();
+}
+
+}  // namespace tandem::parallel

@@ -1,0 +1,63 @@
+// Engine: one rank's part of a training step in any layout. It builds this rank's slice of the model (its
+// pipeline chunks, its tensor-parallel slot), keeps parameters and optimizer state under ZeRO across the
+// data-parallel group, runs the pipeline schedule over the micro-batches, reduces gradients, clips and
+// updates. With one device every group is the rank itself and it is plain training.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tandem/layout/groups.h"
+#include "tandem/layout/layout.h"
+#include "tandem/nn/model.h"
+#include "tandem/optim/adamw.h"
+#include "tandem/parallel/pipeline/executor.h"
+#include "tandem/parallel/tensor/tp_reducer.h"
+#include "tandem/parallel/zero/parameter_store.h"
+
+namespace tandem::parallel {
+
+struct EngineConfig {
+  layout::ParallelPlan plan;
+  int zero_stage = 0;
+  uint64_t seed = 0;
+  optim::AdamWConfig adamw;
+  int64_t micro_batch = 1;       // samples per micro-batch on one virtual GPU
+  int64_t micro_batches = 1;     // per step (gradient accumulation steps)
+  double gradient_clipping = 0;  // 0: off
+};
+
+struct StepResult {
+  double loss_sum = 0;   // over the whole global batch, the same on every rank
+  double grad_norm = 0;  // global, before clipping
+};
+
+class Engine {
+ public:
+  // `build(tp)`: the whole model (layers are cheap until materialised) for a tensor-parallel slot.
+  // `input_shape`: one micro-batch's model input.
+  Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineConfig& cfg, layout::Groups& groups,
+         Device& device, const Shape& input_shape);
+
+  // One step: `batch(first, count)` gives the global samples first .. first+count-1 of this step.
+  StepResult step(const std::function<pipeline::MicroBatch(int64_t first, int64_t count)>& batch, float lr,
+                  double loss_normalizer);
+
+  nn::Model& model() { return model_; }
+  ParameterStore& store() { return *store_; }
+  // "stage 1 of 2: layers 7..13 (blocks.6 .. head)" for each chunk this rank holds.
+  std::string describe_chunks() const;
+
+ private:
+  EngineConfig cfg_;
+  layout::Groups& groups_;
+  Device& device_;
+  std::unique_ptr<CommTpReducer> tp_reducer_;
+  nn::Model model_;
+  std::vector<pipeline::LayerRange> chunks_;  // this rank's, by chunk index
+  std::unique_ptr<ParameterStore> store_;
+  std::unique_ptr<pipeline::PipelineExecutor> executor_;
+};
+
+}  // namespace tandem::parallel

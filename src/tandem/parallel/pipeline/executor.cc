@@ -1,0 +1,107 @@
+#include "tandem/parallel/pipeline/executor.h"
+
+namespace tandem::parallel::pipeline {
+
+namespace {
+constexpr int kActivation = 0, kGradient = 1;
+}
+
+PipelineExecutor::PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::Communicator& pp,
+                                   nn::Model::LayerHooks* hooks, Device& device)
+    : model_(model),
+      s_(std::move(setup)),
+      pp_(pp),
+      hooks_(hooks),
+      device_(device),
+      total_stages_(s_.pp * s_.virtual_stages) {
+  TANDEM_CHECK(static_cast<int>(s_.chunks.size()) == s_.virtual_stages, "chunks ", s_.chunks.size(), " for ",
+               s_.virtual_stages, " virtual stages");
+  for (int c = 0; c < s_.virtual_stages; ++c) {
+    Shape shape = s_.input_shape;
+    for (size_t l = 0; l < s_.chunks[c].first; ++l) shape = model_.layers()[l]->output_shape(shape);
+    in_shapes_.push_back(shape);
+    for (size_t l = s_.chunks[c].first; l < s_.chunks[c].second; ++l) shape = model_.layers()[l]->output_shape(shape);
+    out_shapes_.push_back(shape);
+  }
+}
+
+int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
+  return (kind * total_stages_ + receiver_stage) * s_.micro_batches + mb;
+}
+
+double PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
+                             const std::function<double(const Tensor&, const Tensor&)>& loss) {
+  std::map<int, Tensor> input, output, grad, input_grad;  // by key(mb, chunk)
+  std::map<int, std::vector<nn::Saved>> saved;
+  std::vector<std::pair<std::unique_ptr<comm::Request>, Tensor>> sends;  // kept alive until complete
+  double loss_sum = 0;
+  auto take = [](std::map<int, Tensor>& m, int k, const char* what) {
+    auto it = m.find(k);
+    TANDEM_CHECK(it != m.end(), "pipeline executor: no ", what, " for key ", k);
+    Tensor t = it->second;
+    m.erase(it);
+    return t;
+  };
+
+  for (const Action& a : s_.actions) {
+    const int k = key(a.micro_batch, a.chunk);
+    const int stage = stage_of(a.chunk);
+    const LayerRange range = s_.chunks[a.chunk];
+    switch (a.kind) {
+      case ActionKind::RecvActivation: {
+        Tensor t = Tensor::empty(in_shapes_[a.chunk], DType::F32, device_, "received activation");
+        pp_.recv(t, a.peer, tag(kActivation, stage, a.micro_batch));
+        input[k] = t;
+        break;
+      }
+      case ActionKind::Forward: {
+        MicroBatch mb;
+        if (stage == 0 || stage == total_stages_ - 1) mb = batch(a.micro_batch);
+        Tensor x = stage == 0 ? mb.inputs : take(input, k, "input activation");
+        Tensor y = model_.forward_range(range.first, range.second, x, saved[k], s_.recompute, hooks_);
+        if (stage == total_stages_ - 1) {
+          loss_sum += loss(y, mb.targets);  // y now holds d(loss)/d(logits)
+          grad[k] = y;
+        } else if (a.chunk + 1 < s_.virtual_stages && s_.pp == 1) {
+          input[key(a.micro_batch, a.chunk + 1)] = y;  // the next stage is this rank's next chunk
+        } else {
+          output[k] = y;
+        }
+        break;
+      }
+      case ActionKind::SendActivation: {
+        Tensor y = take(output, k, "output activation");
+        sends.emplace_back(pp_.send_async(y, a.peer, tag(kActivation, stage + 1, a.micro_batch)), y);
+        break;
+      }
+      case ActionKind::RecvGradient: {
+        Tensor t = Tensor::empty(out_shapes_[a.chunk], DType::F32, device_, "received gradient");
+        pp_.recv(t, a.peer, tag(kGradient, stage, a.micro_batch));
+        grad[k] = t;
+        break;
+      }
+      case ActionKind::Backward: {
+        Tensor dy = take(grad, k, "output gradient");
+        Tensor dx = model_.backward_range(range.first, range.second, dy, saved[k], s_.recompute, hooks_);
+        saved.erase(k);
+        if (stage == 0) break;
+        if (a.chunk > 0 && s_.pp == 1)
+          grad[key(a.micro_batch, a.chunk - 1)] = dx;
+        else
+          input_grad[k] = dx;
+        break;
+      }
+      case ActionKind::SendGradient: {
+        Tensor dx = take(input_grad, k, "input gradient");
+        sends.emplace_back(pp_.send_async(dx, a.peer, tag(kGradient, stage - 1, a.micro_batch)), dx);
+        break;
+      }
+    }
+  }
+  for (auto& [req, t] : sends) req->wait();
+  TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && saved.empty(),
+               "pipeline executor: the schedule left tensors behind");
+  return loss_sum;
+}
+
+}  // namespace tandem::parallel::pipeline

@@ -1,0 +1,56 @@
+// PipelineExecutor: runs one rank's action list of a schedule for one step: forward and backward of its
+// chunks over the micro-batches, activations and gradients to and from the neighbouring stages (p2p on
+// the pp group), the loss on the last stage. With one stage it is plain gradient accumulation.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/nn/model.h"
+#include "tandem/parallel/pipeline/partition.h"
+#include "tandem/parallel/pipeline/schedule.h"
+
+namespace tandem::parallel::pipeline {
+
+struct MicroBatch {
+  Tensor inputs;   // the model's input: (B, T) i32 tokens or (B, F) f32 features
+  Tensor targets;  // (B*T) or (B) i32
+};
+
+struct ExecutorSetup {
+  int pp_rank = 0, pp = 1, virtual_stages = 1, micro_batches = 1;
+  std::vector<LayerRange> chunks;  // this rank's chunks, by chunk index (global stage c * pp + pp_rank)
+  std::vector<Action> actions;     // this rank's schedule
+  Shape input_shape;               // one micro-batch's model input
+  bool recompute = false;          // activation checkpointing per layer
+};
+
+class PipelineExecutor {
+ public:
+  PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::Communicator& pp, nn::Model::LayerHooks* hooks,
+                   Device& device);
+
+  // Runs the step. `batch(mb)` gives micro-batch mb (called on the first and last stages only).
+  // `loss(logits, targets)` returns the loss sum and overwrites logits with their gradient. Returns the sum
+  // of the losses of this rank's micro-batches (0 unless it holds the last stage).
+  double run(const std::function<MicroBatch(int)>& batch,
+             const std::function<double(const Tensor& logits, const Tensor& targets)>& loss);
+
+ private:
+  int stage_of(int chunk) const { return global_stage(s_.pp_rank, chunk, s_.pp); }
+  int key(int mb, int chunk) const { return mb * s_.virtual_stages + chunk; }
+  int tag(int kind, int receiver_stage, int mb) const;
+
+  nn::Model& model_;
+  ExecutorSetup s_;
+  comm::Communicator& pp_;
+  nn::Model::LayerHooks* hooks_;
+  Device& device_;
+  int total_stages_;
+  std::vector<Shape> in_shapes_, out_shapes_;  // per chunk
+};
+
+}  // namespace tandem::parallel::pipeline

@@ -1,0 +1,197 @@
+#include "tandem/parallel/zero/parameter_store.h"
+
+#include <algorithm>
+
+#include "tandem/ops/ops.h"
+
+namespace tandem::parallel {
+
+struct ParameterStore::Unit {
+  size_t layer = 0;
+  std::vector<nn::Parameter*> params;
+  std::vector<int64_t> offsets;  // of each parameter in the unit's flat buffer
+  int64_t numel = 0;             // P_u
+  int64_t shard = 0;             // ceil(P_u / dp): the padded buffer is shard * dp
+  Tensor values;                 // (shard * dp) full values; released outside forward/backward at stage 3
+  Tensor grads;                  // (shard * dp) full gradients; only during backward at stages 2 and 3
+  Tensor master;                 // (shard) owned values: a view of `values` (stages 1, 2), its own buffer (stage 3)
+  Tensor grad_shard;             // (shard) owned, reduced gradients (stages 1-3)
+  std::string label;             // "layer 3 (blocks.2)" for allocation names
+};
+
+ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp,
+                               Device& device, uint64_t seed, optim::AdamWConfig adamw)
+    : model_(model), stage_(zero_stage), dp_(dp), device_(device) {
+  TANDEM_CHECK(stage_ >= 0 && stage_ <= 3, "ZeRO stage ", stage_);
+  unit_of_layer_.assign(model.layers().size(), -1);
+  const int dp_size = dp_.size(), dp_rank = dp_.rank();
+  std::vector<optim::Segment> segments;
+  for (size_t layer : layers) {
+    auto u = std::make_unique<Unit>();
+    u->layer = layer;
+    u->params = model.layers()[layer]->parameters();
+    for (nn::Parameter* p : u->params) {
+      u->offsets.push_back(u->numel);
+      u->numel += shape_numel(p->shape);
+    }
+    u->shard = (u->numel + dp_size - 1) / dp_size;
+    const std::string& name = model.layers()[layer]->name();
+    u->label = "layer " + std::to_string(layer) + (name.empty() ? "" : " (" + name + ")");
+    const int64_t s0 = dp_rank * u->shard, s1 = s0 + u->shard;
+
+    if (stage_ < 3) {
+      u->values = Tensor::zeros({u->shard * dp_size}, DType::F32, device_, u->label + " parameters");
+      point_values(*u, u->values);
+      for (nn::Parameter* p : u->params) nn::initialize_parameter(*p, p->value, seed);
+      if (stage_ >= 1) u->master = u->values.flat_slice(s0, u->shard, {u->shard});
+    } else {
+      u->master = Tensor::zeros({u->shard}, DType::F32, device_, u->label + " parameter shard");
+      for (size_t i = 0; i < u->params.size(); ++i) {
+        const int64_t a = std::max(u->offsets[i], s0),
+                      b = std::min(u->offsets[i] + shape_numel(u->params[i]->shape), s1);
+        if (a < b)
+          nn::initialize_parameter(*u->params[i], u->master.flat_slice(a - s0, b - a, {b - a}), seed,
+                                   a - u->offsets[i]);
+      }
+      release_values(*u);
+    }
+    if (stage_ <= 1) {
+      u->grads = Tensor::zeros({u->shard * dp_size}, DType::F32, device_, u->label + " gradients");
+      point_grads(*u, u->grads);
+    }
+    if (stage_ >= 1) u->grad_shard = Tensor::zeros({u->shard}, DType::F32, device_, u->label + " gradient shard");
+
+    for (size_t i = 0; i < u->params.size(); ++i) {
+      nn::Parameter* p = u->params[i];
+      const int64_t off = u->offsets[i], n = shape_numel(p->shape);
+      if (stage_ == 0) {
+        segments.push_back({p->name, u->values.flat_slice(off, n, {n}), u->grads.flat_slice(off, n, {n}), p->decay});
+      } else {
+        const int64_t a = std::max(off, s0), b = std::min(off + n, s1);
+        if (a < b)
+          segments.push_back({p->name, u->master.flat_slice(a - s0, b - a, {b - a}),
+                              u->grad_shard.flat_slice(a - s0, b - a, {b - a}), p->decay});
+      }
+    }
+    unit_of_layer_[layer] = static_cast<int>(units_.size());
+    units_.push_back(std::move(u));
+  }
+  adamw_ = std::make_unique<optim::AdamW>(std::move(segments), adamw);
+}
+
+ParameterStore::~ParameterStore() = default;
+
+ParameterStore::Unit& ParameterStore::unit(size_t layer) {
+  TANDEM_CHECK(layer < unit_of_layer_.size() && unit_of_layer_[layer] >= 0, "layer ", layer, " is not held here");
+  return *units_[static_cast<size_t>(unit_of_layer_[layer])];
+}
+
+void ParameterStore::point_values(Unit& u, const Tensor& full) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    nn::Parameter* p = u.params[i];
+    p->value = full.defined() ? full.flat_slice(u.offsets[i], shape_numel(p->shape), p->shape) : Tensor();
+  }
+}
+
+void ParameterStore::point_grads(Unit& u, const Tensor& full) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    nn::Parameter* p = u.params[i];
+    p->grad = full.defined() ? full.flat_slice(u.offsets[i], shape_numel(p->shape), p->shape) : Tensor();
+  }
+}
+
+void ParameterStore::gather_values(Unit& u) {
+  if (u.values.defined()) return;
+  u.values = Tensor::empty({u.shard * dp_.size()}, DType::F32, device_, u.label + " gathered parameters");
+  dp_.all_gather(u.master, u.values);
+  point_values(u, u.values);
+}
+
+void ParameterStore::release_values(Unit& u) {
+  point_values(u, Tensor());
+  u.values = Tensor();
+}
+
+void ParameterStore::begin_step() {
+  for (auto& u : units_) {
+    if (u->grads.defined()) u->grads.fill_zero();
+    if (u->grad_shard.defined()) u->grad_shard.fill_zero();
+  }
+}
+
+void ParameterStore::before_forward(size_t layer) {
+  if (stage_ == 3) gather_values(unit(layer));
+}
+
+void ParameterStore::after_forward(size_t layer) {
+  if (stage_ == 3) release_values(unit(layer));
+}
+
+void ParameterStore::before_backward(size_t layer) {
+  Unit& u = unit(layer);
+  if (stage_ == 3) gather_values(u);
+  if (stage_ >= 2) {
+    u.grads = Tensor::zeros({u.shard * dp_.size()}, DType::F32, device_, u.label + " gradients");
+    point_grads(u, u.grads);
+  }
+}
+
+void ParameterStore::after_backward(size_t layer) {
+  Unit& u = unit(layer);
+  if (stage_ >= 2) {
+    Tensor reduced = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");  // (shard)
+    dp_.reduce_scatter(u.grads, reduced);
+    ops::axpy(1.0f, reduced, u.grad_shard);
+    point_grads(u, Tensor());
+    u.grads = Tensor();
+  }
+  if (stage_ == 3) release_values(u);
+}
+
+void ParameterStore::reduce_gradients() {
+  if (stage_ >= 2 || (stage_ == 0 && dp_.size() == 1)) return;
+  // Start every unit's reduction, then wait: the transfers queue back to back.
+  std::vector<std::unique_ptr<comm::Request>> pending;
+  for (auto& u : units_) {
+    if (stage_ == 0)
+      pending.push_back(dp_.all_reduce_async(u->grads, comm::ReduceOp::Sum));
+    else
+      pending.push_back(dp_.reduce_scatter_async(u->grads, u->grad_shard, comm::ReduceOp::Sum));
+  }
+  for (auto& r : pending) r->wait();
+}
+
+double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
+  if (stage_ == 0 && dp_.rank() != 0) return 0.0;  // every dp rank holds the same reduced gradients
+  double s = 0;
+  size_t seg = 0;
+  const auto& segments = adamw_->segments();
+  for (const auto& u : units_)
+    for (nn::Parameter* p : u->params) {
+      // Segments follow the units' parameters in order; a parameter may have no segment on this rank.
+      while (seg < segments.size() && segments[seg].name == p->name) {
+        if (count_replicated || p->shard.sharded()) s += ops::sum_squares(segments[seg].grad);
+        ++seg;
+      }
+    }
+  return s;
+}
+
+void ParameterStore::optimizer_step(float lr, float grad_scale) {
+  adamw_->step(lr, grad_scale);
+  if (stage_ == 1 || stage_ == 2) {
+    std::vector<std::unique_ptr<comm::Request>> pending;
+    for (auto& u : units_) pending.push_back(dp_.all_gather_async(u->master, u->values));
+    for (auto& r : pending) r->wait();
+  }
+}
+
+void ParameterStore::visit_full_values(const std::function<void(const nn::Parameter&, const Tensor&)>& fn) {
+  for (auto& u : units_) {
+    if (stage_ == 3) gather_values(*u);
+    for (nn::Parameter* p : u->params) fn(*p, p->value);
+    if (stage_ == 3) release_values(*u);
+  }
+}
+
+}  // namespace tandem::parallel

@@ -1,0 +1,71 @@
+// ParameterStore: where the parameters, gradients and optimizer state of the layers this rank holds live,
+// under ZeRO stage 0-3 across the data-parallel group (the same pipeline stage and tp slot in every
+// virtual GPU). Each layer is a unit with its own flat buffer of P_u elements, padded to a multiple of dp
+// and cut into dp equal shards; rank d owns shard d.
+//   stage 0: full values, full gradients (all-reduced at the end of the step), full AdamW state
+//   stage 1: full values and gradients; gradients reduce-scattered at the end of the step; AdamW state and
+//            the update only for the owned shard, then the shards all-gathered back into the values
+//   stage 2: as 1, but a unit's full gradient exists only during its backward: right after it, it is
+//            reduce-scattered and added into the owned gradient shard
+//   stage 3: as 2, and a unit's full values exist only around its forward and its backward: gathered just
+//            before, freed just after; the owned fp32 shard is the master copy
+// It is the model's LayerHooks: the pipeline executor calls it around every layer.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/nn/model.h"
+#include "tandem/optim/adamw.h"
+
+namespace tandem::parallel {
+
+class ParameterStore final : public nn::Model::LayerHooks {
+ public:
+  // `layers`: the model layers this rank holds, in order. Initialises every parameter from the seed
+  // (each rank draws only what it keeps, so the values equal the single-device run's).
+  ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp, Device& device,
+                 uint64_t seed, optim::AdamWConfig adamw);
+  ~ParameterStore() override;
+
+  int zero_stage() const { return stage_; }
+
+  // Zeroes gradient accumulators at the start of a step.
+  void begin_step();
+  // Reduces gradients over dp (stages 0 and 1: all of them; 2 and 3: already done per unit).
+  void reduce_gradients();
+  // Sum of squares of the gradients this rank is responsible for counting: its owned shard (stage >= 1) or,
+  // at stage 0, everything on dp rank 0 only; parameters replicated over tp only when `count_replicated`.
+  double grad_sum_of_squares(bool count_replicated) const;
+  // AdamW on the owned part, then (stage 1 and 2) the updated shards gathered back into the full values.
+  void optimizer_step(float lr, float grad_scale);
+
+  // The values of every parameter of these layers, as they would be on one device's tp slot: for tests,
+  // export and checkpoints of small models. Collective over dp at stage 3.
+  void visit_full_values(const std::function<void(const nn::Parameter&, const Tensor&)>& fn);
+
+  void before_forward(size_t layer) override;
+  void after_forward(size_t layer) override;
+  void before_backward(size_t layer) override;
+  void after_backward(size_t layer) override;
+
+ private:
+  struct Unit;
+  Unit& unit(size_t layer);
+  void point_values(Unit& u, const Tensor& full);
+  void point_grads(Unit& u, const Tensor& full);
+  void gather_values(Unit& u);
+  void release_values(Unit& u);
+
+  nn::Model& model_;
+  int stage_;
+  comm::Communicator& dp_;
+  Device& device_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<int> unit_of_layer_;  // index into units_, -1 for layers this rank does not hold
+  std::unique_ptr<optim::AdamW> adamw_;
+};
+
+}  // namespace tandem::parallel

@@ -1,0 +1,342 @@
+// Tests of tandem_config: defaults, unknown-key suggestions, batch arithmetic, overrides and file errors.
+// Model, data and parallel semantics are tested by their own modules.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "tandem/config/config.h"
+#include "tandem/core/error.h"
+
+namespace tandem::config {
+namespace {
+
+Json mlp_cfg() { return Json::parse(R"({"train_batch_size": 8, "model": {"type": "mlp", "sizes": [4, 8, 3]}})"); }
+
+Json gpt_cfg() {
+  return Json::parse(R"({"train_batch_size": 8,
+    "model": {"type": "gpt", "vocab_size": 256, "seq_len": 16, "dim": 32, "layers": 2, "heads": 4}})");
+}
+
+// Runs `fn`, expects a tandem::Error and returns its message.
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a tandem::Error";
+  return "";
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() / ("tandem_config_test_" + std::to_string(rd()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string p = (path_ / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(Config, DefaultsFilled) {
+  const Json v = validate(mlp_cfg());
+  EXPECT_EQ(v["steps"], 100);
+  EXPECT_EQ(v["seed"], 1234);
+  EXPECT_EQ(v["steps_per_print"], 1);
+  EXPECT_EQ(v["optimizer"]["type"], "AdamW");
+  EXPECT_DOUBLE_EQ(v["optimizer"]["params"]["lr"].get<double>(), 1e-3);
+  EXPECT_DOUBLE_EQ(v["optimizer"]["params"]["betas"][1].get<double>(), 0.999);
+  EXPECT_DOUBLE_EQ(v["optimizer"]["params"]["eps"].get<double>(), 1e-8);
+  EXPECT_EQ(v["scheduler"]["type"], "Constant");
+  EXPECT_EQ(v["zero_optimization"]["stage"], 0);
+  EXPECT_EQ(v["fp16"]["enabled"], false);
+  EXPECT_EQ(v["fp16"]["initial_scale_power"], 16);
+  EXPECT_EQ(v["fp16"]["loss_scale_window"], 1000);
+  EXPECT_EQ(v["fp16"]["hysteresis"], 2);
+  EXPECT_EQ(v["bf16"]["enabled"], false);
+  EXPECT_EQ(v["model"]["activation"], "relu");
+  EXPECT_EQ(v["data"]["type"], "synthetic");
+  EXPECT_EQ(v["data"]["samples"], 65536);
+  EXPECT_EQ(v["checkpoint"]["every"], 0);
+  EXPECT_EQ(v["checkpoint"]["keep"], 3);
+  EXPECT_FALSE(v.contains("device_memory"));
+  EXPECT_EQ(validate(v), v) << "validate must be idempotent";
+
+  const TrainConfig tc = parse(v, 2);
+  EXPECT_EQ(tc.batch.global, 8);
+  EXPECT_EQ(tc.batch.micro, 4);
+  EXPECT_EQ(tc.batch.accum, 1);
+  EXPECT_EQ(tc.optimizer.type, "AdamW");
+  EXPECT_DOUBLE_EQ(tc.optimizer.beta1, 0.9);
+  EXPECT_EQ(tc.model_type, "mlp");
+  EXPECT_EQ(tc.device_memory_bytes, 0u);
+  EXPECT_TRUE(tc.parallel.is_null());
+}
+
+TEST(Config, SchedulerAndOptimizerVariants) {
+  Json c = mlp_cfg();
+  c["steps"] = 50;
+  c["optimizer"] = {{"type", "adam"}, {"params", {{"weight_decay", 0.1}}}};
+  c["scheduler"] = {{"type", "warmupcosinelr"}, {"params", {{"warmup_num_steps", 5}}}};
+  const TrainConfig tc = parse(validate(c), 1);
+  EXPECT_EQ(tc.optimizer.type, "Adam");
+  EXPECT_EQ(tc.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(tc.scheduler.type, "WarmupCosineLR");
+  EXPECT_EQ(tc.scheduler.total_num_steps, 50);
+  EXPECT_DOUBLE_EQ(tc.scheduler.cos_min_ratio, 0.1);
+  EXPECT_EQ(tc.scheduler.warmup_num_steps, 5);
+
+  c["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"cos_min_ratio", 0.2}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "unknown key 'scheduler.params.cos_min_ratio' for scheduler type 'WarmupLR'");
+  c["scheduler"] = {{"type", "Cosine"}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "'scheduler.type' must be one of \"Constant\", \"WarmupLR\"");
+}
+
+TEST(Config, UnknownKeysSuggestNearest) {
+  Json c = mlp_cfg();
+  c["optimizer"] = {{"params", {{"lrr", 0.1}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'optimizer.params.lrr': did you mean 'optimizer.params.lr'?");
+
+  c = mlp_cfg();
+  c["train_batch_sise"] = 4;
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'train_batch_sise': did you mean 'train_batch_size'?");
+
+  c = mlp_cfg();
+  c["zero_optimization"] = {{"stag", 1}};
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "unknown key 'zero_optimization.stag': did you mean 'zero_optimization.stage'?");
+
+  c = mlp_cfg();
+  c["fp16"] = {{"enabled", true}, {"loss_scale_windw", 10}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "did you mean 'fp16.loss_scale_window'?");
+
+  c = mlp_cfg();
+  c["model"]["activaton"] = "gelu";
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'model.activaton': did you mean 'model.activation'?");
+
+  c = mlp_cfg();
+  c["parallel"] = {{"pipline", 2}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'parallel.pipline': did you mean 'parallel.pipeline'?");
+
+  c = mlp_cfg();
+  c["checkpoint"] = {{"Every", 2}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "did you mean 'checkpoint.every'?");
+
+  c = mlp_cfg();
+  c["completely_unrelated_thing"] = 1;
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'completely_unrelated_thing': valid keys are ");
+}
+
+TEST(Config, OtherModelTypeKeysAreUnknown) {
+  Json c = gpt_cfg();
+  c["model"]["sizes"] = {1, 2};
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'model.sizes' for model type 'gpt'");
+  c = mlp_cfg();
+  c["model"]["heads"] = 2;
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'model.heads' for model type 'mlp'");
+  c = mlp_cfg();
+  c["data"] = {{"type", "synthetic"}, {"path", "x"}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'data.path' for data type 'synthetic'");
+}
+
+TEST(Config, TypesAndRanges) {
+  Json c = mlp_cfg();
+  c["steps"] = 0;
+  EXPECT_HAS(error_of([&] { validate(c); }), "config key 'steps' must be a positive integer, got 0");
+  c = mlp_cfg();
+  c["steps"] = 2.5;
+  EXPECT_HAS(error_of([&] { validate(c); }), "config key 'steps' must be a positive integer, got 2.5");
+  c = mlp_cfg();
+  c["steps"] = 1e3;  // integral floats are accepted
+  EXPECT_EQ(validate(c)["steps"], 1000);
+  c = mlp_cfg();
+  c["gradient_clipping"] = -1;
+  EXPECT_HAS(error_of([&] { validate(c); }), "'gradient_clipping' must be a number >= 0, got -1");
+  c = mlp_cfg();
+  c["zero_optimization"] = {{"stage", 4}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "'zero_optimization.stage' must be an integer from 0 to 3, got 4");
+  c = mlp_cfg();
+  c["optimizer"] = {{"params", {{"betas", {0.9}}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "'optimizer.params.betas' must be a pair [beta1, beta2]");
+  c = mlp_cfg();
+  c["model"]["sizes"] = {4};
+  EXPECT_HAS(error_of([&] { validate(c); }), "'model.sizes' must be an array of at least two positive integers");
+  c = mlp_cfg();
+  c.erase("model");
+  EXPECT_HAS(error_of([&] { validate(c); }), "missing required config key 'model'");
+  c = gpt_cfg();
+  c["model"].erase("layers");
+  EXPECT_HAS(error_of([&] { validate(c); }), "missing required config key 'model.layers'");
+  c = mlp_cfg();
+  c["data"] = {{"type", "text"}, {"path", "x.txt"}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "data.type 'text' yields token sequences");
+  c = gpt_cfg();
+  c["data"] = {{"type", "tokens"}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "missing required config key 'data.path'");
+  c = gpt_cfg();
+  c["parallel"] = "manual";
+  EXPECT_HAS(error_of([&] { validate(c); }), "'parallel' must be \"auto\" or an object");
+  c["parallel"] = {{"stages", {{0, 1}, {3, 2}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "'parallel.stages' must be an array of [first, last]");
+  c["parallel"] = {{"stages", {{0, 1}, {2, 3}}}, {"schedule", "1F1B"}, {"activation_checkpointing", true}};
+  EXPECT_EQ(validate(c)["parallel"]["schedule"], "1f1b");
+  c["parallel"] = "auto";
+  EXPECT_EQ(parse(validate(c), 1).parallel, "auto");
+}
+
+TEST(Config, Fp16AndBf16Conflict) {
+  Json c = mlp_cfg();
+  c["fp16"] = {{"enabled", true}};
+  c["bf16"] = {{"enabled", true}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "fp16.enabled and bf16.enabled are both true");
+}
+
+TEST(Config, DimNotDivisibleByHeads) {
+  Json c = gpt_cfg();
+  c["model"]["dim"] = 30;
+  const std::string msg = error_of([&] { validate(c); });
+  EXPECT_HAS(msg, "model.dim (30) is not divisible by model.heads (4)");
+  EXPECT_HAS(msg, "divisor of 30 (e.g. 3)");
+  EXPECT_HAS(msg, "multiple of 4 (e.g. 32)");
+}
+
+TEST(Config, DeviceMemory) {
+  Json c = mlp_cfg();
+  c["device_memory"] = "512MiB";
+  EXPECT_EQ(parse(validate(c), 1).device_memory_bytes, 512ull << 20);
+  c["device_memory"] = 1048576;
+  EXPECT_EQ(parse(validate(c), 1).device_memory_bytes, 1048576u);
+  c["device_memory"] = "1.5GB";
+  EXPECT_EQ(parse(validate(c), 1).device_memory_bytes, 1500000000u);
+  c["device_memory"] = "12 parsecs";
+  EXPECT_HAS(error_of([&] { validate(c); }), "config key 'device_memory': unknown unit in size '12 parsecs'");
+  c["device_memory"] = -5;
+  EXPECT_HAS(error_of([&] { validate(c); }), "'device_memory' must be a size");
+  c["device_memory"] = true;
+  EXPECT_HAS(error_of([&] { validate(c); }), "'device_memory' must be a size");
+}
+
+TEST(Batch, DerivesEachOfTheThree) {
+  BatchSizes b = resolve_batch(Json{{"train_batch_size", 32}, {"train_micro_batch_size_per_gpu", 4}}, 2);
+  EXPECT_EQ(b.accum, 4);
+  b = resolve_batch(Json{{"train_batch_size", 32}, {"gradient_accumulation_steps", 2}}, 2);
+  EXPECT_EQ(b.micro, 8);
+  b = resolve_batch(Json{{"train_micro_batch_size_per_gpu", 4}, {"gradient_accumulation_steps", 3}}, 2);
+  EXPECT_EQ(b.global, 24);
+  b = resolve_batch(Json{{"train_batch_size", 32}}, 4);
+  EXPECT_EQ(b.micro, 8);
+  EXPECT_EQ(b.accum, 1);
+  b = resolve_batch(Json{{"train_micro_batch_size_per_gpu", 5}}, 3);
+  EXPECT_EQ(b.global, 15);
+  EXPECT_EQ(b.accum, 1);
+  b = resolve_batch(
+      Json{{"train_batch_size", 24}, {"train_micro_batch_size_per_gpu", 4}, {"gradient_accumulation_steps", 3}}, 2);
+  EXPECT_EQ(b.global, 24);
+}
+
+TEST(Batch, Errors) {
+  std::string msg = error_of([] {
+    resolve_batch(
+        Json{{"train_batch_size", 32}, {"train_micro_batch_size_per_gpu", 4}, {"gradient_accumulation_steps", 3}}, 2);
+  });
+  EXPECT_HAS(msg, "train_batch_size (32) must equal");
+  EXPECT_HAS(msg, "= 4 * 3 * 2 = 24");
+  EXPECT_HAS(msg, "Change train_batch_size to 24");
+
+  msg = error_of([] { resolve_batch(Json{{"train_batch_size", 30}, {"train_micro_batch_size_per_gpu", 4}}, 2); });
+  EXPECT_HAS(
+      msg, "train_batch_size = 30 is not divisible by train_micro_batch_size_per_gpu * data-parallel size = 4 * 2 = 8");
+  EXPECT_HAS(msg, "(e.g. 24 or 32)");
+  msg = error_of([] { resolve_batch(Json{{"train_batch_size", 3}, {"gradient_accumulation_steps", 2}}, 2); });
+  EXPECT_HAS(msg, "gradient_accumulation_steps * data-parallel size = 2 * 2 = 4");
+  EXPECT_HAS(msg, "(e.g. 4)");
+  EXPECT_HAS(error_of([] {
+               resolve_batch(Json{{"train_batch_size", 6}}, 4);
+             }),
+             "train_batch_size = 6 is not divisible by the data-parallel size = 4, so train_micro_batch_size_per_gpu");
+  EXPECT_HAS(error_of([] { resolve_batch(Json::object(), 1); }), "no batch size given");
+  EXPECT_HAS(error_of([] {
+               resolve_batch(Json{{"gradient_accumulation_steps", 2}}, 1);
+             }),
+             "only gradient_accumulation_steps (2) is set");
+  EXPECT_HAS(error_of([] {
+               resolve_batch(Json{{"train_batch_size", 0}}, 1);
+             }),
+             "'train_batch_size' must be a positive integer, got 0");
+}
+
+TEST(Override, NestedNumbersBooleansArraysStrings) {
+  Json c = mlp_cfg();
+  apply_override(c, "optimizer.params.lr=3e-4");
+  apply_override(c, "fp16.enabled=true");
+  apply_override(c, "optimizer.params.betas=[0.8,0.95]");
+  apply_override(c, "optimizer.type=Adam");
+  apply_override(c, "steps=7");
+  apply_override(c, "parallel={\"pipeline\": 2}");
+  apply_override(c, "model.sizes=[2,3]");
+  EXPECT_DOUBLE_EQ(c["optimizer"]["params"]["lr"].get<double>(), 3e-4);
+  EXPECT_EQ(c["fp16"]["enabled"], true);
+  EXPECT_EQ(c["optimizer"]["params"]["betas"], Json::parse("[0.8, 0.95]"));
+  EXPECT_EQ(c["optimizer"]["type"], "Adam");
+  EXPECT_EQ(c["steps"], 7);
+  EXPECT_EQ(c["parallel"]["pipeline"], 2);
+  EXPECT_EQ(c["model"]["sizes"], Json::parse("[2, 3]"));
+  EXPECT_NO_THROW(validate(c));
+
+  apply_override(c, "data.path=my file.txt");
+  EXPECT_EQ(c["data"]["path"], "my file.txt");
+  EXPECT_HAS(error_of([&] { apply_override(c, "steps"); }), "override 'steps' has no '='");
+  EXPECT_HAS(error_of([&] { apply_override(c, "a..b=1"); }), "empty key part");
+  EXPECT_HAS(error_of([&] { apply_override(c, "steps.x=1"); }), "'steps' is 7, not an object");
+}
+
+TEST(LoadConfig, FileErrorsAndOverrides) {
+  TempDir dir;
+  const std::string good = dir.write("good.json", mlp_cfg().dump(2));
+  const Json v = load_config(good, {"steps=5", "optimizer.params.lr=0.01"});
+  EXPECT_EQ(v["steps"], 5);
+  EXPECT_DOUBLE_EQ(v["optimizer"]["params"]["lr"].get<double>(), 0.01);
+
+  const std::string bad = dir.write("bad.json", "{\n  \"steps\": 5,\n  \"seed\" 3\n}\n");
+  std::string msg = error_of([&] { load_config(bad, {}); });
+  EXPECT_HAS(msg, "config file '" + bad + "' is not valid JSON: line 3");
+  EXPECT_HAS(msg, "syntax error");
+
+  msg = error_of([&] { load_config(dir.write("arr.json", "[1, 2]"), {}); });
+  EXPECT_HAS(msg, "must hold a JSON object");
+
+  const std::string missing = (std::filesystem::path(good).parent_path() / "nope.json").string();
+  EXPECT_HAS(error_of([&] { load_config(missing, {}); }), "cannot open config file '" + missing + "'");
+
+  msg = error_of([&] { load_config(good, {"optimizer.params.lrr=1"}); });
+  EXPECT_HAS(msg, "config file '" + good + "' (with overrides): unknown key 'optimizer.params.lrr'");
+}
+
+TEST(LoadConfig, ShippedConfigsValidate) {
+  const std::filesystem::path dir = std::filesystem::path(TANDEM_SOURCE_DIR) / "configs";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " does not exist";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    ++count;
+    EXPECT_NO_THROW(parse(load_config(entry.path().string(), {}), 1)) << entry.path();
+  }
+  EXPECT_GT(count, 0);
+}
+
+}  // namespace
+}  // namespace tandem::config

@@ -1,0 +1,229 @@
+// Tests of tandem_data: sampler determinism, batch layouts of each dataset, and the file error messages.
+// How batches are split over ranks is the trainer's business and is tested there.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "tandem/core/error.h"
+#include "tandem/data/dataset.h"
+#include "tandem/data/sampler.h"
+#include "tandem/device/cpu_device.h"
+
+namespace tandem::data {
+namespace {
+
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a tandem::Error";
+  return "";
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+
+class DataFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = std::filesystem::temp_directory_path() / ("tandem_data_test_" + std::to_string(rd()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& bytes) const {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+  template <class T>
+  std::string write_tokens(const std::string& name, const std::vector<T>& ids) const {
+    std::string bytes;
+    for (T id : ids)
+      for (size_t b = 0; b < sizeof(T); ++b) bytes += static_cast<char>((static_cast<uint64_t>(id) >> (8 * b)) & 0xff);
+    return write(name, bytes);
+  }
+
+  std::filesystem::path dir_;
+  device::CpuDevice cpu_;
+};
+
+ModelIO gpt_io(int64_t seq_len, int64_t vocab) { return {true, seq_len, vocab, 0, 0}; }
+ModelIO mlp_io(int64_t features, int64_t classes) { return {false, 0, 0, features, classes}; }
+
+// Rows [first, first + count) of `whole` must equal `part`, bit for bit.
+void expect_rows_equal(const Tensor& whole, const Tensor& part, int64_t first) {
+  const Tensor rows = whole.rows(first, part.dim(0));
+  ASSERT_EQ(rows.shape(), part.shape());
+  EXPECT_EQ(std::memcmp(rows.raw(), part.raw(), part.nbytes()), 0);
+}
+
+TEST(Sampler, DeterministicAndInRange) {
+  std::set<int64_t> seen;
+  for (int64_t i = 0; i < 200; ++i) {
+    const int64_t s = sample_index(7, 3, i, 50);
+    EXPECT_EQ(s, sample_index(7, 3, i, 50));
+    EXPECT_GE(s, 0);
+    EXPECT_LT(s, 50);
+    seen.insert(s);
+  }
+  EXPECT_GT(seen.size(), 30u) << "draws should spread over the samples";
+  int differ_step = 0, differ_seed = 0, differ_purpose = 0;
+  for (int64_t i = 0; i < 64; ++i) {
+    differ_step += sample_index(7, 3, i, 1000000) != sample_index(7, 4, i, 1000000);
+    differ_seed += sample_index(7, 3, i, 1000000) != sample_index(8, 3, i, 1000000);
+    differ_purpose += sample_index(7, 3, i, 1000000) != window_start(7, 3, i, 1000000);
+  }
+  EXPECT_GT(differ_step, 60);
+  EXPECT_GT(differ_seed, 60);
+  EXPECT_GT(differ_purpose, 60);
+}
+
+TEST_F(DataFiles, SyntheticClassesDeterministicAndSliceable) {
+  const auto ds = make_dataset(config::Json{{"type", "synthetic"}, {"samples", 1000}}, mlp_io(6, 4), 42);
+  const Batch whole = ds->batch(5, 0, 8, cpu_);
+  ASSERT_EQ(whole.inputs.shape(), (Shape{8, 6}));
+  ASSERT_EQ(whole.targets.shape(), (Shape{8}));
+  EXPECT_EQ(whole.inputs.dtype(), DType::F32);
+  EXPECT_EQ(whole.targets.dtype(), DType::I32);
+  const Batch part = ds->batch(5, 2, 3, cpu_);
+  expect_rows_equal(whole.inputs, part.inputs, 2);
+  expect_rows_equal(whole.targets, part.targets, 2);
+
+  const auto again = make_dataset(config::Json{{"type", "synthetic"}, {"samples", 1000}}, mlp_io(6, 4), 42);
+  const Batch same = again->batch(5, 0, 8, cpu_);
+  expect_rows_equal(whole.inputs, same.inputs, 0);
+  expect_rows_equal(whole.targets, same.targets, 0);
+
+  const Batch big = ds->batch(0, 0, 512, cpu_);
+  std::set<int32_t> labels;
+  for (int64_t i = 0; i < 512; ++i) {
+    const int32_t y = big.targets.i32()[i];
+    EXPECT_GE(y, 0);
+    EXPECT_LT(y, 4);
+    labels.insert(y);
+  }
+  EXPECT_EQ(labels.size(), 4u) << "labels should not all be equal";
+  EXPECT_EQ(ds->describe(),
+            "synthetic classification: 1,000 samples, 6 features, 4 classes (fixed random linear teacher)");
+}
+
+TEST_F(DataFiles, SyntheticTokensFollowTheirRule) {
+  const auto ds = make_dataset(config::Json{{"type", "synthetic"}}, gpt_io(8, 50), 3);
+  const Batch whole = ds->batch(1, 0, 6, cpu_);
+  ASSERT_EQ(whole.inputs.shape(), (Shape{6, 8}));
+  ASSERT_EQ(whole.targets.shape(), (Shape{48}));
+  const Batch part = ds->batch(1, 4, 2, cpu_);
+  expect_rows_equal(whole.inputs, part.inputs, 4);
+  expect_rows_equal(whole.targets.view({6, 8}), part.targets.view({2, 8}), 4);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t k = 0; k + 1 < 8; ++k) EXPECT_EQ(whole.targets.i32()[r * 8 + k], whole.inputs.i32()[r * 8 + k + 1]);
+}
+
+TEST_F(DataFiles, TextTargetsAreInputsShifted) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += static_cast<char>(i % 251);
+  const std::string path = write("a.txt", text);
+  const auto ds = make_dataset(config::Json{{"type", "text"}, {"path", path}}, gpt_io(16, 256), 9);
+  const Batch whole = ds->batch(2, 0, 8, cpu_);
+  ASSERT_EQ(whole.inputs.shape(), (Shape{8, 16}));
+  ASSERT_EQ(whole.targets.shape(), (Shape{128}));
+  for (int64_t r = 0; r < 8; ++r) {
+    const int32_t* in = whole.inputs.i32() + r * 16;
+    const int32_t* out = whole.targets.i32() + r * 16;
+    // The file counts up mod 251, so a contiguous window counts up too.
+    for (int64_t k = 0; k < 15; ++k) EXPECT_EQ(in[k + 1], (in[k] + 1) % 251);
+    for (int64_t k = 0; k < 15; ++k) EXPECT_EQ(out[k], in[k + 1]);
+    EXPECT_EQ(out[15], (in[15] + 1) % 251);
+  }
+  const Batch part = ds->batch(2, 2, 3, cpu_);
+  expect_rows_equal(whole.inputs, part.inputs, 2);
+  expect_rows_equal(whole.targets.view({8, 16}), part.targets.view({3, 16}), 2);
+  EXPECT_EQ(ds->describe(), "text '" + path + "': 300 B, 300 bytes, vocab 256");
+}
+
+TEST_F(DataFiles, TokenFilesUint16AndUint32) {
+  std::vector<uint16_t> ids16;
+  std::vector<uint32_t> ids32;
+  for (uint32_t i = 0; i < 100; ++i) {
+    ids16.push_back(static_cast<uint16_t>(1000 + i * 7));  // ids above 255 catch a wrong element size
+    ids32.push_back(70000 + i * 3);                        // ids above 65535 catch a uint16 read
+  }
+  const std::string p16 = write_tokens("t16.bin", ids16);
+  const std::string p32 = write_tokens("t32.bin", ids32);
+  const auto d16 = make_dataset(config::Json{{"type", "tokens"}, {"path", p16}}, gpt_io(10, 2000), 1);
+  const auto d32 =
+      make_dataset(config::Json{{"type", "tokens"}, {"path", p32}, {"dtype", "uint32"}}, gpt_io(10, 80000), 1);
+  const Batch b16 = d16->batch(0, 0, 4, cpu_);
+  const Batch b32 = d32->batch(0, 0, 4, cpu_);
+  for (int64_t r = 0; r < 4; ++r) {
+    const int32_t first16 = b16.inputs.i32()[r * 10], first32 = b32.inputs.i32()[r * 10];
+    ASSERT_EQ((first16 - 1000) % 7, 0);
+    ASSERT_EQ((first32 - 70000) % 3, 0);
+    for (int64_t k = 0; k < 10; ++k) {
+      EXPECT_EQ(b16.inputs.i32()[r * 10 + k], first16 + 7 * k);
+      EXPECT_EQ(b16.targets.i32()[r * 10 + k], first16 + 7 * (k + 1));
+      EXPECT_EQ(b32.inputs.i32()[r * 10 + k], first32 + 3 * k);
+      EXPECT_EQ(b32.targets.i32()[r * 10 + k], first32 + 3 * (k + 1));
+    }
+  }
+  EXPECT_EQ(d16->describe(), "tokens '" + p16 + "': 200 B, 100 uint16 tokens, vocab 2,000");
+}
+
+TEST_F(DataFiles, FileErrors) {
+  const std::string missing = (dir_ / "missing.txt").string();
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "text"}, {"path", missing}}, gpt_io(4, 256), 1);
+             }),
+             "text file '" + missing + "' cannot be opened");
+
+  const std::string empty = write("empty.bin", "");
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "tokens"}, {"path", empty}}, gpt_io(4, 256), 1);
+             }),
+             "token file '" + empty + "' is empty");
+
+  const std::string short_text = write("short.txt", "abcd");
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "text"}, {"path", short_text}}, gpt_io(4, 256), 1);
+             }),
+             "text file '" + short_text + "' holds 4 tokens (4 bytes), fewer than seq_len + 1 = 5");
+
+  const std::string odd = write("odd.bin", "abcde");
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "tokens"}, {"path", odd}}, gpt_io(1, 256), 1);
+             }),
+             "token file '" + odd + "' has 5 bytes, not a multiple of 2 (data.dtype uint16)");
+  const std::string six = write("six.bin", "abcdef");
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "tokens"}, {"path", six}, {"dtype", "uint32"}}, gpt_io(1, 256), 1);
+             }),
+             "not a multiple of 4 (data.dtype uint32)");
+
+  std::vector<uint16_t> ids(20, 5);
+  ids[7] = 300;
+  const std::string bad = write_tokens("bad.bin", ids);
+  const auto ds = make_dataset(config::Json{{"type", "tokens"}, {"path", bad}}, gpt_io(19, 256), 1);  // one window
+  EXPECT_HAS(error_of([&] { ds->batch(0, 0, 1, cpu_); }),
+             "token file '" + bad + "': token id 300 at index 7 (byte offset 14) is >= model.vocab_size 256");
+
+  const std::string text = write("ok.txt", std::string(64, 'x'));
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "text"}, {"path", text}}, gpt_io(4, 100), 1);
+             }),
+             "model.vocab_size is 100: set model.vocab_size to at least 256");
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "text"}, {"path", text}}, mlp_io(4, 2), 1);
+             }),
+             "yields token sequences, but the model takes feature vectors");
+}
+
+}  // namespace
+}  // namespace tandem::data

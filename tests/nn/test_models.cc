@@ -1,0 +1,171 @@
+// Models: parameter counts and names, layout-free initialisation, model-level gradient checks, and
+// activation checkpointing giving the same gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "tandem/core/philox.h"
+#include "tandem/device/cpu_device.h"
+#include "tandem/nn/linear.h"
+#include "tandem/nn/loss.h"
+#include "tandem/nn/models.h"
+#include "test_util.h"
+
+namespace tandem::nn {
+namespace {
+
+Tensor random_tokens(device::CpuDevice& dev, Shape shape, int64_t vocab, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::I32, dev, "tokens");
+  for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = static_cast<int32_t>(bits64_at(seed, 1, i) % vocab);
+  return t;
+}
+
+// Mean cross-entropy of the model on (x, y); with `grads`, also accumulates d(loss)/d(params).
+double loss_of(Model& model, const Tensor& x, const Tensor& y, bool grads, bool recompute = false) {
+  std::vector<Saved> saved;
+  Tensor logits = model.forward(x, saved, recompute);
+  const double sum = cross_entropy_sum_and_grad(logits, y, static_cast<double>(y.numel()));
+  if (grads) model.backward(logits, saved, recompute);
+  return sum / static_cast<double>(y.numel());
+}
+
+// Checks the analytic directional derivative g.u against central differences of the loss along random
+// directions u over all parameters at once (robust to fp32 rounding of the loss, unlike per-element checks).
+void check_directional_derivatives(Model& model, const Tensor& x, const Tensor& y) {
+  model.zero_grad();
+  loss_of(model, x, y, true);
+  const Tensor& theta = model.flat_values();
+  const Tensor& grad = model.flat_grads();
+  const int64_t P = theta.numel();
+  std::vector<float> base(theta.f32(), theta.f32() + P);
+  for (uint64_t trial = 0; trial < 3; ++trial) {
+    std::vector<float> u(P);
+    double analytic = 0;
+    for (int64_t i = 0; i < P; ++i) {
+      u[i] = normal_at(99, trial, i);
+      analytic += static_cast<double>(grad.f32()[i]) * u[i];
+    }
+    const double h = 1e-3;
+    auto shifted = [&](double s) {
+      for (int64_t i = 0; i < P; ++i) theta.f32()[i] = static_cast<float>(base[i] + s * u[i]);
+      return loss_of(model, x, y, false);
+    };
+    const double numeric = (shifted(h) - shifted(-h)) / (2 * h);
+    for (int64_t i = 0; i < P; ++i) theta.f32()[i] = base[i];
+    EXPECT_NEAR(analytic, numeric, 2e-3 * std::fabs(numeric) + 1e-4) << "direction " << trial;
+  }
+}
+
+TEST(Gpt, ParameterCountOf1p6B) {
+  GptConfig c{50304, 1024, 1600, 48, 25};
+  EXPECT_EQ(gpt_parameter_count(c), 1638172800);
+  EXPECT_EQ(build_gpt(c).num_parameters(), 1638172800);  // shapes only: nothing is allocated
+}
+
+TEST(Gpt, ParameterNamesFollowPyTorchReference) {
+  Model m = build_gpt({11, 8, 12, 2, 3});
+  std::set<std::string> names;
+  for (Parameter* p : m.parameters()) names.insert(p->name);
+  for (const char* n : {"wte.weight", "wpe.weight", "blocks.0.ln1.weight", "blocks.0.qkv.weight", "blocks.0.qkv.bias",
+                        "blocks.1.proj.weight", "blocks.1.fc.bias", "blocks.1.out.weight", "blocks.1.ln2.bias",
+                        "lnf.weight", "head.weight"})
+    EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_FALSE(names.count("head.bias"));
+}
+
+TEST(Init, KeyedByNameAndIndexOnly) {
+  device::CpuDevice dev;
+  Model a = build_mlp({{6, 5, 3}, "relu"});
+  Model b = build_mlp({{6, 5, 3}, "relu"});
+  a.materialize(dev, 42);
+  b.materialize(dev, 42);
+  for (size_t i = 0; i < a.parameters().size(); ++i) {
+    const Parameter& p = *a.parameters()[i];
+    EXPECT_EQ(0, std::memcmp(p.value.raw(), b.parameters()[i]->value.raw(), p.value.nbytes())) << p.name;
+  }
+  // A slice initialised alone equals the same slice of the whole tensor (what a shard on another device does).
+  const Parameter& w = *a.parameters()[0];  // layers.0.weight (5, 6)
+  Tensor part = Tensor::empty({7}, DType::F32, dev, "part");
+  initialize_parameter(w, part, 42, 11);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(part.f32()[i], w.value.f32()[11 + i]);
+}
+
+TEST(Init, Gpt2Statistics) {
+  device::CpuDevice dev;
+  Model m = build_gpt({64, 16, 32, 1, 4});
+  m.materialize(dev, 1);
+  for (Parameter* p : m.parameters()) {
+    const float* v = p->value.f32();
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < p->value.numel(); ++i) {
+      s += v[i];
+      s2 += v[i] * v[i];
+    }
+    const double n = static_cast<double>(p->value.numel());
+    if (p->init == Init::Normal) {
+      EXPECT_NEAR(std::sqrt(s2 / n), 0.02, 0.004) << p->name;
+    } else if (p->init == Init::Ones) {
+      EXPECT_EQ(s, n) << p->name;
+    } else {
+      EXPECT_EQ(s2, 0.0) << p->name;
+    }
+  }
+}
+
+TEST(GradCheck, Mlp) {
+  device::CpuDevice dev;
+  Model m = build_mlp({{7, 9, 6, 4}, "gelu"});
+  m.materialize(dev, 3);
+  for (Parameter* p : m.parameters()) testing::fill_normal(p->value, tandem::hash_name(p->name), 0.5f);
+  Tensor x = Tensor::empty({5, 7}, DType::F32, dev, "x");
+  testing::fill_normal(x, 5);
+  Tensor y = random_tokens(dev, {5}, 4, 6);
+  check_directional_derivatives(m, x, y);
+}
+
+TEST(GradCheck, Gpt) {
+  device::CpuDevice dev;
+  Model m = build_gpt({13, 6, 12, 2, 3});
+  m.materialize(dev, 3);
+  // Larger weights than the 0.02 init so every path (attention, LN, GELU) contributes visibly.
+  for (Parameter* p : m.parameters())
+    if (p->init == Init::Normal) testing::fill_normal(p->value, tandem::hash_name(p->name), 0.3f);
+  Tensor x = random_tokens(dev, {2, 5}, 13, 7);
+  Tensor y = random_tokens(dev, {10}, 13, 8);
+  check_directional_derivatives(m, x, y);
+}
+
+TEST(ActivationCheckpointing, SameGradientsAndLessMemory) {
+  device::CpuDevice dev;
+  Model m = build_gpt({17, 16, 16, 3, 2});
+  m.materialize(dev, 9);
+  Tensor x = random_tokens(dev, {2, 16}, 17, 1);
+  Tensor y = random_tokens(dev, {32}, 17, 2);
+  const uint64_t base = dev.live_bytes();
+
+  m.zero_grad();
+  dev.reset_peak();
+  const double l1 = loss_of(m, x, y, true, false);
+  const uint64_t peak_plain = dev.peak_bytes() - base;
+  std::vector<float> g1(m.flat_grads().f32(), m.flat_grads().f32() + m.flat_grads().numel());
+  EXPECT_EQ(dev.live_bytes(), base);  // everything a step allocates is freed
+
+  m.zero_grad();
+  dev.reset_peak();
+  const double l2 = loss_of(m, x, y, true, true);
+  const uint64_t peak_recompute = dev.peak_bytes() - base;
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(0, std::memcmp(g1.data(), m.flat_grads().f32(), g1.size() * 4));
+  EXPECT_LT(peak_recompute, peak_plain);
+}
+
+TEST(Model, DuplicateParameterNamesRejected) {
+  Model m;
+  m.emplace<Linear>("fc", 3, 4);
+  EXPECT_THROW(m.emplace<Linear>("fc", 4, 2), Error);
+}
+
+}  // namespace
+}  // namespace tandem::nn

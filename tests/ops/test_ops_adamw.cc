@@ -1,0 +1,61 @@
+// AdamW: several steps against a float64 reference of the formula in ops.h, with weight decay and grad_scale.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops_test_util.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::ops {
+namespace {
+
+using testing::randn;
+using testing::rel_error;
+using testing::to_double;
+
+TEST(OpsAdamW, StepsMatchDoubleReference) {
+  device::CpuDevice dev;
+  const int64_t n = 103;
+  AdamWParams hp;
+  hp.lr = 3e-2f;
+  hp.beta1 = 0.8f;
+  hp.beta2 = 0.95f;
+  hp.eps = 1e-6f;
+  hp.weight_decay = 0.1f;
+  hp.grad_scale = 0.25f;
+  Tensor param = randn(dev, {n}, 1);  // (n)
+  Tensor m = Tensor::zeros({n}, DType::F32, dev, "m");
+  Tensor v = Tensor::zeros({n}, DType::F32, dev, "v");
+  std::vector<double> p = to_double(param), md(n, 0.0), vd(n, 0.0);
+  for (int64_t step = 1; step <= 4; ++step) {
+    Tensor grad = randn(dev, {n}, 10 + step, 2.0f);  // (n), a fresh gradient each step
+    const auto g = to_double(grad);
+    hp.step = step;
+    adamw_step(param, grad, m, v, hp);
+    const double b1 = hp.beta1, b2 = hp.beta2;
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = g[i] * hp.grad_scale;
+      md[i] = b1 * md[i] + (1 - b1) * gi;
+      vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+      const double m_hat = md[i] / (1 - std::pow(b1, step)), v_hat = vd[i] / (1 - std::pow(b2, step));
+      p[i] -= double(hp.lr) * (m_hat / (std::sqrt(v_hat) + hp.eps) + double(hp.weight_decay) * p[i]);
+    }
+    EXPECT_LT(rel_error(to_double(param), p), 1e-6) << "step " << step;
+    EXPECT_LT(rel_error(to_double(m), md), 1e-6) << "step " << step;
+    EXPECT_LT(rel_error(to_double(v), vd), 1e-6) << "step " << step;
+  }
+}
+
+TEST(OpsAdamW, MismatchedSizesAndStepZeroThrow) {
+  device::CpuDevice dev;
+  Tensor p = randn(dev, {5}, 1);
+  Tensor m = Tensor::zeros({5}, DType::F32, dev, "m");
+  Tensor v = Tensor::zeros({5}, DType::F32, dev, "v");
+  EXPECT_THROW(adamw_step(p, randn(dev, {6}, 2), m, v, AdamWParams{}), Error);
+  AdamWParams zero;
+  zero.step = 0;
+  EXPECT_THROW(adamw_step(p, randn(dev, {5}, 3), m, v, zero), Error);
+}
+
+}  // namespace
+}  // namespace tandem::ops

@@ -1,0 +1,157 @@
+// Softmax cross-entropy against a float64 reference and finite differences; bad targets; large logits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops_test_util.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::ops {
+namespace {
+
+using testing::ids_tensor;
+using testing::numeric_grad;
+using testing::randn;
+using testing::rel_error;
+using testing::to_double;
+
+constexpr int64_t kN = 7, kV = 11;
+const std::vector<int32_t> kTargets = {0, 10, 3, 3, 5, 9, 1};
+
+// losses (N) = lse - logits[target] per row, in double; fills lse (N) when given.
+std::vector<double> reference(const std::vector<double>& logits, std::vector<double>* lse = nullptr) {
+  std::vector<double> losses;
+  for (int64_t i = 0; i < kN; ++i) {
+    double mx = logits[i * kV];
+    for (int64_t j = 1; j < kV; ++j) mx = std::max(mx, logits[i * kV + j]);
+    double sum = 0;
+    for (int64_t j = 0; j < kV; ++j) sum += std::exp(logits[i * kV + j] - mx);
+    const double row_lse = mx + std::log(sum);
+    if (lse) lse->push_back(row_lse);
+    losses.push_back(row_lse - logits[i * kV + kTargets[i]]);
+  }
+  return losses;
+}
+
+struct Outputs {
+  Tensor losses, lse;
+};
+
+Outputs forward(Device& dev, const Tensor& logits, const Tensor& targets) {
+  Outputs r{Tensor::empty({kN}, DType::F32, dev, "losses"), Tensor::empty({kN}, DType::F32, dev, "lse")};
+  cross_entropy_forward(logits, targets, r.losses, r.lse);
+  return r;
+}
+
+TEST(OpsCrossEntropy, ForwardMatchesDouble) {
+  device::CpuDevice dev;
+  Tensor logits = randn(dev, {kN, kV}, 1, 3.0f);  // (N, V)
+  const Outputs r = forward(dev, logits, ids_tensor(dev, kTargets));
+  std::vector<double> want_lse;
+  const auto want = reference(to_double(logits), &want_lse);
+  EXPECT_LT(rel_error(to_double(r.losses), want), 1e-6);
+  EXPECT_LT(rel_error(to_double(r.lse), want_lse), 1e-6);
+}
+
+TEST(OpsCrossEntropy, BackwardMatchesFiniteDifferencesOfTheMean) {
+  device::CpuDevice dev;
+  Tensor logits = randn(dev, {kN, kV}, 2, 3.0f);  // (N, V)
+  Tensor targets = ids_tensor(dev, kTargets);     // (N)
+  const Outputs r = forward(dev, logits, targets);
+  // The mean loss: every row weighted 1/N, which is the op's `scale`.
+  const std::vector<double> w(kN, 1.0 / kN);
+  const auto want = numeric_grad([](const auto& x) { return reference(x); }, to_double(logits), w);
+  Tensor dlogits = Tensor::empty({kN, kV}, DType::F32, dev, "dlogits");  // (N, V)
+  cross_entropy_backward(logits, targets, r.lse, 1.0f / kN, dlogits);
+  EXPECT_LT(rel_error(to_double(dlogits), want), 1e-5);
+
+  // In place: the gradient overwrites the logits and must come out the same.
+  cross_entropy_backward(logits, targets, r.lse, 1.0f / kN, logits);
+  EXPECT_TRUE(testing::bit_equal(logits, dlogits));
+}
+
+TEST(OpsCrossEntropy, LargeLogitsStayFinite) {
+  device::CpuDevice dev;
+  Tensor logits = randn(dev, {kN, kV}, 3, 1000.0f);  // exp would overflow without the max subtraction
+  Tensor targets = ids_tensor(dev, kTargets);
+  const Outputs r = forward(dev, logits, targets);
+  EXPECT_LT(rel_error(to_double(r.losses), reference(to_double(logits))), 1e-6);
+  Tensor dlogits = Tensor::empty({kN, kV}, DType::F32, dev, "dlogits");
+  cross_entropy_backward(logits, targets, r.lse, 1.0f, dlogits);
+  for (int64_t i = 0; i < dlogits.numel(); ++i) EXPECT_TRUE(std::isfinite(dlogits.f32()[i])) << i;
+}
+
+// Tensor parallelism splits the vocabulary: slots of 5 and 6 columns, joined the way the loss layer joins them
+// (max and sums over slots), must reproduce the unsharded loss and gradient.
+TEST(OpsCrossEntropy, ShardedStatisticsJoinToTheFullLoss) {
+  device::CpuDevice dev;
+  const int64_t widths[2] = {5, 6}, starts[2] = {0, 5};  // vocab 11 = kV
+  Tensor logits = randn(dev, {kN, kV}, 30, 3.0f);        // (N, V)
+  Tensor targets = ids_tensor(dev, kTargets);            // (N)
+  Tensor slot_logits[2];                                 // (N, V_local) each
+  for (int s = 0; s < 2; ++s) {
+    slot_logits[s] = Tensor::empty({kN, widths[s]}, DType::F32, dev, "slot logits");
+    for (int64_t i = 0; i < kN; ++i)
+      for (int64_t j = 0; j < widths[s]; ++j)
+        slot_logits[s].f32()[i * widths[s] + j] = logits.f32()[i * kV + starts[s] + j];
+  }
+  std::vector<double> row_max(kN, -1e30), target(kN, 0.0), sum(kN, 0.0);  // (N) each, joined over slots
+  for (int s = 0; s < 2; ++s) {
+    Tensor mx = Tensor::empty({kN}, DType::F32, dev, "row max");
+    Tensor tl = Tensor::empty({kN}, DType::F32, dev, "target logit");
+    cross_entropy_stats(slot_logits[s], targets, starts[s], kV, mx, tl);
+    for (int64_t i = 0; i < kN; ++i) {
+      row_max[i] = std::max(row_max[i], double(mx.f32()[i]));
+      target[i] += tl.f32()[i];
+    }
+  }
+  Tensor global_max = testing::from_double(dev, {kN}, row_max);
+  for (int s = 0; s < 2; ++s) {
+    Tensor se = Tensor::empty({kN}, DType::F32, dev, "sum exp");
+    row_sum_exp(slot_logits[s], global_max, se);
+    for (int64_t i = 0; i < kN; ++i) sum[i] += se.f32()[i];
+  }
+  std::vector<double> lse(kN), losses(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    lse[i] = row_max[i] + std::log(sum[i]);
+    losses[i] = lse[i] - target[i];
+  }
+  EXPECT_LT(rel_error(losses, reference(to_double(logits))), 1e-6);
+
+  Tensor lse_t = testing::from_double(dev, {kN}, lse);
+  Tensor full = Tensor::empty({kN, kV}, DType::F32, dev, "dlogits");  // (N, V)
+  cross_entropy_backward(logits, targets, lse_t, 0.5f, full);
+  for (int s = 0; s < 2; ++s) {
+    cross_entropy_backward(slot_logits[s], targets, lse_t, 0.5f, slot_logits[s], starts[s]);  // in place
+    for (int64_t i = 0; i < kN; ++i)
+      for (int64_t j = 0; j < widths[s]; ++j)
+        EXPECT_EQ(slot_logits[s].f32()[i * widths[s] + j], full.f32()[i * kV + starts[s] + j]) << i << "," << j;
+  }
+
+  Tensor mx = Tensor::empty({kN}, DType::F32, dev, "row max");
+  EXPECT_THROW(cross_entropy_stats(slot_logits[1], ids_tensor(dev, {0, 1, 2, 3, 4, 5, 11}), 5, kV, mx, mx), Error);
+}
+
+TEST(OpsCrossEntropy, OutOfRangeTargetThrowsNamingIt) {
+  device::CpuDevice dev;
+  Tensor logits = randn(dev, {3, kV}, 4);
+  Tensor losses = Tensor::empty({3}, DType::F32, dev, "losses");
+  Tensor lse = Tensor::empty({3}, DType::F32, dev, "lse");
+  for (int32_t bad : {11, -3, 99999}) {
+    Tensor targets = ids_tensor(dev, {1, 2, bad});
+    try {
+      cross_entropy_forward(logits, targets, losses, lse);
+      FAIL() << "expected an Error for target " << bad;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("id " + std::to_string(bad)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("row 2"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("vocabulary of 11"), std::string::npos) << msg;
+    }
+    Tensor dlogits = Tensor::empty({3, kV}, DType::F32, dev, "dlogits");
+    EXPECT_THROW(cross_entropy_backward(logits, targets, lse, 1.0f, dlogits), Error);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::ops

@@ -1,0 +1,57 @@
+// The op front end: devices without a backend are refused by name, mixed devices and bad dtypes are caught.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "ops_test_util.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::ops {
+namespace {
+
+// Host memory that claims to be a CUDA device: enough to reach the dispatch without a GPU.
+class FakeCudaDevice final : public Device {
+ public:
+  void* allocate(size_t bytes, std::string_view) override {
+    return std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  }
+  void release(void* ptr, size_t) override { std::free(ptr); }
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+  std::string name() const override { return "cuda:0"; }
+};
+
+TEST(OpsDispatch, DeviceWithoutBackendThrowsNamingOpAndDevice) {
+  FakeCudaDevice gpu;
+  Tensor x = Tensor::zeros({4, 3}, DType::F32, gpu, "x");
+  Tensor y = Tensor::zeros({4, 3}, DType::F32, gpu, "y");
+  try {
+    relu_forward(x, y);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("relu_forward"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(sum_squares(x), Error);
+  EXPECT_THROW(matmul(x, y, Tensor::zeros({4, 4}, DType::F32, gpu, "c"), false, true), Error);
+}
+
+TEST(OpsDispatch, MixedDeviceKindsThrow) {
+  FakeCudaDevice gpu;
+  device::CpuDevice cpu;
+  Tensor a = Tensor::zeros({4, 3}, DType::F32, gpu, "a");
+  Tensor b = Tensor::zeros({4, 3}, DType::F32, cpu, "b");
+  EXPECT_THROW(add(b, b, a), Error);
+  EXPECT_THROW(add(a, b, b), Error);
+}
+
+TEST(OpsDispatch, WrongDtypeThrows) {
+  device::CpuDevice cpu;
+  Tensor x = Tensor::zeros({4, 3}, DType::BF16, cpu, "x");
+  Tensor y = Tensor::zeros({4, 3}, DType::F32, cpu, "y");
+  EXPECT_THROW(relu_forward(x, y), Error);
+  EXPECT_THROW(embedding_forward(y.view({12}).rows(0, 4), testing::randn(cpu, {5, 3}, 1), y), Error);
+}
+
+}  // namespace
+}  // namespace tandem::ops

@@ -1,0 +1,138 @@
+// LayerNorm forward against a float64 reference, backward against finite differences, and determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops_test_util.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::ops {
+namespace {
+
+using testing::numeric_grad;
+using testing::randn;
+using testing::rel_error;
+using testing::to_double;
+
+constexpr double kEps = 1e-5;
+
+// y (N, C) = (x - mean) / sqrt(var + eps) * gamma + beta per row, in double.
+std::vector<double> reference(const std::vector<double>& x, const std::vector<double>& gamma,
+                              const std::vector<double>& beta, int64_t n, int64_t c,
+                              std::vector<double>* mean = nullptr, std::vector<double>* rstd = nullptr) {
+  std::vector<double> y(x.size());
+  for (int64_t i = 0; i < n; ++i) {
+    double mu = 0, var = 0;
+    for (int64_t j = 0; j < c; ++j) mu += x[i * c + j];
+    mu /= c;
+    for (int64_t j = 0; j < c; ++j) var += (x[i * c + j] - mu) * (x[i * c + j] - mu);
+    var /= c;
+    const double r = 1.0 / std::sqrt(var + kEps);
+    for (int64_t j = 0; j < c; ++j) y[i * c + j] = (x[i * c + j] - mu) * r * gamma[j] + beta[j];
+    if (mean) mean->push_back(mu);
+    if (rstd) rstd->push_back(r);
+  }
+  return y;
+}
+
+struct LayerNormCase {
+  Shape shape;  // (..., C)
+  int64_t n, c;
+};
+
+void PrintTo(const LayerNormCase& p, std::ostream* os) { *os << shape_str(p.shape); }
+
+class OpsLayerNormShapes : public ::testing::TestWithParam<LayerNormCase> {};
+
+TEST_P(OpsLayerNormShapes, ForwardMatchesDouble) {
+  const auto [shape, n, c] = GetParam();
+  device::CpuDevice dev;
+  Tensor x = randn(dev, shape, 1);    // (N, C)
+  Tensor gamma = randn(dev, {c}, 2);  // (C)
+  Tensor beta = randn(dev, {c}, 3);   // (C)
+  Tensor y = Tensor::empty(shape, DType::F32, dev, "y");
+  Tensor mean = Tensor::empty({n}, DType::F32, dev, "mean");  // (N)
+  Tensor rstd = Tensor::empty({n}, DType::F32, dev, "rstd");  // (N)
+  layernorm_forward(x, gamma, beta, y, mean, rstd);
+  std::vector<double> want_mean, want_rstd;
+  const auto want = reference(to_double(x), to_double(gamma), to_double(beta), n, c, &want_mean, &want_rstd);
+  EXPECT_LT(rel_error(to_double(y), want), 1e-6);
+  EXPECT_LT(rel_error(to_double(mean), want_mean), 1e-6);
+  EXPECT_LT(rel_error(to_double(rstd), want_rstd), 1e-6);
+}
+
+TEST_P(OpsLayerNormShapes, BackwardMatchesFiniteDifferences) {
+  const auto [shape, n, c] = GetParam();
+  device::CpuDevice dev;
+  Tensor x = randn(dev, shape, 4);    // (N, C)
+  Tensor gamma = randn(dev, {c}, 5);  // (C)
+  Tensor beta = randn(dev, {c}, 6);   // (C)
+  Tensor dy = randn(dev, shape, 7);   // (N, C)
+  Tensor y = Tensor::empty(shape, DType::F32, dev, "y");
+  Tensor mean = Tensor::empty({n}, DType::F32, dev, "mean");
+  Tensor rstd = Tensor::empty({n}, DType::F32, dev, "rstd");
+  layernorm_forward(x, gamma, beta, y, mean, rstd);
+  Tensor dx = Tensor::empty(shape, DType::F32, dev, "dx");
+  Tensor dgamma = randn(dev, {c}, 8);  // nonzero: accumulates
+  Tensor dbeta = randn(dev, {c}, 9);   // nonzero: accumulates
+  const auto dgamma0 = to_double(dgamma), dbeta0 = to_double(dbeta);
+  layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+
+  const auto xd = to_double(x), gd = to_double(gamma), bd = to_double(beta), w = to_double(dy);
+  const auto want_dx = numeric_grad([&](const auto& v) { return reference(v, gd, bd, n, c); }, xd, w);
+  auto want_dg = numeric_grad([&](const auto& v) { return reference(xd, v, bd, n, c); }, gd, w);
+  auto want_db = numeric_grad([&](const auto& v) { return reference(xd, gd, v, n, c); }, bd, w);
+  for (int64_t j = 0; j < c; ++j) {
+    want_dg[j] += dgamma0[j];
+    want_db[j] += dbeta0[j];
+  }
+  EXPECT_LT(rel_error(to_double(dx), want_dx), 1e-4);
+  EXPECT_LT(rel_error(to_double(dgamma), want_dg), 1e-5);
+  EXPECT_LT(rel_error(to_double(dbeta), want_db), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, OpsLayerNormShapes,
+                         ::testing::Values(LayerNormCase{{7, 13}, 7, 13}, LayerNormCase{{2, 9, 13}, 18, 13},
+                                           LayerNormCase{{3, 70}, 3, 70}),
+                         [](const ::testing::TestParamInfo<LayerNormCase>& p) {
+                           std::string name = "shape";
+                           for (int64_t d : p.param.shape) name.append("_").append(std::to_string(d));
+                           return name;
+                         });
+
+TEST(OpsLayerNorm, BackwardIsBitIdenticalAcrossThreadCounts) {
+  device::CpuDevice dev;
+  testing::ThreadCountGuard guard;
+  const int64_t n = 301, c = 197;
+  Tensor x = randn(dev, {n, c}, 10);
+  Tensor gamma = randn(dev, {c}, 11);
+  Tensor beta = randn(dev, {c}, 12);
+  Tensor dy = randn(dev, {n, c}, 13);
+  Tensor y = Tensor::empty({n, c}, DType::F32, dev, "y");
+  Tensor mean = Tensor::empty({n}, DType::F32, dev, "mean");
+  Tensor rstd = Tensor::empty({n}, DType::F32, dev, "rstd");
+  layernorm_forward(x, gamma, beta, y, mean, rstd);
+  Tensor dx[2], dg[2], db[2];
+  for (int run = 0; run < 2; ++run) {
+    omp_set_num_threads(run + 1);
+    dx[run] = Tensor::empty({n, c}, DType::F32, dev, "dx");
+    dg[run] = Tensor::zeros({c}, DType::F32, dev, "dgamma");
+    db[run] = Tensor::zeros({c}, DType::F32, dev, "dbeta");
+    layernorm_backward(dy, x, gamma, mean, rstd, dx[run], dg[run], db[run]);
+  }
+  EXPECT_TRUE(testing::bit_equal(dx[0], dx[1]));
+  EXPECT_TRUE(testing::bit_equal(dg[0], dg[1]));
+  EXPECT_TRUE(testing::bit_equal(db[0], db[1]));
+}
+
+TEST(OpsLayerNorm, MismatchedGammaThrows) {
+  device::CpuDevice dev;
+  Tensor x = randn(dev, {7, 13}, 14);
+  Tensor y = Tensor::empty({7, 13}, DType::F32, dev, "y");
+  Tensor mean = Tensor::empty({7}, DType::F32, dev, "mean");
+  Tensor rstd = Tensor::empty({7}, DType::F32, dev, "rstd");
+  EXPECT_THROW(layernorm_forward(x, randn(dev, {12}, 15), randn(dev, {13}, 16), y, mean, rstd), Error);
+}
+
+}  // namespace
+}  // namespace tandem::ops

@@ -1,0 +1,157 @@
+// End-to-end training on one device: the loss falls (synthetic classes, real text), resume is bit-exact,
+// and bad checkpoints and budgets are refused with their messages.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tandem/config/config.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem::train {
+namespace {
+
+namespace fs = std::filesystem;
+using config::Json;
+
+// A real English text that every Debian/Ubuntu machine has (base-files).
+const char* kText = "/usr/share/common-licenses/GPL-3";
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("tandem_test_train_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+Json tiny_gpt_config(int steps) {
+  return Json{
+      {"train_batch_size", 8},
+      {"train_micro_batch_size_per_gpu", 4},
+      {"steps", steps},
+      {"seed", 5},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.01}}}}},
+      {"gradient_clipping", 1.0},
+      {"model", {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 32}, {"layers", 2}, {"heads", 4}}},
+      {"data", {{"type", "text"}, {"path", kText}}}};
+}
+
+std::vector<StepMetrics> train(const Json& cfg, const std::string& out, const std::string& resume = "") {
+  TrainOptions opt;
+  opt.out_dir = out;
+  opt.resume = resume;
+  opt.print = false;
+  Trainer t = Trainer::from_config(config::parse(config::validate(cfg), 1), opt);
+  return t.run();
+}
+
+TEST(Train, MlpLearnsSyntheticTeacher) {
+  Json cfg = {{"train_batch_size", 64},
+              {"steps", 300},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}}}}},
+              {"model", {{"type", "mlp"}, {"sizes", {32, 64, 10}}}},
+              {"data", {{"type", "synthetic"}}}};
+  cfg["train_micro_batch_size_per_gpu"] = 32;
+  const auto m = train(cfg, "");
+  ASSERT_EQ(m.size(), 300u);
+  EXPECT_GT(m.front().loss, 2.0);  // about ln(10) at the start
+  double last = 0;
+  for (size_t i = m.size() - 10; i < m.size(); ++i) last += m[i].loss / 10;
+  EXPECT_LT(last, 0.5 * m.front().loss) << "first " << m.front().loss << " mean of the last 10 " << last;
+}
+
+TEST(Train, GptLossFallsOnRealText) {
+  ASSERT_TRUE(fs::exists(kText)) << kText << " is missing: install base-files";
+  Json cfg = tiny_gpt_config(60);
+  const auto m = train(cfg, "");
+  // Byte-level loss starts at ln(256) = 5.55; unigram statistics alone reach about 3.0.
+  EXPECT_NEAR(m.front().loss, 5.55, 0.1);
+  double last = 0;
+  for (size_t i = m.size() - 5; i < m.size(); ++i) last += m[i].loss / 5;
+  EXPECT_LT(last, 3.2) << "mean loss of the last 5 steps";
+}
+
+TEST(Train, ResumeIsBitExact) {
+  const fs::path a = fresh_dir("a"), b = fresh_dir("b");
+  Json cfg = tiny_gpt_config(6);
+  cfg["checkpoint"] = {{"every", 3}, {"keep", 5}};
+  const auto straight = train(cfg, a.string());
+  ASSERT_TRUE(fs::exists(a / "checkpoints" / "step_00000003" / "manifest.json"));
+
+  // Continue from step 3 into another folder: steps 4..6 must repeat exactly.
+  fs::create_directories(b);
+  const auto resumed = train(cfg, b.string(), (a / "checkpoints" / "step_00000003").string());
+  ASSERT_EQ(resumed.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(resumed[i].step, straight[3 + i].step);
+    EXPECT_EQ(resumed[i].loss, straight[3 + i].loss) << "step " << resumed[i].step;
+  }
+  // Final weights are identical byte for byte.
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read(a / "checkpoints/step_00000006/model.safetensors"),
+            read(b / "checkpoints/step_00000006/model.safetensors"));
+
+  // A run folder resumes from its newest checkpoint; metrics.jsonl keeps one line per step.
+  const auto again = train(cfg, a.string(), a.string());
+  EXPECT_TRUE(again.empty());  // already at step 6
+  std::ifstream metrics(a / "metrics.jsonl");
+  int lines = 0;
+  for (std::string l; std::getline(metrics, l);) ++lines;
+  EXPECT_EQ(lines, 6);
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+TEST(Train, CorruptedCheckpointRefusedByName) {
+  const fs::path a = fresh_dir("corrupt");
+  Json cfg = tiny_gpt_config(2);
+  train(cfg, a.string());
+  const fs::path file = a / "checkpoints/step_00000002/model.safetensors";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(file) - 10));
+    f.put('\x7f');
+  }
+  cfg["steps"] = 4;
+  try {
+    train(cfg, a.string(), a.string());
+    FAIL() << "expected the corrupted checkpoint to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupted"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+  fs::remove_all(a);
+}
+
+TEST(Train, CheckpointOfAnotherModelRefused) {
+  const fs::path a = fresh_dir("other");
+  Json cfg = tiny_gpt_config(1);
+  train(cfg, a.string());
+  cfg["model"]["dim"] = 64;
+  cfg["steps"] = 2;
+  try {
+    train(cfg, "", a.string());
+    FAIL() << "expected a checkpoint of another model to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("of another model"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("wte.weight"), std::string::npos) << e.what();
+  }
+  fs::remove_all(a);
+}
+
+TEST(Train, BudgetTooSmallNamesTheNumbers) {
+  Json cfg = tiny_gpt_config(1);
+  cfg["device_memory"] = "64KiB";
+  try {
+    train(cfg, "");
+    FAIL() << "expected the budget to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("64.0 KiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parameters (fp32)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::train
