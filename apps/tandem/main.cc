@@ -1,25 +1,88 @@
-// The tandem command line: `tandem train CONFIG.json [--out DIR] [--set key=value]... [--resume DIR]`.
-// The only place that catches errors and exits.
+// The tandem command line: `tandem train [-n N] CONFIG.json [--out DIR] [--set key=value]... [--resume DIR]`.
+// With -n it starts N processes through mpirun; under mpirun/mpiexec each process is one device. The only
+// place that catches errors and exits.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
 #include "tandem/core/error.h"
+#include "tandem/layout/groups.h"
 #include "tandem/train/trainer.h"
 
 namespace {
 
-int run_train(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& out,
-              const std::string& resume) {
-  const tandem::config::Json cfg = tandem::config::load_config(config_path, overrides);
-  const tandem::config::TrainConfig tc = tandem::config::parse(cfg, 1);
-  tandem::train::TrainOptions opt;
-  opt.out_dir = out;
-  opt.resume = resume;
-  tandem::train::Trainer trainer = tandem::train::Trainer::from_config(tc, opt);
-  trainer.run();
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string out = "runs/latest";
+  std::string resume;
+  int processes = 0;
+};
+
+// Re-runs this command as N processes under mpirun; returns only if exec fails.
+int launch_with_mpirun(int argc, char** argv, int n) {
+  std::vector<std::string> args = {"mpirun", "-n", std::to_string(n), "--bind-to", "none"};
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (static_cast<unsigned>(n) > cores) args.push_back("--oversubscribe");
+  if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  // Share the cores between the processes rather than letting each start a thread per core.
+  if (!std::getenv("OMP_NUM_THREADS"))
+    setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / static_cast<unsigned>(n))).c_str(), 1);
+  args.push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-n" || a == "--processes") {
+      ++i;  // drop "-n N": the children are already N
+      continue;
+    }
+    if (a.rfind("-n", 0) == 0 && a.size() > 2 && std::isdigit(static_cast<unsigned char>(a[2]))) continue;
+    if (a.rfind("--processes=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execvp("mpirun", cargs.data());
+  std::fprintf(stderr, "error: could not start mpirun (%s): install Open MPI (openmpi-bin)\n", std::strerror(errno));
+  return 1;
+}
+
+int run_train(int argc, char** argv, const TrainArgs& a) {
+  using namespace tandem;
+  const config::Json cfg = config::load_config(a.config, a.overrides);
+  if (!comm::mpi::launched_by_mpi()) {
+    const config::TrainConfig tc =
+        config::parse(cfg, layout::resolve_parallel(cfg.value("parallel", config::Json()), 1).layout.dp);
+    train::TrainOptions opt{a.out, a.resume, true};
+    train::Trainer trainer = train::Trainer::from_config(tc, opt);
+    trainer.run();
+    return 0;
+  }
+  auto world = std::make_unique<comm::mpi::MpiWorld>(&argc, &argv);
+  try {
+    const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), world->size());
+    world->set_timeout_s(plan.timeout_s);
+    const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
+    layout::Groups groups = layout::make_groups(*world, plan.layout);
+    train::TrainOptions opt{a.out, a.resume, true};
+    train::Trainer trainer = train::Trainer::from_config(tc, opt, &groups);
+    trainer.run();
+    groups.world->barrier();
+  } catch (const std::exception& e) {
+    // The other ranks may be waiting in a collective: end the whole job now rather than at the watchdog.
+    world->abort("error on rank " + std::to_string(world->rank()) + ": " + e.what(), 1);
+  }
   return 0;
 }
 
@@ -29,17 +92,17 @@ int main(int argc, char** argv) {
   CLI::App app{"Tandem: train models too big for one device on several, used as fewer, bigger ones."};
   app.require_subcommand(1);
 
+  TrainArgs a;
   CLI::App* train = app.add_subcommand("train", "Train a model from a JSON config");
-  std::string config_path, out = "runs/latest", resume;
-  std::vector<std::string> overrides;
-  train->add_option("config", config_path, "The JSON config (DeepSpeed key names where they exist)")
+  train->add_option("config", a.config, "The JSON config (DeepSpeed key names where they exist)")
       ->required()
       ->check(CLI::ExistingFile);
-  train->add_option("--out", out, "Folder for metrics.jsonl and checkpoints/")->capture_default_str();
-  train->add_option("--set", overrides, "Override a config key, e.g. --set optimizer.params.lr=3e-4")
-      ->take_all()
+  train->add_option("-n,--processes", a.processes, "Start this many processes (devices) through mpirun")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--out", a.out, "Folder for metrics.jsonl and checkpoints/")->capture_default_str();
+  train->add_option("--set", a.overrides, "Override a config key, e.g. --set optimizer.params.lr=3e-4")
       ->allow_extra_args(false);
-  train->add_option("--resume", resume, "Continue from a checkpoint folder or a run folder");
+  train->add_option("--resume", a.resume, "Continue from a checkpoint folder or a run folder");
 
   try {
     app.parse(argc, argv);
@@ -47,10 +110,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*train) return run_train(config_path, overrides, out, resume);
-  } catch (const tandem::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    if (*train) {
+      if (a.processes > 0 && !tandem::comm::mpi::launched_by_mpi()) return launch_with_mpirun(argc, argv, a.processes);
+      return run_train(argc, argv, a);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -17,11 +17,11 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
 
   const int v = cfg.plan.virtual_stages;
   const int S = l.pp * v;
-  const auto all_chunks = cfg.plan.stages.empty() ? pipeline::balance_by_parameters(model_, S)
-                                                  : pipeline::gpt_stage_map(model_, cfg.plan.stages);
+  all_chunks_ = cfg.plan.stages.empty() ? pipeline::balance_by_parameters(model_, S)
+                                        : pipeline::gpt_stage_map(model_, cfg.plan.stages);
   std::vector<size_t> held;
   for (int c = 0; c < v; ++c) {
-    const auto range = all_chunks[static_cast<size_t>(pipeline::global_stage(groups.coord.pp, c, l.pp))];
+    const auto range = all_chunks_[static_cast<size_t>(pipeline::global_stage(groups.coord.pp, c, l.pp))];
     chunks_.push_back(range);
     for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
   }
@@ -64,14 +64,21 @@ StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_
   return r;
 }
 
-std::string Engine::describe_chunks() const {
+std::string Engine::describe_stages() const {
   std::ostringstream os;
-  const int S = groups_.layout.pp * cfg_.plan.virtual_stages;
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    const auto [first, last] = chunks_[c];
-    os << (c ? "; " : "") << "stage "
-       << pipeline::global_stage(groups_.coord.pp, static_cast<int>(c), groups_.layout.pp) << " of " << S << ": layers "
-       << first << ".." << last - 1;
+  const auto& layers = model_.layers();
+  auto label = [&](size_t i) {
+    const std::string& n = layers[i]->name();
+    return n.empty() ? layers[i]->parameters().front()->name : n;
+  };
+  for (size_t s = 0; s < all_chunks_.size(); ++s) {
+    const auto [first, last] = all_chunks_[s];
+    int64_t params = 0;
+    for (size_t i = first; i < last; ++i)
+      for (nn::Parameter* p : layers[i]->parameters()) params += shape_numel(p->global_shape);
+    os << "  stage " << s << " (rank slot pp=" << pipeline::stage_rank(static_cast<int>(s), groups_.layout.pp)
+       << "): layers " << first << ".." << last - 1 << " (" << label(first) << " .. " << label(last - 1) << "), "
+       << params << " parameters\n";
   }
   return os.str();
 }

@@ -46,8 +46,8 @@ class Engine {
 
   nn::Model& model() { return model_; }
   ParameterStore& store() { return *store_; }
-  // "stage 1 of 2: layers 7..13 (blocks.6 .. head)" for each chunk this rank holds.
-  std::string describe_chunks() const;
+  // "stage 0: layers 0..6 (wte.weight .. blocks.5)" for every global stage of the pipeline.
+  std::string describe_stages() const;
 
  private:
   EngineConfig cfg_;
@@ -55,7 +55,8 @@ class Engine {
   Device& device_;
   std::unique_ptr<CommTpReducer> tp_reducer_;
   nn::Model model_;
-  std::vector<pipeline::LayerRange> chunks_;  // this rank's, by chunk index
+  std::vector<pipeline::LayerRange> all_chunks_;  // by global stage
+  std::vector<pipeline::LayerRange> chunks_;      // this rank's, by chunk index
   std::unique_ptr<ParameterStore> store_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
 };

@@ -16,14 +16,14 @@ nn::GptConfig gpt_config(const config::Json& m) {
 }
 }  // namespace
 
-nn::Model build_model(const config::Json& m) {
+nn::Model build_model(const config::Json& m, nn::TpSlot tp) {
   const std::string type = m.at("type").get<std::string>();
-  if (type == "gpt") return nn::build_gpt(gpt_config(m));
+  if (type == "gpt") return nn::build_gpt(gpt_config(m), tp);
   if (type == "mlp") {
     nn::MlpConfig c;
     c.sizes = m.at("sizes").get<std::vector<int64_t>>();
     c.activation = m.value("activation", "relu");
-    return nn::build_mlp(c);
+    return nn::build_mlp(c, tp);
   }
   TANDEM_FAIL("unknown model type '", type, "': use \"mlp\" or \"gpt\"");
 }

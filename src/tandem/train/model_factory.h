@@ -7,7 +7,7 @@
 
 namespace tandem::train {
 
-nn::Model build_model(const config::Json& model_cfg);
+nn::Model build_model(const config::Json& model_cfg, nn::TpSlot tp = {});
 // What the model reads and predicts, for make_dataset.
 data::ModelIO model_io(const config::Json& model_cfg);
 // Tokens (gpt) or samples (mlp) that one sample contributes to the loss.

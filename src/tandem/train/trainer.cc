@@ -7,9 +7,6 @@
 #include <fstream>
 
 #include "tandem/core/units.h"
-#include "tandem/nn/loss.h"
-#include "tandem/optim/adamw.h"
-#include "tandem/optim/clip.h"
 #include "tandem/optim/schedule.h"
 #include "tandem/train/model_factory.h"
 #include "tandem/train/train_state.h"
@@ -32,11 +29,14 @@ optim::ScheduleConfig schedule_config(const config::TrainConfig& c) {
   return s;
 }
 
-std::vector<optim::Segment> parameter_segments(const nn::Model& model) {
-  std::vector<optim::Segment> segs;
-  for (nn::Parameter* p : model.parameters())
-    segs.push_back({p->name, p->value.view({p->value.numel()}), p->grad.view({p->grad.numel()}), p->decay});
-  return segs;
+optim::AdamWConfig adamw_config(const config::TrainConfig& c) {
+  optim::AdamWConfig a;
+  a.lr = static_cast<float>(c.optimizer.lr);
+  a.beta1 = static_cast<float>(c.optimizer.beta1);
+  a.beta2 = static_cast<float>(c.optimizer.beta2);
+  a.eps = static_cast<float>(c.optimizer.eps);
+  a.weight_decay = static_cast<float>(c.optimizer.weight_decay);
+  return a;
 }
 
 // Keeps the lines of an earlier metrics.jsonl up to `last_step`, so a resumed run continues the same file.
@@ -62,55 +62,97 @@ void print_progress(const StepMetrics& m, int64_t total, double eta_s) {
   std::fflush(stdout);
 }
 
+ModelBuilder single_use_builder(std::shared_ptr<nn::Model> model) {
+  return [model](nn::TpSlot tp) {
+    if (tp.active())
+      TANDEM_FAIL("a model passed as an object cannot be split over tensor-parallel slots: give the trainer a ",
+                  "ModelBuilder that builds it for a TpSlot, or set parallel.tensor to 1");
+    TANDEM_CHECK(model->layers().size() > 0, "the model was already used");
+    return std::move(*model);
+  };
+}
+
 }  // namespace
 
-Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options)
+Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<data::Dataset> dataset,
+                 TrainOptions options, layout::Groups* groups)
     : cfg_(std::move(cfg)),
-      options_(std::move(options)),
-      device_(std::make_unique<device::CpuDevice>(cfg_.device_memory_bytes)),
-      model_(std::move(model)),
+      build_(std::move(build)),
       dataset_(std::move(dataset)),
-      rows_per_sample_(cfg_.model.is_object() ? rows_per_sample(cfg_.model) : 1),
-      activation_checkpointing_(cfg_.parallel.is_object() && cfg_.parallel.value("activation_checkpointing", false)) {}
+      options_(std::move(options)),
+      groups_(groups),
+      rows_per_sample_(cfg_.model.is_object() ? rows_per_sample(cfg_.model) : 1) {
+  if (!groups_) {
+    own_groups_ = layout::make_single_process_groups();
+    groups_ = &own_groups_;
+  }
+  plan_ = layout::resolve_parallel(cfg_.parallel, groups_->layout.world());
+  TANDEM_CHECK(plan_.layout.dp == groups_->layout.dp && plan_.layout.pp == groups_->layout.pp &&
+                   plan_.layout.tp == groups_->layout.tp,
+               "groups built for ", groups_->layout.str(), ", config asks for ", plan_.layout.str());
+  if (cfg_.model.is_object()) layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
+}
 
-Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions options) {
-  nn::Model model = build_model(cfg.model);
+Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
+                 layout::Groups* groups)
+    : Trainer(std::move(cfg), single_use_builder(std::make_shared<nn::Model>(std::move(model))), std::move(dataset),
+              std::move(options), groups) {}
+
+Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups) {
+  const config::Json model_cfg = cfg.model;
   auto dataset = data::make_dataset(cfg.data, model_io(cfg.model), cfg.seed);
-  return Trainer(cfg, std::move(model), std::move(dataset), std::move(options));
+  return Trainer(
+      cfg, [model_cfg](nn::TpSlot tp) { return build_model(model_cfg, tp); }, std::move(dataset), std::move(options),
+      groups);
 }
 
 std::vector<StepMetrics> Trainer::run() {
   const auto& b = cfg_.batch;
-  if (options_.print) {
-    std::printf("model: %s, %lld parameters (%s fp32)\n", cfg_.model_type.c_str(),
-                static_cast<long long>(model_.num_parameters()),
-                format_bytes(static_cast<uint64_t>(model_.num_parameters()) * 4).c_str());
+  const layout::Layout& l = groups_->layout;
+  const bool single = l.world() == 1;
+  if (is_printer()) {
     std::printf("data: %s\n", dataset_->describe().c_str());
-    std::printf("batch: %lld = micro %lld x accumulation %lld x data-parallel %lld; %lld steps; device %s%s\n",
+    std::printf("batch: %lld = micro %lld x accumulation %lld x virtual GPUs %lld; %lld steps\n",
                 static_cast<long long>(b.global), static_cast<long long>(b.micro), static_cast<long long>(b.accum),
-                static_cast<long long>(cfg_.data_parallel), static_cast<long long>(cfg_.steps), device_->name().c_str(),
-                cfg_.device_memory_bytes ? (" (budget " + format_bytes(cfg_.device_memory_bytes) + ")").c_str() : "");
+                static_cast<long long>(l.dp), static_cast<long long>(cfg_.steps));
     std::fflush(stdout);
   }
-  model_.materialize(*device_, cfg_.seed);
-  optim::AdamWConfig ac;
-  ac.lr = static_cast<float>(cfg_.optimizer.lr);
-  ac.beta1 = static_cast<float>(cfg_.optimizer.beta1);
-  ac.beta2 = static_cast<float>(cfg_.optimizer.beta2);
-  ac.eps = static_cast<float>(cfg_.optimizer.eps);
-  ac.weight_decay = static_cast<float>(cfg_.optimizer.weight_decay);
-  optimizer_ = std::make_unique<optim::AdamW>(parameter_segments(model_), ac);
+  device_ = std::make_unique<device::CpuDevice>(cfg_.device_memory_bytes, groups_->rank);
+
+  parallel::EngineConfig ec;
+  ec.plan = plan_;
+  ec.zero_stage = static_cast<int>(cfg_.zero_stage);
+  ec.seed = cfg_.seed;
+  ec.adamw = adamw_config(cfg_);
+  ec.micro_batch = b.micro;
+  ec.micro_batches = b.accum;
+  ec.gradient_clipping = cfg_.gradient_clipping;
+  const data::Batch probe = dataset_->batch(0, 0, b.micro, *device_);
+  engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
+  if (is_printer()) {
+    std::printf("model: %s; layout %s (%d devices as %d virtual GPU%s of %d), ZeRO stage %lld%s\n",
+                cfg_.model_type.c_str(), l.str().c_str(), l.world(), l.dp, l.dp == 1 ? "" : "s", l.vgpu_size(),
+                static_cast<long long>(cfg_.zero_stage),
+                plan_.activation_checkpointing ? ", activation checkpointing" : "");
+    std::printf("%s", layout::describe_rank_map(l, "cpu:").c_str());
+    std::printf("%s", engine_->describe_stages().c_str());
+    if (l.pp > 1)
+      std::printf("  schedule: %s, %lld micro-batches per step\n", plan_.schedule.c_str(),
+                  static_cast<long long>(b.accum));
+    std::fflush(stdout);
+  }
 
   int64_t start = 0;
   if (!options_.resume.empty()) {
+    if (!single) TANDEM_FAIL("--resume of a multi-device layout is not supported yet; resume on one device");
     const std::string ckpt = find_checkpoint(options_.resume);
-    start = load_checkpoint(ckpt, model_, *optimizer_);
-    if (options_.print) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
+    start = load_checkpoint(ckpt, engine_->model(), engine_->store().optimizer());
+    if (is_printer()) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   }
 
   std::ofstream metrics;
   const fs::path out(options_.out_dir);
-  if (!options_.out_dir.empty()) {
+  if (!options_.out_dir.empty() && groups_->rank == 0) {
     fs::create_directories(out);
     if (start > 0) truncate_metrics(out / "metrics.jsonl", start);
     metrics.open(out / "metrics.jsonl", start > 0 ? std::ios::app : std::ios::trunc);
@@ -124,7 +166,7 @@ std::vector<StepMetrics> Trainer::run() {
     elapsed += m.step_seconds;
     history.push_back(m);
     const double eta = elapsed / static_cast<double>(history.size()) * static_cast<double>(cfg_.steps - m.step);
-    if (options_.print && (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1))
+    if (is_printer() && (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1))
       print_progress(m, cfg_.steps, eta);
     if (metrics.is_open()) {
       metrics << config::Json{{"step", m.step},
@@ -139,15 +181,27 @@ std::vector<StepMetrics> Trainer::run() {
       metrics.flush();
     }
     const bool due = cfg_.checkpoint.every > 0 && m.step % cfg_.checkpoint.every == 0;
-    if (!options_.out_dir.empty() && (due || m.step == cfg_.steps)) {
-      const std::string dir = save_checkpoint((out / "checkpoints").string(), m.step, model_, *optimizer_, cfg_.raw,
-                                              static_cast<int>(cfg_.checkpoint.keep));
-      if (options_.print) std::printf("saved checkpoint %s\n", dir.c_str());
+    if (single && !options_.out_dir.empty() && (due || m.step == cfg_.steps)) {
+      const std::string dir =
+          save_checkpoint((out / "checkpoints").string(), m.step, engine_->model(), engine_->store().optimizer(),
+                          cfg_.raw, static_cast<int>(cfg_.checkpoint.keep));
+      if (is_printer()) std::printf("saved checkpoint %s\n", dir.c_str());
     }
   }
-  if (options_.print)
-    std::printf("done: %lld steps; peak memory on %s: %s\n", static_cast<long long>(cfg_.steps),
-                device_->name().c_str(), format_bytes(device_->peak_bytes()).c_str());
+  // Each device's peak, gathered to rank 0 one rank at a time (a handful of scalars).
+  std::vector<double> peaks;
+  for (int r = 0; r < l.world(); ++r)
+    peaks.push_back(groups_->world->all_reduce_scalar(
+        r == groups_->rank ? static_cast<double>(device_->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
+  if (is_printer()) {
+    std::printf("done: %lld steps. Peak memory per device:", static_cast<long long>(cfg_.steps));
+    for (int r = 0; r < l.world(); ++r)
+      std::printf(" cpu:%d %s%s", r, format_bytes(static_cast<uint64_t>(peaks[r])).c_str(),
+                  r + 1 < l.world() ? "," : "");
+    if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+  }
   return history;
 }
 
@@ -155,28 +209,24 @@ StepMetrics Trainer::train_step(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);
-  model_.zero_grad();
-  double loss_sum = 0;
-  for (int64_t micro = 0; micro < b.accum; ++micro) {
-    data::Batch batch = dataset_->batch(step, micro * b.micro, b.micro, *device_);
-    std::vector<nn::Saved> saved;
-    Tensor logits = model_.forward(batch.inputs, saved, activation_checkpointing_);
-    loss_sum += nn::cross_entropy_sum_and_grad(logits, batch.targets, rows);
-    model_.backward(logits, saved, activation_checkpointing_);
-  }
-  const double norm = std::sqrt(optim::sum_of_squares({model_.flat_grads()}));
   const double lr = optim::learning_rate(schedule_config(cfg_), step);
-  optimizer_->step(static_cast<float>(lr), optim::clip_coefficient(norm, cfg_.gradient_clipping));
+  const parallel::StepResult r = engine_->step(
+      [&](int64_t first, int64_t count) {
+        data::Batch batch = dataset_->batch(step, first, count, *device_);
+        return parallel::pipeline::MicroBatch{batch.inputs, batch.targets};
+      },
+      static_cast<float>(lr), rows);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   StepMetrics m;
   m.step = step + 1;
-  m.loss = loss_sum / rows;
+  m.loss = r.loss_sum / rows;
   m.lr = lr;
-  m.grad_norm = norm;
-  m.step_seconds = seconds;
-  m.tokens_per_s = rows / seconds;
-  m.peak_bytes = device_->peak_bytes();
+  m.grad_norm = r.grad_norm;
+  m.step_seconds = groups_->world->all_reduce_scalar(seconds, comm::ReduceOp::Max);
+  m.tokens_per_s = rows / m.step_seconds;
+  m.peak_bytes = static_cast<uint64_t>(
+      groups_->world->all_reduce_scalar(static_cast<double>(device_->peak_bytes()), comm::ReduceOp::Max));
   if (!std::isfinite(m.loss))
     TANDEM_FAIL("the loss became ", m.loss, " at step ", m.step,
                 ": lower optimizer.params.lr or set gradient_clipping");

@@ -1,5 +1,5 @@
-// Trainer: the training loop on one device. Config -> model -> data -> steps of gradient accumulation,
-// clipping, AdamW, a progress line, metrics.jsonl and checkpoints. Parallel layouts wrap this later.
+// Trainer: the training loop on any layout. Config -> layout -> model -> data -> steps (the Engine does the
+// parallel work: pipeline, tensor slots, ZeRO), a progress line, metrics.jsonl and checkpoints.
 #pragma once
 
 #include <functional>
@@ -10,15 +10,16 @@
 #include "tandem/config/config.h"
 #include "tandem/data/dataset.h"
 #include "tandem/device/cpu_device.h"
+#include "tandem/layout/groups.h"
 #include "tandem/nn/model.h"
-#include "tandem/optim/adamw.h"
+#include "tandem/parallel/engine.h"
 
 namespace tandem::train {
 
 struct TrainOptions {
   std::string out_dir;  // metrics.jsonl and checkpoints/ go here; empty: nothing is written
   std::string resume;   // a checkpoint or run folder to continue from; empty: start fresh
-  bool print = true;    // progress lines on stdout
+  bool print = true;    // progress lines on stdout (rank 0 only)
 };
 
 struct StepMetrics {
@@ -27,34 +28,44 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;  // before clipping
   double step_seconds = 0;
-  double tokens_per_s = 0;  // tokens (gpt) or samples (mlp) per second
-  uint64_t peak_bytes = 0;
+  double tokens_per_s = 0;  // tokens (gpt) or samples (mlp) per second, whole job
+  uint64_t peak_bytes = 0;  // the largest per-device peak so far
 };
+
+// Builds the whole model for one tensor-parallel slot (layers hold only their slot's part).
+using ModelBuilder = std::function<nn::Model(nn::TpSlot)>;
 
 class Trainer {
  public:
-  // `model` is built but not materialised; the trainer puts it on its device.
-  Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options);
+  // `groups`: this rank's communicators; null for a single process. The model must not be materialised.
+  Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
+          layout::Groups* groups = nullptr);
+  // A model built in code, for one process or layouts without tensor parallelism.
+  Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
+          layout::Groups* groups = nullptr);
   // Builds model and dataset from the config's "model" and "data" objects.
-  static Trainer from_config(const config::TrainConfig& cfg, TrainOptions options);
+  static Trainer from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups = nullptr);
 
-  // Trains until cfg.steps; returns the metrics of the steps run by this call.
+  // Trains until cfg.steps; returns the metrics of the steps run by this call (the same on every rank).
   std::vector<StepMetrics> run();
 
-  nn::Model& model() { return model_; }
+  parallel::Engine& engine() { return *engine_; }
   device::CpuDevice& device() { return *device_; }
 
  private:
   StepMetrics train_step(int64_t step);
+  bool is_printer() const { return options_.print && groups_->rank == 0; }
 
   config::TrainConfig cfg_;
-  TrainOptions options_;
-  std::unique_ptr<device::CpuDevice> device_;
-  nn::Model model_;
+  ModelBuilder build_;
   std::unique_ptr<data::Dataset> dataset_;
+  TrainOptions options_;
+  layout::Groups own_groups_;  // when none were given
+  layout::Groups* groups_;
+  layout::ParallelPlan plan_;
+  std::unique_ptr<device::CpuDevice> device_;
+  std::unique_ptr<parallel::Engine> engine_;
   int64_t rows_per_sample_;
-  bool activation_checkpointing_ = false;
-  std::unique_ptr<optim::AdamW> optimizer_;
 };
 
 }  // namespace tandem::train

@@ -41,6 +41,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   double grad_sum_of_squares(bool count_replicated) const;
   // AdamW on the owned part, then (stage 1 and 2) the updated shards gathered back into the full values.
   void optimizer_step(float lr, float grad_scale);
+  optim::AdamW& optimizer() { return *adamw_; }
 
   // The values of every parameter of these layers, as they would be on one device's tp slot: for tests,
   // export and checkpoints of small models. Collective over dp at stage 3.
