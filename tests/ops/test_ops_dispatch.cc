@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "ops_test_util.h"
 #include "tandem/ops/ops.h"
@@ -18,6 +19,10 @@ class FakeCudaDevice final : public Device {
   void release(void* ptr, size_t) override { std::free(ptr); }
   DeviceKind kind() const override { return DeviceKind::Cuda; }
   std::string name() const override { return "cuda:0"; }
+  void fill_zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
 };
 
 TEST(OpsDispatch, DeviceWithoutBackendThrowsNamingOpAndDevice) {

@@ -18,6 +18,15 @@ class Device {
   virtual void release(void* ptr, size_t bytes) = 0;
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;  // "cpu:0", "cuda:1"
+
+  // Byte moves on this device's memory, ordered with its compute (on CUDA: its compute stream).
+  virtual void fill_zero(void* ptr, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Between this device's memory and host memory; these wait until the bytes have arrived.
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  // Waits until all work queued on this device is done (a no-op on CPU).
+  virtual void synchronize() {}
 };
 
 }  // namespace tandem

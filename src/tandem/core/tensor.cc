@@ -89,13 +89,59 @@ uint16_t* Tensor::u16() const {
 }
 
 void Tensor::fill_zero() const {
-  if (numel() > 0) std::memset(raw(), 0, nbytes());
+  if (numel() > 0) device().fill_zero(raw(), nbytes());
 }
 
 void Tensor::copy_from(const Tensor& other) const {
   TANDEM_CHECK(other.numel() == numel() && other.dtype_ == dtype_, "copy of ", shape_str(other.shape_), " ",
                dtype_name(other.dtype_), " into ", shape_str(shape_), " ", dtype_name(dtype_));
-  if (numel() > 0) std::memmove(raw(), other.raw(), nbytes());
+  if (numel() == 0) return;
+  if (&other.device() == &device()) {
+    device().copy(raw(), other.raw(), nbytes());
+  } else if (other.device().kind() == DeviceKind::Cpu) {
+    device().copy_from_host(raw(), other.raw(), nbytes());
+  } else if (device().kind() == DeviceKind::Cpu) {
+    other.device().copy_to_host(raw(), other.raw(), nbytes());
+  } else {
+    std::vector<char> host(nbytes());
+    other.device().copy_to_host(host.data(), other.raw(), nbytes());
+    device().copy_from_host(raw(), host.data(), nbytes());
+  }
+}
+
+void Tensor::copy_to_host(void* dst) const {
+  if (numel() > 0) device().copy_to_host(dst, raw(), nbytes());
+}
+
+void Tensor::copy_from_host(const void* src) const {
+  if (numel() > 0) device().copy_from_host(raw(), src, nbytes());
+}
+
+std::vector<float> Tensor::to_host_floats() const {
+  std::vector<char> bytes(nbytes());
+  copy_to_host(bytes.data());
+  std::vector<float> out(static_cast<size_t>(numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (dtype_) {
+      case DType::F32:
+        std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+        break;
+      case DType::I32: {
+        int32_t v;
+        std::memcpy(&v, bytes.data() + 4 * i, 4);
+        out[i] = static_cast<float>(v);
+        break;
+      }
+      case DType::BF16:
+      case DType::F16: {
+        uint16_t h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        out[i] = dtype_ == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace tandem

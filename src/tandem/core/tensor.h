@@ -71,7 +71,12 @@ class Tensor {
   uint16_t* u16() const;  // bf16 or f16 storage
 
   void fill_zero() const;
-  void copy_from(const Tensor& other) const;  // same shape and dtype, host-visible memory
+  // Same numel and dtype; `other` may live on another device (then the bytes go through the host).
+  void copy_from(const Tensor& other) const;
+  void copy_to_host(void* dst) const;          // nbytes() bytes
+  void copy_from_host(const void* src) const;  // nbytes() bytes
+  // The elements as floats on the host (f32, bf16 and f16 converted; i32 as values): for tests and metrics.
+  std::vector<float> to_host_floats() const;
 
  private:
   template <class T>

@@ -1,6 +1,7 @@
 #include "tandem/device/cpu_device.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "tandem/core/error.h"
@@ -16,5 +17,9 @@ void* CpuDevice::raw_allocate(size_t bytes) {
 }
 
 void CpuDevice::raw_release(void* ptr) { std::free(ptr); }
+
+void CpuDevice::fill_zero(void* ptr, size_t bytes) { std::memset(ptr, 0, bytes); }
+
+void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
 }  // namespace tandem::device

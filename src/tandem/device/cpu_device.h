@@ -12,6 +12,10 @@ class CpuDevice final : public AccountedDevice {
 
   DeviceKind kind() const override { return DeviceKind::Cpu; }
   std::string name() const override { return "cpu:" + std::to_string(index_); }
+  void fill_zero(void* ptr, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override { copy(host_dst, src, bytes); }
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override { copy(dst, host_src, bytes); }
 
  protected:
   void* raw_allocate(size_t bytes) override;

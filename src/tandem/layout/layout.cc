@@ -89,9 +89,11 @@ void validate_for_model(const ParallelPlan& plan, const config::Json& model, int
     if (vocab % l.tp != 0)
       TANDEM_FAIL("model.vocab_size ", vocab, " is not divisible by parallel.tensor ", l.tp,
                   ": pad the vocabulary to a multiple of ", l.tp, " (e.g. ", (vocab + l.tp - 1) / l.tp * l.tp, ")");
-    if (plan.stages.empty() && layers < chunks)
-      TANDEM_FAIL("model.layers ", layers, " cannot fill ", chunks, " pipeline stages (pipeline ", l.pp,
-                  " x virtual_stages ", plan.virtual_stages, "): use fewer stages");
+    // The embedding and the head are pipeline units too: layers + 2 units to cut.
+    if (plan.stages.empty() && layers + 2 < chunks)
+      TANDEM_FAIL("model.layers ", layers, " (plus the embedding and the head) cannot fill ", chunks,
+                  " pipeline stages (pipeline ", l.pp, " x virtual_stages ", plan.virtual_stages,
+                  "): use fewer stages or more layers");
     if (!plan.stages.empty()) {
       if (static_cast<int>(plan.stages.size()) != chunks)
         TANDEM_FAIL("parallel.stages lists ", plan.stages.size(), " stages but the layout has ", chunks);

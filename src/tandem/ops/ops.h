@@ -1,8 +1,20 @@
-// The op set: forward and backward of every computation the models need, on fp32 tensors.
-// Each op checks shapes and dispatches on the tensors' device (CPU: OpenBLAS and OpenMP, in ops/cpu).
-// Ops never allocate their outputs unless they say so; scratch goes through the device allocator.
+// The op set: forward and backward of every computation the models need.
+// Each op checks shapes and dtypes and dispatches on the tensors' device (CPU: OpenBLAS and OpenMP, in
+// ops/cpu; CUDA: cuBLASLt, cuDNN and our kernels, in ops/cuda). Ops never allocate their outputs unless they
+// say so; scratch goes through the device allocator. Ops never wait for the device (no host syncs) except
+// the two that return a host value (sum_squares, and none other).
 // Gradient outputs named d* are overwritten unless the comment says "accumulates" (+=).
 // Legend: N rows (tokens), K/M/C channels, V vocabulary, B batch, T time, H heads, D head dim (C = H*D).
+//
+// Dtypes (mixed precision). Activations, their gradients and the parameters the layers read are in one
+// compute dtype X: f32, bf16 or f16. Every op computes in fp32 and rounds once when it stores. Unless a
+// comment says otherwise, all float tensors of one op share the dtype X. The places that are fp32 always:
+//   - matmul: a and b share X; c is X or f32 (weight gradients accumulate into fp32 buffers).
+//   - bias_backward: dbias f32. layernorm: mean, rstd, dgamma, dbeta f32. embedding_backward: dtable f32.
+//     add_positions_backward: dpos f32. attention: lse f32.
+//   - cross entropy: logits and dlogits in X; row_max, target_logit, sum_exp, lse, losses, loss_sum f32.
+//   - adamw_step: every tensor f32 (master weights, fp32 gradients, moments).
+//   - sum_squares: any float dtype. cast: any float dtype to any float dtype. axpy, add, scale, fill: one dtype.
 #pragma once
 
 #include <cstdint>
@@ -89,8 +101,17 @@ void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
                             const Tensor& dlogits, int64_t start);
 
-// Sum of squares of x, accumulated in double (for global-norm clipping).
+// lse (N) f32 holds sum_exp on entry and the log-sum-exp on return: lse = row_max + log(sum_exp);
+// loss_sum (1) f32 += sum over rows of (lse - target_logit). On the device: no host sync.
+void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,
+                          const Tensor& loss_sum);
+
+// Sum of squares of x, accumulated in double (for global-norm clipping). Waits for the device; inf or NaN
+// in x gives inf or NaN (the fp16 overflow check reads it).
 double sum_squares(const Tensor& x);
+
+// x = value, every element.
+void fill(const Tensor& x, float value);
 
 // AdamW (Loshchilov & Hutter) on flat fp32 buffers of equal numel, one step, `step` counted from 1:
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p),
@@ -102,7 +123,8 @@ struct AdamWParams {
 };
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
 
-// Casts between storage types: dst = convert(src), same numel (f32 <-> bf16/f16, f32 <-> f32).
+// Casts between storage types: dst = convert(src), same numel, any float dtype to any float dtype
+// (round to nearest even; overflow to inf).
 void cast(const Tensor& src, const Tensor& dst);
 
 }  // namespace tandem::ops

@@ -64,6 +64,28 @@ StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_
   return r;
 }
 
+std::map<std::string, std::vector<float>> Engine::collect_parameters() {
+  std::map<std::string, Tensor> full;  // every parameter of the model, zeros where this rank holds nothing
+  for (nn::Parameter* p : model_.parameters())
+    full[p->name] = Tensor::zeros(p->global_shape, DType::F32, device_, p->name + " (collected)");
+  const auto& c = groups_.coord;
+  // One rank writes each element: dp rank 0, and tp slot 0 for parameters every slot holds whole.
+  store_->visit_full_values([&](const nn::Parameter& p, const Tensor& value) {
+    if (c.dp != 0 || (!p.shard.sharded() && c.tp != 0)) return;
+    const std::vector<float> local = value.to_host_floats();
+    std::vector<float> global(static_cast<size_t>(shape_numel(p.global_shape)), 0.0f);
+    for (size_t i = 0; i < local.size(); ++i)
+      global[static_cast<size_t>(p.shard.global_index(static_cast<int64_t>(i)))] = local[i];
+    full[p.name].copy_from_host(global.data());
+  });
+  std::map<std::string, std::vector<float>> out;
+  for (auto& [name, t] : full) {
+    groups_.world->all_reduce(t, comm::ReduceOp::Sum);
+    out[name] = t.to_host_floats();
+  }
+  return out;
+}
+
 std::string Engine::describe_stages() const {
   std::ostringstream os;
   const auto& layers = model_.layers();

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tandem/layout/groups.h"
 #include "tandem/layout/layout.h"
@@ -43,6 +45,11 @@ class Engine {
   // One step: `batch(first, count)` gives the global samples first .. first+count-1 of this step.
   StepResult step(const std::function<pipeline::MicroBatch(int64_t first, int64_t count)>& batch, float lr,
                   double loss_normalizer);
+
+  // Every parameter's full logical tensor, assembled from all ranks' pieces (tp slots, pipeline stages,
+  // ZeRO shards) and returned on every rank. Collective over the world; holds the whole model on every
+  // rank, so it is for tests and small models.
+  std::map<std::string, std::vector<float>> collect_parameters();
 
   nn::Model& model() { return model_; }
   ParameterStore& store() { return *store_; }
