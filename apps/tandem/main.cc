@@ -32,7 +32,9 @@ struct TrainArgs {
 
 // Re-runs this command as N processes under mpirun; returns only if exec fails.
 int launch_with_mpirun(int argc, char** argv, int n) {
-  std::vector<std::string> args = {"mpirun", "-n", std::to_string(n), "--bind-to", "none"};
+  // A rank that dies must not take the others down before their watchdog can say which one it was.
+  std::vector<std::string> args = {
+      "mpirun", "-n", std::to_string(n), "--bind-to", "none", "--mca", "orte_abort_on_non_zero_status", "0"};
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (static_cast<unsigned>(n) > cores) args.push_back("--oversubscribe");
   if (geteuid() == 0) args.push_back("--allow-run-as-root");

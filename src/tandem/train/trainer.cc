@@ -2,9 +2,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tandem/core/units.h"
 #include "tandem/optim/schedule.h"
@@ -205,7 +208,30 @@ std::vector<StepMetrics> Trainer::run() {
   return history;
 }
 
+namespace {
+
+// Fault injection for the fault tests: TANDEM_FAULT="rank=R,step=S,kind=hang|kill|exit" makes rank R hang,
+// die by SIGKILL, or exit(9) at the start of step S (1-based).
+void inject_fault(int rank, int64_t step) {
+  const char* spec = std::getenv("TANDEM_FAULT");
+  if (!spec) return;
+  int r = -1;
+  long long s = -1;
+  char kind[16] = {0};
+  if (std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &r, &s, kind) != 3)
+    TANDEM_FAIL("TANDEM_FAULT='", spec, "' is not rank=R,step=S,kind=hang|kill|exit");
+  if (r != rank || s != step) return;
+  std::fprintf(stderr, "[fault injection] rank %d at step %lld: %s\n", rank, s, kind);
+  std::fflush(stderr);
+  if (std::string(kind) == "kill") raise(SIGKILL);
+  if (std::string(kind) == "exit") std::_Exit(9);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // hang
+}
+
+}  // namespace
+
 StepMetrics Trainer::train_step(int64_t step) {
+  inject_fault(groups_->rank, step + 1);
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);

@@ -50,13 +50,13 @@ void check_reducible(const Tensor& t, const std::string& group) {
 
 class MpiRequest final : public Request {
  public:
-  MpiRequest(MpiCommunicator& comm, MPI_Request req, int32_t op, int64_t seq)
-      : comm_(comm), req_(req), op_(op), seq_(seq) {}
+  MpiRequest(MpiCommunicator& comm, MPI_Request req, int32_t op, int64_t seq, int peer)
+      : comm_(comm), req_(req), op_(op), seq_(seq), peer_(peer) {}
   ~MpiRequest() override {
     if (req_ != MPI_REQUEST_NULL) wait();  // never leave an operation in flight on a freed buffer
   }
   void wait() override {
-    if (req_ != MPI_REQUEST_NULL) comm_.wait(req_, op_, seq_);
+    if (req_ != MPI_REQUEST_NULL) comm_.wait(req_, op_, seq_, peer_);
   }
 
  private:
@@ -64,6 +64,7 @@ class MpiRequest final : public Request {
   MPI_Request req_;
   int32_t op_;
   int64_t seq_;
+  int peer_;
 };
 
 }  // namespace
@@ -75,7 +76,6 @@ MpiCommunicator::MpiCommunicator(MpiWorld& world, MPI_Comm comm, std::string nam
   world_ranks_.resize(static_cast<size_t>(size_));
   const int me = world.rank();
   MPI_Allgather(&me, 1, MPI_INT, world_ranks_.data(), 1, MPI_INT, comm_);
-  world_.register_group(id_, name_);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -91,8 +91,8 @@ int64_t MpiCommunicator::begin(int32_t op) {
   return seq;
 }
 
-std::unique_ptr<Request> MpiCommunicator::started(MPI_Request req, int32_t op, int64_t seq) {
-  return std::make_unique<MpiRequest>(*this, req, op, seq);
+std::unique_ptr<Request> MpiCommunicator::started(MPI_Request req, int32_t op, int64_t seq, int peer) {
+  return std::make_unique<MpiRequest>(*this, req, op, seq, peer);
 }
 
 std::unique_ptr<Request> MpiCommunicator::all_reduce_async(const Tensor& t, ReduceOp op) {
@@ -142,13 +142,13 @@ std::unique_ptr<Request> MpiCommunicator::broadcast_async(const Tensor& t, int r
 std::unique_ptr<Request> MpiCommunicator::send_async(const Tensor& t, int peer, int tag) {
   MPI_Request req;
   check_mpi(MPI_Isend(t.raw(), count_of(t, name_), mpi_type(t.dtype()), peer, tag, comm_, &req), "MPI_Isend", name_);
-  return started(req, kSend, tag);
+  return started(req, kSend, tag, peer);
 }
 
 std::unique_ptr<Request> MpiCommunicator::recv_async(const Tensor& t, int peer, int tag) {
   MPI_Request req;
   check_mpi(MPI_Irecv(t.raw(), count_of(t, name_), mpi_type(t.dtype()), peer, tag, comm_, &req), "MPI_Irecv", name_);
-  return started(req, kRecv, tag);
+  return started(req, kRecv, tag, peer);
 }
 
 void MpiCommunicator::barrier() {
@@ -166,10 +166,10 @@ double MpiCommunicator::all_reduce_scalar(double value, ReduceOp op) {
   return value;
 }
 
-void MpiCommunicator::wait(MPI_Request& req, int32_t op, int64_t seq) {
+void MpiCommunicator::wait(MPI_Request& req, int32_t op, int64_t seq, int peer) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  world_.progress().waiting(id_, seq, op);
+  world_.progress().waiting(id_, name_, seq, op);
   // Poll rather than block in MPI_Wait so a hang becomes a message. Spin briefly, then sleep a little:
   // tests run more ranks than cores, and a spinning rank would starve the one it waits for.
   int spins = 0;
@@ -180,18 +180,22 @@ void MpiCommunicator::wait(MPI_Request& req, int32_t op, int64_t seq) {
     if (++spins < 200) continue;
     std::this_thread::sleep_for(std::chrono::microseconds(spins < 2000 ? 20 : 200));
     const double waited = std::chrono::duration<double>(clock::now() - start).count();
-    if (waited > world_.timeout_s()) fire(op, seq, waited);
+    if (waited > world_.timeout_s()) fire(op, seq, peer, waited);
   }
   world_.progress().finished_waiting();
 }
 
-void MpiCommunicator::fire(int32_t op, int64_t seq, double waited_s) {
+void MpiCommunicator::fire(int32_t op, int64_t seq, int peer, double waited_s) {
   std::ostringstream os;
   os << "[tandem watchdog] rank " << world_.rank() << ": " << op_name(op);
-  if (op == kSend || op == kRecv)
-    os << " (tag " << seq << ")";
-  else
+  if (op == kSend || op == kRecv) {
+    const int w = world_ranks_[static_cast<size_t>(peer)];
+    os << (op == kSend ? " to" : " from") << " rank " << w << " (tag " << seq << ")";
+    PeerProgress p;
+    if (world_.progress().read(w, id_, p) && !p.alive) os << ", which is dead: its process has exited,";
+  } else {
     os << " #" << seq;
+  }
   os << " on group '" << name_ << "' (world ranks";
   for (int r : world_ranks_) os << " " << r;
   os << ") has waited " << static_cast<int>(waited_s) << " s, over the " << world_.timeout_s() << " s timeout.";
@@ -208,11 +212,13 @@ void MpiCommunicator::fire(int32_t op, int64_t seq, double waited_s) {
       if (p.started >= seq) continue;
       ++n_missing;
       missing << " " << r << " (";
-      if (p.waiting)
-        missing << "waiting in " << op_name(p.wait_op) << " #" << p.wait_seq << " on '"
-                << world_.group_name(p.wait_group) << "'";
+      if (!p.alive)
+        missing << "dead: its process has exited";
+      else if (p.waiting)
+        missing << "waiting in " << op_name(p.wait_op) << (p.wait_op == kSend || p.wait_op == kRecv ? " tag " : " #")
+                << p.wait_seq << " on '" << p.wait_group_name << "'";
       else
-        missing << "computing, or dead";
+        missing << "busy outside communication, or hung";
       missing << ")";
     }
     if (n_missing) os << " Ranks that have not arrived:" << missing.str() << ".";

@@ -33,13 +33,14 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   double all_reduce_scalar(double value, ReduceOp op) override;
 
-  // Waits for `req` under the watchdog; `op`/`seq` describe it for the message.
-  void wait(MPI_Request& req, int32_t op, int64_t seq);
+  // Waits for `req` under the watchdog; `op`/`seq` (the tag for point-to-point) and `peer` (group rank of
+  // the other side of a send/recv, -1 for collectives) describe it for the message.
+  void wait(MPI_Request& req, int32_t op, int64_t seq, int peer = -1);
 
  private:
   int64_t begin(int32_t op);  // records the operation in the progress table, returns its sequence number
-  std::unique_ptr<Request> started(MPI_Request req, int32_t op, int64_t seq);
-  [[noreturn]] void fire(int32_t op, int64_t seq, double waited_s);
+  std::unique_ptr<Request> started(MPI_Request req, int32_t op, int64_t seq, int peer = -1);
+  [[noreturn]] void fire(int32_t op, int64_t seq, int peer, double waited_s);
 
   MpiWorld& world_;
   MPI_Comm comm_;

@@ -45,11 +45,6 @@ std::unique_ptr<Communicator> MpiWorld::split(int color, int key, const std::str
 
 std::unique_ptr<Communicator> MpiWorld::world() { return split(0, rank_, "world"); }
 
-std::string MpiWorld::group_name(uint64_t id) const {
-  auto it = group_names_.find(id);
-  return it != group_names_.end() ? it->second : "group " + std::to_string(id);
-}
-
 void MpiWorld::abort(const std::string& message, int code) {
   std::fprintf(stderr, "%s\n", message.c_str());
   std::fflush(stderr);

@@ -5,7 +5,6 @@
 
 #include <mpi.h>
 
-#include <map>
 #include <memory>
 #include <string>
 
@@ -34,9 +33,6 @@ class MpiWorld {
   std::unique_ptr<Communicator> world();
 
   ProgressTable& progress() { return *progress_; }
-  // The name of a group this process belongs to, from its id; "group <id>" for others.
-  std::string group_name(uint64_t id) const;
-  void register_group(uint64_t id, const std::string& name) { group_names_[id] = name; }
   // Prints the message on stderr and ends every rank of the job.
   [[noreturn]] void abort(const std::string& message, int code = 3);
 
@@ -45,7 +41,6 @@ class MpiWorld {
   int rank_ = 0, size_ = 1;
   double timeout_s_;
   std::unique_ptr<ProgressTable> progress_;
-  std::map<uint64_t, std::string> group_names_;
 };
 
 // True when this process was started by mpirun/mpiexec (Open MPI, MPICH or Slurm variables).

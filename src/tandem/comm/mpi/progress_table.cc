@@ -1,6 +1,11 @@
 #include "tandem/comm/mpi/progress_table.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 
 #include "tandem/core/error.h"
 
@@ -47,6 +52,8 @@ ProgressTable::ProgressTable(MPI_Comm world) {
   mine_->wait_seq = 0;
   mine_->wait_op = kNone;
   mine_->waiting = 0;
+  mine_->pid = static_cast<int64_t>(getpid());
+  mine_->wait_group_name[0] = 0;
 
   std::vector<int> node_world(static_cast<size_t>(node_size));
   MPI_Allgather(&world_rank, 1, MPI_INT, node_world.data(), 1, MPI_INT, node_);
@@ -76,7 +83,12 @@ void ProgressTable::started(uint64_t group, int64_t seq) {
   mine_->group[slot] = group;
 }
 
-void ProgressTable::waiting(uint64_t group, int64_t seq, int32_t op) {
+void ProgressTable::waiting(uint64_t group, const std::string& group_name, int64_t seq, int32_t op) {
+  if (mine_->wait_group != group) {
+    const size_t n = std::min(group_name.size(), sizeof(mine_->wait_group_name) - 1);
+    for (size_t i = 0; i < n; ++i) mine_->wait_group_name[i] = group_name[i];
+    mine_->wait_group_name[n] = 0;
+  }
   mine_->wait_group = group;
   mine_->wait_seq = seq;
   mine_->wait_op = op;
@@ -98,6 +110,10 @@ bool ProgressTable::read(int world_rank, uint64_t group, PeerProgress& out) cons
   out.wait_seq = e->wait_seq;
   out.wait_op = e->wait_op;
   out.waiting = e->waiting != 0;
+  for (size_t i = 0; i < sizeof(e->wait_group_name) && e->wait_group_name[i]; ++i)
+    out.wait_group_name += e->wait_group_name[i];
+  // kill(pid, 0) sends nothing; it fails with ESRCH once the process is gone.
+  out.alive = !(kill(static_cast<pid_t>(e->pid), 0) != 0 && errno == ESRCH);
   return true;
 }
 

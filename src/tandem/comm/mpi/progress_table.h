@@ -20,6 +20,8 @@ struct PeerProgress {
   int64_t wait_seq = 0;
   int32_t wait_op = kNone;
   bool waiting = false;
+  bool alive = true;  // the peer's process still exists (same host: checked by its pid)
+  std::string wait_group_name;
 };
 
 class ProgressTable {
@@ -32,7 +34,7 @@ class ProgressTable {
   ProgressTable& operator=(const ProgressTable&) = delete;
 
   void started(uint64_t group, int64_t seq);
-  void waiting(uint64_t group, int64_t seq, int32_t op);
+  void waiting(uint64_t group, const std::string& group_name, int64_t seq, int32_t op);
   void finished_waiting();
   // False for ranks on another host (their progress cannot be read).
   bool read(int world_rank, uint64_t group, PeerProgress& out) const;
@@ -45,6 +47,8 @@ class ProgressTable {
     int64_t wait_seq;
     int32_t wait_op;
     int32_t waiting;
+    int64_t pid;
+    char wait_group_name[64];  // a peer may not belong to that group, so it could not name it otherwise
   };
 
   MPI_Win win_ = MPI_WIN_NULL;

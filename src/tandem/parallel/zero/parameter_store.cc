@@ -21,8 +21,9 @@ struct ParameterStore::Unit {
 
 ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp,
                                Device& device, uint64_t seed, optim::AdamWConfig adamw)
-    : model_(model), stage_(zero_stage), dp_(dp), device_(device) {
-  TANDEM_CHECK(stage_ >= 0 && stage_ <= 3, "ZeRO stage ", stage_);
+    : model_(model), stage_(dp.size() > 1 ? zero_stage : 0), dp_(dp), device_(device) {
+  // With one replica there is nothing to shard: every stage is stage 0.
+  TANDEM_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage);
   unit_of_layer_.assign(model.layers().size(), -1);
   const int dp_size = dp_.size(), dp_rank = dp_.rank();
   std::vector<optim::Segment> segments;
