@@ -42,8 +42,8 @@ ParallelPlan resolve_parallel(const config::Json& parallel, int world) {
   if (!has_dp) {
     if (world % (pp * tp) != 0)
       TANDEM_FAIL("a virtual GPU of pipeline ", pp, " x tensor ", tp, " = ", pp * tp, " devices does not divide the ",
-                  world, " processes of this job: run with a multiple of ", pp * tp,
-                  " processes or change parallel.pipeline / parallel.tensor");
+                  world, " process", world == 1 ? "" : "es", " of this job: run with -n ", pp * tp,
+                  " (or a multiple of it) or change parallel.pipeline / parallel.tensor");
     dp = world / (pp * tp);
   } else if (!has_pp && !has_tp && world % dp == 0) {
     pp = world / dp;  // the virtual GPU is a pipeline unless told otherwise

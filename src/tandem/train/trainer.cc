@@ -58,10 +58,10 @@ void truncate_metrics(const fs::path& path, int64_t last_step) {
   for (const auto& l : kept) out << l << "\n";
 }
 
-void print_progress(const StepMetrics& m, int64_t total, double eta_s) {
-  std::printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | peak %s | ETA %s\n",
+void print_progress(const StepMetrics& m, int64_t total, double eta_s, const char* unit) {
+  std::printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f %s/s | peak %s | ETA %s\n",
               static_cast<long long>(m.step), static_cast<long long>(total), m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-              format_bytes(m.peak_bytes).c_str(), format_duration(eta_s).c_str());
+              unit, format_bytes(m.peak_bytes).c_str(), format_duration(eta_s).c_str());
   std::fflush(stdout);
 }
 
@@ -170,7 +170,7 @@ std::vector<StepMetrics> Trainer::run() {
     history.push_back(m);
     const double eta = elapsed / static_cast<double>(history.size()) * static_cast<double>(cfg_.steps - m.step);
     if (is_printer() && (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1))
-      print_progress(m, cfg_.steps, eta);
+      print_progress(m, cfg_.steps, eta, cfg_.model_type == "gpt" ? "tok" : "samples");
     if (metrics.is_open()) {
       metrics << config::Json{{"step", m.step},
                               {"loss", m.loss},

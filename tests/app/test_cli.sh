@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The command line as a user meets it: launching, layouts, the demo scenario, bad input and faults.
+# Usage: test_cli.sh TANDEM_BINARY SOURCE_DIR. Prints one line per check and "N passed, M failed".
+set -u
+tandem="$1"
+src="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+passed=0
+failed=0
+
+check() {  # check NAME CONDITION-EXIT-CODE [DETAIL]
+  if [ "$2" -eq 0 ]; then
+    echo "PASS $1"
+    passed=$((passed + 1))
+  else
+    echo "FAIL $1${3:+: $3}"
+    failed=$((failed + 1))
+  fi
+}
+
+# Runs a command with a time limit; stdout+stderr to $work/out, exit code to $rc, seconds to $secs.
+run() {
+  local start=$(date +%s)
+  timeout "$1" "${@:2}" >"$work/out" 2>&1
+  rc=$?
+  secs=$(($(date +%s) - start))
+}
+
+cat >"$work/tiny.json" <<'JSON'
+{
+  "model": { "type": "gpt", "vocab_size": 64, "seq_len": 16, "dim": 32, "layers": 4, "heads": 4 },
+  "data": { "type": "synthetic" },
+  "train_batch_size": 8, "gradient_accumulation_steps": 2, "steps": 3, "seed": 3,
+  "optimizer": { "type": "AdamW", "params": { "lr": 1e-3 } }
+}
+JSON
+
+# --- launching and layouts
+run 120 "$tandem" train -n 2 "$work/tiny.json" --out "$work/a" --set 'parallel={"pipeline": 2}'
+check "train -n 2 runs a 2-stage pipeline" $rc "$(tail -3 "$work/out")"
+grep "^step" "$work/out" | sed 's/| [0-9.]* tok\/s.*//' >"$work/a.steps"
+[ "$(grep -c 'rank 0 -> vgpu 0, stage 0, tp slot 0' "$work/out")" -eq 1 ]
+check "the layout is printed once" $?
+grep -q "Peak memory per device: cpu:0 .*, cpu:1 " "$work/out"
+check "each device's peak is printed at the end" $?
+[ "$(wc -l <"$work/a/metrics.jsonl")" -eq 3 ] && grep -q '"peak_bytes"' "$work/a/metrics.jsonl"
+check "metrics.jsonl has one line per step with peak_bytes" $?
+
+run 120 mpirun -n 2 --oversubscribe "$tandem" train "$work/tiny.json" --out "$work/b" --set 'parallel={"pipeline": 2}'
+check "mpirun -np 2 tandem train runs" $rc "$(tail -3 "$work/out")"
+grep "^step" "$work/out" | sed 's/| [0-9.]* tok\/s.*//' >"$work/b.steps"
+cmp -s "$work/a.steps" "$work/b.steps"
+check "mpirun -np 2 and -n 2 give the same losses" $?
+
+run 120 "$tandem" train "$work/tiny.json" --out "$work/c"
+grep "^step" "$work/out" | sed 's/| [0-9.]* tok\/s.*//' >"$work/c.steps"
+cmp -s "$work/a.steps" "$work/c.steps"
+check "the 2-stage pipeline prints the same losses as one device" $? "$(diff "$work/a.steps" "$work/c.steps")"
+
+# --- bad layouts
+run 60 "$tandem" train -n 3 "$work/tiny.json" --set 'parallel={"virtual_gpus": 2, "pipeline": 2}'
+[ $rc -ne 0 ] && grep -q "needs 4 devices but the job has 3 processes: run with -n 4" "$work/out"
+check "a layout that does not match the world size is refused" $? "$(tail -2 "$work/out")"
+run 60 "$tandem" train -n 2 "$work/tiny.json" --set 'parallel={"tensor": 2}' --set model.heads=3 --set model.dim=33
+[ $rc -ne 0 ] && grep -q "model.heads 3 is not divisible by parallel.tensor 2" "$work/out"
+check "heads that do not divide over tp are refused" $? "$(tail -2 "$work/out")"
+run 60 "$tandem" train -n 2 "$work/tiny.json" --set 'parallel={"pipeline": 2, "stages": [[0, 0], [1, 2]]}'
+[ $rc -ne 0 ] && grep -q "parallel.stages covers blocks 0..2 but the model has 4 blocks" "$work/out"
+check "a stage map that does not cover the layers is refused" $? "$(tail -2 "$work/out")"
+run 60 "$tandem" train "$work/tiny.json" --set 'parallel={"pipeline": 2}'
+[ $rc -ne 0 ] && grep -q "run with -n 2" "$work/out"
+check "a multi-device layout on one process says to use -n" $? "$(tail -2 "$work/out")"
+
+# --- bad config
+run 30 "$tandem" train "$work/tiny.json" --set optimizer.params.lrr=1
+[ $rc -ne 0 ] && grep -q "did you mean 'optimizer.params.lr'" "$work/out"
+check "an unknown key names the nearest valid one" $? "$(tail -2 "$work/out")"
+run 30 "$tandem" train "$work/tiny.json" --set train_micro_batch_size_per_gpu=3
+[ $rc -ne 0 ] && grep -q "train_batch_size" "$work/out"
+check "inconsistent batch sizes show the equation" $? "$(tail -2 "$work/out")"
+
+# --- faults: a hung rank and a killed rank end the job with the watchdog's message within its timeout
+run 90 env TANDEM_FAULT=rank=2,step=2,kind=hang "$tandem" train -n 4 "$work/tiny.json" \
+  --set 'parallel={"virtual_gpus": 2, "pipeline": 2, "timeout_s": 5}'
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "\[tandem watchdog\] rank .* has waited 5 s" "$work/out" &&
+  grep -q "not arrived: 2\|from rank 2\|to rank 2" "$work/out" && [ $secs -lt 60 ]
+check "a hung rank is named by the watchdog (exit $rc after ${secs}s)" $? "$(grep watchdog "$work/out" | head -2)"
+run 90 env TANDEM_FAULT=rank=1,step=2,kind=kill "$tandem" train -n 4 "$work/tiny.json" --set 'parallel={"timeout_s": 5}'
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "Ranks that have not arrived: 1 (dead: its process has exited)" "$work/out" &&
+  [ $secs -lt 60 ]
+check "a killed rank is named dead by the watchdog (exit $rc after ${secs}s)" $? "$(grep watchdog "$work/out" | head -2)"
+
+# --- the demo scenario, shortened: does not fit on one device, trains on 4 as 2 virtual GPUs
+run 120 "$tandem" train "$src/configs/demo.json" --set 'parallel={"virtual_gpus": 1}' --set steps=2
+[ $rc -ne 0 ] && grep -q "out of device memory on cpu:0: allocating .* over the budget of 768.0 MiB" "$work/out"
+check "demo: one device is refused by the allocator" $? "$(tail -2 "$work/out")"
+run 300 "$tandem" train -n 4 "$src/configs/demo.json" --set steps=2 --out "$work/demo"
+[ $rc -eq 0 ] && grep -q "done: 2 steps" "$work/out"
+check "demo: 4 devices as 2 virtual GPUs train" $? "$(tail -3 "$work/out")"
+python3 - "$work/out" <<'PY'
+import re, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("done:")][0]
+peaks = [float(x) for x in re.findall(r"cpu:\d+ ([0-9.]+) MiB", line)]
+sys.exit(0 if len(peaks) == 4 and max(peaks) < 768 else 1)
+PY
+check "demo: every device stays under its 768 MiB budget" $? "$(grep done: "$work/out")"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
