@@ -3,7 +3,7 @@
 # Debian/Ubuntu. Uses sudo when not root. Prints nothing more than apt does.
 set -euo pipefail
 
-packages=(build-essential cmake git python3 libopenmpi-dev openmpi-bin libopenblas-dev nlohmann-json3-dev
+packages=(build-essential cmake git python3 python3-venv procps libopenmpi-dev openmpi-bin libopenblas-dev nlohmann-json3-dev
           libcli11-dev libgtest-dev googletest zlib1g-dev clang-format base-files)
 
 missing=()
@@ -16,4 +16,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# A Python for the interchange tests (numpy and safetensors from PyPI), kept under build/.
+cd "$(dirname "$0")/.."
+if ! build/pyvenv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
+  echo "installing numpy and safetensors into build/pyvenv"
+  python3 -m venv build/pyvenv
+  build/pyvenv/bin/python -m pip install --quiet --disable-pip-version-check numpy safetensors
 fi

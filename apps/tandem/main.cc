@@ -1,4 +1,5 @@
-// The tandem command line: `tandem train [-n N] CONFIG.json [--out DIR] [--set key=value]... [--resume DIR]`.
+// The tandem command line: `tandem train [-n N] CONFIG.json [--out DIR] [--set key=value]... [--resume DIR]`
+// and `tandem export CHECKPOINT --to FILE`.
 // With -n it starts N processes through mpirun; under mpirun/mpiexec each process is one device. The only
 // place that catches errors and exits.
 #include <unistd.h>
@@ -14,10 +15,12 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/checkpoint/safetensors.h"
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
 #include "tandem/core/error.h"
 #include "tandem/layout/groups.h"
+#include "tandem/train/checkpoint.h"
 #include "tandem/train/trainer.h"
 
 namespace {
@@ -27,6 +30,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   std::string out = "runs/latest";
   std::string resume;
+  std::string init;
   int processes = 0;
 };
 
@@ -66,7 +70,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   if (!comm::mpi::launched_by_mpi()) {
     const config::TrainConfig tc =
         config::parse(cfg, layout::resolve_parallel(cfg.value("parallel", config::Json()), 1).layout.dp);
-    train::TrainOptions opt{a.out, a.resume, true};
+    train::TrainOptions opt{a.out, a.resume, a.init, true};
     train::Trainer trainer = train::Trainer::from_config(tc, opt);
     trainer.run();
     return 0;
@@ -77,7 +81,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     world->set_timeout_s(plan.timeout_s);
     const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
     layout::Groups groups = layout::make_groups(*world, plan.layout);
-    train::TrainOptions opt{a.out, a.resume, true};
+    train::TrainOptions opt{a.out, a.resume, a.init, true};
     train::Trainer trainer = train::Trainer::from_config(tc, opt, &groups);
     trainer.run();
     groups.world->barrier();
@@ -85,6 +89,17 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     // The other ranks may be waiting in a collective: end the whole job now rather than at the watchdog.
     world->abort("error on rank " + std::to_string(world->rank()) + ": " + e.what(), 1);
   }
+  return 0;
+}
+
+// Consolidates a checkpoint of any layout into one file of fp32 logical tensors.
+int run_export(const std::string& from, const std::string& to) {
+  const std::string folder = tandem::train::find_checkpoint(from);
+  const auto weights = tandem::train::read_checkpoint_weights(folder);
+  std::vector<tandem::checkpoint::TensorEntry> entries;
+  for (const auto& [name, t] : weights) entries.push_back({name, tandem::DType::F32, t.shape, t.values.data()});
+  tandem::checkpoint::write_safetensors(to, entries, {{"format", "pt"}, {"source", folder}});
+  std::printf("wrote %zu tensors from %s to %s\n", entries.size(), folder.c_str(), to.c_str());
   return 0;
 }
 
@@ -104,7 +119,15 @@ int main(int argc, char** argv) {
   train->add_option("--out", a.out, "Folder for metrics.jsonl and checkpoints/")->capture_default_str();
   train->add_option("--set", a.overrides, "Override a config key, e.g. --set optimizer.params.lr=3e-4")
       ->allow_extra_args(false);
-  train->add_option("--resume", a.resume, "Continue from a checkpoint folder or a run folder");
+  train->add_option("--resume", a.resume, "Continue from a checkpoint folder or a run folder (any layout)");
+  train->add_option("--init", a.init, "Start from the weights of a safetensors file (e.g. from tandem export)")
+      ->check(CLI::ExistingFile);
+
+  std::string export_from, export_to;
+  CLI::App* exporter = app.add_subcommand("export", "Write a checkpoint's weights as one safetensors file");
+  exporter->add_option("checkpoint", export_from, "A checkpoint folder, or a run folder (its newest checkpoint)")
+      ->required();
+  exporter->add_option("--to", export_to, "The safetensors file to write (PyTorch-style parameter names)")->required();
 
   try {
     app.parse(argc, argv);
@@ -112,6 +135,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    if (*exporter) return run_export(export_from, export_to);
     if (*train) {
       if (a.processes > 0 && !tandem::comm::mpi::launched_by_mpi()) return launch_with_mpirun(argc, argv, a.processes);
       return run_train(argc, argv, a);

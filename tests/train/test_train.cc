@@ -108,7 +108,7 @@ TEST(Train, CorruptedCheckpointRefusedByName) {
   const fs::path a = fresh_dir("corrupt");
   Json cfg = tiny_gpt_config(2);
   train(cfg, a.string());
-  const fs::path file = a / "checkpoints/step_00000002/model.safetensors";
+  const fs::path file = a / "checkpoints/step_00000002/rank_0.safetensors";
   {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(fs::file_size(file) - 10));
@@ -120,7 +120,7 @@ TEST(Train, CorruptedCheckpointRefusedByName) {
     FAIL() << "expected the corrupted checkpoint to be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("corrupted"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank_0.safetensors"), std::string::npos) << e.what();
   }
   fs::remove_all(a);
 }

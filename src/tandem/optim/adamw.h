@@ -19,6 +19,7 @@ struct Segment {
   Tensor value;      // (n) fp32
   Tensor grad;       // (n) fp32
   bool decay = true;
+  int64_t offset = 0;  // where the segment starts in the parameter (its flattened tensor-parallel slot)
 };
 
 class AdamW {

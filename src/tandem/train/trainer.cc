@@ -11,8 +11,9 @@
 
 #include "tandem/core/units.h"
 #include "tandem/optim/schedule.h"
+#include "tandem/train/checkpoint.h"
 #include "tandem/train/model_factory.h"
-#include "tandem/train/train_state.h"
+#include "tandem/train/stop_signal.h"
 
 namespace tandem::train {
 
@@ -112,7 +113,6 @@ Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions option
 std::vector<StepMetrics> Trainer::run() {
   const auto& b = cfg_.batch;
   const layout::Layout& l = groups_->layout;
-  const bool single = l.world() == 1;
   if (is_printer()) {
     std::printf("data: %s\n", dataset_->describe().c_str());
     std::printf("batch: %lld = micro %lld x accumulation %lld x virtual GPUs %lld; %lld steps\n",
@@ -146,12 +146,19 @@ std::vector<StepMetrics> Trainer::run() {
   }
 
   int64_t start = 0;
+  if (!options_.resume.empty() && !options_.init.empty())
+    TANDEM_FAIL("--resume and --init both given: --resume continues a run (weights and optimizer state), ",
+                "--init starts a new one from weights; choose one");
   if (!options_.resume.empty()) {
-    if (!single) TANDEM_FAIL("--resume of a multi-device layout is not supported yet; resume on one device");
     const std::string ckpt = find_checkpoint(options_.resume);
-    start = load_checkpoint(ckpt, engine_->model(), engine_->store().optimizer());
+    start = load_checkpoint(ckpt, *engine_, *groups_);
     if (is_printer()) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   }
+  if (!options_.init.empty()) {
+    load_initial_weights(options_.init, *engine_);
+    if (is_printer()) std::printf("initial weights from %s\n", options_.init.c_str());
+  }
+  install_stop_handlers();
 
   std::ofstream metrics;
   const fs::path out(options_.out_dir);
@@ -183,12 +190,17 @@ std::vector<StepMetrics> Trainer::run() {
               << "\n";
       metrics.flush();
     }
+    // A stop signal on any rank stops every rank after this step.
+    const bool stop = groups_->world->all_reduce_scalar(stop_requested() ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
     const bool due = cfg_.checkpoint.every > 0 && m.step % cfg_.checkpoint.every == 0;
-    if (single && !options_.out_dir.empty() && (due || m.step == cfg_.steps)) {
-      const std::string dir =
-          save_checkpoint((out / "checkpoints").string(), m.step, engine_->model(), engine_->store().optimizer(),
-                          cfg_.raw, static_cast<int>(cfg_.checkpoint.keep));
+    if (!options_.out_dir.empty() && (due || m.step == cfg_.steps || stop)) {
+      const std::string dir = save_checkpoint((out / "checkpoints").string(), m.step, *engine_, cfg_.raw,
+                                              static_cast<int>(cfg_.checkpoint.keep), *groups_);
       if (is_printer()) std::printf("saved checkpoint %s\n", dir.c_str());
+    }
+    if (stop) {
+      if (is_printer()) std::printf("stopped by a signal after step %lld\n", static_cast<long long>(m.step));
+      break;
     }
   }
   // Each device's peak, gathered to rank 0 one rank at a time (a handful of scalars).
@@ -197,7 +209,8 @@ std::vector<StepMetrics> Trainer::run() {
     peaks.push_back(groups_->world->all_reduce_scalar(
         r == groups_->rank ? static_cast<double>(device_->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
   if (is_printer()) {
-    std::printf("done: %lld steps. Peak memory per device:", static_cast<long long>(cfg_.steps));
+    std::printf("done: %lld steps. Peak memory per device:",
+                static_cast<long long>(history.empty() ? start : history.back().step));
     for (int r = 0; r < l.world(); ++r)
       std::printf(" cpu:%d %s%s", r, format_bytes(static_cast<uint64_t>(peaks[r])).c_str(),
                   r + 1 < l.world() ? "," : "");

@@ -19,6 +19,7 @@ namespace tandem::train {
 struct TrainOptions {
   std::string out_dir;  // metrics.jsonl and checkpoints/ go here; empty: nothing is written
   std::string resume;   // a checkpoint or run folder to continue from; empty: start fresh
+  std::string init;     // a consolidated safetensors file of weights to start from (not with resume)
   bool print = true;    // progress lines on stdout (rank 0 only)
 };
 

@@ -1,6 +1,7 @@
 #include "tandem/parallel/zero/parameter_store.h"
 
 #include <algorithm>
+#include <map>
 
 #include "tandem/ops/ops.h"
 
@@ -66,12 +67,12 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       nn::Parameter* p = u->params[i];
       const int64_t off = u->offsets[i], n = shape_numel(p->shape);
       if (stage_ == 0) {
-        segments.push_back({p->name, u->values.flat_slice(off, n, {n}), u->grads.flat_slice(off, n, {n}), p->decay});
+        segments.push_back({p->name, u->values.flat_slice(off, n, {n}), u->grads.flat_slice(off, n, {n}), p->decay, 0});
       } else {
         const int64_t a = std::max(off, s0), b = std::min(off + n, s1);
         if (a < b)
           segments.push_back({p->name, u->master.flat_slice(a - s0, b - a, {b - a}),
-                              u->grad_shard.flat_slice(a - s0, b - a, {b - a}), p->decay});
+                              u->grad_shard.flat_slice(a - s0, b - a, {b - a}), p->decay, a - off});
       }
     }
     unit_of_layer_[layer] = static_cast<int>(units_.size());
@@ -180,6 +181,20 @@ double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
 
 void ParameterStore::optimizer_step(float lr, float grad_scale) {
   adamw_->step(lr, grad_scale);
+  values_changed();
+}
+
+void ParameterStore::visit_owned(
+    const std::function<void(const nn::Parameter&, int64_t, const Tensor&, const Tensor&, const Tensor&)>& fn) {
+  std::map<std::string, const nn::Parameter*> by_name;
+  for (const auto& u : units_)
+    for (nn::Parameter* p : u->params) by_name[p->name] = p;
+  const auto& segs = adamw_->segments();
+  for (size_t i = 0; i < segs.size(); ++i)
+    fn(*by_name.at(segs[i].name), segs[i].offset, segs[i].value, adamw_->exp_avg()[i], adamw_->exp_avg_sq()[i]);
+}
+
+void ParameterStore::values_changed() {
   if (stage_ == 1 || stage_ == 2) {
     std::vector<std::unique_ptr<comm::Request>> pending;
     for (auto& u : units_) pending.push_back(dp_.all_gather_async(u->master, u->values));

@@ -43,6 +43,13 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void optimizer_step(float lr, float grad_scale);
   optim::AdamW& optimizer() { return *adamw_; }
 
+  // Every piece of optimizer state this rank updates: the parameter, where the piece starts in it (its
+  // flattened tp slot), and its fp32 values and AdamW moments, (n) each. Writable: checkpoints load through it.
+  void visit_owned(const std::function<void(const nn::Parameter&, int64_t offset, const Tensor& value,
+                                            const Tensor& exp_avg, const Tensor& exp_avg_sq)>& fn);
+  // After the owned values were written from outside (a checkpoint): refresh the full values from them.
+  void values_changed();
+
   // The values of every parameter of these layers, as they would be on one device's tp slot: for tests,
   // export and checkpoints of small models. Collective over dp at stage 3.
   void visit_full_values(const std::function<void(const nn::Parameter&, const Tensor&)>& fn);

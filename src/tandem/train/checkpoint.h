@@ -1,0 +1,43 @@
+// Layout-free checkpoints. Every rank writes the optimizer-state pieces it owns (fp32 weights and AdamW
+// moments of its ZeRO shard of its tensor-parallel slot) to rank_<r>.safetensors, each piece described by
+// its parameter's logical name, global shape, tensor-parallel block and offset; rank 0 then writes
+// manifest.json (config, step, data position, seed, the layout that saved it, checksums) and renames the
+// folder into place. Loading assembles each parameter's logical tensor from whatever pieces exist and takes
+// the slice this rank's layout needs, so dp, pp, tp and the ZeRO stage may all differ from the saving run.
+// A folder without a manifest is not a checkpoint.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tandem/config/config.h"
+#include "tandem/layout/groups.h"
+#include "tandem/parallel/engine.h"
+
+namespace tandem::train {
+
+// Collective. Writes <root>/step_<step> (temporary name, fsync, rename) and keeps the newest `keep`.
+std::string save_checkpoint(const std::string& root, int64_t step, parallel::Engine& engine, const config::Json& cfg,
+                            int keep, layout::Groups& groups);
+
+// `path` is a checkpoint folder or a run folder (its newest complete checkpoint under checkpoints/).
+std::string find_checkpoint(const std::string& path);
+
+// Collective. Verifies the manifest, the checksums of the files it reads and that the checkpoint holds
+// exactly this model's parameters, then loads weights and moments. Returns the step it was saved at.
+// Nothing is modified when it throws.
+int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, layout::Groups& groups);
+
+// Loads initial weights from one consolidated safetensors file (tandem export, or written by PyTorch with
+// the same names): every parameter must be present with its logical shape; F32, BF16 or F16.
+void load_initial_weights(const std::string& path, parallel::Engine& engine);
+
+// The consolidated weights of a checkpoint: each parameter's logical tensor (for tandem export).
+struct LogicalTensor {
+  Shape shape;
+  std::vector<float> values;
+};
+std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder);
+
+}  // namespace tandem::train
