@@ -23,6 +23,12 @@
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/trainer.h"
 
+#ifdef TANDEM_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "tandem/device/cuda/cuda_device.h"
+#endif
+
 namespace {
 
 struct TrainArgs {
@@ -31,6 +37,7 @@ struct TrainArgs {
   std::string out = "runs/latest";
   std::string resume;
   std::string init;
+  std::string device = "auto";
   int processes = 0;
 };
 
@@ -120,6 +127,7 @@ int main(int argc, char** argv) {
   train->add_option("--set", a.overrides, "Override a config key, e.g. --set optimizer.params.lr=3e-4")
       ->allow_extra_args(false);
   train->add_option("--resume", a.resume, "Continue from a checkpoint folder or a run folder (any layout)");
+  train->add_option("--device", a.device, "auto (a GPU when one is visible), cpu or cuda")->capture_default_str();
   train->add_option("--init", a.init, "Start from the weights of a safetensors file (e.g. from tandem export)")
       ->check(CLI::ExistingFile);
 

@@ -1,4 +1,5 @@
-// AdamW: several steps against a float64 reference of the formula in ops.h, with weight decay and grad_scale.
+// AdamW: several steps against a float64 reference of the formula in ops.h, with weight decay and grad_scale;
+// every buffer must be f32 (16-bit parameters step through their f32 master copy).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,6 +56,24 @@ TEST(OpsAdamW, MismatchedSizesAndStepZeroThrow) {
   AdamWParams zero;
   zero.step = 0;
   EXPECT_THROW(adamw_step(p, randn(dev, {5}, 3), m, v, zero), Error);
+}
+
+TEST(OpsAdamW, SixteenBitBuffersThrowNamingThem) {
+  device::CpuDevice dev;
+  Tensor p = randn(dev, {5}, 1), g = randn(dev, {5}, 2);
+  Tensor m = Tensor::zeros({5}, DType::F32, dev, "m"), v = Tensor::zeros({5}, DType::F32, dev, "v");
+  adamw_step(p, g, m, v, AdamWParams{});  // the accepted combination
+  const Tensor bf = testing::randn_as(dev, {5}, 3, DType::BF16), f16 = testing::randn_as(dev, {5}, 4, DType::F16);
+  try {
+    adamw_step(bf, g, m, v, AdamWParams{});
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"adamw_step", "param", "bf16", "f32"}) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  EXPECT_THROW(adamw_step(p, f16, m, v, AdamWParams{}), Error);
+  EXPECT_THROW(adamw_step(p, g, Tensor::zeros({5}, DType::BF16, dev, "m"), v, AdamWParams{}), Error);
+  EXPECT_THROW(adamw_step(p, g, m, Tensor::zeros({5}, DType::F16, dev, "v"), AdamWParams{}), Error);
 }
 
 }  // namespace

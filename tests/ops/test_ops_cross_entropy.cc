@@ -1,4 +1,5 @@
-// Softmax cross-entropy against a float64 reference and finite differences; bad targets; large logits.
+// Softmax cross-entropy against a float64 reference and finite differences; bad targets; large logits; the
+// 16-bit compute dtypes with f32 statistics; the sharded statistics joined by cross_entropy_finish; refused dtypes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,8 +13,11 @@ namespace {
 using testing::ids_tensor;
 using testing::numeric_grad;
 using testing::randn;
+using testing::randn_as;
 using testing::rel_error;
 using testing::to_double;
+using testing::tolerance;
+using testing::values;
 
 constexpr int64_t kN = 7, kV = 11;
 const std::vector<int32_t> kTargets = {0, 10, 3, 3, 5, 9, 1};
@@ -150,6 +154,122 @@ TEST(OpsCrossEntropy, OutOfRangeTargetThrowsNamingIt) {
     }
     Tensor dlogits = Tensor::empty({3, kV}, DType::F32, dev, "dlogits");
     EXPECT_THROW(cross_entropy_backward(logits, targets, lse, 1.0f, dlogits), Error);
+  }
+}
+
+TEST(OpsCrossEntropyFinish, TurnsSumExpIntoLseAndAccumulatesTheLoss) {
+  device::CpuDevice dev;
+  const std::vector<double> row_max = {1.5, -2.0, 30.0, 0.0}, target = {0.25, -3.0, 29.0, -1.0},
+                            sum_exp = {1.0, 2.5, 17.0, 1000.0};
+  Tensor mx = testing::from_double(dev, {2, 2}, row_max);  // (B, T): any shape of N elements
+  Tensor tl = testing::from_double(dev, {2, 2}, target);
+  Tensor lse = testing::from_double(dev, {2, 2}, sum_exp);  // sum_exp in, lse out
+  Tensor loss_sum = testing::from_double(dev, {1}, {0.5});  // accumulates
+  cross_entropy_finish(mx, tl, lse, loss_sum);
+  std::vector<double> want_lse(4);
+  double want_sum = 0.5;
+  for (int i = 0; i < 4; ++i) {
+    want_lse[i] = row_max[i] + std::log(sum_exp[i]);
+    want_sum += want_lse[i] - target[i];
+  }
+  EXPECT_LT(rel_error(values(lse), want_lse), 1e-7);
+  EXPECT_NEAR(loss_sum.f32()[0], want_sum, 1e-6 * std::fabs(want_sum));
+
+  EXPECT_THROW(cross_entropy_finish(mx, tl, lse, Tensor::zeros({2}, DType::F32, dev, "two")), Error);
+  EXPECT_THROW(cross_entropy_finish(mx, Tensor::zeros({3}, DType::F32, dev, "three"), lse, loss_sum), Error);
+  EXPECT_THROW(cross_entropy_finish(mx, tl, Tensor::zeros({2, 2}, DType::BF16, dev, "lse"), loss_sum), Error);
+  EXPECT_THROW(cross_entropy_finish(mx, tl, lse, Tensor::zeros({1}, DType::BF16, dev, "loss")), Error);
+}
+
+class OpsCrossEntropyDtypes : public ::testing::TestWithParam<DType> {};
+
+// Logits and dlogits in the compute dtype; losses, lse and the sharded statistics f32. The f32 results are formed
+// from exact logits in fp32 and keep the fp32 bounds; dlogits is rounded once.
+TEST_P(OpsCrossEntropyDtypes, ForwardAndBackwardMatchDoubleOnRoundedInputs) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  Tensor logits = randn_as(dev, {kN, kV}, 2, dt, 3.0f);  // (N, V)
+  Tensor targets = ids_tensor(dev, kTargets);            // (N)
+  const Outputs r = forward(dev, logits, targets);
+  std::vector<double> want_lse;
+  EXPECT_LT(rel_error(values(r.losses), reference(values(logits), &want_lse)), 1e-6);
+  EXPECT_LT(rel_error(values(r.lse), want_lse), 1e-6);
+
+  const std::vector<double> w(kN, 1.0 / kN);
+  const auto want = numeric_grad([](const auto& x) { return reference(x); }, values(logits), w);
+  Tensor dlogits = Tensor::empty({kN, kV}, dt, dev, "dlogits");  // (N, V)
+  cross_entropy_backward(logits, targets, r.lse, 1.0f / kN, dlogits);
+  EXPECT_LT(rel_error(values(dlogits), want), tolerance(dt, 1e-5));
+  // In place: the gradient overwrites the logits and must come out the same.
+  cross_entropy_backward(logits, targets, r.lse, 1.0f / kN, logits);
+  EXPECT_TRUE(testing::bit_equal(logits, dlogits));
+}
+
+// Two vocabulary slots of 5 and 6 columns: stats, row_sum_exp summed over slots into lse, then finish, give the
+// unsharded loss.
+TEST_P(OpsCrossEntropyDtypes, ShardedStatisticsFinishToTheFullLoss) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  const int64_t widths[2] = {5, 6}, starts[2] = {0, 5};
+  Tensor logits = randn_as(dev, {kN, kV}, 30, dt, 3.0f);  // (N, V)
+  Tensor targets = ids_tensor(dev, kTargets);
+  const auto full = values(logits);
+  Tensor slot_logits[2];  // (N, V_local) each
+  for (int s = 0; s < 2; ++s) {
+    std::vector<double> part;
+    for (int64_t i = 0; i < kN; ++i)
+      for (int64_t j = 0; j < widths[s]; ++j) part.push_back(full[i * kV + starts[s] + j]);
+    slot_logits[s] = testing::from_double_as(dev, {kN, widths[s]}, part, dt);
+  }
+  Tensor row_max = Tensor::empty({kN}, DType::F32, dev, "row max");
+  Tensor target_logit = Tensor::zeros({kN}, DType::F32, dev, "target logit");
+  std::vector<double> joined_max(kN, -1e30);
+  for (int s = 0; s < 2; ++s) {
+    Tensor mx = Tensor::empty({kN}, DType::F32, dev, "slot max");
+    Tensor tl = Tensor::empty({kN}, DType::F32, dev, "slot target");
+    cross_entropy_stats(slot_logits[s], targets, starts[s], kV, mx, tl);
+    for (int64_t i = 0; i < kN; ++i) joined_max[i] = std::max(joined_max[i], double(mx.f32()[i]));
+    add(target_logit, tl, target_logit);
+  }
+  for (int64_t i = 0; i < kN; ++i) row_max.f32()[i] = static_cast<float>(joined_max[i]);
+  Tensor lse = Tensor::zeros({kN}, DType::F32, dev, "lse");  // the summed sum_exp, then the lse
+  for (int s = 0; s < 2; ++s) {
+    Tensor se = Tensor::empty({kN}, DType::F32, dev, "sum exp");
+    row_sum_exp(slot_logits[s], row_max, se);
+    add(lse, se, lse);
+  }
+  Tensor loss_sum = Tensor::zeros({1}, DType::F32, dev, "loss sum");
+  cross_entropy_finish(row_max, target_logit, lse, loss_sum);
+  std::vector<double> want_lse;
+  const auto losses = reference(full, &want_lse);
+  double want_sum = 0;
+  for (double l : losses) want_sum += l;
+  EXPECT_LT(rel_error(values(lse), want_lse), 1e-6);
+  EXPECT_NEAR(loss_sum.f32()[0], want_sum, 1e-6 * want_sum);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OpsCrossEntropyDtypes, ::testing::ValuesIn(testing::compute_dtypes()),
+                         testing::dtype_label);
+
+TEST(OpsCrossEntropy, RefusedDtypesThrow) {
+  device::CpuDevice dev;
+  const DType bf = DType::BF16;
+  Tensor logits = randn_as(dev, {kN, kV}, 5, bf);
+  Tensor targets = ids_tensor(dev, kTargets);
+  Tensor f32_n = Tensor::empty({kN}, DType::F32, dev, "f32"), bf_n = Tensor::empty({kN}, bf, dev, "bf16");
+  cross_entropy_forward(logits, targets, f32_n, Tensor::empty({kN}, DType::F32, dev, "lse"));  // accepted
+  EXPECT_THROW(cross_entropy_forward(logits, targets, bf_n, f32_n), Error);
+  EXPECT_THROW(cross_entropy_forward(logits, targets, f32_n, bf_n), Error);
+  EXPECT_THROW(cross_entropy_forward(logits, logits.view({kN * kV}).flat_slice(0, kN, {kN}), f32_n, f32_n), Error);
+  EXPECT_THROW(cross_entropy_stats(logits, targets, 0, kV, f32_n, bf_n), Error);
+  EXPECT_THROW(row_sum_exp(logits, bf_n, f32_n), Error);
+  try {
+    cross_entropy_backward(logits, targets, f32_n, 1.0f, Tensor::empty({kN, kV}, DType::F16, dev, "dlogits"));
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"cross_entropy_backward", "dlogits", "f16", "bf16"})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
   }
 }
 

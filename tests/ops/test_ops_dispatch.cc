@@ -1,8 +1,11 @@
-// The op front end: devices without a backend are refused by name, mixed devices and bad dtypes are caught.
+// The op front end: devices without a backend are refused by name (in every dtype), mixed devices and bad dtypes
+// are caught.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <utility>
 
 #include "ops_test_util.h"
 #include "tandem/ops/ops.h"
@@ -39,6 +42,29 @@ TEST(OpsDispatch, DeviceWithoutBackendThrowsNamingOpAndDevice) {
   }
   EXPECT_THROW(sum_squares(x), Error);
   EXPECT_THROW(matmul(x, y, Tensor::zeros({4, 4}, DType::F32, gpu, "c"), false, true), Error);
+
+  // The new ops and the 16-bit dtypes pass validation and reach the same refusal, naming op and device.
+  Tensor h = Tensor::zeros({4, 3}, DType::BF16, gpu, "h");
+  Tensor n = Tensor::zeros({4}, DType::F32, gpu, "n");
+  Tensor one = Tensor::zeros({1}, DType::F32, gpu, "one");
+  const std::pair<const char*, std::function<void()>> calls[] = {
+      {"fill", [&] { fill(h, 1.0f); }},
+      {"cross_entropy_finish", [&] { cross_entropy_finish(n, n, n, one); }},
+      {"matmul",
+       [&] {
+         matmul(h, h, Tensor::zeros({4, 4}, DType::F32, gpu, "c"), false, true);
+       }},
+      {"cast", [&] { cast(h, x); }}};
+  for (const auto& [op, call] : calls) {
+    try {
+      call();
+      ADD_FAILURE() << "expected an Error from " << op;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(op), std::string::npos) << msg;
+      EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+    }
+  }
 }
 
 TEST(OpsDispatch, MixedDeviceKindsThrow) {

@@ -1,19 +1,26 @@
-// Bias, add, axpy, scale, ReLU and GELU against float64 references and finite differences; casts; determinism.
+// Bias, add, axpy, scale, ReLU and GELU against float64 references and finite differences, in f32 and in the
+// 16-bit compute dtypes; casts between every pair of float dtypes; fill; determinism; refused dtypes.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "ops_test_util.h"
+#include "tandem/ops/op_util.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::ops {
 namespace {
 
+using testing::from_double_as;
 using testing::numeric_grad;
 using testing::randn;
+using testing::randn_as;
 using testing::rel_error;
 using testing::to_double;
+using testing::tolerance;
+using testing::values;
 
 constexpr int64_t kN = 7, kC = 13;
 
@@ -51,7 +58,8 @@ TEST(OpsBias, BackwardMatchesFiniteDifferencesAndAccumulates) {
 TEST(OpsBias, BackwardIsBitIdenticalAcrossThreadCounts) {
   device::CpuDevice dev;
   testing::ThreadCountGuard guard;
-  Tensor dy = randn(dev, {301, 197}, 7);  // (N, C): large enough for the parallel path
+  Tensor dy = randn(dev, {1401, 197}, 7);  // (N, C): large enough for the parallel path
+  ASSERT_TRUE(worth_parallel(dy.numel()));
   Tensor db1 = Tensor::zeros({197}, DType::F32, dev, "db1");
   Tensor db2 = Tensor::zeros({197}, DType::F32, dev, "db2");
   omp_set_num_threads(1);
@@ -147,14 +155,203 @@ TEST(OpsCast, KnownValues) {
   EXPECT_TRUE(testing::bit_equal(x, copy));
 }
 
-TEST(OpsCast, UnsupportedPairThrows) {
+TEST(OpsCast, IntegerOrMismatchedSizeThrows) {
   device::CpuDevice dev;
   Tensor bf = Tensor::empty({4}, DType::BF16, dev, "bf16");
-  Tensor f16 = Tensor::empty({4}, DType::F16, dev, "f16");
   Tensor i32 = Tensor::empty({4}, DType::I32, dev, "i32");
-  EXPECT_THROW(cast(bf, f16), Error);
   EXPECT_THROW(cast(i32, bf), Error);
+  EXPECT_THROW(cast(bf, i32), Error);
+  EXPECT_THROW(cast(i32, Tensor::empty({4}, DType::I32, dev, "i32")), Error);
   EXPECT_THROW(cast(Tensor::empty({3}, DType::F32, dev, "f32"), bf), Error);
+}
+
+// The bits the contract asks of dst for one source value: round to nearest even, overflow to inf, NaN stays NaN.
+uint32_t expected_bits(float v, DType dst) {
+  switch (dst) {
+    case DType::BF16:
+      return f32_to_bf16(v);
+    case DType::F16:
+      return f32_to_f16(v);
+    default: {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      return u;
+    }
+  }
+}
+
+uint32_t bits_at(const Tensor& t, int64_t i) {
+  if (t.dtype() != DType::F32) return t.u16()[i];
+  uint32_t u;
+  std::memcpy(&u, t.f32() + i, 4);
+  return u;
+}
+
+// Every ordered pair of float dtypes, over ordinary values, values that overflow f16 and fall below its normal
+// range, signed zeros, infinities and NaN: each element is rounded once from its exact source value.
+TEST(OpsCast, EveryPairRoundsOnceFromTheSource) {
+  device::CpuDevice dev;
+  std::vector<double> src_vals = {1.0,
+                                  -2.5,
+                                  65504.0,
+                                  65520.0,
+                                  1e5,
+                                  3.0e-5,
+                                  6.1e-5,
+                                  1e-8,
+                                  1.00390625,
+                                  0.0,
+                                  -0.0,
+                                  std::numeric_limits<double>::infinity(),
+                                  -std::numeric_limits<double>::infinity(),
+                                  std::nan("")};
+  for (double v : to_double(randn(dev, {50}, 13, 30.0f))) src_vals.push_back(v);
+  const int64_t n = static_cast<int64_t>(src_vals.size());
+  for (DType from : testing::compute_dtypes())
+    for (DType to : testing::compute_dtypes()) {
+      Tensor src = from_double_as(dev, {n}, src_vals, from);
+      Tensor dst = Tensor::empty({n}, to, dev, "dst");
+      cast(src, dst);
+      const std::vector<float> exact = src.to_host_floats();  // widening is exact
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(exact[i])) {
+          EXPECT_TRUE(std::isnan(dst.to_host_floats()[i])) << dtype_name(from) << " -> " << dtype_name(to);
+        } else {
+          EXPECT_EQ(bits_at(dst, i), expected_bits(exact[i], to))
+              << dtype_name(from) << " -> " << dtype_name(to) << " of " << exact[i];
+        }
+      }
+    }
+}
+
+TEST(OpsFill, EveryDtypeGetsTheRoundedValue) {
+  device::CpuDevice dev;
+  for (DType t : testing::compute_dtypes())
+    for (float v : {0.1f, -3.0f, 0.0f, 1e6f}) {
+      Tensor x = randn_as(dev, {3, 5}, 1, t);
+      fill(x, v);
+      for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(bits_at(x, i), expected_bits(v, t)) << dtype_name(t) << v;
+    }
+  Tensor big = Tensor::empty({70000}, DType::BF16, dev, "big");  // the parallel path
+  fill(big, 2.0f);
+  for (float v : big.to_host_floats()) ASSERT_EQ(v, 2.0f);
+  EXPECT_THROW(fill(Tensor::empty({4}, DType::I32, dev, "i32"), 1.0f), Error);
+}
+
+class OpsElementwiseDtypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(OpsElementwiseDtypes, BiasForwardAndBackward) {
+  const DType x = GetParam();
+  device::CpuDevice dev;
+  Tensor y = randn_as(dev, {2, 5, kC}, 1, x);  // (B, T, C)
+  Tensor b = randn_as(dev, {kC}, 2, x);        // (C)
+  auto want = values(y);
+  const auto bd = values(b);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += bd[i % kC];
+  add_bias(y, b);
+  EXPECT_LT(rel_error(values(y), want), tolerance(x, 1e-6));
+
+  // dbias is f32 whatever dy holds: the sum of exact inputs in fp32 keeps fp32 accuracy.
+  Tensor dy = randn_as(dev, {2, 5, kC}, 3, x);
+  Tensor db = randn(dev, {kC}, 4);  // (C), nonzero: the op accumulates
+  auto expect = values(db);
+  const auto g = values(dy);
+  for (size_t i = 0; i < g.size(); ++i) expect[i % kC] += g[i];
+  bias_backward(dy, db);
+  EXPECT_LT(rel_error(values(db), expect), 1e-6);
+}
+
+TEST_P(OpsElementwiseDtypes, AddAxpyScaleFromRoundedInputs) {
+  const DType x = GetParam();
+  device::CpuDevice dev;
+  Tensor a = randn_as(dev, {kN, kC}, 8, x);
+  Tensor b = randn_as(dev, {kN, kC}, 9, x);
+  const auto ad = values(a), bd = values(b);
+  std::vector<double> sum(ad.size()), ax(ad.size()), sc(ad.size());
+  for (size_t i = 0; i < ad.size(); ++i) {
+    sum[i] = ad[i] + bd[i];
+    ax[i] = bd[i] + 0.37 * ad[i];
+    sc[i] = -1.5 * ad[i];
+  }
+  Tensor out = Tensor::empty({kN, kC}, x, dev, "out");
+  add(a, b, out);
+  EXPECT_LT(rel_error(values(out), sum), tolerance(x, 1e-6));
+  axpy(0.37f, a, b);
+  EXPECT_LT(rel_error(values(b), ax), tolerance(x, 1e-6));
+  scale(a, -1.5f);
+  EXPECT_LT(rel_error(values(a), sc), tolerance(x, 1e-6));
+}
+
+// forward(x) and backward(x, dy, dx) of an activation in `dtype`, against `ref` in double on the rounded inputs.
+void check_activation_as(DType dtype, void (*forward)(const Tensor&, const Tensor&),
+                         void (*backward)(const Tensor&, const Tensor&, const Tensor&), double (*ref)(double)) {
+  device::CpuDevice dev;
+  Tensor x = randn_as(dev, {3, kN, kC}, 11, dtype, 2.0f);  // (B, N, C)
+  Tensor dy = randn_as(dev, {3, kN, kC}, 12, dtype);       // (B, N, C)
+  auto f = [&](const std::vector<double>& in) {
+    std::vector<double> out(in.size());
+    for (size_t i = 0; i < in.size(); ++i) out[i] = ref(in[i]);
+    return out;
+  };
+  Tensor y = Tensor::empty(x.shape(), dtype, dev, "y");
+  forward(x, y);
+  EXPECT_LT(rel_error(values(y), f(values(x))), tolerance(dtype, 1e-6));
+  Tensor dx = Tensor::empty(x.shape(), dtype, dev, "dx");
+  backward(x, dy, dx);
+  EXPECT_LT(rel_error(values(dx), numeric_grad(f, values(x), values(dy))), tolerance(dtype, 1e-5));
+}
+
+TEST_P(OpsElementwiseDtypes, ReluForwardAndBackward) {
+  check_activation_as(GetParam(), relu_forward, relu_backward, [](double x) { return x > 0 ? x : 0.0; });
+}
+
+TEST_P(OpsElementwiseDtypes, GeluForwardAndBackward) {
+  check_activation_as(GetParam(), gelu_forward, gelu_backward, gelu_ref);
+}
+
+TEST_P(OpsElementwiseDtypes, BiasBackwardIsBitIdenticalAcrossThreadCounts) {
+  device::CpuDevice dev;
+  testing::ThreadCountGuard guard;
+  Tensor dy = randn_as(dev, {1401, 197}, 7, GetParam());  // (N, C)
+  ASSERT_TRUE(worth_parallel(dy.numel()));                // large enough for the parallel path
+  Tensor db[2];
+  for (int run = 0; run < 2; ++run) {
+    omp_set_num_threads(run + 1);
+    db[run] = Tensor::zeros({197}, DType::F32, dev, "db");
+    bias_backward(dy, db[run]);
+  }
+  EXPECT_TRUE(testing::bit_equal(db[0], db[1]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OpsElementwiseDtypes, ::testing::ValuesIn(testing::compute_dtypes()),
+                         testing::dtype_label);
+
+// Each op names itself and the dtypes in conflict; the always-f32 outputs refuse 16-bit buffers.
+TEST(OpsElementwise, RefusedDtypesThrowNamingThem) {
+  device::CpuDevice dev;
+  const Tensor bf = randn_as(dev, {4, 3}, 1, DType::BF16), f16 = randn_as(dev, {4, 3}, 2, DType::F16);
+  const Tensor f32 = randn(dev, {4, 3}, 3), i32 = Tensor::zeros({4, 3}, DType::I32, dev, "i32");
+  const Tensor bf_c = randn_as(dev, {3}, 4, DType::BF16), f32_c = randn(dev, {3}, 5);
+  auto expect_names = [](const std::function<void()>& call, const std::vector<std::string>& parts) {
+    try {
+      call();
+      ADD_FAILURE() << "expected an Error naming " << parts[0];
+    } catch (const Error& e) {
+      for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_names([&] { add(bf, f16, bf); }, {"add", "bf16", "f16"});
+  expect_names([&] { add(bf, bf, f32); }, {"add", "bf16", "f32"});
+  expect_names([&] { axpy(1.0f, f32, bf); }, {"axpy", "bf16", "f32"});
+  expect_names([&] { scale(i32, 2.0f); }, {"scale", "i32"});
+  expect_names([&] { relu_forward(f16, bf); }, {"relu_forward", "f16", "bf16"});
+  expect_names([&] { relu_backward(bf, bf, f32); }, {"relu_backward", "bf16", "f32"});
+  expect_names([&] { gelu_forward(bf, f32); }, {"gelu_forward", "bf16", "f32"});
+  expect_names([&] { gelu_backward(f16, bf, f16); }, {"gelu_backward", "f16", "bf16"});
+  expect_names([&] { add_bias(bf, f32_c); }, {"add_bias", "bf16", "f32"});
+  expect_names([&] { bias_backward(bf, bf_c); }, {"bias_backward", "dbias", "bf16", "f32"});
+  expect_names([&] { bias_backward(i32, f32_c); }, {"bias_backward", "i32"});
+  expect_names([&] { sum_squares(i32); }, {"sum_squares", "i32"});
 }
 
 }  // namespace

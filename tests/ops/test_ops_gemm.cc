@@ -1,4 +1,5 @@
-// matmul against a float64 reference: all transpose combinations, beta accumulation, rank-3 views, bad shapes.
+// matmul against a float64 reference: all transpose combinations, beta accumulation, rank-3 views, bad shapes;
+// bf16 and f16 operands with c in the same dtype or f32, and the dtype pairs the contract refuses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,9 +10,13 @@
 namespace tandem::ops {
 namespace {
 
+using testing::from_double_as;
 using testing::randn;
+using testing::randn_as;
 using testing::rel_error;
 using testing::to_double;
+using testing::tolerance;
+using testing::values;
 
 // c (M, N) = op(a) op(b) + beta c0 in double; a is (M, K) or (K, M), b is (K, N) or (N, K).
 std::vector<double> reference(const std::vector<double>& a, const std::vector<double>& b, const std::vector<double>& c0,
@@ -109,6 +114,89 @@ TEST(OpsMatmul, MismatchedShapesThrowWithShapes) {
   // c sharing memory with an input would be read after it is overwritten.
   Tensor sq = randn(dev, {5, 5}, 3);
   EXPECT_THROW(matmul(sq, randn(dev, {5, 5}, 4), sq, false, false), Error);
+}
+
+class OpsMatmulDtypes : public ::testing::TestWithParam<DType> {};
+
+// a and b in the compute dtype; c in it or in f32 (the weight-gradient case); every transpose; beta 0 over a c that
+// holds NaN, and beta 1 over c's values read as fp32.
+TEST_P(OpsMatmulDtypes, MatchesDoubleOnRoundedInputs) {
+  const DType x = GetParam();
+  device::CpuDevice dev;
+  const int64_t m = 9, n = 6, k = 17;
+  for (DType c_dtype : {x, DType::F32})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        Tensor a = randn_as(dev, ta ? Shape{k, m} : Shape{m, k}, 11 + ta, x);  // (M, K) or (K, M)
+        Tensor b = randn_as(dev, tb ? Shape{n, k} : Shape{k, n}, 21 + tb, x);  // (K, N) or (N, K)
+        // An fp32 c gets fp32 accuracy: the inputs are exact in fp32 and nothing is rounded to 16 bits.
+        const double tol = c_dtype == DType::F32 ? 1e-5 : tolerance(c_dtype, 1e-5);
+        const std::string where = "a, b " + dtype_name(x) + ", c " + dtype_name(c_dtype) +
+                                  " trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb);
+        Tensor c = from_double_as(dev, {m, n}, std::vector<double>(m * n, std::nan("")), c_dtype);  // (M, N)
+        matmul(a, b, c, ta, tb);
+        EXPECT_LT(rel_error(values(c), reference(values(a), values(b), {}, m, n, k, ta, tb, 0.0)), tol) << where;
+
+        Tensor acc = randn_as(dev, {m, n}, 51, c_dtype);  // (M, N)
+        const auto c0 = values(acc);
+        matmul(a, b, acc, ta, tb, 1.0f);
+        EXPECT_LT(rel_error(values(acc), reference(values(a), values(b), c0, m, n, k, ta, tb, 1.0)), tol) << where;
+      }
+}
+
+TEST_P(OpsMatmulDtypes, EmptyInnerDimensionAppliesBetaOnly) {
+  const DType x = GetParam();
+  device::CpuDevice dev;
+  Tensor a = Tensor::empty({4, 0}, x, dev, "a");
+  Tensor b = Tensor::empty({0, 3}, x, dev, "b");
+  Tensor c = randn_as(dev, {4, 3}, 81, x);
+  const auto c0 = values(c);
+  matmul(a, b, c, false, false, 1.0f);
+  EXPECT_EQ(values(c), c0);
+  matmul(a, b, c, false, false, 0.0f);
+  for (double v : values(c)) EXPECT_EQ(v, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OpsMatmulDtypes, ::testing::ValuesIn(testing::compute_dtypes()), testing::dtype_label);
+
+// The fp32 copies of 16-bit operands are scratch from the device allocator, and are given back.
+TEST(OpsMatmul, Bf16ScratchGoesThroughTheDevice) {
+  device::CpuDevice dev;
+  Tensor a = randn_as(dev, {32, 64}, 1, DType::BF16);
+  Tensor b = randn_as(dev, {64, 16}, 2, DType::BF16);
+  Tensor c = Tensor::empty({32, 16}, DType::BF16, dev, "c");
+  const uint64_t live = dev.live_bytes();
+  dev.reset_peak();
+  matmul(a, b, c, false, false);
+  EXPECT_EQ(dev.live_bytes(), live);
+  EXPECT_GE(dev.peak_bytes(), live + (a.numel() + b.numel() + c.numel()) * sizeof(float));
+}
+
+TEST(OpsMatmul, RefusedDtypesThrowNamingThem) {
+  device::CpuDevice dev;
+  // Each refused call must name the op and the two dtypes in conflict.
+  auto expect_refused = [](const Tensor& a, const Tensor& b, const Tensor& c, const std::string& first,
+                           const std::string& second) {
+    try {
+      matmul(a, b, c, false, false);
+      FAIL() << "expected an Error for " << first << " with " << second;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      for (const std::string& part : {std::string("matmul"), first, second})
+        EXPECT_NE(msg.find(part), std::string::npos) << msg;
+    }
+  };
+  const Tensor bf16 = randn_as(dev, {4, 4}, 1, DType::BF16), f16 = randn_as(dev, {4, 4}, 2, DType::F16);
+  const Tensor f32 = randn(dev, {4, 4}, 3);
+  const Tensor i32 = Tensor::zeros({4, 4}, DType::I32, dev, "i32");
+  auto c_of = [&](DType t) { return Tensor::empty({4, 4}, t, dev, "c"); };
+  expect_refused(bf16, f16, c_of(DType::F32), "bf16", "f16");
+  expect_refused(f16, bf16, c_of(DType::F16), "f16", "bf16");
+  expect_refused(f32, bf16, c_of(DType::F32), "f32", "bf16");
+  expect_refused(bf16, bf16, c_of(DType::F16), "c (4, 4) holds f16", "bf16");
+  expect_refused(f32, f32, c_of(DType::BF16), "c (4, 4) holds bf16", "f32");
+  expect_refused(f32, f32, c_of(DType::I32), "c (4, 4) holds i32", "f32");
+  expect_refused(i32, i32, c_of(DType::F32), "a (4, 4) holds i32", "not a compute dtype");
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
-// LayerNorm forward against a float64 reference, backward against finite differences, and determinism.
+// LayerNorm forward against a float64 reference, backward against finite differences, in f32 and in the 16-bit
+// compute dtypes (statistics and parameter gradients f32); determinism; refused dtypes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "ops_test_util.h"
+#include "tandem/ops/op_util.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::ops {
@@ -11,8 +13,11 @@ namespace {
 
 using testing::numeric_grad;
 using testing::randn;
+using testing::randn_as;
 using testing::rel_error;
 using testing::to_double;
+using testing::tolerance;
+using testing::values;
 
 constexpr double kEps = 1e-5;
 
@@ -103,7 +108,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OpsLayerNormShapes,
 TEST(OpsLayerNorm, BackwardIsBitIdenticalAcrossThreadCounts) {
   device::CpuDevice dev;
   testing::ThreadCountGuard guard;
-  const int64_t n = 301, c = 197;
+  const int64_t n = 401, c = 197;
+  ASSERT_TRUE(worth_parallel(n * c, kRowPassCost));  // large enough for the parallel path
   Tensor x = randn(dev, {n, c}, 10);
   Tensor gamma = randn(dev, {c}, 11);
   Tensor beta = randn(dev, {c}, 12);
@@ -132,6 +138,93 @@ TEST(OpsLayerNorm, MismatchedGammaThrows) {
   Tensor mean = Tensor::empty({7}, DType::F32, dev, "mean");
   Tensor rstd = Tensor::empty({7}, DType::F32, dev, "rstd");
   EXPECT_THROW(layernorm_forward(x, randn(dev, {12}, 15), randn(dev, {13}, 16), y, mean, rstd), Error);
+}
+
+class OpsLayerNormDtypes : public ::testing::TestWithParam<DType> {};
+
+// x, gamma, beta, y, dy and dx in the compute dtype; mean, rstd, dgamma and dbeta f32. The f32 outputs are formed
+// from exact inputs in fp32 and keep the fp32 bounds; the rounded ones get the dtype's.
+TEST_P(OpsLayerNormDtypes, ForwardAndBackwardMatchDoubleOnRoundedInputs) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  const int64_t n = 6, c = 37;
+  Tensor x = randn_as(dev, {2, 3, c}, 21, dt);  // (B, T, C): rows over both leading dims
+  Tensor gamma = randn_as(dev, {c}, 22, dt);    // (C)
+  Tensor beta = randn_as(dev, {c}, 23, dt);     // (C)
+  Tensor dy = randn_as(dev, {2, 3, c}, 24, dt);
+  Tensor y = Tensor::empty(x.shape(), dt, dev, "y");
+  Tensor mean = Tensor::empty({2, 3}, DType::F32, dev, "mean");
+  Tensor rstd = Tensor::empty({2, 3}, DType::F32, dev, "rstd");
+  layernorm_forward(x, gamma, beta, y, mean, rstd);
+  const auto xd = values(x), gd = values(gamma), bd = values(beta), w = values(dy);
+  std::vector<double> want_mean, want_rstd;
+  EXPECT_LT(rel_error(values(y), reference(xd, gd, bd, n, c, &want_mean, &want_rstd)), tolerance(dt, 1e-6));
+  EXPECT_LT(rel_error(values(mean), want_mean), 1e-6);
+  EXPECT_LT(rel_error(values(rstd), want_rstd), 1e-6);
+
+  Tensor dx = Tensor::empty(x.shape(), dt, dev, "dx");
+  Tensor dgamma = Tensor::zeros({c}, DType::F32, dev, "dgamma");
+  Tensor dbeta = Tensor::zeros({c}, DType::F32, dev, "dbeta");
+  layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  const auto want_dx = numeric_grad([&](const auto& v) { return reference(v, gd, bd, n, c); }, xd, w);
+  const auto want_dg = numeric_grad([&](const auto& v) { return reference(xd, v, bd, n, c); }, gd, w);
+  const auto want_db = numeric_grad([&](const auto& v) { return reference(xd, gd, v, n, c); }, bd, w);
+  EXPECT_LT(rel_error(values(dx), want_dx), tolerance(dt, 1e-4));
+  EXPECT_LT(rel_error(values(dgamma), want_dg), 1e-5);
+  EXPECT_LT(rel_error(values(dbeta), want_db), 1e-5);
+}
+
+TEST_P(OpsLayerNormDtypes, BackwardIsBitIdenticalAcrossThreadCounts) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  testing::ThreadCountGuard guard;
+  const int64_t n = 401, c = 197;
+  Tensor x = randn_as(dev, {n, c}, 10, dt);
+  Tensor gamma = randn_as(dev, {c}, 11, dt);
+  Tensor beta = randn_as(dev, {c}, 12, dt);
+  Tensor dy = randn_as(dev, {n, c}, 13, dt);
+  Tensor y = Tensor::empty({n, c}, dt, dev, "y");
+  Tensor mean = Tensor::empty({n}, DType::F32, dev, "mean");
+  Tensor rstd = Tensor::empty({n}, DType::F32, dev, "rstd");
+  layernorm_forward(x, gamma, beta, y, mean, rstd);
+  Tensor dx[2], dg[2], db[2];
+  for (int run = 0; run < 2; ++run) {
+    omp_set_num_threads(run + 1);
+    dx[run] = Tensor::empty({n, c}, dt, dev, "dx");
+    dg[run] = Tensor::zeros({c}, DType::F32, dev, "dgamma");
+    db[run] = Tensor::zeros({c}, DType::F32, dev, "dbeta");
+    layernorm_backward(dy, x, gamma, mean, rstd, dx[run], dg[run], db[run]);
+  }
+  EXPECT_TRUE(testing::bit_equal(dx[0], dx[1]));
+  EXPECT_TRUE(testing::bit_equal(dg[0], dg[1]));
+  EXPECT_TRUE(testing::bit_equal(db[0], db[1]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OpsLayerNormDtypes, ::testing::ValuesIn(testing::compute_dtypes()),
+                         testing::dtype_label);
+
+TEST(OpsLayerNorm, RefusedDtypesThrow) {
+  device::CpuDevice dev;
+  const DType bf = DType::BF16;
+  Tensor x = randn_as(dev, {7, 13}, 14, bf), g = randn_as(dev, {13}, 15, bf), b = randn_as(dev, {13}, 16, bf);
+  Tensor y = Tensor::empty({7, 13}, bf, dev, "y");
+  Tensor mean = Tensor::empty({7}, DType::F32, dev, "mean"), rstd = Tensor::empty({7}, DType::F32, dev, "rstd");
+  Tensor dg = Tensor::zeros({13}, DType::F32, dev, "dgamma"), db = Tensor::zeros({13}, DType::F32, dev, "dbeta");
+  layernorm_forward(x, g, b, y, mean, rstd);  // the accepted combination
+  layernorm_backward(y, x, g, mean, rstd, y, dg, db);
+  EXPECT_THROW(layernorm_forward(x, randn_as(dev, {13}, 17, DType::F16), b, y, mean, rstd), Error);
+  EXPECT_THROW(layernorm_forward(x, g, b, Tensor::empty({7, 13}, DType::F32, dev, "y"), mean, rstd), Error);
+  EXPECT_THROW(layernorm_forward(x, g, b, y, Tensor::empty({7}, bf, dev, "mean"), rstd), Error);
+  EXPECT_THROW(layernorm_backward(y, x, g, mean, rstd, y, Tensor::zeros({13}, bf, dev, "dgamma"), db), Error);
+  EXPECT_THROW(layernorm_backward(randn(dev, {7, 13}, 18), x, g, mean, rstd, y, dg, db), Error);
+  try {
+    layernorm_forward(x, g, b, y, mean, Tensor::empty({7}, bf, dev, "rstd"));
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"layernorm_forward", "rstd", "bf16", "f32"})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
-// sum_squares against a float64 sum, and bit-identical across thread counts.
+// sum_squares against a float64 sum in every float dtype, bit-identical across thread counts, inf and NaN kept.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "ops_test_util.h"
+#include "tandem/ops/op_util.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::ops {
@@ -28,12 +32,46 @@ TEST(OpsSumSquares, MatchesDoubleAtOddSizes) {
 TEST(OpsSumSquares, BitIdenticalAcrossThreadCounts) {
   device::CpuDevice dev;
   testing::ThreadCountGuard guard;
-  Tensor x = randn(dev, {7, 30011}, 5);
+  Tensor x = randn(dev, {9, 30011}, 5);
+  ASSERT_TRUE(worth_parallel(x.numel()));  // large enough for the parallel path
   omp_set_num_threads(1);
   const double one = sum_squares(x);
   omp_set_num_threads(2);
   const double two = sum_squares(x);
   EXPECT_EQ(one, two);
+}
+
+class OpsSumSquaresDtypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(OpsSumSquaresDtypes, MatchesDoubleAndIsBitIdenticalAcrossThreadCounts) {
+  device::CpuDevice dev;
+  testing::ThreadCountGuard guard;
+  for (int64_t n : {1, 13, 65, 270001}) {
+    Tensor x = testing::randn_as(dev, {n}, static_cast<uint64_t>(n), GetParam());
+    double want = 0;
+    for (double v : testing::values(x)) want += v * v;  // the stored values, squared exactly in double
+    omp_set_num_threads(1);
+    const double one = sum_squares(x);
+    omp_set_num_threads(2);
+    EXPECT_NEAR(one, want, 1e-12 * want) << n;
+    EXPECT_EQ(sum_squares(x), one) << n;
+  }
+}
+
+// The fp16 loss-scale check reads overflow from the norm: inf and NaN must come through.
+TEST_P(OpsSumSquaresDtypes, InfAndNanPropagate) {
+  device::CpuDevice dev;
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(sum_squares(testing::from_double_as(dev, {3}, {1.0, -inf, 2.0}, GetParam())), inf);
+  EXPECT_TRUE(std::isnan(sum_squares(testing::from_double_as(dev, {3}, {1.0, std::nan(""), 2.0}, GetParam()))));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OpsSumSquaresDtypes, ::testing::ValuesIn(testing::compute_dtypes()),
+                         testing::dtype_label);
+
+TEST(OpsSumSquares, IntegerTensorThrows) {
+  device::CpuDevice dev;
+  EXPECT_THROW(sum_squares(Tensor::zeros({4}, DType::I32, dev, "i32")), Error);
 }
 
 }  // namespace

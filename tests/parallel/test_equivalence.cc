@@ -141,14 +141,22 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
       EXPECT_LE(r, 1e-5) << "step " << i + 1 << ": " << got.losses[i] << " vs one device " << want.losses[i];
       failures += r > 1e-5;
     }
+    // The parameters as one vector within 1e-5; each tensor within 1e-4, so a wrong tensor cannot hide in the
+    // whole (small tensors such as LayerNorm biases start at zero, so rounding weighs more in their own norm).
     EXPECT_EQ(got.params.size(), want.params.size());
+    std::vector<float> all_got, all_want;
     for (const auto& [name, values] : want.params) {
       const auto it = got.params.find(name);
       ASSERT_NE(it, got.params.end()) << name;
       const double r = rel(it->second, values);
-      EXPECT_LE(r, 1e-5) << name;
-      failures += r > 1e-5;
+      EXPECT_LE(r, 1e-4) << name;
+      failures += r > 1e-4;
+      all_got.insert(all_got.end(), it->second.begin(), it->second.end());
+      all_want.insert(all_want.end(), values.begin(), values.end());
     }
+    const double r = rel(all_got, all_want);
+    EXPECT_LE(r, 1e-5) << "all parameters";
+    failures += r > 1e-5;
   }
   // Every rank reports rank 0's verdict, so the job's exit code is the same everywhere.
   failures = groups.world->all_reduce_scalar(failures);

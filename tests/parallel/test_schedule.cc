@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tandem/core/error.h"
@@ -202,6 +204,33 @@ TEST(ScheduleSweep, AllValidSpecsSimulateCleanly) {
     }
   }
   EXPECT_EQ(simulated, 3 * 35 + 2 * (7 + 4 + 1 + 3 + 2));  // v >= 2 needs m % pp == 0
+}
+
+// NCCL pairs a rank's sends to a peer with the peer's receives in posting order, per communicator, and the
+// pipeline puts activations and gradients on separate channels. So for every kind and ordered pair of ranks
+// the receiver must post its receives in the order the sender posts its sends.
+TEST(ScheduleSweep, ReceivesFollowTheSendOrderPerChannel) {
+  for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved})
+    for (int pp : {2, 3, 4, 8})
+      for (int m : {1, 2, 4, 8, 16})
+        for (int v : {1, 2, 3}) {
+          if ((kind != ScheduleKind::Interleaved && v != 1) || (kind == ScheduleKind::Interleaved && m % pp != 0))
+            continue;
+          SCOPED_TRACE(schedule_name(kind) + " pp=" + std::to_string(pp) + " m=" + std::to_string(m) +
+                       " v=" + std::to_string(v));
+          const Schedule schedule = build_schedule(kind, {pp, m, v});
+          // (kind, src, dst) -> the micro-batch and receiving stage of each message, in posting order.
+          std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> sent, received;
+          for (int r = 0; r < pp; ++r)
+            for (const Action& a : schedule[r]) {
+              const int stage = global_stage(r, a.chunk, pp);
+              if (a.kind == ActionKind::SendActivation) sent[{0, r, a.peer}].push_back({a.micro_batch, stage + 1});
+              if (a.kind == ActionKind::SendGradient) sent[{1, r, a.peer}].push_back({a.micro_batch, stage - 1});
+              if (a.kind == ActionKind::RecvActivation) received[{0, a.peer, r}].push_back({a.micro_batch, stage});
+              if (a.kind == ActionKind::RecvGradient) received[{1, a.peer, r}].push_back({a.micro_batch, stage});
+            }
+          EXPECT_EQ(sent, received);
+        }
 }
 
 // A correct pp=2, m=4 1F1B schedule to break by hand.

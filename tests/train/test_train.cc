@@ -2,6 +2,7 @@
 // and bad checkpoints and budgets are refused with their messages.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -139,6 +140,40 @@ TEST(Train, CheckpointOfAnotherModelRefused) {
     EXPECT_NE(std::string(e.what()).find("wte.weight"), std::string::npos) << e.what();
   }
   fs::remove_all(a);
+}
+
+// Mixed precision on the CPU backend: bf16 (or f16) activations and weights for compute, fp32 master weights,
+// moments and gradient reduction. The same run stays within bf16 rounding of the fp32 one.
+TEST(Train, Bf16AndFp16FollowFp32) {
+  Json cfg = tiny_gpt_config(8);
+  const auto f32 = train(cfg, "");
+  cfg["bf16"] = {{"enabled", true}};
+  const auto bf16 = train(cfg, "");
+  cfg.erase("bf16");
+  cfg["fp16"] = {{"enabled", true}};
+  const auto fp16 = train(cfg, "");
+  for (size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_NEAR(bf16[i].loss, f32[i].loss, 2e-2 * f32[i].loss) << "step " << i + 1;
+    EXPECT_NEAR(fp16[i].loss, f32[i].loss, 5e-3 * f32[i].loss) << "step " << i + 1;
+    EXPECT_FALSE(fp16[i].skipped);
+  }
+  EXPECT_NE(bf16.back().loss, f32.back().loss);  // it really computed in bf16
+}
+
+// fp16 dynamic loss scaling: a scale so large that the scaled gradients overflow fp16 makes the first steps
+// skip their update and halve the scale (after `hysteresis` overflows) until the gradients fit; then the
+// loss falls as it does without scaling.
+TEST(Train, Fp16OverflowSkipsAndBacksOff) {
+  Json cfg = tiny_gpt_config(30);
+  cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 32}, {"hysteresis", 1}, {"loss_scale_window", 1000}};
+  const auto m = train(cfg, "");
+  int skipped = 0;
+  for (const auto& s : m) skipped += s.skipped;
+  EXPECT_GE(skipped, 2);
+  EXPECT_TRUE(m.front().skipped);
+  EXPECT_LT(m.back().loss_scale, std::ldexp(1.0, 32));
+  EXPECT_FALSE(m.back().skipped);
+  EXPECT_LT(m.back().loss, m.front().loss - 0.3);
 }
 
 TEST(Train, BudgetTooSmallNamesTheNumbers) {

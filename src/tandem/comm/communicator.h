@@ -38,6 +38,7 @@ class Communicator {
   // out (size*n) = the concatenation of every rank's in (n). `in` may be out's own slice [rank*n, (rank+1)*n).
   virtual std::unique_ptr<Request> all_gather_async(const Tensor& in, const Tensor& out) = 0;
   virtual std::unique_ptr<Request> broadcast_async(const Tensor& t, int root) = 0;
+  // Point-to-point: `tag & 1` names a channel; messages between two ranks keep their order per channel.
   virtual std::unique_ptr<Request> send_async(const Tensor& t, int peer, int tag) = 0;
   virtual std::unique_ptr<Request> recv_async(const Tensor& t, int peer, int tag) = 0;
   virtual void barrier() = 0;

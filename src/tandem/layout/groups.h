@@ -10,6 +10,10 @@
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/layout/layout.h"
 
+namespace tandem::device {
+class CudaDevice;
+}
+
 namespace tandem::layout {
 
 struct Groups {
@@ -23,5 +27,9 @@ struct Groups {
 Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout);
 // One process, no MPI: every group is this rank alone.
 Groups make_single_process_groups();
+
+// The same groups as make_groups, each carrying CUDA tensors through NCCL (bootstrapped over its MPI group,
+// which still carries scalars). Built only with the CUDA backend.
+Groups make_nccl_groups(comm::mpi::MpiWorld& world, const Layout& layout, device::CudaDevice& gpu);
 
 }  // namespace tandem::layout

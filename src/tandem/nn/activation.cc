@@ -11,7 +11,7 @@ ActivationKind activation_from_name(const std::string& name) {
 }
 
 Tensor Activation::forward(const Tensor& x, Saved& saved) {
-  Tensor y = Tensor::empty(x.shape(), DType::F32, x.device(), name() + " output");
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " output");
   if (kind_ == ActivationKind::Relu)
     ops::relu_forward(x, y);
   else
@@ -22,7 +22,7 @@ Tensor Activation::forward(const Tensor& x, Saved& saved) {
 
 Tensor Activation::backward(const Tensor& dy, Saved& saved) {
   const Tensor x = saved.tensors.at(0);
-  Tensor dx = Tensor::empty(x.shape(), DType::F32, x.device(), name() + " input grad");
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
   if (kind_ == ActivationKind::Relu)
     ops::relu_backward(x, dy, dx);
   else

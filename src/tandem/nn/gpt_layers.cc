@@ -17,7 +17,7 @@ Tensor GptEmbedding::forward(const Tensor& tokens, Saved& saved) {
                shape_str(tokens.shape()));
   const int64_t B = tokens.dim(0), T = tokens.dim(1);
   if (T > max_seq_) TANDEM_FAIL("sequence of ", T, " tokens is longer than the model's seq_len ", max_seq_);
-  Tensor x = Tensor::empty({B, T, dim_}, DType::F32, tokens.device(), "embedding output");  // (B, T, C)
+  Tensor x = Tensor::empty({B, T, dim_}, wte_->value.dtype(), tokens.device(), "embedding output");  // (B, T, C)
   const int64_t start = tp_.rank * (vocab_ / tp_.size);
   ops::embedding_forward(tokens.view({B * T}), wte_->value, x.view({B * T, dim_}), start, vocab_);
   tp_.sum(x);
@@ -59,8 +59,8 @@ Tensor GptBlock::forward(const Tensor& x, Saved& saved) {
   saved.children.assign(kNumChildren, Saved{});
   Tensor qkv = qkv_.forward(ln1_.forward(x, saved.children[kLn1]), saved.children[kQkv]);  // (B, T, 3C / tp)
   const int64_t c_local = qkv.dim(2) / 3;
-  Tensor att = Tensor::empty({B, T, c_local}, DType::F32, x.device(), name() + " attention output");  // (B, T, C/tp)
-  Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, x.device(), name() + " attention lse");      // (B, H, T)
+  Tensor att = Tensor::empty({B, T, c_local}, x.dtype(), x.device(), name() + " attention output");  // (B, T, C/tp)
+  Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, x.device(), name() + " attention lse");     // (B, H, T)
   ops::attention_forward(qkv, heads_, att, lse);
   Tensor x1 = proj_.forward(att, saved.children[kProj]);  // (B, T, C)
   ops::add(x1, x, x1);
@@ -81,8 +81,8 @@ Tensor GptBlock::backward(const Tensor& dy, Saved& saved) {
   Tensor dx1 = ln2_.backward(g, saved.children[kLn2]);  // (B, T, C)
   ops::add(dx1, dy, dx1);
   // Attention branch: dx = dx1 + ln1'(qkv'(attention'(proj'(dx1))))
-  Tensor datt = proj_.backward(dx1, saved.children[kProj]);                                  // (B, T, C)
-  Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, qkv.device(), name() + " qkv grad");  // (B, T, 3C)
+  Tensor datt = proj_.backward(dx1, saved.children[kProj]);                                   // (B, T, C)
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, T, 3C)
   ops::attention_backward(qkv, heads_, att, lse, datt, dqkv);
   saved.tensors.clear();
   Tensor dx = ln1_.backward(qkv_.backward(dqkv, saved.children[kQkv]), saved.children[kLn1]);

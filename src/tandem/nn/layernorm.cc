@@ -12,9 +12,9 @@ LayerNorm::LayerNorm(std::string name, int64_t dim) : Layer(std::move(name)), di
 Tensor LayerNorm::forward(const Tensor& x, Saved& saved) {
   TANDEM_CHECK(x.dim(-1) == dim_, name(), " expects last dim ", dim_, ", got ", shape_str(x.shape()));
   const int64_t rows = x.numel() / dim_;
-  Tensor y = Tensor::empty(x.shape(), DType::F32, x.device(), name() + " output");  // (..., C)
-  Tensor mean = Tensor::empty({rows}, DType::F32, x.device(), name() + " mean");    // (N)
-  Tensor rstd = Tensor::empty({rows}, DType::F32, x.device(), name() + " rstd");    // (N)
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " output");  // (..., C)
+  Tensor mean = Tensor::empty({rows}, DType::F32, x.device(), name() + " mean");   // (N)
+  Tensor rstd = Tensor::empty({rows}, DType::F32, x.device(), name() + " rstd");   // (N)
   ops::layernorm_forward(x.view({rows, dim_}), weight_->value, bias_->value, y.view({rows, dim_}), mean, rstd);
   saved.tensors = {x, mean, rstd};
   return y;
@@ -23,7 +23,7 @@ Tensor LayerNorm::forward(const Tensor& x, Saved& saved) {
 Tensor LayerNorm::backward(const Tensor& dy, Saved& saved) {
   const Tensor x = saved.tensors.at(0);
   const int64_t rows = x.numel() / dim_;
-  Tensor dx = Tensor::empty(x.shape(), DType::F32, x.device(), name() + " input grad");
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
   ops::layernorm_backward(dy.view({rows, dim_}), x.view({rows, dim_}), weight_->value, saved.tensors.at(1),
                           saved.tensors.at(2), dx.view({rows, dim_}), weight_->grad, bias_->grad);
   saved.clear();

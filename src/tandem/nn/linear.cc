@@ -40,7 +40,7 @@ Shape Linear::output_shape(const Shape& in) const {
 
 Tensor Linear::forward(const Tensor& x, Saved& saved) {
   TANDEM_CHECK(x.dim(-1) == in_, name(), " expects last dim ", in_, ", got ", shape_str(x.shape()));
-  Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, x.device(), name() + " output");  // (..., out)
+  Tensor y = Tensor::empty(output_shape(x.shape()), x.dtype(), x.device(), name() + " output");  // (..., out)
   ops::matmul(x, weight_->value, y, false, true);
   if (split_ == Split::Row) tp_.sum(y);  // partial products of the input slices
   if (bias_) ops::add_bias(y.view({y.numel() / out_, out_}), bias_->value);
@@ -49,10 +49,10 @@ Tensor Linear::forward(const Tensor& x, Saved& saved) {
 }
 
 Tensor Linear::backward(const Tensor& dy, Saved& saved) {
-  const Tensor x = saved.tensors.at(0);                                                  // (..., in)
-  ops::matmul(dy, x, weight_->grad, true, false, 1.0f);                                  // dW (out, in) += dy^T x
-  if (bias_) ops::bias_backward(dy.view({dy.numel() / out_, out_}), bias_->grad);        // db (out) += sum dy
-  Tensor dx = Tensor::empty(x.shape(), DType::F32, x.device(), name() + " input grad");  // (..., in)
+  const Tensor x = saved.tensors.at(0);                                                 // (..., in)
+  ops::matmul(dy, x, weight_->grad, true, false, 1.0f);                                 // dW (out, in) += dy^T x
+  if (bias_) ops::bias_backward(dy.view({dy.numel() / out_, out_}), bias_->grad);       // db (out) += sum dy
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");  // (..., in)
   ops::matmul(dy, weight_->value, dx, false, false);
   if (split_ == Split::Column) tp_.sum(dx);  // each slot saw only its output columns
   saved.clear();

@@ -1,12 +1,11 @@
 #include "tandem/nn/loss.h"
 
-#include <cmath>
-
 #include "tandem/ops/ops.h"
 
 namespace tandem::nn {
 
-double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, double normalizer, const TpSlot& tp) {
+void cross_entropy_loss(const Tensor& logits, const Tensor& targets, double normalizer, const Tensor& loss_sum,
+                        const TpSlot& tp, float grad_scale) {
   const int64_t V_local = logits.dim(-1), N = logits.numel() / V_local;
   TANDEM_CHECK(targets.numel() == N, "targets ", shape_str(targets.shape()), " do not match logits ",
                shape_str(logits.shape()));
@@ -22,17 +21,14 @@ double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, d
   ops::row_sum_exp(rows, row_max, lse);
   tp.sum(lse);
   tp.sum(target);
-  // lse = max + log(sum exp(x - max)); loss of a row = lse - logit[target]
-  double sum = 0;
-  float* l = lse.f32();
-  const float* m = row_max.f32();
-  const float* t = target.f32();
-  for (int64_t i = 0; i < N; ++i) {
-    l[i] = m[i] + std::log(l[i]);
-    sum += static_cast<double>(l[i]) - t[i];
-  }
-  ops::cross_entropy_backward(rows, ids, lse, static_cast<float>(1.0 / normalizer), rows, start);
-  return sum;
+  ops::cross_entropy_finish(row_max, target, lse, loss_sum);  // lse = max + log(sum exp); loss_sum += lse - target
+  ops::cross_entropy_backward(rows, ids, lse, static_cast<float>(grad_scale / normalizer), rows, start);
+}
+
+double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, double normalizer, const TpSlot& tp) {
+  Tensor sum = Tensor::zeros({1}, DType::F32, logits.device(), "loss sum");
+  cross_entropy_loss(logits, targets, normalizer, sum, tp);
+  return sum.to_host_floats()[0];
 }
 
 }  // namespace tandem::nn

@@ -8,10 +8,16 @@
 
 namespace tandem::nn {
 
-// logits (N, V_local) or (B, T, V_local), slot tp.rank's columns [rank V_local, (rank+1) V_local) of V =
-// V_local * tp.size; targets (N) i32 in [0, V). Returns the sum of the rows' losses (double, the same on
-// every slot) and overwrites the logits with d(loss)/d(logits) for loss = sum / `normalizer` (the number of
-// rows in the whole global batch, so micro-batches and replicas add up to the mean).
+// logits (N, V_local) or (B, T, V_local) in the compute dtype, slot tp.rank's columns
+// [rank V_local, (rank+1) V_local) of V = V_local * tp.size; targets (N) i32 in [0, V).
+// loss_sum (1) f32 += the sum of the rows' losses (the same on every slot), on the device: no host sync.
+// The logits are overwritten with d(loss)/d(logits) for loss = sum / `normalizer` (the number of rows in the
+// whole global batch, so micro-batches and replicas add up to the mean), times `grad_scale` (the fp16 loss
+// scale; 1 otherwise).
+void cross_entropy_loss(const Tensor& logits, const Tensor& targets, double normalizer, const Tensor& loss_sum,
+                        const TpSlot& tp = {}, float grad_scale = 1.0f);
+
+// The same, returning the sum on the host (tests and one-device tools).
 double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, double normalizer,
                                   const TpSlot& tp = {});
 

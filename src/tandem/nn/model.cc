@@ -1,6 +1,8 @@
 #include "tandem/nn/model.h"
 
+#include <algorithm>
 #include <set>
+#include <vector>
 
 #include "tandem/core/philox.h"
 
@@ -29,25 +31,28 @@ int64_t Model::num_parameters() const {
 }
 
 void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first) {
-  float* v = value.f32();
+  TANDEM_CHECK(value.dtype() == DType::F32, "initial values are drawn in fp32, got ", dtype_name(value.dtype()));
+  // Drawn on the host and copied, so any device gets the same numbers.
+  std::vector<float> v(static_cast<size_t>(value.numel()));
   const int64_t n = value.numel();
   switch (param.init) {
     case Init::Zeros:
-      value.fill_zero();
-      return;
+      break;
     case Init::Ones:
-      for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
-      return;
+      std::fill(v.begin(), v.end(), 1.0f);
+      break;
     case Init::Normal: {
       // Keyed by the element's index in the logical tensor, so a shard draws what the whole would hold there.
       const uint64_t stream = hash_name(param.name);
       const Shard& sh = param.shard;
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; ++i)
-        v[i] = param.stddev * normal_at(seed, stream, static_cast<uint64_t>(sh.global_index(first + i)));
-      return;
+        v[static_cast<size_t>(i)] =
+            param.stddev * normal_at(seed, stream, static_cast<uint64_t>(sh.global_index(first + i)));
+      break;
     }
   }
+  value.copy_from_host(v.data());
 }
 
 void Model::materialize(Device& device, uint64_t seed) {

@@ -1,8 +1,11 @@
-// The op front end: checks every call's shapes and dtypes, then dispatches on the device kind to a backend
-// (ops/cpu today; a cuda/ folder joins it later). Data-dependent checks (ids in range) live in the backends.
+// The op front end: checks every call's shapes and dtypes against the contract in ops.h, then dispatches on the
+// device kind to a backend (ops/cpu today; a cuda/ folder joins it later). Data-dependent checks (ids in range)
+// live in the backends.
 #include "tandem/ops/ops.h"
 
 #include <climits>
+#include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "tandem/ops/cpu/cpu_ops.h"
@@ -47,6 +50,34 @@ void check_dtype(const char* op, const char* name, const Tensor& t, DType want) 
 }
 void check_f32(const char* op, const char* name, const Tensor& t) { check_dtype(op, name, t, DType::F32); }
 
+bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+using Named = std::pair<const char*, const Tensor&>;
+
+// "a", "a and b", "a, b and c": the tensors a message is about.
+std::string names_of(std::initializer_list<Named> tensors) {
+  std::string out;
+  size_t i = 0;
+  for (const auto& [name, t] : tensors) {
+    if (i > 0) out += i + 1 == tensors.size() ? " and " : ", ";
+    out += name;
+    ++i;
+  }
+  return out;
+}
+
+// The op's compute dtype X (ops.h): a float dtype that every listed tensor holds. Returns it.
+DType check_compute(const char* op, std::initializer_list<Named> tensors) {
+  const auto& [first_name, first] = *tensors.begin();
+  const DType x = first.dtype();
+  TANDEM_CHECK(is_float(x), op, ": ", first_name, " ", shape_str(first.shape()), " holds ", dtype_name(x),
+               ", not a compute dtype (f32, bf16 or f16)");
+  for (const auto& [name, t] : tensors)
+    TANDEM_CHECK(t.dtype() == x, op, ": ", name, " ", shape_str(t.shape()), " holds ", dtype_name(t.dtype()), " but ",
+                 first_name, " holds ", dtype_name(x), "; ", names_of(tensors), " must share one compute dtype");
+  return x;
+}
+
 void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b) {
   TANDEM_CHECK(a.shape() == b.shape(), op, ": ", name_a, " ", shape_str(a.shape()), " and ", name_b, " ",
                shape_str(b.shape()), " differ in shape");
@@ -75,9 +106,11 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float beta) {
   check_devices("matmul", c, a, b);
-  check_f32("matmul", "a", a);
-  check_f32("matmul", "b", b);
-  check_f32("matmul", "c", c);
+  const DType x = check_compute("matmul", {{"a", a}, {"b", b}});
+  // Weight gradients accumulate into fp32 buffers: c may be f32 whatever a and b hold.
+  TANDEM_CHECK(c.dtype() == x || c.dtype() == DType::F32, "matmul: c ", shape_str(c.shape()), " holds ",
+               dtype_name(c.dtype()), "; with a and b in ", dtype_name(x), " it must hold ",
+               x == DType::F32 ? "f32" : dtype_name(x) + " or f32");
   const int64_t m = trans_a ? cols_of(a) : rows_of(a);
   const int64_t k = trans_a ? rows_of(a) : cols_of(a);
   const int64_t kb = trans_b ? cols_of(b) : rows_of(b);
@@ -93,15 +126,14 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
 
 void add_bias(const Tensor& y, const Tensor& bias) {
   check_devices("add_bias", y, bias);
-  check_f32("add_bias", "y", y);
-  check_f32("add_bias", "bias", bias);
+  check_compute("add_bias", {{"y", y}, {"bias", bias}});
   check_channels("add_bias", "bias", bias, y);
   return dispatch("add_bias", y, [&] { return cpu::add_bias(y, bias); });
 }
 
 void bias_backward(const Tensor& dy, const Tensor& dbias) {
   check_devices("bias_backward", dy, dbias);
-  check_f32("bias_backward", "dy", dy);
+  check_compute("bias_backward", {{"dy", dy}});
   check_f32("bias_backward", "dbias", dbias);
   check_channels("bias_backward", "dbias", dbias, dy);
   return dispatch("bias_backward", dy, [&] { return cpu::bias_backward(dy, dbias); });
@@ -109,9 +141,7 @@ void bias_backward(const Tensor& dy, const Tensor& dbias) {
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_devices("add", out, a, b);
-  check_f32("add", "a", a);
-  check_f32("add", "b", b);
-  check_f32("add", "out", out);
+  check_compute("add", {{"a", a}, {"b", b}, {"out", out}});
   check_same_shape("add", "a", a, "b", b);
   check_same_shape("add", "a", a, "out", out);
   return dispatch("add", out, [&] { return cpu::add(a, b, out); });
@@ -119,8 +149,7 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
 
 void axpy(float alpha, const Tensor& x, const Tensor& y) {
   check_devices("axpy", y, x);
-  check_f32("axpy", "x", x);
-  check_f32("axpy", "y", y);
+  check_compute("axpy", {{"x", x}, {"y", y}});
   // Flat buffers of equal size are fine (gradient accumulation over parameter groups); the shapes may differ.
   TANDEM_CHECK(x.numel() == y.numel(), "axpy: x ", shape_str(x.shape()), " and y ", shape_str(y.shape()),
                " differ in size");
@@ -129,23 +158,26 @@ void axpy(float alpha, const Tensor& x, const Tensor& y) {
 
 void scale(const Tensor& x, float alpha) {
   check_devices("scale", x);
-  check_f32("scale", "x", x);
+  check_compute("scale", {{"x", x}});
   return dispatch("scale", x, [&] { return cpu::scale(x, alpha); });
+}
+
+void fill(const Tensor& x, float value) {
+  check_devices("fill", x);
+  check_compute("fill", {{"x", x}});
+  return dispatch("fill", x, [&] { return cpu::fill(x, value); });
 }
 
 void relu_forward(const Tensor& x, const Tensor& y) {
   check_devices("relu_forward", y, x);
-  check_f32("relu_forward", "x", x);
-  check_f32("relu_forward", "y", y);
+  check_compute("relu_forward", {{"x", x}, {"y", y}});
   check_same_shape("relu_forward", "x", x, "y", y);
   return dispatch("relu_forward", y, [&] { return cpu::relu_forward(x, y); });
 }
 
 void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   check_devices("relu_backward", dx, x, dy);
-  check_f32("relu_backward", "x", x);
-  check_f32("relu_backward", "dy", dy);
-  check_f32("relu_backward", "dx", dx);
+  check_compute("relu_backward", {{"x", x}, {"dy", dy}, {"dx", dx}});
   check_same_shape("relu_backward", "x", x, "dy", dy);
   check_same_shape("relu_backward", "x", x, "dx", dx);
   return dispatch("relu_backward", dx, [&] { return cpu::relu_backward(x, dy, dx); });
@@ -153,17 +185,14 @@ void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
 
 void gelu_forward(const Tensor& x, const Tensor& y) {
   check_devices("gelu_forward", y, x);
-  check_f32("gelu_forward", "x", x);
-  check_f32("gelu_forward", "y", y);
+  check_compute("gelu_forward", {{"x", x}, {"y", y}});
   check_same_shape("gelu_forward", "x", x, "y", y);
   return dispatch("gelu_forward", y, [&] { return cpu::gelu_forward(x, y); });
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   check_devices("gelu_backward", dx, x, dy);
-  check_f32("gelu_backward", "x", x);
-  check_f32("gelu_backward", "dy", dy);
-  check_f32("gelu_backward", "dx", dx);
+  check_compute("gelu_backward", {{"x", x}, {"dy", dy}, {"dx", dx}});
   check_same_shape("gelu_backward", "x", x, "dy", dy);
   check_same_shape("gelu_backward", "x", x, "dx", dx);
   return dispatch("gelu_backward", dx, [&] { return cpu::gelu_backward(x, dy, dx); });
@@ -172,13 +201,9 @@ void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
                        const Tensor& rstd, float eps) {
   check_devices("layernorm_forward", y, x, gamma, beta, mean, rstd);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"x", x},
-                                {"gamma", gamma},
-                                {"beta", beta},
-                                {"y", y},
-                                {"mean", mean},
-                                {"rstd", rstd}})
-    check_f32("layernorm_forward", name, t);
+  check_compute("layernorm_forward", {{"x", x}, {"gamma", gamma}, {"beta", beta}, {"y", y}});
+  check_f32("layernorm_forward", "mean", mean);
+  check_f32("layernorm_forward", "rstd", rstd);
   check_same_shape("layernorm_forward", "x", x, "y", y);
   check_channels("layernorm_forward", "gamma", gamma, x);
   check_channels("layernorm_forward", "beta", beta, x);
@@ -190,14 +215,8 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
   check_devices("layernorm_backward", dx, dy, x, gamma, mean, rstd, dgamma, dbeta);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"dy", dy},
-                                {"x", x},
-                                {"gamma", gamma},
-                                {"mean", mean},
-                                {"rstd", rstd},
-                                {"dx", dx},
-                                {"dgamma", dgamma},
-                                {"dbeta", dbeta}})
+  check_compute("layernorm_backward", {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"dx", dx}});
+  for (const auto& [name, t] : {Named{"mean", mean}, {"rstd", rstd}, {"dgamma", dgamma}, {"dbeta", dbeta}})
     check_f32("layernorm_backward", name, t);
   check_same_shape("layernorm_backward", "x", x, "dy", dy);
   check_same_shape("layernorm_backward", "x", x, "dx", dx);
@@ -211,11 +230,16 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
 }
 
 namespace {
-// ids (N) index rows of a table (V_local, C); y or dy is (N, C) read as rows.
-void check_embedding(const char* op, const Tensor& ids, const Tensor& table, const Tensor& rows) {
+// ids (N) index rows of a table (V_local, C); y or dy is (N, C) read as rows. Forward reads the table and writes y
+// in the compute dtype; backward reads dy in it and accumulates into an f32 dtable.
+void check_embedding(const char* op, bool backward, const Tensor& ids, const Tensor& table, const Tensor& rows) {
   check_dtype(op, "ids", ids, DType::I32);
-  check_f32(op, "table", table);
-  check_f32(op, "y", rows);
+  if (backward) {
+    check_compute(op, {{"dy", rows}});
+    check_f32(op, "dtable", table);
+  } else {
+    check_compute(op, {{"table", table}, {"y", rows}});
+  }
   TANDEM_CHECK(table.rank() == 2 && cols_of(rows) == table.dim(1) && rows_of(rows) == ids.numel(), op, ": ids ",
                shape_str(ids.shape()), " and table ", shape_str(table.shape()), " do not fit ",
                shape_str(rows.shape()));
@@ -228,7 +252,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y) 
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t start, int64_t vocab) {
   check_devices("embedding_forward", y, ids, table);
-  check_embedding("embedding_forward", ids, table, y);
+  check_embedding("embedding_forward", false, ids, table, y);
   TANDEM_CHECK(start >= 0 && start + table.dim(0) <= vocab && vocab <= cpu::kUncheckedVocab,
                "embedding_forward: table ", shape_str(table.shape()), " at row ", start,
                " does not fit a vocabulary of ", vocab);
@@ -237,14 +261,14 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, 
 
 void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable) {
   check_devices("embedding_backward", dtable, ids, dy);
-  check_embedding("embedding_backward", ids, dtable, dy);
+  check_embedding("embedding_backward", true, ids, dtable, dy);
   return dispatch("embedding_backward", dtable,
                   [&] { return cpu::embedding_backward(ids, dy, dtable, 0, dtable.dim(0)); });
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t start) {
   check_devices("embedding_backward", dtable, ids, dy);
-  check_embedding("embedding_backward", ids, dtable, dy);
+  check_embedding("embedding_backward", true, ids, dtable, dy);
   TANDEM_CHECK(start >= 0, "embedding_backward: negative shard start ", start);
   return dispatch("embedding_backward", dtable,
                   [&] { return cpu::embedding_backward(ids, dy, dtable, start, cpu::kUncheckedVocab); });
@@ -252,8 +276,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtabl
 
 void add_positions(const Tensor& y, const Tensor& pos) {
   check_devices("add_positions", y, pos);
-  check_f32("add_positions", "y", y);
-  check_f32("add_positions", "pos", pos);
+  check_compute("add_positions", {{"y", y}, {"pos", pos}});
   TANDEM_CHECK(y.rank() == 3 && pos.rank() == 2 && y.dim(1) <= pos.dim(0) && y.dim(2) == pos.dim(1),
                "add_positions: y ", shape_str(y.shape()), " (B, T, C) does not fit pos ", shape_str(pos.shape()),
                " (T_max, C)");
@@ -262,7 +285,7 @@ void add_positions(const Tensor& y, const Tensor& pos) {
 
 void add_positions_backward(const Tensor& dy, const Tensor& dpos) {
   check_devices("add_positions_backward", dpos, dy);
-  check_f32("add_positions_backward", "dy", dy);
+  check_compute("add_positions_backward", {{"dy", dy}});
   check_f32("add_positions_backward", "dpos", dpos);
   TANDEM_CHECK(dy.rank() == 3 && dpos.rank() == 2 && dy.dim(1) <= dpos.dim(0) && dy.dim(2) == dpos.dim(1),
                "add_positions_backward: dy ", shape_str(dy.shape()), " (B, T, C) does not fit dpos ",
@@ -272,8 +295,7 @@ void add_positions_backward(const Tensor& dy, const Tensor& dpos) {
 
 namespace {
 void check_attention(const char* op, const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
-  check_f32(op, "qkv", qkv);
-  check_f32(op, "y", y);
+  check_compute(op, {{"qkv", qkv}, {"y", y}});
   check_f32(op, "lse", lse);
   TANDEM_CHECK(qkv.rank() == 3 && heads > 0 && qkv.dim(2) % (3 * static_cast<int64_t>(heads)) == 0, op, ": qkv ",
                shape_str(qkv.shape()), " is not (B, T, 3C) with C divisible by ", heads, " heads");
@@ -297,8 +319,7 @@ void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Ten
                         const Tensor& dqkv) {
   check_devices("attention_backward", dqkv, qkv, y, lse, dy);
   check_attention("attention_backward", qkv, heads, y, lse);
-  check_f32("attention_backward", "dy", dy);
-  check_f32("attention_backward", "dqkv", dqkv);
+  check_compute("attention_backward", {{"qkv", qkv}, {"y", y}, {"dy", dy}, {"dqkv", dqkv}});
   check_same_shape("attention_backward", "y", y, "dy", dy);
   check_same_shape("attention_backward", "qkv", qkv, "dqkv", dqkv);
   TANDEM_CHECK(!overlaps(dqkv, qkv) && !overlaps(dqkv, y) && !overlaps(dqkv, dy) && !overlaps(dqkv, lse),
@@ -308,7 +329,7 @@ void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Ten
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {
   check_devices("cross_entropy_forward", losses, logits, targets, lse);
-  check_f32("cross_entropy_forward", "logits", logits);
+  check_compute("cross_entropy_forward", {{"logits", logits}});
   check_dtype("cross_entropy_forward", "targets", targets, DType::I32);
   check_f32("cross_entropy_forward", "losses", losses);
   check_f32("cross_entropy_forward", "lse", lse);
@@ -325,10 +346,9 @@ void check_cross_entropy_backward(const Tensor& logits, const Tensor& targets, c
                                   const Tensor& dlogits) {
   const char* op = "cross_entropy_backward";
   check_devices(op, dlogits, logits, targets, lse);
-  check_f32(op, "logits", logits);
+  check_compute(op, {{"logits", logits}, {"dlogits", dlogits}});
   check_dtype(op, "targets", targets, DType::I32);
   check_f32(op, "lse", lse);
-  check_f32(op, "dlogits", dlogits);
   check_same_shape(op, "logits", logits, "dlogits", dlogits);
   check_per_row(op, "targets", targets, logits);
   check_per_row(op, "lse", lse, logits);
@@ -359,7 +379,7 @@ void cross_entropy_stats(const Tensor& logits, const Tensor& targets, int64_t st
                          const Tensor& row_max, const Tensor& target_logit) {
   const char* op = "cross_entropy_stats";
   check_devices(op, row_max, logits, targets, target_logit);
-  check_f32(op, "logits", logits);
+  check_compute(op, {{"logits", logits}});
   check_dtype(op, "targets", targets, DType::I32);
   check_f32(op, "row_max", row_max);
   check_f32(op, "target_logit", target_logit);
@@ -376,7 +396,7 @@ void cross_entropy_stats(const Tensor& logits, const Tensor& targets, int64_t st
 void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
   const char* op = "row_sum_exp";
   check_devices(op, sum_exp, logits, row_max);
-  check_f32(op, "logits", logits);
+  check_compute(op, {{"logits", logits}});
   check_f32(op, "row_max", row_max);
   check_f32(op, "sum_exp", sum_exp);
   check_per_row(op, "row_max", row_max, logits);
@@ -384,16 +404,32 @@ void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_
   return dispatch(op, sum_exp, [&] { return cpu::row_sum_exp(logits, row_max, sum_exp); });
 }
 
+void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,
+                          const Tensor& loss_sum) {
+  const char* op = "cross_entropy_finish";
+  check_devices(op, lse, row_max, target_logit, loss_sum);
+  for (const auto& [name, t] : {Named{"row_max", row_max}, {"target_logit", target_logit}, {"lse", lse}}) {
+    check_f32(op, name, t);
+    TANDEM_CHECK(t.numel() == lse.numel(), op, ": ", name, " ", shape_str(t.shape()), " and lse ",
+                 shape_str(lse.shape()), " differ in size (one element per row)");
+  }
+  check_f32(op, "loss_sum", loss_sum);
+  TANDEM_CHECK(loss_sum.numel() == 1, op, ": loss_sum ", shape_str(loss_sum.shape()), " is not one element");
+  TANDEM_CHECK(!overlaps(loss_sum, row_max) && !overlaps(loss_sum, target_logit) && !overlaps(loss_sum, lse), op,
+               ": loss_sum shares memory with a per-row input");
+  return dispatch(op, lse, [&] { return cpu::cross_entropy_finish(row_max, target_logit, lse, loss_sum); });
+}
+
 double sum_squares(const Tensor& x) {
   check_devices("sum_squares", x);
-  check_f32("sum_squares", "x", x);
+  check_compute("sum_squares", {{"x", x}});
   return dispatch("sum_squares", x, [&] { return cpu::sum_squares(x); });
 }
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
   check_devices("adamw_step", param, grad, m, v);
-  for (const auto& [name, t] :
-       {std::pair<const char*, const Tensor&>{"param", param}, {"grad", grad}, {"m", m}, {"v", v}}) {
+  // Master weights, fp32 gradients and moments: a 16-bit parameter is updated through its f32 master copy.
+  for (const auto& [name, t] : {Named{"param", param}, {"grad", grad}, {"m", m}, {"v", v}}) {
     check_f32("adamw_step", name, t);
     TANDEM_CHECK(t.numel() == param.numel(), "adamw_step: ", name, " ", shape_str(t.shape()),
                  " differs in size from param ", shape_str(param.shape()));
@@ -406,11 +442,9 @@ void cast(const Tensor& src, const Tensor& dst) {
   check_devices("cast", dst, src);
   TANDEM_CHECK(src.numel() == dst.numel(), "cast: src ", shape_str(src.shape()), " and dst ", shape_str(dst.shape()),
                " differ in size");
-  const bool to_or_from_f32 = src.dtype() == DType::F32 || dst.dtype() == DType::F32;
-  const bool has_i32 = src.dtype() == DType::I32 || dst.dtype() == DType::I32;
-  if (src.dtype() != dst.dtype() && (!to_or_from_f32 || has_i32))
-    TANDEM_FAIL("cast from ", dtype_name(src.dtype()), " to ", dtype_name(dst.dtype()),
-                " is not supported: casts go between f32 and bf16 or f16");
+  TANDEM_CHECK(is_float(src.dtype()) && is_float(dst.dtype()), "cast: src ", shape_str(src.shape()), " holds ",
+               dtype_name(src.dtype()), " and dst ", shape_str(dst.shape()), " holds ", dtype_name(dst.dtype()),
+               "; casts go between float dtypes (f32, bf16, f16)");
   return dispatch("cast", dst, [&] { return cpu::cast(src, dst); });
 }
 

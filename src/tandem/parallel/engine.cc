@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "tandem/nn/loss.h"
+#include "tandem/ops/ops.h"
 #include "tandem/optim/clip.h"
 
 namespace tandem::parallel {
@@ -25,7 +26,13 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     chunks_.push_back(range);
     for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
   }
-  store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.adamw);
+  store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.adamw,
+                                            cfg.compute);
+  if (cfg.loss_scaling.enabled) {
+    loss_scale_ = cfg.loss_scaling.static_scale > 0 ? cfg.loss_scaling.static_scale
+                                                    : std::ldexp(1.0, cfg.loss_scaling.initial_scale_power);
+    overflows_left_ = cfg.loss_scaling.hysteresis;
+  }
 
   const auto kind = v > 1 ? pipeline::ScheduleKind::Interleaved : pipeline::schedule_from_name(cfg.plan.schedule);
   const pipeline::ScheduleSpec spec{l.pp, static_cast<int>(cfg.micro_batches), v};
@@ -38,6 +45,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   setup.chunks = chunks_;
   setup.actions = schedule[static_cast<size_t>(groups.coord.pp)];
   setup.input_shape = input_shape;
+  setup.activation_dtype = cfg.compute;
   setup.recompute = cfg.plan.activation_checkpointing;
   executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
 }
@@ -49,19 +57,54 @@ StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_
   store_->begin_step();
   const nn::TpSlot loss_tp =
       model_.vocab_parallel_logits() ? nn::TpSlot{c.tp, groups_.layout.tp, tp_reducer_.get()} : nn::TpSlot{};
-  const double local_loss =
-      executor_->run([&](int mb) { return batch(c.dp * per_replica + mb * cfg_.micro_batch, cfg_.micro_batch); },
-                     [&](const Tensor& logits, const Tensor& targets) {
-                       return nn::cross_entropy_sum_and_grad(logits, targets, loss_normalizer, loss_tp);
-                     });
+  Tensor loss_sum = Tensor::zeros({1}, DType::F32, device_, "step loss sum");  // (1), summed on the device
+  const auto scale = static_cast<float>(loss_scale_);
+  executor_->run(
+      [&](int mb) {
+        pipeline::MicroBatch b = batch(c.dp * per_replica + mb * cfg_.micro_batch, cfg_.micro_batch);
+        // Float inputs (mlp features) enter in the compute dtype; token ids stay i32.
+        if (b.inputs.dtype() != DType::I32 && b.inputs.dtype() != cfg_.compute) {
+          Tensor cast = Tensor::empty(b.inputs.shape(), cfg_.compute, device_, "inputs (compute dtype)");
+          ops::cast(b.inputs, cast);
+          b.inputs = cast;
+        }
+        return b;
+      },
+      [&](const Tensor& logits, const Tensor& targets) {
+        nn::cross_entropy_loss(logits, targets, loss_normalizer, loss_sum, loss_tp, scale);
+      });
   store_->reduce_gradients();
 
   StepResult r;
-  // Every tp slot of the last stage computed the same loss: count it once per virtual GPU.
-  r.loss_sum = groups_.world->all_reduce_scalar(c.tp == 0 ? local_loss : 0.0);
-  r.grad_norm = std::sqrt(groups_.world->all_reduce_scalar(store_->grad_sum_of_squares(c.tp == 0)));
-  store_->optimizer_step(lr, optim::clip_coefficient(r.grad_norm, cfg_.gradient_clipping));
+  r.loss_scale = loss_scale_;
+  // Every tp slot of the last stage computed the same loss: count it once per virtual GPU. These two reads
+  // are the step's only waits for the device.
+  const double local_loss = c.tp == 0 ? static_cast<double>(loss_sum.to_host_floats()[0]) : 0.0;
+  r.loss_sum = groups_.world->all_reduce_scalar(local_loss);
+  r.grad_norm = std::sqrt(groups_.world->all_reduce_scalar(store_->grad_sum_of_squares(c.tp == 0))) / loss_scale_;
+  if (cfg_.loss_scaling.enabled && !std::isfinite(r.grad_norm)) {
+    r.skipped = true;  // the same verdict on every rank: the norm was reduced over the world
+    if (cfg_.loss_scaling.static_scale <= 0 && --overflows_left_ <= 0) {
+      loss_scale_ = std::max(cfg_.loss_scaling.min_scale, loss_scale_ / 2);
+      overflows_left_ = cfg_.loss_scaling.hysteresis;
+    }
+    good_steps_ = 0;
+    return r;
+  }
+  const float unscale = static_cast<float>(1.0 / loss_scale_);
+  store_->optimizer_step(lr, optim::clip_coefficient(r.grad_norm, cfg_.gradient_clipping) * unscale);
+  if (cfg_.loss_scaling.enabled && cfg_.loss_scaling.static_scale <= 0 && ++good_steps_ >= cfg_.loss_scaling.window) {
+    loss_scale_ *= 2;
+    good_steps_ = 0;
+  }
   return r;
+}
+
+void Engine::set_loss_scale_state(double scale, int good_steps, int overflows_left) {
+  if (!cfg_.loss_scaling.enabled) return;  // a checkpoint from an fp16 run resumed without fp16
+  loss_scale_ = scale;
+  good_steps_ = good_steps;
+  overflows_left_ = overflows_left;
 }
 
 std::map<std::string, std::vector<float>> Engine::collect_parameters() {

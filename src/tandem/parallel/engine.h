@@ -20,6 +20,18 @@
 
 namespace tandem::parallel {
 
+// fp16's dynamic loss scaling, with DeepSpeed's parameters: start at 2^initial_scale_power; on an overflow
+// skip the step and (after `hysteresis` overflows) halve the scale, not below min_scale; after `window`
+// steps without overflow double it. A fixed `static_scale` > 0 disables the dynamics.
+struct LossScaling {
+  bool enabled = false;
+  double static_scale = 0;
+  int initial_scale_power = 16;
+  int window = 1000;
+  int hysteresis = 2;
+  double min_scale = 1;
+};
+
 struct EngineConfig {
   layout::ParallelPlan plan;
   int zero_stage = 0;
@@ -28,11 +40,15 @@ struct EngineConfig {
   int64_t micro_batch = 1;       // samples per micro-batch on one virtual GPU
   int64_t micro_batches = 1;     // per step (gradient accumulation steps)
   double gradient_clipping = 0;  // 0: off
+  DType compute = DType::F32;    // activations and the weights layers read; master weights stay fp32
+  LossScaling loss_scaling;      // fp16 only
 };
 
 struct StepResult {
-  double loss_sum = 0;   // over the whole global batch, the same on every rank
-  double grad_norm = 0;  // global, before clipping
+  double loss_sum = 0;    // over the whole global batch, the same on every rank
+  double grad_norm = 0;   // global, before clipping (inf or NaN when an fp16 step overflowed)
+  bool skipped = false;   // fp16 overflow: no update this step
+  double loss_scale = 1;  // the scale used in this step
 };
 
 class Engine {
@@ -53,6 +69,11 @@ class Engine {
 
   nn::Model& model() { return model_; }
   ParameterStore& store() { return *store_; }
+  double loss_scale() const { return loss_scale_; }
+  // For checkpoints: the loss-scaling state, restored on resume.
+  void set_loss_scale_state(double scale, int good_steps, int overflows_left);
+  int loss_scale_good_steps() const { return good_steps_; }
+  int loss_scale_overflows_left() const { return overflows_left_; }
   // "stage 0: layers 0..6 (wte.weight .. blocks.5)" for every global stage of the pipeline.
   std::string describe_stages() const;
 
@@ -66,6 +87,10 @@ class Engine {
   std::vector<pipeline::LayerRange> chunks_;      // this rank's, by chunk index
   std::unique_ptr<ParameterStore> store_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
+  // Loss scaling state (fp16).
+  double loss_scale_ = 1;
+  int good_steps_ = 0;
+  int overflows_left_ = 0;  // before the scale is halved (hysteresis)
 };
 
 }  // namespace tandem::parallel

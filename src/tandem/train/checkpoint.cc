@@ -187,6 +187,10 @@ std::string save_checkpoint(const std::string& root, int64_t step, parallel::Eng
         {"optimizer_step", engine.store().optimizer().step_count()},
         {"data_position", {{"step", step}}},
         {"rng", {{"seed", cfg.value("seed", 0)}, {"generator", "philox4x32-10"}}},
+        {"loss_scale",
+         {{"scale", engine.loss_scale()},
+          {"good_steps", engine.loss_scale_good_steps()},
+          {"overflows_left", engine.loss_scale_overflows_left()}}},
         {"saved_by",
          {{"virtual_gpus", l.dp}, {"pipeline", l.pp}, {"tensor", l.tp}, {"zero_stage", engine.store().zero_stage()}}},
         {"num_parameters", engine.model().num_parameters()},
@@ -257,6 +261,9 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
   }
   engine.store().values_changed();
   engine.store().optimizer().set_step_count(reader.manifest().at("optimizer_step").get<int64_t>());
+  const auto& ls = reader.manifest().at("loss_scale");
+  engine.set_loss_scale_state(ls.at("scale").get<double>(), ls.at("good_steps").get<int>(),
+                              ls.at("overflows_left").get<int>());
   groups.world->barrier();
   return reader.manifest().at("step").get<int64_t>();
 }

@@ -120,7 +120,13 @@ std::vector<StepMetrics> Trainer::run() {
                 static_cast<long long>(l.dp), static_cast<long long>(cfg_.steps));
     std::fflush(stdout);
   }
-  device_ = std::make_unique<device::CpuDevice>(cfg_.device_memory_bytes, groups_->rank);
+  if (options_.device) {
+    device_ = options_.device;
+    if (cfg_.device_memory_bytes) device_->set_budget(cfg_.device_memory_bytes);
+  } else {
+    own_device_ = std::make_unique<device::CpuDevice>(cfg_.device_memory_bytes, groups_->rank);
+    device_ = own_device_.get();
+  }
 
   parallel::EngineConfig ec;
   ec.plan = plan_;
@@ -130,14 +136,21 @@ std::vector<StepMetrics> Trainer::run() {
   ec.micro_batch = b.micro;
   ec.micro_batches = b.accum;
   ec.gradient_clipping = cfg_.gradient_clipping;
-  const data::Batch probe = dataset_->batch(0, 0, b.micro, *device_);
+  ec.compute = cfg_.bf16 ? DType::BF16 : cfg_.fp16.enabled ? DType::F16 : DType::F32;
+  ec.loss_scaling.enabled = cfg_.fp16.enabled;
+  ec.loss_scaling.static_scale = cfg_.fp16.loss_scale;
+  ec.loss_scaling.initial_scale_power = static_cast<int>(cfg_.fp16.initial_scale_power);
+  ec.loss_scaling.window = static_cast<int>(cfg_.fp16.loss_scale_window);
+  ec.loss_scaling.hysteresis = static_cast<int>(cfg_.fp16.hysteresis);
+  ec.loss_scaling.min_scale = cfg_.fp16.min_loss_scale;
+  const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
   if (is_printer()) {
-    std::printf("model: %s; layout %s (%d devices as %d virtual GPU%s of %d), ZeRO stage %lld%s\n",
+    std::printf("model: %s; layout %s (%d devices as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
                 cfg_.model_type.c_str(), l.str().c_str(), l.world(), l.dp, l.dp == 1 ? "" : "s", l.vgpu_size(),
-                static_cast<long long>(cfg_.zero_stage),
+                static_cast<long long>(cfg_.zero_stage), dtype_name(ec.compute).c_str(),
                 plan_.activation_checkpointing ? ", activation checkpointing" : "");
-    std::printf("%s", layout::describe_rank_map(l, "cpu:").c_str());
+    std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
     std::printf("%s", engine_->describe_stages().c_str());
     if (l.pp > 1)
       std::printf("  schedule: %s, %lld micro-batches per step\n", plan_.schedule.c_str(),
@@ -176,7 +189,10 @@ std::vector<StepMetrics> Trainer::run() {
     elapsed += m.step_seconds;
     history.push_back(m);
     const double eta = elapsed / static_cast<double>(history.size()) * static_cast<double>(cfg_.steps - m.step);
-    if (is_printer() && (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1))
+    if (is_printer() && m.skipped)
+      std::printf("step %lld/%lld | fp16 overflow (grad norm %g): update skipped, loss scale now %g\n",
+                  static_cast<long long>(m.step), static_cast<long long>(cfg_.steps), m.grad_norm, m.loss_scale);
+    else if (is_printer() && (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1))
       print_progress(m, cfg_.steps, eta, cfg_.model_type == "gpt" ? "tok" : "samples");
     if (metrics.is_open()) {
       metrics << config::Json{{"step", m.step},
@@ -185,7 +201,9 @@ std::vector<StepMetrics> Trainer::run() {
                               {"grad_norm", m.grad_norm},
                               {"step_s", m.step_seconds},
                               {"tokens_per_s", m.tokens_per_s},
-                              {"peak_bytes", m.peak_bytes}}
+                              {"peak_bytes", m.peak_bytes},
+                              {"loss_scale", m.loss_scale},
+                              {"skipped", m.skipped}}
                      .dump()
               << "\n";
       metrics.flush();
@@ -212,8 +230,8 @@ std::vector<StepMetrics> Trainer::run() {
     std::printf("done: %lld steps. Peak memory per device:",
                 static_cast<long long>(history.empty() ? start : history.back().step));
     for (int r = 0; r < l.world(); ++r)
-      std::printf(" cpu:%d %s%s", r, format_bytes(static_cast<uint64_t>(peaks[r])).c_str(),
-                  r + 1 < l.world() ? "," : "");
+      std::printf(" %s%d %s%s", device_->kind() == DeviceKind::Cpu ? "cpu:" : "rank ", r,
+                  format_bytes(static_cast<uint64_t>(peaks[r])).c_str(), r + 1 < l.world() ? "," : "");
     if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
     std::printf("\n");
     std::fflush(stdout);
@@ -251,8 +269,13 @@ StepMetrics Trainer::train_step(int64_t step) {
   const double lr = optim::learning_rate(schedule_config(cfg_), step);
   const parallel::StepResult r = engine_->step(
       [&](int64_t first, int64_t count) {
-        data::Batch batch = dataset_->batch(step, first, count, *device_);
-        return parallel::pipeline::MicroBatch{batch.inputs, batch.targets};
+        data::Batch batch = dataset_->batch(step, first, count, device_->kind() == DeviceKind::Cpu ? *device_ : host_);
+        if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets};
+        Tensor inputs = Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), *device_, "batch inputs");
+        Tensor targets = Tensor::empty(batch.targets.shape(), batch.targets.dtype(), *device_, "batch targets");
+        inputs.copy_from(batch.inputs);
+        targets.copy_from(batch.targets);
+        return parallel::pipeline::MicroBatch{inputs, targets};
       },
       static_cast<float>(lr), rows);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -262,6 +285,8 @@ StepMetrics Trainer::train_step(int64_t step) {
   m.loss = r.loss_sum / rows;
   m.lr = lr;
   m.grad_norm = r.grad_norm;
+  m.skipped = r.skipped;
+  m.loss_scale = engine_->loss_scale();
   m.step_seconds = groups_->world->all_reduce_scalar(seconds, comm::ReduceOp::Max);
   m.tokens_per_s = rows / m.step_seconds;
   m.peak_bytes = static_cast<uint64_t>(

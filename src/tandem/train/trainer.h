@@ -21,6 +21,9 @@ struct TrainOptions {
   std::string resume;   // a checkpoint or run folder to continue from; empty: start fresh
   std::string init;     // a consolidated safetensors file of weights to start from (not with resume)
   bool print = true;    // progress lines on stdout (rank 0 only)
+  // The device to train on (a GPU, made before the communicators that use it); null: a CPU device of this
+  // process. Its budget is set from "device_memory" when the config has one.
+  device::AccountedDevice* device = nullptr;
 };
 
 struct StepMetrics {
@@ -31,6 +34,8 @@ struct StepMetrics {
   double step_seconds = 0;
   double tokens_per_s = 0;  // tokens (gpt) or samples (mlp) per second, whole job
   uint64_t peak_bytes = 0;  // the largest per-device peak so far
+  bool skipped = false;     // fp16 overflow: no update
+  double loss_scale = 1;    // fp16: the scale after this step
 };
 
 // Builds the whole model for one tensor-parallel slot (layers hold only their slot's part).
@@ -51,7 +56,7 @@ class Trainer {
   std::vector<StepMetrics> run();
 
   parallel::Engine& engine() { return *engine_; }
-  device::CpuDevice& device() { return *device_; }
+  device::AccountedDevice& device() { return *device_; }
 
  private:
   StepMetrics train_step(int64_t step);
@@ -64,7 +69,9 @@ class Trainer {
   layout::Groups own_groups_;  // when none were given
   layout::Groups* groups_;
   layout::ParallelPlan plan_;
-  std::unique_ptr<device::CpuDevice> device_;
+  std::unique_ptr<device::CpuDevice> own_device_;  // when none was given
+  device::AccountedDevice* device_ = nullptr;
+  device::CpuDevice host_;  // where batches are made before they go to a GPU
   std::unique_ptr<parallel::Engine> engine_;
   int64_t rows_per_sample_;
 };

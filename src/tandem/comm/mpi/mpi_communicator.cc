@@ -43,9 +43,14 @@ int count_of(const Tensor& t, const std::string& group) {
   return static_cast<int>(t.numel());
 }
 
-void check_reducible(const Tensor& t, const std::string& group) {
-  if (t.dtype() != DType::F32 && t.dtype() != DType::I32)
-    TANDEM_FAIL("reductions on group '", group, "' need f32 or i32 tensors, got ", dtype_name(t.dtype()));
+bool is_16bit(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+// 16-bit tensors are reduced in fp32 (MPI has no bf16 sum): widened on the host, reduced, rounded back.
+std::vector<float> widen(const Tensor& t) { return t.to_host_floats(); }
+void narrow(const std::vector<float>& v, const Tensor& t) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = t.dtype() == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  t.copy_from_host(h.data());
 }
 
 class MpiRequest final : public Request {
@@ -96,7 +101,16 @@ std::unique_ptr<Request> MpiCommunicator::started(MPI_Request req, int32_t op, i
 }
 
 std::unique_ptr<Request> MpiCommunicator::all_reduce_async(const Tensor& t, ReduceOp op) {
-  check_reducible(t, name_);
+  if (is_16bit(t.dtype())) {
+    std::vector<float> v = widen(t);
+    const int64_t seq = begin(kAllReduce);
+    MPI_Request req;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, v.data(), count_of(t, name_), MPI_FLOAT, mpi_op(op), comm_, &req),
+              "MPI_Iallreduce", name_);
+    wait(req, kAllReduce, seq);
+    narrow(v, t);
+    return started(MPI_REQUEST_NULL, kAllReduce, seq);
+  }
   const int64_t seq = begin(kAllReduce);
   MPI_Request req;
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.raw(), count_of(t, name_), mpi_type(t.dtype()), mpi_op(op), comm_, &req),
@@ -105,7 +119,9 @@ std::unique_ptr<Request> MpiCommunicator::all_reduce_async(const Tensor& t, Redu
 }
 
 std::unique_ptr<Request> MpiCommunicator::reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) {
-  check_reducible(in, name_);
+  if (is_16bit(in.dtype()))
+    TANDEM_FAIL("reduce_scatter on group '", name_, "' of a ", dtype_name(in.dtype()),
+                " tensor: gradients are reduced in fp32");
   TANDEM_CHECK(in.numel() == out.numel() * size_ && in.dtype() == out.dtype(), "reduce_scatter of ", in.numel(),
                " into ", out.numel(), " x ", size_);
   const int64_t seq = begin(kReduceScatter);

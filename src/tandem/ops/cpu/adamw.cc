@@ -6,6 +6,12 @@
 #include "tandem/ops/op_util.h"
 
 namespace tandem::ops::cpu {
+namespace {
+
+// Element operations per element: four streams read, three written, a square root and a division.
+constexpr int64_t kAdamWCost = 4;
+
+}  // namespace
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
   const int64_t n = param.numel();
@@ -17,7 +23,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
   const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta1), p.step)));
   const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta2), p.step)));
   const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay, gs = p.grad_scale;
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+#pragma omp parallel for schedule(static) if (worth_parallel(n, kAdamWCost))
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] * gs;
     m1[i] = b1 * m1[i] + (1.0f - b1) * gi;

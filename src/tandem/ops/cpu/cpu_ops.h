@@ -1,5 +1,7 @@
-// The CPU backend of the op set: the same contracts as tandem/ops/ops.h, with shapes already checked by
-// ops.cc. Matrix products go through OpenBLAS; loops split over OpenMP threads in thread-count-independent ways.
+// The CPU backend of the op set: the same contracts as tandem/ops/ops.h, with shapes and dtypes already checked by
+// ops.cc. Kernels are templates over the compute dtype's storage (cpu/element.h) with fp32 math. Matrix products go
+// through OpenBLAS; loops split over OpenMP threads in thread-count-independent ways, and only when the work pays
+// for it (op_util.h).
 #pragma once
 
 #include "tandem/core/tensor.h"
@@ -18,6 +20,7 @@ void relu_forward(const Tensor& x, const Tensor& y);
 void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 void gelu_forward(const Tensor& x, const Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
+void fill(const Tensor& x, float value);
 void cast(const Tensor& src, const Tensor& dst);
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
@@ -44,6 +47,7 @@ void cross_entropy_stats(const Tensor& logits, const Tensor& targets, int64_t st
 void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp);
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
                             const Tensor& dlogits, int64_t start, int64_t vocab);
+void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse, const Tensor& loss_sum);
 
 double sum_squares(const Tensor& x);
 

@@ -1,30 +1,71 @@
 // CPU matrix product: matmul through OpenBLAS cblas_sgemm on the 2-D views of its operands.
 // OpenBLAS threads partition the output, not the K sum, so results do not depend on its thread count.
+// This OpenBLAS has no bf16 or f16 GEMM: 16-bit a and b are widened into fp32 scratch, the product is formed in
+// fp32 (in c itself when c is f32, else in scratch) and rounded into c once.
 #include <cblas.h>
 
 #include "tandem/ops/cpu/cpu_ops.h"
+#include "tandem/ops/cpu/element.h"
 #include "tandem/ops/op_util.h"
 
 namespace tandem::ops::cpu {
+namespace {
+
+// dst (n) = src (n) widened to fp32.
+template <class T>
+void widen(const T* src, float* dst, int64_t n) {
+#pragma omp parallel for schedule(static) if (worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) dst[i] = load(src, i);
+}
+
+// dst (n) = src (n) rounded to T.
+template <class T>
+void narrow(const float* src, T* dst, int64_t n) {
+#pragma omp parallel for schedule(static) if (worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) store(dst, i, src[i]);
+}
+
+// `t` as an fp32 tensor: itself when it is f32, else a widened copy in scratch on its device.
+Tensor as_f32(const Tensor& t, bool read) {
+  if (t.dtype() == DType::F32) return t;
+  Tensor wide = Tensor::empty(t.shape(), DType::F32, t.device(), "matmul scratch");
+  if (read) visit_float(t.dtype(), [&](auto tag) { widen(elems<decltype(tag)>(t), wide.f32(), t.numel()); });
+  return wide;
+}
+
+// out (M, N) *= beta with an empty K sum. BLAS implementations disagree on whether they still apply beta, so do it
+// here. beta == 0 must not read c (it may hold uninitialised memory), hence the explicit zero fill.
+void scale_only(const Tensor& c, float beta) {
+  if (beta == 0.0f) {
+    c.fill_zero();
+    return;
+  }
+  visit_float(c.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* out = elems<T>(c);  // (M, N)
+    for (int64_t i = 0; i < c.numel(); ++i) store(out, i, load(out, i) * beta);
+  });
+}
+
+}  // namespace
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float beta) {
   const int64_t m = rows_of(c), n = cols_of(c);
   const int64_t k = trans_a ? rows_of(a) : cols_of(a);
   if (m == 0 || n == 0) return;
-  float* out = c.f32();  // (M, N)
   if (k == 0) {
-    // An empty sum: BLAS implementations disagree on whether they still apply beta, so do it here. beta == 0
-    // must not read c (it may hold uninitialised memory), hence the explicit zero fill.
-    if (beta == 0.0f) {
-      c.fill_zero();
-    } else {
-      for (int64_t i = 0; i < m * n; ++i) out[i] *= beta;
-    }
+    scale_only(c, beta);
     return;
   }
+  const Tensor a32 = as_f32(a, true), b32 = as_f32(b, true);
+  // c's existing values matter only when beta != 0; they are read as fp32, as beta's contract says.
+  const Tensor c32 = as_f32(c, beta != 0.0f);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a.f32(),
-              static_cast<int>(cols_of(a)), b.f32(), static_cast<int>(cols_of(b)), beta, out, static_cast<int>(n));
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a32.f32(),
+              static_cast<int>(cols_of(a)), b32.f32(), static_cast<int>(cols_of(b)), beta, c32.f32(),
+              static_cast<int>(n));
+  if (c.dtype() != DType::F32)
+    visit_float(c.dtype(), [&](auto tag) { narrow(c32.f32(), elems<decltype(tag)>(c), c.numel()); });
 }
 
 }  // namespace tandem::ops::cpu

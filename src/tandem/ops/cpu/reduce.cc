@@ -1,8 +1,10 @@
-// CPU reductions: sum_squares, in double, with a summation order fixed by the tensor's size alone.
+// CPU reductions: sum_squares of f32, bf16 or f16 elements, in double, with a summation order fixed by the
+// tensor's size alone.
 // A fixed number of chunks (not one per thread) keeps the result bit-identical across thread counts.
 #include <algorithm>
 
 #include "tandem/ops/cpu/cpu_ops.h"
+#include "tandem/ops/cpu/element.h"
 #include "tandem/ops/op_util.h"
 
 namespace tandem::ops::cpu {
@@ -13,21 +15,26 @@ constexpr int64_t kChunks = 64;
 // still sum in an order that depends on the index only.
 constexpr int64_t kLanes = 8;
 
-}  // namespace
-
-double sum_squares(const Tensor& x) {
+template <class T>
+double sum_squares_kernel(const Tensor& x) {
   const int64_t n = x.numel();
-  const float* p = x.f32();  // (n)
+  const T* p = elems<T>(x);  // (n)
   const int64_t chunk = (n + kChunks - 1) / kChunks;
   double partial[kChunks] = {};  // (kChunks)
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+#pragma omp parallel for schedule(static) if (worth_parallel(n))
   for (int64_t c = 0; c < kChunks; ++c) {
     const int64_t begin = std::min(n, c * chunk), end = std::min(n, begin + chunk);
     double lane[kLanes] = {};  // (kLanes)
     int64_t i = begin;
     for (; i + kLanes <= end; i += kLanes)
-      for (int64_t l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(p[i + l]) * p[i + l];
-    for (; i < end; ++i) lane[0] += static_cast<double>(p[i]) * p[i];
+      for (int64_t l = 0; l < kLanes; ++l) {
+        const double v = load(p, i + l);
+        lane[l] += v * v;
+      }
+    for (; i < end; ++i) {
+      const double v = load(p, i);
+      lane[0] += v * v;
+    }
     double s = 0.0;
     for (int64_t l = 0; l < kLanes; ++l) s += lane[l];
     partial[c] = s;
@@ -35,6 +42,12 @@ double sum_squares(const Tensor& x) {
   double total = 0.0;
   for (int64_t c = 0; c < kChunks; ++c) total += partial[c];
   return total;
+}
+
+}  // namespace
+
+double sum_squares(const Tensor& x) {
+  return visit_float(x.dtype(), [&](auto t) { return sum_squares_kernel<decltype(t)>(x); });
 }
 
 }  // namespace tandem::ops::cpu

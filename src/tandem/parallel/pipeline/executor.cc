@@ -25,16 +25,16 @@ PipelineExecutor::PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::
   }
 }
 
+// The kind is the lowest bit: communicators may route activations and gradients on separate channels.
 int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
-  return (kind * total_stages_ + receiver_stage) * s_.micro_batches + mb;
+  return ((receiver_stage * s_.micro_batches + mb) << 1) | kind;
 }
 
-double PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
-                             const std::function<double(const Tensor&, const Tensor&)>& loss) {
+void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
+                           const std::function<void(const Tensor&, const Tensor&)>& loss) {
   std::map<int, Tensor> input, output, grad, input_grad;  // by key(mb, chunk)
   std::map<int, std::vector<nn::Saved>> saved;
   std::vector<std::pair<std::unique_ptr<comm::Request>, Tensor>> sends;  // kept alive until complete
-  double loss_sum = 0;
   auto take = [](std::map<int, Tensor>& m, int k, const char* what) {
     auto it = m.find(k);
     TANDEM_CHECK(it != m.end(), "pipeline executor: no ", what, " for key ", k);
@@ -49,7 +49,7 @@ double PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
     const LayerRange range = s_.chunks[a.chunk];
     switch (a.kind) {
       case ActionKind::RecvActivation: {
-        Tensor t = Tensor::empty(in_shapes_[a.chunk], DType::F32, device_, "received activation");
+        Tensor t = Tensor::empty(in_shapes_[a.chunk], s_.activation_dtype, device_, "received activation");
         pp_.recv(t, a.peer, tag(kActivation, stage, a.micro_batch));
         input[k] = t;
         break;
@@ -60,7 +60,7 @@ double PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
         Tensor x = stage == 0 ? mb.inputs : take(input, k, "input activation");
         Tensor y = model_.forward_range(range.first, range.second, x, saved[k], s_.recompute, hooks_);
         if (stage == total_stages_ - 1) {
-          loss_sum += loss(y, mb.targets);  // y now holds d(loss)/d(logits)
+          loss(y, mb.targets);  // y now holds d(loss)/d(logits)
           grad[k] = y;
         } else if (a.chunk + 1 < s_.virtual_stages && s_.pp == 1) {
           input[key(a.micro_batch, a.chunk + 1)] = y;  // the next stage is this rank's next chunk
@@ -75,7 +75,7 @@ double PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
         break;
       }
       case ActionKind::RecvGradient: {
-        Tensor t = Tensor::empty(out_shapes_[a.chunk], DType::F32, device_, "received gradient");
+        Tensor t = Tensor::empty(out_shapes_[a.chunk], s_.activation_dtype, device_, "received gradient");
         pp_.recv(t, a.peer, tag(kGradient, stage, a.micro_batch));
         grad[k] = t;
         break;
@@ -101,7 +101,6 @@ double PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
   for (auto& [req, t] : sends) req->wait();
   TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && saved.empty(),
                "pipeline executor: the schedule left tensors behind");
-  return loss_sum;
 }
 
 }  // namespace tandem::parallel::pipeline

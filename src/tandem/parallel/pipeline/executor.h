@@ -22,10 +22,11 @@ struct MicroBatch {
 
 struct ExecutorSetup {
   int pp_rank = 0, pp = 1, virtual_stages = 1, micro_batches = 1;
-  std::vector<LayerRange> chunks;  // this rank's chunks, by chunk index (global stage c * pp + pp_rank)
-  std::vector<Action> actions;     // this rank's schedule
-  Shape input_shape;               // one micro-batch's model input
-  bool recompute = false;          // activation checkpointing per layer
+  std::vector<LayerRange> chunks;       // this rank's chunks, by chunk index (global stage c * pp + pp_rank)
+  std::vector<Action> actions;          // this rank's schedule
+  Shape input_shape;                    // one micro-batch's model input
+  DType activation_dtype = DType::F32;  // what flows between stages (the compute dtype)
+  bool recompute = false;               // activation checkpointing per layer
 };
 
 class PipelineExecutor {
@@ -34,10 +35,9 @@ class PipelineExecutor {
                    Device& device);
 
   // Runs the step. `batch(mb)` gives micro-batch mb (called on the first and last stages only).
-  // `loss(logits, targets)` returns the loss sum and overwrites logits with their gradient. Returns the sum
-  // of the losses of this rank's micro-batches (0 unless it holds the last stage).
-  double run(const std::function<MicroBatch(int)>& batch,
-             const std::function<double(const Tensor& logits, const Tensor& targets)>& loss);
+  // `loss(logits, targets)` (last stage only) accumulates the loss and overwrites logits with their gradient.
+  void run(const std::function<MicroBatch(int)>& batch,
+           const std::function<void(const Tensor& logits, const Tensor& targets)>& loss);
 
  private:
   int stage_of(int chunk) const { return global_stage(s_.pp_rank, chunk, s_.pp); }

@@ -13,16 +13,17 @@ struct ParameterStore::Unit {
   std::vector<int64_t> offsets;  // of each parameter in the unit's flat buffer
   int64_t numel = 0;             // P_u
   int64_t shard = 0;             // ceil(P_u / dp): the padded buffer is shard * dp
-  Tensor values;                 // (shard * dp) full values; released outside forward/backward at stage 3
-  Tensor grads;                  // (shard * dp) full gradients; only during backward at stages 2 and 3
-  Tensor master;                 // (shard) owned values: a view of `values` (stages 1, 2), its own buffer (stage 3)
-  Tensor grad_shard;             // (shard) owned, reduced gradients (stages 1-3)
-  std::string label;             // "layer 3 (blocks.2)" for allocation names
+  Tensor values;      // (shard * dp) compute dtype, what layers read; only around forward/backward at stage 3
+  Tensor grads;       // (shard * dp) fp32 gradients; only during backward at stages 2 and 3
+  Tensor master;      // fp32 values the optimizer updates: (shard * dp) at stage 0, (shard) owned at 1-3; the
+                      // same memory as `values` (or its owned slice) when computing in fp32 at stages 0-2
+  Tensor grad_shard;  // (shard) owned, reduced fp32 gradients (stages 1-3)
+  std::string label;  // "layer 3 (blocks.2)" for allocation names
 };
 
 ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp,
-                               Device& device, uint64_t seed, optim::AdamWConfig adamw)
-    : model_(model), stage_(dp.size() > 1 ? zero_stage : 0), dp_(dp), device_(device) {
+                               Device& device, uint64_t seed, optim::AdamWConfig adamw, DType compute)
+    : model_(model), stage_(dp.size() > 1 ? zero_stage : 0), compute_(compute), dp_(dp), device_(device) {
   // With one replica there is nothing to shard: every stage is stage 0.
   TANDEM_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage);
   unit_of_layer_.assign(model.layers().size(), -1);
@@ -41,22 +42,23 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     u->label = "layer " + std::to_string(layer) + (name.empty() ? "" : " (" + name + ")");
     const int64_t s0 = dp_rank * u->shard, s1 = s0 + u->shard;
 
+    // The fp32 master, initialised from the seed by logical element: the whole buffer at stage 0, the owned
+    // shard otherwise.
+    const int64_t m0 = stage_ == 0 ? 0 : s0, mn = stage_ == 0 ? u->shard * dp_size : u->shard;
+    const bool alias = compute_ == DType::F32 && stage_ < 3;
     if (stage_ < 3) {
-      u->values = Tensor::zeros({u->shard * dp_size}, DType::F32, device_, u->label + " parameters");
+      u->values = Tensor::zeros({u->shard * dp_size}, compute_, device_, u->label + " parameters");
       point_values(*u, u->values);
-      for (nn::Parameter* p : u->params) nn::initialize_parameter(*p, p->value, seed);
-      if (stage_ >= 1) u->master = u->values.flat_slice(s0, u->shard, {u->shard});
-    } else {
-      u->master = Tensor::zeros({u->shard}, DType::F32, device_, u->label + " parameter shard");
-      for (size_t i = 0; i < u->params.size(); ++i) {
-        const int64_t a = std::max(u->offsets[i], s0),
-                      b = std::min(u->offsets[i] + shape_numel(u->params[i]->shape), s1);
-        if (a < b)
-          nn::initialize_parameter(*u->params[i], u->master.flat_slice(a - s0, b - a, {b - a}), seed,
-                                   a - u->offsets[i]);
-      }
-      release_values(*u);
     }
+    u->master = alias ? u->values.flat_slice(m0, mn, {mn})
+                      : Tensor::zeros({mn}, DType::F32, device_, u->label + " fp32 master parameters");
+    for (size_t i = 0; i < u->params.size(); ++i) {
+      const int64_t a = std::max(u->offsets[i], m0),
+                    b = std::min(u->offsets[i] + shape_numel(u->params[i]->shape), m0 + mn);
+      if (a < b)
+        nn::initialize_parameter(*u->params[i], u->master.flat_slice(a - m0, b - a, {b - a}), seed, a - u->offsets[i]);
+    }
+    if (stage_ == 3) release_values(*u);
     if (stage_ <= 1) {
       u->grads = Tensor::zeros({u->shard * dp_size}, DType::F32, device_, u->label + " gradients");
       point_grads(*u, u->grads);
@@ -67,7 +69,7 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       nn::Parameter* p = u->params[i];
       const int64_t off = u->offsets[i], n = shape_numel(p->shape);
       if (stage_ == 0) {
-        segments.push_back({p->name, u->values.flat_slice(off, n, {n}), u->grads.flat_slice(off, n, {n}), p->decay, 0});
+        segments.push_back({p->name, u->master.flat_slice(off, n, {n}), u->grads.flat_slice(off, n, {n}), p->decay, 0});
       } else {
         const int64_t a = std::max(off, s0), b = std::min(off + n, s1);
         if (a < b)
@@ -79,6 +81,7 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     units_.push_back(std::move(u));
   }
   adamw_ = std::make_unique<optim::AdamW>(std::move(segments), adamw);
+  refresh_values();
 }
 
 ParameterStore::~ParameterStore() = default;
@@ -104,9 +107,27 @@ void ParameterStore::point_grads(Unit& u, const Tensor& full) {
 
 void ParameterStore::gather_values(Unit& u) {
   if (u.values.defined()) return;
-  u.values = Tensor::empty({u.shard * dp_.size()}, DType::F32, device_, u.label + " gathered parameters");
-  dp_.all_gather(u.master, u.values);
+  u.values = Tensor::empty({u.shard * dp_.size()}, compute_, device_, u.label + " gathered parameters");
+  // Gather in the compute dtype: half the bytes of the fp32 master when computing in bf16 or f16.
+  const Tensor own = u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
+  ops::cast(u.master, own);
+  dp_.all_gather(own, u.values);
   point_values(u, u.values);
+}
+
+void ParameterStore::refresh_values() {
+  if (stage_ == 3) return;  // gathered from the master when needed
+  std::vector<std::unique_ptr<comm::Request>> pending;
+  for (auto& u : units_) {
+    if (stage_ == 0) {
+      if (compute_ != DType::F32) ops::cast(u->master, u->values);
+      continue;
+    }
+    const Tensor own = u->values.flat_slice(dp_.rank() * u->shard, u->shard, {u->shard});
+    if (compute_ != DType::F32) ops::cast(u->master, own);
+    pending.push_back(dp_.all_gather_async(own, u->values));
+  }
+  for (auto& r : pending) r->wait();
 }
 
 void ParameterStore::release_values(Unit& u) {
@@ -181,7 +202,7 @@ double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
 
 void ParameterStore::optimizer_step(float lr, float grad_scale) {
   adamw_->step(lr, grad_scale);
-  values_changed();
+  refresh_values();
 }
 
 void ParameterStore::visit_owned(
@@ -194,13 +215,7 @@ void ParameterStore::visit_owned(
     fn(*by_name.at(segs[i].name), segs[i].offset, segs[i].value, adamw_->exp_avg()[i], adamw_->exp_avg_sq()[i]);
 }
 
-void ParameterStore::values_changed() {
-  if (stage_ == 1 || stage_ == 2) {
-    std::vector<std::unique_ptr<comm::Request>> pending;
-    for (auto& u : units_) pending.push_back(dp_.all_gather_async(u->master, u->values));
-    for (auto& r : pending) r->wait();
-  }
-}
+void ParameterStore::values_changed() { refresh_values(); }
 
 void ParameterStore::visit_full_values(const std::function<void(const nn::Parameter&, const Tensor&)>& fn) {
   for (auto& u : units_) {

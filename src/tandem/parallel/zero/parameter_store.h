@@ -9,6 +9,9 @@
 //            reduce-scattered and added into the owned gradient shard
 //   stage 3: as 2, and a unit's full values exist only around its forward and its backward: gathered just
 //            before, freed just after; the owned fp32 shard is the master copy
+// Mixed precision: the values layers read are in the compute dtype (f32, bf16 or f16); the optimizer
+// updates fp32 master values (the same memory as the values when computing in fp32, a separate fp32 copy of
+// the owned part otherwise); gradients are accumulated and reduced in fp32.
 // It is the model's LayerHooks: the pipeline executor calls it around every layer.
 #pragma once
 
@@ -27,10 +30,11 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // `layers`: the model layers this rank holds, in order. Initialises every parameter from the seed
   // (each rank draws only what it keeps, so the values equal the single-device run's).
   ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp, Device& device,
-                 uint64_t seed, optim::AdamWConfig adamw);
+                 uint64_t seed, optim::AdamWConfig adamw, DType compute = DType::F32);
   ~ParameterStore() override;
 
   int zero_stage() const { return stage_; }
+  DType compute_dtype() const { return compute_; }
 
   // Zeroes gradient accumulators at the start of a step.
   void begin_step();
@@ -66,9 +70,12 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void point_grads(Unit& u, const Tensor& full);
   void gather_values(Unit& u);
   void release_values(Unit& u);
+  // The owned compute-dtype values from the fp32 master (stages 0-2), then the shards gathered (1, 2).
+  void refresh_values();
 
   nn::Model& model_;
   int stage_;
+  DType compute_;
   comm::Communicator& dp_;
   Device& device_;
   std::vector<std::unique_ptr<Unit>> units_;

@@ -1,0 +1,19 @@
+// The NCCL flavour of Groups: each MPI group wrapped in a NcclCommunicator on the rank's GPU.
+#include "tandem/comm/nccl/nccl_communicator.h"
+#include "tandem/layout/groups.h"
+
+namespace tandem::layout {
+
+Groups make_nccl_groups(comm::mpi::MpiWorld& world, const Layout& layout, device::CudaDevice& gpu) {
+  Groups g = make_groups(world, layout);
+  auto wrap = [&](std::unique_ptr<comm::Communicator>& c) {
+    c = std::make_unique<comm::nccl::NcclCommunicator>(std::move(c), gpu);
+  };
+  wrap(g.world);
+  wrap(g.tp);
+  wrap(g.pp);
+  wrap(g.dp);
+  return g;
+}
+
+}  // namespace tandem::layout
