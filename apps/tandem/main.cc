@@ -15,11 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "plan_command.h"
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
 #include "tandem/core/error.h"
 #include "tandem/layout/groups.h"
+#include "tandem/plan/preflight.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/trainer.h"
 
@@ -71,13 +73,45 @@ int launch_with_mpirun(int argc, char** argv, int n) {
   return 1;
 }
 
+// The planner's prediction before anything is allocated: printed, and a refusal when it cannot fit.
+void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan, bool on_gpu,
+               bool print) {
+  using namespace tandem;
+  plan::PreflightOptions o;
+  o.backend = on_gpu ? plan::Backend::Cuda : plan::Backend::Cpu;
+  const plan::PreflightResult pre = plan::preflight(tc, plan, o);
+  if (print) std::printf("%s\n", pre.line.c_str());
+  if (!pre.fits) TANDEM_FAIL(pre.message);
+}
+
+// The GPU this process trains on (its node-local rank's), or null for the CPU.
+std::unique_ptr<tandem::device::AccountedDevice> make_device(const std::string& choice) {
+  if (choice != "auto" && choice != "cpu" && choice != "cuda")
+    TANDEM_FAIL("--device '", choice, "': use auto, cpu or cuda");
+  if (choice == "cpu") return nullptr;
+#ifdef TANDEM_WITH_CUDA
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  if (gpus > 0) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    return std::make_unique<tandem::device::CudaDevice>((local ? std::atoi(local) : 0) % gpus);
+  }
+  if (choice == "cuda") TANDEM_FAIL("--device cuda: no GPU is visible to this process");
+#else
+  if (choice == "cuda") TANDEM_FAIL("--device cuda: this build has no CUDA backend (the toolkit was not found)");
+#endif
+  return nullptr;
+}
+
 int run_train(int argc, char** argv, const TrainArgs& a) {
   using namespace tandem;
   const config::Json cfg = config::load_config(a.config, a.overrides);
   if (!comm::mpi::launched_by_mpi()) {
-    const config::TrainConfig tc =
-        config::parse(cfg, layout::resolve_parallel(cfg.value("parallel", config::Json()), 1).layout.dp);
-    train::TrainOptions opt{a.out, a.resume, a.init, true};
+    const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), 1);
+    const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
+    auto gpu = make_device(a.device);
+    preflight(tc, plan, gpu != nullptr, true);
+    train::TrainOptions opt{a.out, a.resume, a.init, true, gpu.get()};
     train::Trainer trainer = train::Trainer::from_config(tc, opt);
     trainer.run();
     return 0;
@@ -87,8 +121,15 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), world->size());
     world->set_timeout_s(plan.timeout_s);
     const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
+    auto gpu = make_device(a.device);  // outlives the groups and the trainer that use it
+    preflight(tc, plan, gpu != nullptr, world->rank() == 0);
+#ifdef TANDEM_WITH_CUDA
+    layout::Groups groups = gpu ? layout::make_nccl_groups(*world, plan.layout, static_cast<device::CudaDevice&>(*gpu))
+                                : layout::make_groups(*world, plan.layout);
+#else
     layout::Groups groups = layout::make_groups(*world, plan.layout);
-    train::TrainOptions opt{a.out, a.resume, a.init, true};
+#endif
+    train::TrainOptions opt{a.out, a.resume, a.init, true, gpu.get()};
     train::Trainer trainer = train::Trainer::from_config(tc, opt, &groups);
     trainer.run();
     groups.world->barrier();
@@ -137,6 +178,13 @@ int main(int argc, char** argv) {
       ->required();
   exporter->add_option("--to", export_to, "The safetensors file to write (PyTorch-style parameter names)")->required();
 
+  tandem::app::PlanArgs plan_args;
+  CLI::App* plan = app.add_subcommand("plan", "Which layouts fit and which is fastest, before anything runs");
+  tandem::app::add_plan_options(*plan, plan_args);
+  std::string rates_out = "rates.json";
+  CLI::App* calibrate = app.add_subcommand("calibrate", "Measure this machine's rates for the planner");
+  tandem::app::add_calibrate_options(*calibrate, rates_out);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -144,6 +192,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (*exporter) return run_export(export_from, export_to);
+    if (*plan) return tandem::app::run_plan_command(plan_args);
+    if (*calibrate) return tandem::app::run_calibrate_command(rates_out);
     if (*train) {
       if (a.processes > 0 && !tandem::comm::mpi::launched_by_mpi()) return launch_with_mpirun(argc, argv, a.processes);
       return run_train(argc, argv, a);

@@ -94,8 +94,8 @@ check "a killed rank is named dead by the watchdog (exit $rc after ${secs}s)" $?
 
 # --- the demo scenario, shortened: does not fit on one device, trains on 4 as 2 virtual GPUs
 run 120 "$tandem" train "$src/configs/demo.json" --set 'parallel={"virtual_gpus": 1}' --set steps=2
-[ $rc -ne 0 ] && grep -q "out of device memory on cpu:0: allocating .* over the budget of 768.0 MiB" "$work/out"
-check "demo: one device is refused by the allocator" $? "$(tail -2 "$work/out")"
+[ $rc -ne 0 ] && grep -q "this run needs 1.1 GiB on its fullest device .* over \"device_memory\" 768.0 MiB" "$work/out"
+check "demo: one device is refused before training, with the numbers" $? "$(tail -2 "$work/out")"
 run 300 "$tandem" train -n 4 "$src/configs/demo.json" --set steps=2 --out "$work/demo"
 [ $rc -eq 0 ] && grep -q "done: 2 steps" "$work/out"
 check "demo: 4 devices as 2 virtual GPUs train" $? "$(tail -3 "$work/out")"

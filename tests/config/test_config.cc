@@ -174,7 +174,7 @@ TEST(Config, TypesAndRanges) {
   EXPECT_HAS(error_of([&] { validate(c); }), "'optimizer.params.betas' must be a pair [beta1, beta2]");
   c = mlp_cfg();
   c["model"]["sizes"] = {4};
-  EXPECT_HAS(error_of([&] { validate(c); }), "'model.sizes' must be an array of at least two positive integers");
+  EXPECT_HAS(error_of([&] { validate(c); }), "'model.sizes' must be an array of at least two integers in [1, 2^24]");
   c = mlp_cfg();
   c.erase("model");
   EXPECT_HAS(error_of([&] { validate(c); }), "missing required config key 'model'");
@@ -276,7 +276,7 @@ TEST(Batch, Errors) {
   EXPECT_HAS(error_of([] {
                resolve_batch(Json{{"train_batch_size", 0}}, 1);
              }),
-             "'train_batch_size' must be a positive integer, got 0");
+             "'train_batch_size' must be a positive integer of at most 2147483647, got 0");
 }
 
 TEST(Override, NestedNumbersBooleansArraysStrings) {

@@ -180,7 +180,9 @@ void SafetensorsFile::parse_header(size_t header_len) {
     uint64_t numel = 1;
     for (const Json& d : sh) {
       const std::optional<uint64_t> dim = as_size(d);
-      if (!dim || *dim > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, *dim, &numel))
+      // Every partial product must fit int64 too: Shape arithmetic (shape_numel) multiplies in that order.
+      if (!dim || *dim > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, *dim, &numel) ||
+          numel > static_cast<uint64_t>(INT64_MAX))
         fail_file(path_, "tensor '", name, "' has an invalid shape ", sh.dump());
       shape.push_back(static_cast<int64_t>(*dim));
     }

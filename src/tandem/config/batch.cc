@@ -13,11 +13,24 @@ constexpr const char* kGlobal = "train_batch_size";
 constexpr const char* kMicro = "train_micro_batch_size_per_gpu";
 constexpr const char* kAccum = "gradient_accumulation_steps";
 
+// No real batch comes near 2^31 samples; the bound keeps every product below int64's range.
+constexpr int64_t kMaxBatch = 2147483647;
+
 std::optional<int64_t> read(const Json& cfg, const char* key) {
   if (!cfg.is_object() || !cfg.contains(key)) return std::nullopt;
   const std::optional<int64_t> v = as_integer(cfg.at(key));
-  if (!v || *v < 1) TANDEM_FAIL("config key '", key, "' must be a positive integer, got ", show(cfg.at(key)));
+  if (!v || *v < 1 || *v > kMaxBatch)
+    TANDEM_FAIL("config key '", key, "' must be a positive integer of at most ", kMaxBatch, ", got ",
+                show(cfg.at(key)));
   return v;
+}
+
+// a * b, refusing what would not fit a batch size.
+int64_t times(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r) || r > kMaxBatch)
+    TANDEM_FAIL("the batch size ", a, " * ", b, " exceeds ", kMaxBatch, " samples: lower ", kMicro, " or ", kAccum);
+  return r;
 }
 
 // `total` must split evenly into `parts` (= `names`, which evaluate as `values`); otherwise say which key to
@@ -33,11 +46,11 @@ int64_t divide(int64_t total, int64_t parts, const std::string& names, const std
 }  // namespace
 
 BatchSizes resolve_batch(const Json& cfg, int64_t dp) {
-  if (dp < 1) TANDEM_FAIL("the data-parallel size must be at least 1, got ", dp);
+  if (dp < 1 || dp > kMaxBatch) TANDEM_FAIL("the data-parallel size must be in [1, ", kMaxBatch, "], got ", dp);
   const std::optional<int64_t> global = read(cfg, kGlobal), micro = read(cfg, kMicro), accum = read(cfg, kAccum);
 
   if (global && micro && accum) {
-    const int64_t product = *micro * *accum * dp;
+    const int64_t product = times(times(*micro, *accum), dp);
     if (product != *global)
       TANDEM_FAIL("inconsistent batch sizes: ", kGlobal, " (", *global, ") must equal ", kMicro, " * ", kAccum,
                   " * data-parallel size = ", *micro, " * ", *accum, " * ", dp, " = ", product, ". Change ", kGlobal,
@@ -47,17 +60,17 @@ BatchSizes resolve_batch(const Json& cfg, int64_t dp) {
   const std::string dp_text = std::to_string(dp);
   if (global && micro)
     return {*global, *micro,
-            divide(*global, *micro * dp, std::string(kMicro) + " * data-parallel size",
+            divide(*global, times(*micro, dp), std::string(kMicro) + " * data-parallel size",
                    std::to_string(*micro) + " * " + dp_text, kAccum)};
   if (global && accum)
     return {*global,
-            divide(*global, *accum * dp, std::string(kAccum) + " * data-parallel size",
+            divide(*global, times(*accum, dp), std::string(kAccum) + " * data-parallel size",
                    std::to_string(*accum) + " * " + dp_text, kMicro),
             *accum};
-  if (micro && accum) return {*micro * *accum * dp, *micro, *accum};
+  if (micro && accum) return {times(times(*micro, *accum), dp), *micro, *accum};
   // With one key given, DeepSpeed's convention: no accumulation.
   if (global) return {*global, divide(*global, dp, "the data-parallel size", "", kMicro), 1};
-  if (micro) return {*micro * dp, *micro, 1};
+  if (micro) return {times(*micro, dp), *micro, 1};
   if (accum)
     TANDEM_FAIL("only ", kAccum, " (", *accum, ") is set: the batch size is unknown. Add ", kGlobal, " or ", kMicro);
   TANDEM_FAIL("no batch size given: set ", kGlobal, " (the global batch) or ", kMicro, " (the batch per device)");

@@ -137,7 +137,8 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
   tc.model = cfg.at("model");
   tc.data = cfg.at("data");
   tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
-  tc.checkpoint = {cfg.at("checkpoint").at("every").get<int64_t>(), cfg.at("checkpoint").at("keep").get<int64_t>()};
+  tc.checkpoint = {cfg.at("checkpoint").at("every").get<int64_t>(), cfg.at("checkpoint").at("keep").get<int64_t>(),
+                   cfg.at("checkpoint").at("at_end").get<bool>()};
 
   tc.device_memory_bytes = 0;
   if (cfg.contains("device_memory")) {

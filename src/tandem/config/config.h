@@ -62,6 +62,7 @@ struct Fp16Config {
 struct CheckpointConfig {
   int64_t every;  // steps between checkpoints; 0 = only at the end
   int64_t keep;   // how many to keep
+  bool at_end;    // also after the last step (benchmarks of large models turn it off)
 };
 
 struct TrainConfig {

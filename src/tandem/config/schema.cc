@@ -133,14 +133,20 @@ void validate_model(Fields& top) {
     if (!m.has("sizes")) TANDEM_FAIL("missing required config key 'model.sizes' (layer widths, e.g. [784, 256, 10])");
     const Json& sizes = m.raw("sizes");
     bool ok = sizes.is_array() && sizes.size() >= 2;
-    for (size_t i = 0; ok && i < sizes.size(); ++i) ok = as_integer(sizes[i]).value_or(0) >= 1;
-    if (!ok) m.fail_type("sizes", "an array of at least two positive integers (input, hidden..., classes)");
+    for (size_t i = 0; ok && i < sizes.size(); ++i) {
+      const int64_t w = as_integer(sizes[i]).value_or(0);
+      ok = w >= 1 && w <= (int64_t{1} << 24);
+    }
+    if (!ok) m.fail_type("sizes", "an array of at least two integers in [1, 2^24] (input, hidden..., classes)");
     m.choice("activation", "relu", {"relu", "gelu"});
   } else {
     m.only(gpt_keys(), minus(mlp_keys(), gpt_keys()), variant);
-    for (const char* key : {"vocab_size", "seq_len", "layers"}) m.integer(key, std::nullopt, 1);
-    const int64_t dim = m.integer("dim", std::nullopt, 1);
-    const int64_t heads = m.integer("heads", std::nullopt, 1);
+    // Bounds far above any trainable model; they keep the size arithmetic inside int64.
+    m.integer("vocab_size", std::nullopt, 1, int64_t{1} << 31);
+    m.integer("seq_len", std::nullopt, 1, int64_t{1} << 24);
+    m.integer("layers", std::nullopt, 1, int64_t{1} << 16);
+    const int64_t dim = m.integer("dim", std::nullopt, 1, int64_t{1} << 20);
+    const int64_t heads = m.integer("heads", std::nullopt, 1, int64_t{1} << 16);
     if (dim % heads != 0) {
       int64_t divisor = 1;  // the divisor of dim nearest to heads, to suggest
       for (int64_t d = 1; d <= dim; ++d)
@@ -237,9 +243,10 @@ Json validate(Json cfg) {
   validate_data(top);
   validate_parallel(top);
   Fields c(top.object("checkpoint"), "checkpoint");
-  c.only({"every", "keep"});
+  c.only({"every", "keep", "at_end"});
   c.integer("every", 0, 0);
   c.integer("keep", 3, 1);
+  c.boolean("at_end", true);
   validate_device_memory(top);
   return cfg;
 }

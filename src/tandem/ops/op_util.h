@@ -24,7 +24,7 @@ inline int64_t cols_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.shape().b
 inline constexpr int64_t kParallelMinWork = int64_t{1} << 18;
 // Element operations per element of loops that do more than one (measured, one core, fp32).
 inline constexpr int64_t kRowPassCost = 4;          // layernorm: several passes over each row, double sums
-inline constexpr int64_t kTranscendentalCost = 16;  // an exp or tanh per element, ~4-8 ns
+inline constexpr int64_t kTranscendentalCost = 16;  // an exp or tanh per element, ~4-16 ns
 
 // Whether `elements` items of `cost` element operations each are worth a parallel loop.
 inline bool worth_parallel(int64_t elements, int64_t cost = 1) { return elements * cost >= kParallelMinWork; }

@@ -211,7 +211,7 @@ std::vector<StepMetrics> Trainer::run() {
     // A stop signal on any rank stops every rank after this step.
     const bool stop = groups_->world->all_reduce_scalar(stop_requested() ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
     const bool due = cfg_.checkpoint.every > 0 && m.step % cfg_.checkpoint.every == 0;
-    if (!options_.out_dir.empty() && (due || m.step == cfg_.steps || stop)) {
+    if (!options_.out_dir.empty() && (due || (m.step == cfg_.steps && cfg_.checkpoint.at_end) || stop)) {
       const std::string dir = save_checkpoint((out / "checkpoints").string(), m.step, *engine_, cfg_.raw,
                                               static_cast<int>(cfg_.checkpoint.keep), *groups_);
       if (is_printer()) std::printf("saved checkpoint %s\n", dir.c_str());

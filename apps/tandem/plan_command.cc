@@ -1,0 +1,129 @@
+// `tandem plan CONFIG.json --devices N [--device-memory 141GiB] [--nodes K] [--rates FILE] [--explain LAYOUT]`
+// and `tandem calibrate [--out rates.json]`.
+#include "plan_command.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "tandem/comm/mpi/mpi_world.h"
+#include "tandem/config/config.h"
+#include "tandem/core/units.h"
+#include "tandem/plan/calibrate.h"
+#include "tandem/plan/search.h"
+
+namespace tandem::app {
+
+namespace {
+
+// The threads each process of an N-device run gets: OMP_NUM_THREADS, else the cores shared out as
+// `tandem train -n N` shares them.
+int threads_per_process(int devices) {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) return std::max(1, std::atoi(env));
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, devices))));
+}
+
+bool enabled(const config::Json& cfg, const char* key) {
+  return cfg.contains(key) && cfg.at(key).is_object() && cfg.at(key).value("enabled", false);
+}
+
+}  // namespace
+
+void add_plan_options(CLI::App& sub, PlanArgs& a) {
+  sub.add_option("config", a.config, "The JSON config whose model and global batch to plan for")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub.add_option("--devices", a.devices, "How many devices the job will have")->required()->check(CLI::PositiveNumber);
+  sub.add_option("--device-memory", a.device_memory,
+                 "Memory per device, e.g. 141GiB (default: the config's device_memory)");
+  sub.add_option("--nodes", a.nodes, "Hosts the devices are spread over; tensor parallelism stays inside one")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub.add_option("--rates", a.rates, "Speeds for the time model: cpu, h200, or a file from `tandem calibrate`")
+      ->capture_default_str();
+  sub.add_option("--dtype", a.dtype, "Compute dtype: fp32 or bf16 (default: bf16 if the config enables bf16/fp16)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub.add_option("--explain", a.explain, "Print the full breakdown of one layout, e.g. dp2,pp2,tp1,zero1,micro16");
+  sub.add_option("--top", a.top, "How many layouts that fit to list")->capture_default_str();
+  sub.add_option("--set", a.overrides, "Override a config key, e.g. --set train_batch_size=128")
+      ->allow_extra_args(false);
+}
+
+int run_plan_command(const PlanArgs& a) {
+  const config::Json cfg = config::load_config(a.config, a.overrides);
+  plan::SearchOptions opt;
+  opt.devices = a.devices;
+  opt.nodes = a.nodes;
+  if (!a.device_memory.empty()) {
+    opt.device_memory = parse_bytes(a.device_memory);
+  } else if (cfg.contains("device_memory")) {
+    const config::Json& dm = cfg.at("device_memory");
+    opt.device_memory = dm.is_string() ? parse_bytes(dm.get<std::string>()) : dm.get<uint64_t>();
+  }
+  opt.rates = plan::load_rates(a.rates);
+  const bool half = a.dtype.empty() ? enabled(cfg, "bf16") || enabled(cfg, "fp16") : a.dtype != "fp32";
+  opt.dtype_bytes = half ? 2 : 4;
+  opt.cpu_threads = threads_per_process(a.devices);
+  opt.global_batch = plan::global_batch_of(cfg);
+  opt.default_micro = cfg.value("train_micro_batch_size_per_gpu", int64_t{1});
+  const config::Json& model = cfg.at("model");
+
+  plan::MemoryModel memory(model);
+  const plan::ModelInfo& info = memory.model(1);
+  const std::string budget = opt.device_memory ? format_bytes(opt.device_memory) : "unlimited memory";
+  std::printf("model: %s, %.3gB parameters; global batch %lld sample%s", info.type.c_str(),
+              static_cast<double>(info.logical_parameters) / 1e9, static_cast<long long>(opt.global_batch),
+              opt.global_batch == 1 ? "" : "s");
+  if (info.type == "gpt") std::printf(" of %lld tokens", static_cast<long long>(info.seq_len));
+  std::printf("\n%d device%s (%d node%s) of %s; compute %s; rates '%s'\n", opt.devices, opt.devices == 1 ? "" : "s",
+              opt.nodes, opt.nodes == 1 ? "" : "s", budget.c_str(), half ? "bf16" : "fp32", opt.rates.name.c_str());
+
+  if (!a.explain.empty()) {
+    const plan::Setup setup = plan::parse_candidate(a.explain, opt);
+    layout::validate_for_model(setup.plan, model, setup.micro_batches);
+    const plan::Candidate c = plan::evaluate(memory, setup, opt);
+    std::printf("\n%s", plan::format_explain(c, opt).c_str());
+    return 0;
+  }
+  const plan::SearchResult result = plan::search_layouts(model, opt);
+  std::printf("%lld layouts (dp x pp x tp), %zu candidates predicted\n\n", static_cast<long long>(result.layouts),
+              result.fit.size() + result.no_fit.size());
+  std::printf("%s", plan::format_table(result, opt, a.top).c_str());
+  if (!result.fit.empty()) {
+    // The same command with --explain: every option that changed the answer, repeated.
+    std::string again = "tandem plan " + a.config + " --devices " + std::to_string(a.devices);
+    if (!a.device_memory.empty()) again += " --device-memory " + a.device_memory;
+    if (a.nodes != 1) again += " --nodes " + std::to_string(a.nodes);
+    if (a.rates != "cpu") again += " --rates " + a.rates;
+    if (!a.dtype.empty()) again += " --dtype " + a.dtype;
+    for (const std::string& o : a.overrides) again += " --set " + o;
+    std::printf("\n`%s --explain %s` shows where the memory and time go.\n", again.c_str(),
+                result.fit.front().name().c_str());
+  }
+  return 0;
+}
+
+void add_calibrate_options(CLI::App& sub, std::string& out_path) {
+  sub.add_option("--out", out_path, "Where to write the rates JSON")->capture_default_str();
+}
+
+int run_calibrate_command(const std::string& out_path) {
+  std::unique_ptr<comm::mpi::MpiWorld> world;
+  std::unique_ptr<comm::Communicator> comm;
+  if (comm::mpi::launched_by_mpi()) {
+    world = std::make_unique<comm::mpi::MpiWorld>(nullptr, nullptr);
+    comm = world->world();
+  }
+  const plan::Calibration c = plan::calibrate(plan::builtin_rates("cpu"), comm.get());
+  if (!world || world->rank() == 0) {
+    std::printf("calibration of this host:\n%s", c.report.c_str());
+    plan::save_rates(c.rates, out_path);
+    std::printf("wrote %s (use it with `tandem plan --rates %s`)\n", out_path.c_str(), out_path.c_str());
+  }
+  if (comm) comm->barrier();
+  return 0;
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,800 @@
+// ops_check: every CUDA op against the CPU op on the same inputs, for each dtype, then timings of the main ops.
+// Inputs are Philox normals rounded to the dtype under test, so both sides see identical values; the CPU runs in f32.
+// CUDA outputs are poisoned first (bytes 0xFF: NaN in f32, bf16 and f16), so an element the op forgot to write
+// fails the check. The error is ||gpu - cpu|| / ||cpu|| over all elements, against a bound per dtype:
+//   f32 1e-5  (both sides fp32; only the summation orders differ),
+//   bf16 2e-2 (8 significant bits: storage rounding alone is ~4e-3 per element, fused kernels round more inside),
+//   f16 5e-3  (11 significant bits: ~5e-4 per element),
+// and 1e-9 for sum_squares, whose inputs are identical and which sums in double on both sides.
+// Usage: ops_check [--no-bench] [--filter=<substring of the op name>]. Exit status 1 when any row fails.
+#include <cuda_runtime_api.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/philox.h"
+#include "tandem/core/tensor.h"
+#include "tandem/core/units.h"
+#include "tandem/device/cpu_device.h"
+#include "tandem/device/cuda/cuda_check.h"
+#include "tandem/device/cuda/cuda_device.h"
+#include "tandem/ops/cpu/cpu_ops.h"
+#include "tandem/ops/cuda/attention_plain.h"
+#include "tandem/ops/cuda/cuda_ops.h"
+
+namespace tandem {
+namespace {
+
+namespace cpu = ops::cpu;
+namespace gpu = ops::cuda;
+using device::CpuDevice;
+using device::CudaDevice;
+
+const std::vector<DType> kFloatTypes = {DType::F32, DType::BF16, DType::F16};
+
+double bound_for(DType t) {
+  switch (t) {
+    case DType::F32:
+      return 1e-5;
+    case DType::BF16:
+      return 2e-2;
+    default:
+      return 5e-3;
+  }
+}
+
+// ---- host values ----
+
+std::vector<char> encode(const std::vector<float>& v, DType t) {
+  std::vector<char> out(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::F32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t h = t == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+// The values as the dtype stores them.
+std::vector<float> rounded(std::vector<float> v, DType t) {
+  if (t == DType::F32) return v;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i)
+    v[i] = t == DType::BF16 ? bf16_to_f32(f32_to_bf16(v[i])) : f16_to_f32(f32_to_f16(v[i]));
+  return v;
+}
+
+std::vector<float> normals(int64_t n, uint64_t seed, float stddev = 1.0f, float mean = 0.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) v[i] = mean + stddev * normal_at(seed, 0x0c4ec, static_cast<uint64_t>(i));
+  return v;
+}
+
+std::vector<int32_t> random_ids(int64_t n, uint64_t seed, int64_t lo, int64_t hi) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = static_cast<int32_t>(lo + static_cast<int64_t>(bits64_at(seed, 0x1d5, i) % static_cast<uint64_t>(hi - lo)));
+  return v;
+}
+
+double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+  return std::sqrt(num) / std::sqrt(den);
+}
+
+// ---- the harness ----
+
+class Suite {
+ public:
+  Suite(CpuDevice& host, CudaDevice& dev, std::string filter) : host_(host), dev_(dev), filter_(std::move(filter)) {}
+
+  CpuDevice& host() { return host_; }
+  CudaDevice& dev() { return dev_; }
+  int failures() const { return failures_; }
+
+  bool wanted(const std::string& op) const { return filter_.empty() || op.find(filter_) != std::string::npos; }
+
+  // Runs one check; an exception is a failed row.
+  void run(const std::string& op, const std::string& dtype, const std::string& shape, const std::function<void()>& f) {
+    if (!wanted(op)) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      row(op, dtype, shape, NAN, 0.0, std::string("threw: ") + e.what());
+    }
+  }
+
+  void row(const std::string& op, const std::string& dtype, const std::string& shape, double err, double bound,
+           const std::string& note = "") {
+    const bool pass = err <= bound;  // false for NaN
+    if (!pass) ++failures_;
+    std::printf("%-34s %-10s %-26s %11.3e %9.1e  %s%s%s\n", op.c_str(), dtype.c_str(), shape.c_str(), err, bound,
+                pass ? "PASS" : "FAIL", note.empty() ? "" : "  ", note.c_str());
+    std::fflush(stdout);
+  }
+
+  // Compares a CUDA tensor with its CPU (f32) counterpart and prints the row.
+  void compare(const std::string& op, DType t, const std::string& shape, const Tensor& got, const Tensor& want) {
+    const std::vector<float> g = got.to_host_floats();
+    const std::vector<float> w = want.to_host_floats();
+    row(op, dtype_name(t), shape, rel_error(g, w), bound_for(t));
+  }
+  void compare(const std::string& op, DType t, const std::string& shape, const Tensor& got,
+               const std::vector<float>& want) {
+    row(op, dtype_name(t), shape, rel_error(got.to_host_floats(), want), bound_for(t));
+  }
+
+  // A CPU f32 tensor and a CUDA tensor of dtype t holding the same values.
+  struct Pair {
+    Tensor cpu, gpu;
+  };
+  Pair make(const Shape& shape, DType t, uint64_t seed, float stddev = 1.0f, float mean = 0.0f) {
+    const std::vector<float> v = rounded(normals(shape_numel(shape), seed, stddev, mean), t);
+    return from_values(shape, t, v);
+  }
+  Pair from_values(const Shape& shape, DType t, const std::vector<float>& v) {
+    Pair p{Tensor::empty(shape, DType::F32, host_, "cpu input"), Tensor::empty(shape, t, dev_, "gpu input")};
+    std::memcpy(p.cpu.f32(), v.data(), v.size() * sizeof(float));
+    const std::vector<char> bytes = encode(v, t);
+    p.gpu.copy_from_host(bytes.data());
+    return p;
+  }
+  // Outputs: the CPU side uninitialised, the CUDA side full of NaN.
+  Pair output(const Shape& shape, DType t) {
+    Pair p{Tensor::empty(shape, DType::F32, host_, "cpu output"), Tensor::empty(shape, t, dev_, "gpu output")};
+    poison(p.gpu);
+    return p;
+  }
+  Pair ids(const std::vector<int32_t>& v) {
+    const Shape shape{static_cast<int64_t>(v.size())};
+    Pair p{Tensor::empty(shape, DType::I32, host_, "cpu ids"), Tensor::empty(shape, DType::I32, dev_, "gpu ids")};
+    std::memcpy(p.cpu.i32(), v.data(), v.size() * sizeof(int32_t));
+    p.gpu.copy_from_host(v.data());
+    return p;
+  }
+  // A CUDA copy of a CPU f32 tensor, rounded to dtype t (e.g. a CPU forward's output fed to a CUDA backward).
+  Tensor upload(const Tensor& cpu_tensor, DType t) {
+    const std::vector<float> v = rounded(cpu_tensor.to_host_floats(), t);
+    Tensor g = Tensor::empty(cpu_tensor.shape(), t, dev_, "gpu copy");
+    g.copy_from_host(encode(v, t).data());
+    return g;
+  }
+  void poison(const Tensor& t) { TANDEM_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0xFF, t.nbytes(), dev_.compute_stream())); }
+
+ private:
+  CpuDevice& host_;
+  CudaDevice& dev_;
+  std::string filter_;
+  int failures_ = 0;
+};
+
+std::string dims(std::initializer_list<int64_t> d) { return shape_str(Shape(d)); }
+
+// ---- checks, one function per op family ----
+
+void check_matmul(Suite& s) {
+  struct Case {
+    int64_t m, k, n;
+    bool ta, tb;
+    bool c_f32;
+    float beta;
+  };
+  const std::vector<Case> cases = {
+      {37, 53, 29, false, false, false, 0.0f},
+      {37, 53, 29, true, false, false, 0.0f},
+      {37, 53, 29, false, true, false, 0.0f},
+      {37, 53, 29, true, true, false, 0.0f},
+      {5, 0, 7, false, false, false, 0.0f},
+      {5, 0, 7, false, false, false, 0.5f},    // empty sums: c = beta c
+      {70, 300, 90, true, false, true, 1.0f},  // a weight gradient: x^T dy accumulated into an f32 buffer
+      {64, 128, 96, false, true, false, 0.5f},
+      {4096, 1600, 6400, false, true, false, 0.0f},  // GPT-2 XL fc: x (4096, 1600) @ W^T, W (6400, 1600)
+      {4096, 6400, 1600, false, false, false, 0.0f},
+      {1600, 4096, 6400, true, false, true, 1.0f},  // dW = x^T dy into fp32
+  };
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      const std::string shape = dims({c.m, c.k, c.n}) + (c.ta ? " aT" : "") + (c.tb ? " bT" : "") +
+                                (c.c_f32 ? " c32" : "") +
+                                (c.beta != 0.0f ? " b=" + std::to_string(c.beta).substr(0, 3) : "");
+      s.run("matmul", dtype_name(t), shape, [&] {
+        const DType ct = c.c_f32 ? DType::F32 : t;
+        auto a = s.make(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, t, 1);
+        auto b = s.make(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, t, 2);
+        auto out = c.beta != 0.0f ? s.make({c.m, c.n}, ct, 3) : s.output({c.m, c.n}, ct);
+        cpu::matmul(a.cpu, b.cpu, out.cpu, c.ta, c.tb, c.beta);
+        gpu::matmul(a.gpu, b.gpu, out.gpu, c.ta, c.tb, c.beta);
+        s.compare("matmul", t, shape, out.gpu, out.cpu);
+      });
+    }
+  }
+}
+
+void check_elementwise(Suite& s) {
+  for (DType t : kFloatTypes) {
+    const std::string tn = dtype_name(t);
+    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {2048, 1600}}) {
+      const std::string shape = dims({n, c});
+      s.run("add_bias", tn, shape, [&] {
+        auto y = s.make({n, c}, t, 10);
+        auto bias = s.make({c}, t, 11);
+        cpu::add_bias(y.cpu, bias.cpu);
+        gpu::add_bias(y.gpu, bias.gpu);
+        s.compare("add_bias", t, shape, y.gpu, y.cpu);
+      });
+      s.run("bias_backward", tn, shape, [&] {
+        auto dy = s.make({n, c}, t, 12);
+        auto db = s.make({c}, DType::F32, 13);  // accumulates
+        cpu::bias_backward(dy.cpu, db.cpu);
+        gpu::bias_backward(dy.gpu, db.gpu);
+        s.compare("bias_backward", t, shape, db.gpu, db.cpu);
+      });
+    }
+    for (int64_t n : {int64_t{5}, int64_t{(1 << 20) + 3}}) {
+      const std::string shape = dims({n});
+      auto unary = [&](const char* op, auto cpu_fn, auto gpu_fn) {
+        s.run(op, tn, shape, [&] {
+          auto x = s.make({n}, t, 20);
+          auto y = s.output({n}, t);
+          cpu_fn(x.cpu, y.cpu);
+          gpu_fn(x.gpu, y.gpu);
+          s.compare(op, t, shape, y.gpu, y.cpu);
+        });
+      };
+      auto binary = [&](const char* op, auto cpu_fn, auto gpu_fn) {
+        s.run(op, tn, shape, [&] {
+          auto x = s.make({n}, t, 21);
+          auto g = s.make({n}, t, 22);
+          auto y = s.output({n}, t);
+          cpu_fn(x.cpu, g.cpu, y.cpu);
+          gpu_fn(x.gpu, g.gpu, y.gpu);
+          s.compare(op, t, shape, y.gpu, y.cpu);
+        });
+      };
+      unary("relu_forward", cpu::relu_forward, gpu::relu_forward);
+      unary("gelu_forward", cpu::gelu_forward, gpu::gelu_forward);
+      binary("relu_backward", cpu::relu_backward, gpu::relu_backward);
+      binary("gelu_backward", cpu::gelu_backward, gpu::gelu_backward);
+      binary("add", cpu::add, gpu::add);
+      s.run("add in place", tn, shape, [&] {
+        auto a = s.make({n}, t, 23);
+        auto b = s.make({n}, t, 24);
+        cpu::add(a.cpu, b.cpu, a.cpu);
+        gpu::add(a.gpu, b.gpu, a.gpu);
+        s.compare("add in place", t, shape, a.gpu, a.cpu);
+      });
+      s.run("add unaligned view", tn, shape, [&] {
+        // One element in: every pointer off the 16-byte grid, so the scalar path runs.
+        auto a = s.make({n + 1}, t, 25);
+        auto b = s.make({n + 1}, t, 26);
+        auto y = s.output({n + 1}, t);
+        cpu::add(a.cpu.flat_slice(1, n, {n}), b.cpu.flat_slice(1, n, {n}), y.cpu.flat_slice(1, n, {n}));
+        gpu::add(a.gpu.flat_slice(1, n, {n}), b.gpu.flat_slice(1, n, {n}), y.gpu.flat_slice(1, n, {n}));
+        s.compare("add unaligned view", t, shape, y.gpu.flat_slice(1, n, {n}), y.cpu.flat_slice(1, n, {n}));
+      });
+      s.run("axpy", tn, shape, [&] {
+        auto x = s.make({n}, t, 27);
+        auto y = s.make({n}, t, 28);
+        cpu::axpy(-0.75f, x.cpu, y.cpu);
+        gpu::axpy(-0.75f, x.gpu, y.gpu);
+        s.compare("axpy", t, shape, y.gpu, y.cpu);
+      });
+      s.run("scale", tn, shape, [&] {
+        auto x = s.make({n}, t, 29);
+        cpu::scale(x.cpu, 1.7f);
+        gpu::scale(x.gpu, 1.7f);
+        s.compare("scale", t, shape, x.gpu, x.cpu);
+      });
+      s.run("fill", tn, shape, [&] {
+        auto x = s.output({n}, t);
+        gpu::fill(x.gpu, -3.25f);
+        s.compare("fill", t, shape, x.gpu, std::vector<float>(static_cast<size_t>(n), -3.25f));
+      });
+    }
+  }
+  // Casts: the exact conversion of the host's rounding functions (round to nearest even), so the bound is the
+  // target dtype's although the error should be 0.
+  const int64_t n = (1 << 20) + 1;
+  for (DType from : kFloatTypes) {
+    for (DType to : kFloatTypes) {
+      const std::string name = dtype_name(from) + "->" + dtype_name(to);
+      s.run("cast", name, dims({n}), [&] {
+        auto x = s.make({n}, from, 30, 100.0f);
+        Tensor y = Tensor::empty({n}, to, s.dev(), "cast out");
+        s.poison(y);
+        gpu::cast(x.gpu, y);
+        s.row("cast", name, dims({n}), rel_error(y.to_host_floats(), rounded(x.cpu.to_host_floats(), to)),
+              bound_for(to) * 0.01);
+      });
+    }
+  }
+}
+
+void check_layernorm(Suite& s) {
+  for (DType t : kFloatTypes) {
+    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {2048, 1600}}) {
+      const std::string shape = dims({n, c});
+      s.run("layernorm_forward", dtype_name(t), shape, [&] {
+        auto x = s.make({n, c}, t, 40, 2.0f, 0.5f);
+        auto gamma = s.make({c}, t, 41, 0.2f, 1.0f);
+        auto beta = s.make({c}, t, 42, 0.2f);
+        auto y = s.output({n, c}, t);
+        auto mean = s.output({n}, DType::F32);
+        auto rstd = s.output({n}, DType::F32);
+        cpu::layernorm_forward(x.cpu, gamma.cpu, beta.cpu, y.cpu, mean.cpu, rstd.cpu, 1e-5f);
+        gpu::layernorm_forward(x.gpu, gamma.gpu, beta.gpu, y.gpu, mean.gpu, rstd.gpu, 1e-5f);
+        s.compare("layernorm_forward y", t, shape, y.gpu, y.cpu);
+        s.compare("layernorm_forward mean", t, shape, mean.gpu, mean.cpu);
+        s.compare("layernorm_forward rstd", t, shape, rstd.gpu, rstd.cpu);
+      });
+      s.run("layernorm_backward", dtype_name(t), shape, [&] {
+        auto x = s.make({n, c}, t, 43, 2.0f, 0.5f);
+        auto gamma = s.make({c}, t, 44, 0.2f, 1.0f);
+        auto beta = s.make({c}, t, 45, 0.2f);
+        auto dy = s.make({n, c}, t, 46);
+        // Statistics from the CPU forward, shared by both sides.
+        Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
+        Tensor mean = Tensor::empty({n}, DType::F32, s.host(), "mean");
+        Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
+        cpu::layernorm_forward(x.cpu, gamma.cpu, beta.cpu, y, mean, rstd, 1e-5f);
+        Tensor mean_g = s.upload(mean, DType::F32), rstd_g = s.upload(rstd, DType::F32);
+        auto dx = s.output({n, c}, t);
+        auto dgamma = s.make({c}, DType::F32, 47);  // accumulate
+        auto dbeta = s.make({c}, DType::F32, 48);
+        cpu::layernorm_backward(dy.cpu, x.cpu, gamma.cpu, mean, rstd, dx.cpu, dgamma.cpu, dbeta.cpu);
+        gpu::layernorm_backward(dy.gpu, x.gpu, gamma.gpu, mean_g, rstd_g, dx.gpu, dgamma.gpu, dbeta.gpu);
+        s.compare("layernorm_backward dx", t, shape, dx.gpu, dx.cpu);
+        s.compare("layernorm_backward dgamma", t, shape, dgamma.gpu, dgamma.cpu);
+        s.compare("layernorm_backward dbeta", t, shape, dbeta.gpu, dbeta.cpu);
+      });
+    }
+  }
+}
+
+void check_embedding(Suite& s) {
+  struct Case {
+    int64_t n, v, c;
+    int64_t id_range;  // ids drawn from [0, id_range): small ranges repeat ids a lot
+    int64_t start, v_local;
+  };
+  const std::vector<Case> cases = {
+      {9, 11, 5, 11, 0, 11},
+      {2048, 50304, 1600, 50304, 0, 50304},      // B=2, T=1024, GPT-2 vocabulary
+      {8192, 50304, 1600, 64, 0, 50304},         // 64 distinct ids, each ~128 times
+      {2048, 50304, 1600, 50304, 10000, 20000},  // a vocabulary shard
+  };
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      const std::string shape = dims({c.n, c.v_local, c.c}) + (c.start ? " @" + std::to_string(c.start) : "") +
+                                (c.id_range < c.v ? " ids<" + std::to_string(c.id_range) : "");
+      const std::vector<int32_t> id_values = random_ids(c.n, 50 + c.n, 0, c.id_range);
+      s.run("embedding_forward", dtype_name(t), shape, [&] {
+        auto ids = s.ids(id_values);
+        auto table = s.make({c.v_local, c.c}, t, 51);
+        auto y = s.output({c.n, c.c}, t);
+        cpu::embedding_forward(ids.cpu, table.cpu, y.cpu, c.start, c.v);
+        gpu::embedding_forward(ids.gpu, table.gpu, y.gpu, c.start, c.v);
+        s.compare("embedding_forward", t, shape, y.gpu, y.cpu);
+      });
+      s.run("embedding_backward", dtype_name(t), shape, [&] {
+        auto ids = s.ids(id_values);
+        auto dy = s.make({c.n, c.c}, t, 52);
+        auto dtable = s.make({c.v_local, c.c}, DType::F32, 53);  // accumulates
+        const int64_t vocab = c.start ? cpu::kUncheckedVocab : c.v;
+        Tensor before = Tensor::empty(dtable.gpu.shape(), DType::F32, s.dev(), "dtable copy");
+        before.copy_from(dtable.gpu);
+        cpu::embedding_backward(ids.cpu, dy.cpu, dtable.cpu, c.start, vocab);
+        gpu::embedding_backward(ids.gpu, dy.gpu, dtable.gpu, c.start, vocab);
+        s.compare("embedding_backward", t, shape, dtable.gpu, dtable.cpu);
+        // Determinism: a second run from the same start gives the same bits.
+        gpu::embedding_backward(ids.gpu, dy.gpu, before, c.start, vocab);
+        const std::vector<float> a = dtable.gpu.to_host_floats(), b = before.to_host_floats();
+        const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        s.row("embedding_backward bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, 0.0);
+      });
+    }
+    for (const auto& [b, tt, tmax, c] : std::vector<std::array<int64_t, 4>>{{3, 5, 7, 9}, {2, 1024, 1024, 1600}}) {
+      const std::string shape = dims({b, tt, c}) + " Tmax=" + std::to_string(tmax);
+      s.run("add_positions", dtype_name(t), shape, [&] {
+        auto y = s.make({b, tt, c}, t, 54);
+        auto pos = s.make({tmax, c}, t, 55);
+        cpu::add_positions(y.cpu, pos.cpu);
+        gpu::add_positions(y.gpu, pos.gpu);
+        s.compare("add_positions", t, shape, y.gpu, y.cpu);
+      });
+      s.run("add_positions_backward", dtype_name(t), shape, [&] {
+        auto dy = s.make({b, tt, c}, t, 56);
+        auto dpos = s.make({tmax, c}, DType::F32, 57);  // accumulates into rows 0..T-1
+        cpu::add_positions_backward(dy.cpu, dpos.cpu);
+        gpu::add_positions_backward(dy.gpu, dpos.gpu);
+        s.compare("add_positions_backward", t, shape, dpos.gpu, dpos.cpu);
+      });
+    }
+  }
+}
+
+void check_attention(Suite& s) {
+  struct Case {
+    int64_t b, t, h, d;
+  };
+  const std::vector<Case> cases = {{1, 7, 2, 8}, {2, 77, 3, 16}, {2, 1024, 25, 64}};
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      for (bool plain : {false, true}) {
+        if (plain && t == DType::F32) continue;  // f32 always runs the plain kernels
+        const int64_t cc = c.h * c.d;
+        const std::string shape = dims({c.b, c.t, c.h, c.d}) + (plain ? " plain" : "");
+        const std::string fwd = "attention_forward", bwd = "attention_backward";
+        s.run(fwd, dtype_name(t), shape, [&] {
+          auto qkv = s.make({c.b, c.t, 3 * cc}, t, 60);
+          auto y = s.output({c.b, c.t, cc}, t);
+          auto lse = s.output({c.b, c.h, c.t}, DType::F32);
+          cpu::attention_forward(qkv.cpu, static_cast<int>(c.h), y.cpu, lse.cpu);
+          if (plain) {
+            gpu::attention_forward_plain(qkv.gpu, static_cast<int>(c.h), y.gpu, lse.gpu);
+          } else {
+            gpu::attention_forward(qkv.gpu, static_cast<int>(c.h), y.gpu, lse.gpu);
+          }
+          s.compare(fwd + " y", t, shape, y.gpu, y.cpu);
+          s.compare(fwd + " lse", t, shape, lse.gpu, lse.cpu);
+        });
+        s.run(bwd, dtype_name(t), shape, [&] {
+          auto qkv = s.make({c.b, c.t, 3 * cc}, t, 61);
+          auto dy = s.make({c.b, c.t, cc}, t, 62);
+          // The CPU forward's y and lse feed both backwards, so only the backward is compared.
+          Tensor y = Tensor::empty({c.b, c.t, cc}, DType::F32, s.host(), "y");
+          Tensor lse = Tensor::empty({c.b, c.h, c.t}, DType::F32, s.host(), "lse");
+          cpu::attention_forward(qkv.cpu, static_cast<int>(c.h), y, lse);
+          Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
+          auto dqkv = s.output({c.b, c.t, 3 * cc}, t);
+          cpu::attention_backward(qkv.cpu, static_cast<int>(c.h), y, lse, dy.cpu, dqkv.cpu);
+          auto run = [&](const Tensor& out) {
+            if (plain) {
+              gpu::attention_backward_plain(qkv.gpu, static_cast<int>(c.h), y_g, lse_g, dy.gpu, out);
+            } else {
+              gpu::attention_backward(qkv.gpu, static_cast<int>(c.h), y_g, lse_g, dy.gpu, out);
+            }
+          };
+          run(dqkv.gpu);
+          s.compare(bwd + " dqkv", t, shape, dqkv.gpu, dqkv.cpu);
+          Tensor again = Tensor::empty(dqkv.gpu.shape(), t, s.dev(), "dqkv again");
+          run(again);
+          const bool same = std::memcmp(dqkv.gpu.to_host_floats().data(), again.to_host_floats().data(),
+                                        static_cast<size_t>(again.numel()) * sizeof(float)) == 0;
+          s.row(bwd + " bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, 0.0);
+        });
+      }
+    }
+  }
+}
+
+void check_cross_entropy(Suite& s) {
+  struct Case {
+    int64_t n, v;
+  };
+  for (DType t : kFloatTypes) {
+    for (const Case& c : std::vector<Case>{{5, 17}, {2048, 50304}}) {
+      const std::string shape = dims({c.n, c.v});
+      const std::vector<int32_t> target_values = random_ids(c.n, 70 + c.n, 0, c.v);
+      // d(mean loss)/d(row loss) = 1/N; with f16, times a loss scale as f16 training uses (without it most of the
+      // gradient, ~1e-8, sits in f16's subnormals and the check would measure underflow, not the kernel).
+      const float scale = (t == DType::F16 ? 1024.0f : 1.0f) / static_cast<float>(c.n);
+      s.run("cross_entropy_forward", dtype_name(t), shape, [&] {
+        auto logits = s.make({c.n, c.v}, t, 71, 2.0f);
+        auto targets = s.ids(target_values);
+        auto losses = s.output({c.n}, DType::F32);
+        auto lse = s.output({c.n}, DType::F32);
+        cpu::cross_entropy_forward(logits.cpu, targets.cpu, losses.cpu, lse.cpu);
+        gpu::cross_entropy_forward(logits.gpu, targets.gpu, losses.gpu, lse.gpu);
+        s.compare("cross_entropy_forward losses", t, shape, losses.gpu, losses.cpu);
+        s.compare("cross_entropy_forward lse", t, shape, lse.gpu, lse.cpu);
+      });
+      s.run("cross_entropy_backward", dtype_name(t), shape, [&] {
+        auto logits = s.make({c.n, c.v}, t, 72, 2.0f);
+        auto targets = s.ids(target_values);
+        Tensor losses = Tensor::empty({c.n}, DType::F32, s.host(), "losses");
+        Tensor lse = Tensor::empty({c.n}, DType::F32, s.host(), "lse");
+        cpu::cross_entropy_forward(logits.cpu, targets.cpu, losses, lse);
+        Tensor lse_g = s.upload(lse, DType::F32);
+        auto dlogits = s.output({c.n, c.v}, t);
+        cpu::cross_entropy_backward(logits.cpu, targets.cpu, lse, scale, dlogits.cpu, 0, c.v);
+        gpu::cross_entropy_backward(logits.gpu, targets.gpu, lse_g, scale, dlogits.gpu, 0, c.v);
+        s.compare("cross_entropy_backward", t, shape, dlogits.gpu, dlogits.cpu);
+        // In place: dlogits is the logits tensor.
+        gpu::cross_entropy_backward(logits.gpu, targets.gpu, lse_g, scale, logits.gpu, 0, c.v);
+        s.compare("cross_entropy_backward in place", t, shape, logits.gpu, dlogits.cpu);
+      });
+      // A vocabulary shard: columns [start, start + v_local) of the full vocabulary.
+      const int64_t v_local = std::max<int64_t>(1, c.v * 2 / 5), start = c.v / 5;
+      const std::string shard = dims({c.n, v_local}) + " @" + std::to_string(start);
+      s.run("cross_entropy sharded", dtype_name(t), shard, [&] {
+        auto logits = s.make({c.n, v_local}, t, 73, 2.0f);
+        auto targets = s.ids(target_values);
+        auto row_max = s.output({c.n}, DType::F32);
+        auto picked = s.output({c.n}, DType::F32);
+        cpu::cross_entropy_stats(logits.cpu, targets.cpu, start, c.v, row_max.cpu, picked.cpu);
+        gpu::cross_entropy_stats(logits.gpu, targets.gpu, start, c.v, row_max.gpu, picked.gpu);
+        s.compare("cross_entropy_stats row_max", t, shard, row_max.gpu, row_max.cpu);
+        s.compare("cross_entropy_stats target_logit", t, shard, picked.gpu, picked.cpu);
+        auto sum_exp = s.output({c.n}, DType::F32);
+        Tensor row_max_g = s.upload(row_max.cpu, DType::F32);
+        cpu::row_sum_exp(logits.cpu, row_max.cpu, sum_exp.cpu);
+        gpu::row_sum_exp(logits.gpu, row_max_g, sum_exp.gpu);
+        s.compare("row_sum_exp", t, shard, sum_exp.gpu, sum_exp.cpu);
+        // This shard's own log-sum-exp as the lse (any consistent value tests the backward).
+        Tensor lse = Tensor::empty({c.n}, DType::F32, s.host(), "lse");
+        for (int64_t i = 0; i < c.n; ++i) lse.f32()[i] = row_max.cpu.f32()[i] + std::log(sum_exp.cpu.f32()[i]);
+        Tensor lse_g = s.upload(lse, DType::F32);
+        auto dlogits = s.output({c.n, v_local}, t);
+        cpu::cross_entropy_backward(logits.cpu, targets.cpu, lse, scale, dlogits.cpu, start, cpu::kUncheckedVocab);
+        gpu::cross_entropy_backward(logits.gpu, targets.gpu, lse_g, scale, dlogits.gpu, start, gpu::kUncheckedVocab);
+        s.compare("cross_entropy_backward sharded", t, shard, dlogits.gpu, dlogits.cpu);
+      });
+    }
+  }
+  // finish: lse = row_max + log(sum_exp); loss_sum += sum(lse - target_logit). Host reference (no CPU op yet).
+  for (int64_t n : {int64_t{3}, int64_t{16384}}) {
+    s.run("cross_entropy_finish", "f32", dims({n}), [&] {
+      auto row_max = s.make({n}, DType::F32, 80);
+      auto picked = s.make({n}, DType::F32, 81);
+      std::vector<float> sum_exp(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) sum_exp[i] = 1.0f + 1000.0f * uniform_at(82, 0, i);
+      auto lse = s.from_values({n}, DType::F32, sum_exp);
+      auto loss_sum = s.from_values({1}, DType::F32, {2.5f});
+      std::vector<float> want_lse(static_cast<size_t>(n));
+      double total = 2.5;
+      for (int64_t i = 0; i < n; ++i) {
+        want_lse[i] = row_max.cpu.f32()[i] + std::log(sum_exp[i]);
+        total += static_cast<double>(want_lse[i]) - picked.cpu.f32()[i];
+      }
+      gpu::cross_entropy_finish(row_max.gpu, picked.gpu, lse.gpu, loss_sum.gpu);
+      s.compare("cross_entropy_finish lse", DType::F32, dims({n}), lse.gpu, want_lse);
+      s.compare("cross_entropy_finish loss_sum", DType::F32, dims({n}), loss_sum.gpu,
+                std::vector<float>{static_cast<float>(total)});
+    });
+  }
+}
+
+void check_reduce_and_adamw(Suite& s) {
+  for (DType t : kFloatTypes) {
+    for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{10'000'019}}) {
+      s.run("sum_squares", dtype_name(t), dims({n}), [&] {
+        auto x = s.make({n}, t, 90);
+        const double want = cpu::sum_squares(x.cpu);
+        const double got = gpu::sum_squares(x.gpu);
+        s.row("sum_squares", dtype_name(t), dims({n}), std::abs(got - want) / want, 1e-9);
+      });
+    }
+    s.run("sum_squares inf", dtype_name(t), dims({1000}), [&] {
+      std::vector<float> v = normals(1000, 91);
+      v[517] = INFINITY;
+      auto x = s.from_values({1000}, t, v);
+      const double got = gpu::sum_squares(x.gpu);
+      s.row("sum_squares inf", dtype_name(t), dims({1000}), std::isinf(got) ? 0.0 : 1.0, 0.0);
+    });
+  }
+  for (int64_t n : {int64_t{7}, int64_t{(1 << 20) + 5}}) {
+    s.run("adamw_step", "f32", dims({n}), [&] {
+      auto param = s.make({n}, DType::F32, 100);
+      auto grad = s.make({n}, DType::F32, 101);
+      auto m = s.make({n}, DType::F32, 102, 0.1f);
+      std::vector<float> vv = normals(n, 103, 0.01f);
+      for (float& x : vv) x = x * x;  // second moments are non-negative
+      auto v = s.from_values({n}, DType::F32, vv);
+      ops::AdamWParams p;
+      p.lr = 3e-3f;
+      p.weight_decay = 0.1f;
+      p.step = 10;
+      p.grad_scale = 0.5f;
+      cpu::adamw_step(param.cpu, grad.cpu, m.cpu, v.cpu, p);
+      gpu::adamw_step(param.gpu, grad.gpu, m.gpu, v.gpu, p);
+      s.compare("adamw_step param", DType::F32, dims({n}), param.gpu, param.cpu);
+      s.compare("adamw_step m", DType::F32, dims({n}), m.gpu, m.cpu);
+      s.compare("adamw_step v", DType::F32, dims({n}), v.gpu, v.cpu);
+    });
+  }
+}
+
+// Bad ids and targets are reported by the kernels and thrown at the next synchronize.
+void check_deferred_errors(Suite& s) {
+  s.run("deferred error: embedding id", "bf16", dims({4, 8}), [&] {
+    auto ids = s.ids({1, 2, 99, 3});
+    auto table = s.make({10, 8}, DType::BF16, 110);
+    auto y = s.output({4, 8}, DType::BF16);
+    gpu::embedding_forward(ids.gpu, table.gpu, y.gpu, 0, 10);
+    std::string message;
+    try {
+      s.dev().synchronize();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    const bool ok = message.find("99") != std::string::npos && message.find("row 2") != std::string::npos;
+    s.row("deferred error: embedding id", "bf16", dims({4, 8}), ok ? 0.0 : 1.0, 0.0, message.substr(0, 80));
+    s.dev().synchronize();  // the slot was cleared: no second throw
+  });
+  s.run("deferred error: target", "f32", dims({3, 5}), [&] {
+    auto logits = s.make({3, 5}, DType::F32, 111);
+    auto targets = s.ids({0, -4, 2});
+    auto losses = s.output({3}, DType::F32);
+    auto lse = s.output({3}, DType::F32);
+    gpu::cross_entropy_forward(logits.gpu, targets.gpu, losses.gpu, lse.gpu);
+    std::string message;
+    try {
+      s.dev().synchronize();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    const bool ok = message.find("-4") != std::string::npos;
+    s.row("deferred error: target", "f32", dims({3, 5}), ok ? 0.0 : 1.0, 0.0, message.substr(0, 80));
+  });
+}
+
+// ---- timings ----
+
+template <class F>
+double median_ms(CudaDevice& dev, F&& f, int warmup = 3, int reps = 20) {
+  for (int i = 0; i < warmup; ++i) f();
+  dev.synchronize();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    device::CudaEvent start(true), stop(true);
+    start.record(dev.compute_stream());
+    f();
+    stop.record(dev.compute_stream());
+    stop.synchronize();
+    ms.push_back(stop.ms_since(start));
+  }
+  std::sort(ms.begin(), ms.end());
+  return (ms[reps / 2 - 1] + ms[reps / 2]) / 2.0;
+}
+
+void bench(CudaDevice& dev) {
+  std::printf("\n%-44s %10s %14s\n", "timing (median of 20, after 3 warm-ups)", "ms", "rate");
+  // amount: FLOPs (printed as TFLOP/s) or bytes moved (printed as GB/s).
+  auto print = [](const std::string& what, double ms, double amount, const char* unit) {
+    const double per_second = amount / (ms * 1e-3);
+    const double shown = std::string(unit) == "TFLOP/s" ? per_second / 1e12 : per_second / 1e9;
+    std::printf("%-44s %10.3f %10.1f %s\n", what.c_str(), ms, shown, unit);
+    std::fflush(stdout);
+  };
+  const DType bf = DType::BF16;
+  {
+    const int64_t n = 8192;
+    Tensor a = Tensor::empty({n, n}, bf, dev, "a"), b = Tensor::empty({n, n}, bf, dev, "b");
+    Tensor c = Tensor::empty({n, n}, bf, dev, "c");
+    gpu::fill(a, 0.01f);
+    gpu::fill(b, 0.02f);
+    const double ms = median_ms(dev, [&] { gpu::matmul(a, b, c, false, false, 0.0f); });
+    print("matmul bf16 8192^3", ms, 2.0 * n * n * n, "TFLOP/s");
+    const double ms_t = median_ms(dev, [&] { gpu::matmul(a, b, c, false, true, 0.0f); });
+    print("matmul bf16 8192^3, b transposed", ms_t, 2.0 * n * n * n, "TFLOP/s");
+  }
+  {
+    const int64_t B = 8, T = 1024, H = 25, D = 64, C = H * D;
+    Tensor qkv = Tensor::empty({B, T, 3 * C}, bf, dev, "qkv"), y = Tensor::empty({B, T, C}, bf, dev, "y");
+    Tensor lse = Tensor::empty({B, H, T}, DType::F32, dev, "lse"), dy = Tensor::empty({B, T, C}, bf, dev, "dy");
+    Tensor dqkv = Tensor::empty({B, T, 3 * C}, bf, dev, "dqkv");
+    gpu::fill(qkv, 0.1f);
+    gpu::fill(dy, 0.01f);
+    // Causal: half of the T x T scores. Forward 2 matmuls (QK^T, PV), backward 5 (2.5x the forward).
+    const double flops = 4.0 * B * H * T * T * D / 2.0;
+    const double f = median_ms(dev, [&] { gpu::attention_forward(qkv, H, y, lse); });
+    print("attention bf16 fwd (B=8 T=1024 H=25 D=64)", f, flops, "TFLOP/s");
+    const double b = median_ms(dev, [&] { gpu::attention_backward(qkv, H, y, lse, dy, dqkv); });
+    print("attention bf16 bwd (B=8 T=1024 H=25 D=64)", b, 2.5 * flops, "TFLOP/s");
+  }
+  {
+    const int64_t N = 8192, C = 1600;
+    Tensor x = Tensor::empty({N, C}, bf, dev, "x"), y = Tensor::empty({N, C}, bf, dev, "y");
+    Tensor g = Tensor::empty({C}, bf, dev, "gamma"), be = Tensor::empty({C}, bf, dev, "beta");
+    Tensor mean = Tensor::empty({N}, DType::F32, dev, "mean"), rstd = Tensor::empty({N}, DType::F32, dev, "rstd");
+    Tensor dg = Tensor::zeros({C}, DType::F32, dev, "dgamma"), db = Tensor::zeros({C}, DType::F32, dev, "dbeta");
+    Tensor dx = Tensor::empty({N, C}, bf, dev, "dx");
+    gpu::fill(x, 0.5f);
+    gpu::fill(g, 1.0f);
+    gpu::fill(be, 0.0f);
+    const double f = median_ms(dev, [&] { gpu::layernorm_forward(x, g, be, y, mean, rstd, 1e-5f); });
+    print("layernorm bf16 fwd (8192 x 1600)", f, 2.0 * N * C * 2, "GB/s");
+    const double b = median_ms(dev, [&] { gpu::layernorm_backward(y, x, g, mean, rstd, dx, dg, db); });
+    print("layernorm bf16 bwd (8192 x 1600)", b, 3.0 * N * C * 2, "GB/s");
+  }
+  {
+    const int64_t N = 8192, V = 50304;
+    Tensor logits = Tensor::empty({N, V}, bf, dev, "logits"), dlogits = Tensor::empty({N, V}, bf, dev, "dlogits");
+    Tensor targets = Tensor::zeros({N}, DType::I32, dev, "targets");
+    Tensor losses = Tensor::empty({N}, DType::F32, dev, "losses"), lse = Tensor::empty({N}, DType::F32, dev, "lse");
+    gpu::fill(logits, 0.3f);
+    const double f = median_ms(dev, [&] { gpu::cross_entropy_forward(logits, targets, losses, lse); });
+    print("cross-entropy bf16 fwd (8192 x 50304)", f, 1.0 * N * V * 2, "GB/s");
+    const double b =
+        median_ms(dev, [&] { gpu::cross_entropy_backward(logits, targets, lse, 1.0f / N, dlogits, 0, V); });
+    print("cross-entropy bf16 bwd (8192 x 50304)", b, 2.0 * N * V * 2, "GB/s");
+  }
+  {
+    const int64_t N = 8192, V = 50304, C = 1600;
+    std::vector<int32_t> id_values = random_ids(N, 7, 0, V);
+    Tensor ids = Tensor::empty({N}, DType::I32, dev, "ids");
+    ids.copy_from_host(id_values.data());
+    Tensor dy = Tensor::empty({N, C}, bf, dev, "dy"), dtable = Tensor::zeros({V, C}, DType::F32, dev, "dtable");
+    gpu::fill(dy, 0.01f);
+    const double b = median_ms(dev, [&] { gpu::embedding_backward(ids, dy, dtable, 0, V); });
+    print("embedding bwd bf16 (8192 ids, 50304 x 1600)", b, 1.0 * N * C * (2 + 8), "GB/s");
+  }
+  {
+    const int64_t n = int64_t{1558} * 1000 * 1000 / 8;  // an eighth of GPT-2 XL's parameters
+    Tensor p = Tensor::zeros({n}, DType::F32, dev, "p"), g = Tensor::zeros({n}, DType::F32, dev, "g");
+    Tensor m = Tensor::zeros({n}, DType::F32, dev, "m"), v = Tensor::zeros({n}, DType::F32, dev, "v");
+    const double ms = median_ms(dev, [&] { gpu::adamw_step(p, g, m, v, ops::AdamWParams{}); });
+    print("adamw f32 (195M parameters)", ms, 7.0 * n * 4, "GB/s");
+    const double ss = median_ms(dev, [&] { gpu::sum_squares(g); });
+    print("sum_squares f32 (195M) incl. sync", ss, 1.0 * n * 4, "GB/s");
+  }
+}
+
+int run(int argc, char** argv) {
+  bool do_bench = true;
+  std::string filter;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--no-bench") {
+      do_bench = false;
+    } else if (arg.rfind("--filter=", 0) == 0) {
+      filter = arg.substr(9);
+    } else {
+      std::fprintf(stderr, "usage: ops_check [--no-bench] [--filter=<op substring>]\n");
+      return 2;
+    }
+  }
+  CpuDevice host;
+  CudaDevice dev(0);
+  std::printf("ops_check on %s (%s, %d SMs), CPU reference with %d OpenMP threads\n\n", dev.name().c_str(),
+              dev.gpu_name().c_str(), dev.sm_count(), omp_get_max_threads());
+  std::printf("%-34s %-10s %-26s %11s %9s  %s\n", "op", "dtype", "shape", "rel error", "bound", "result");
+  Suite s(host, dev, filter);
+  check_matmul(s);
+  check_elementwise(s);
+  check_layernorm(s);
+  check_embedding(s);
+  check_attention(s);
+  check_cross_entropy(s);
+  check_reduce_and_adamw(s);
+  check_deferred_errors(s);
+  dev.synchronize();
+  const device::ArenaStats a = dev.arena_stats();
+  std::printf("\narena: %s reserved in %zu block(s), %s in use, peak live %s\n", format_bytes(a.reserved_bytes).c_str(),
+              a.blocks, format_bytes(a.used_bytes).c_str(), format_bytes(dev.peak_bytes()).c_str());
+  std::printf("%s: %d failing row(s)\n", s.failures() ? "FAIL" : "PASS", s.failures());
+  if (do_bench) bench(dev);
+  return s.failures() ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  try {
+    return tandem::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ops_check: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,35 @@
+// Preflight: before the trainer allocates anything, the memory model's prediction for this run's layout, and
+// when it is over the device budget, a message that says what does not fit and what would.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/config/config.h"
+#include "tandem/layout/layout.h"
+#include "tandem/plan/memory_model.h"
+
+namespace tandem::plan {
+
+struct PreflightOptions {
+  int dtype_bytes = 0;             // compute dtype; 0: from the config (bf16 or fp16 enabled: 2, else 4)
+  Backend backend = Backend::Cpu;  // the trainer's device: CpuDevice, or a CUDA device
+  int cpu_threads = 0;             // 0: OpenMP's omp_get_max_threads() in this process
+  bool suggest = true;             // when over budget, search the world size's layouts for one that fits
+};
+
+struct PreflightResult {
+  int64_t peak = 0;               // the largest per-device peak
+  std::vector<int64_t> per_rank;  // predicted peak of every world rank
+  MemoryPrediction memory;
+  uint64_t budget = 0;  // device_memory; 0: none
+  bool fits = true;
+  std::string line;     // "predicted peak per device: 412.3 MiB (budget 768.0 MiB)"
+  std::string message;  // when over budget: the breakdown, and the best layout that fits (or what it needs)
+};
+
+PreflightResult preflight(const config::TrainConfig& cfg, const layout::ParallelPlan& plan,
+                          const PreflightOptions& options = {});
+
+}  // namespace tandem::plan

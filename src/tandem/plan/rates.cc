@@ -1,0 +1,91 @@
+#include "tandem/plan/rates.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "tandem/core/error.h"
+
+namespace tandem::plan {
+
+Rates builtin_rates(const std::string& name) {
+  Rates r;
+  if (name == "cpu") return r;
+  if (name == "h200") {
+    r.name = "h200";
+    r.device = "cuda";
+    r.gemm_flops = 776e12;      // bf16 dense GEMM as measured at large shapes (989 TFLOP/s peak)
+    r.gemm_flops_fp32 = 50e12;  // plain fp32 (no TF32): 67 TFLOP/s peak
+    r.memory_bw = 4.0e12;       // HBM3e, 4.8 TB/s peak
+    r.tp_bus_bw = 329e9;        // NCCL all-reduce bus bandwidth over NVLink inside a node
+    r.dp_bus_bw = 329e9;
+    r.pp_p2p_bw = 300e9;         // one NVLink send
+    r.inter_node_bus_bw = 45e9;  // a 400 Gb/s NIC per GPU
+    r.inter_node_p2p_bw = 45e9;
+    r.latency_s = 15e-6;
+    return r;
+  }
+  TANDEM_FAIL("unknown rates '", name, "': use \"h200\", \"cpu\" or a JSON file written by `tandem calibrate`");
+}
+
+config::Json rates_to_json(const Rates& r) {
+  return config::Json{{"name", r.name},
+                      {"device", r.device},
+                      {"gemm_flops", r.gemm_flops},
+                      {"gemm_flops_fp32", r.gemm_flops_fp32},
+                      {"memory_bw", r.memory_bw},
+                      {"tp_bus_bw", r.tp_bus_bw},
+                      {"dp_bus_bw", r.dp_bus_bw},
+                      {"pp_p2p_bw", r.pp_p2p_bw},
+                      {"inter_node_bus_bw", r.inter_node_bus_bw},
+                      {"inter_node_p2p_bw", r.inter_node_p2p_bw},
+                      {"latency_s", r.latency_s}};
+}
+
+Rates rates_from_json(const config::Json& j) {
+  Rates r = builtin_rates(j.value("base", std::string("cpu")));
+  const config::Json known = rates_to_json(r);
+  for (const auto& [key, value] : j.items())
+    if (key != "base" && !known.contains(key))
+      TANDEM_FAIL("rates: unknown key '", key, "'; known keys: ", known.dump());
+  r.name = j.value("name", r.name);
+  r.device = j.value("device", r.device);
+  if (r.device != "cpu" && r.device != "cuda") TANDEM_FAIL("rates: device '", r.device, "' is not cpu or cuda");
+  auto num = [&](const char* key, double& field) {
+    if (!j.contains(key)) return;
+    field = j.at(key).get<double>();
+    if (!(field > 0)) TANDEM_FAIL("rates: ", key, " must be positive, got ", j.at(key).dump());
+  };
+  num("gemm_flops", r.gemm_flops);
+  num("gemm_flops_fp32", r.gemm_flops_fp32);
+  num("memory_bw", r.memory_bw);
+  num("tp_bus_bw", r.tp_bus_bw);
+  num("dp_bus_bw", r.dp_bus_bw);
+  num("pp_p2p_bw", r.pp_p2p_bw);
+  num("inter_node_bus_bw", r.inter_node_bus_bw);
+  num("inter_node_p2p_bw", r.inter_node_p2p_bw);
+  num("latency_s", r.latency_s);
+  return r;
+}
+
+Rates load_rates(const std::string& name_or_path) {
+  if (name_or_path == "cpu" || name_or_path == "h200") return builtin_rates(name_or_path);
+  if (!std::filesystem::exists(name_or_path))
+    TANDEM_FAIL("rates '", name_or_path, "': no such file, and not a built-in set (\"h200\", \"cpu\")");
+  std::ifstream in(name_or_path);
+  config::Json j;
+  try {
+    j = config::Json::parse(in);
+  } catch (const std::exception& e) {
+    TANDEM_FAIL("rates file '", name_or_path, "' is not valid JSON: ", e.what());
+  }
+  return rates_from_json(j);
+}
+
+void save_rates(const Rates& r, const std::string& path) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) TANDEM_FAIL("cannot write the rates file '", path, "'");
+  out << rates_to_json(r).dump(2) << "\n";
+  if (!out) TANDEM_FAIL("writing the rates file '", path, "' failed");
+}
+
+}  // namespace tandem::plan

@@ -1,0 +1,37 @@
+// Rates: the speeds the time model turns work into seconds with. Built-in sets for an H200 and for a small CPU
+// host; `tandem calibrate` measures a host's and writes them as JSON, which `tandem plan --rates FILE` reads.
+#pragma once
+
+#include <string>
+
+#include "tandem/config/config.h"
+
+namespace tandem::plan {
+
+struct Rates {
+  std::string name = "cpu";       // what they describe: "h200", "cpu", or the calibrated host
+  std::string device = "cpu";     // "cpu" | "cuda": whose op scratch the memory model assumes
+  double gemm_flops = 30e9;       // FLOP/s of large matmuls in a 16-bit compute dtype
+  double gemm_flops_fp32 = 30e9;  // FLOP/s of large matmuls in fp32
+  double memory_bw = 8e9;         // B/s of elementwise work (bytes read plus bytes written)
+  // Collectives inside one node, as bus bandwidth (NCCL's busbw: an all-reduce of S bytes over n ranks takes
+  // 2 (n-1)/n S / busbw; a reduce-scatter or all-gather (n-1)/n S / busbw).
+  double tp_bus_bw = 4e9;
+  double dp_bus_bw = 4e9;
+  double pp_p2p_bw = 4e9;          // B/s of one send between neighbouring stages in a node
+  double inter_node_bus_bw = 1e9;  // for any group that spans nodes
+  double inter_node_p2p_bw = 1e9;
+  double latency_s = 20e-6;  // fixed cost of one collective or message
+};
+
+// "h200" (bf16 GEMM 776 TFLOP/s, NCCL all-reduce bus bandwidth 329 GB/s, HBM 4.0 TB/s) or "cpu" (what a
+// 2-core host gives: 30 GFLOP/s, collectives through shared memory). Throws for other names.
+Rates builtin_rates(const std::string& name);
+// A built-in name, or a JSON file as save_rates writes it (keys it leaves out keep the "cpu" defaults, or the
+// defaults of the built-in set its "base" key names).
+Rates load_rates(const std::string& name_or_path);
+void save_rates(const Rates& rates, const std::string& path);
+config::Json rates_to_json(const Rates& rates);
+Rates rates_from_json(const config::Json& json);
+
+}  // namespace tandem::plan

@@ -1,0 +1,294 @@
+#include "tandem/plan/search.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "tandem/core/units.h"
+
+namespace tandem::plan {
+
+namespace {
+
+std::string bytes_str(int64_t b) { return format_bytes(static_cast<uint64_t>(std::max<int64_t>(b, 0))); }
+
+std::string rate_str(double per_s) {
+  char buf[32];
+  if (per_s >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", per_s / 1e6);
+  else if (per_s >= 1e4)
+    std::snprintf(buf, sizeof buf, "%.1fk", per_s / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f", per_s);
+  return buf;
+}
+
+std::string seconds_str(double s) {
+  char buf[32];
+  if (s >= 1)
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  return buf;
+}
+
+std::string schedule_label(const layout::ParallelPlan& p) {
+  if (p.layout.pp == 1) return "-";
+  return p.virtual_stages > 1 ? "interleaved v" + std::to_string(p.virtual_stages) : p.schedule;
+}
+
+std::vector<int> divisors(int64_t n) {
+  std::vector<int> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(static_cast<int>(i));
+  return d;
+}
+
+bool valid_for_model(const layout::ParallelPlan& plan, const config::Json& model, int64_t m) {
+  try {
+    layout::validate_for_model(plan, model, m);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::string Candidate::name() const {
+  const auto& l = setup.plan.layout;
+  std::ostringstream os;
+  os << "dp" << l.dp << ",pp" << l.pp << ",tp" << l.tp << ",zero" << (l.dp > 1 ? setup.zero_stage : 0) << ",micro"
+     << setup.micro_batch;
+  if (setup.plan.activation_checkpointing) os << ",ckpt";
+  if (setup.plan.virtual_stages > 1) os << ",v" << setup.plan.virtual_stages;
+  if (l.pp > 1 && setup.plan.schedule == "gpipe") os << ",gpipe";
+  return os.str();
+}
+
+int64_t global_batch_of(const config::Json& cfg) {
+  if (cfg.contains("train_batch_size") && cfg.at("train_batch_size").is_number_integer())
+    return cfg.at("train_batch_size").get<int64_t>();
+  return config::resolve_batch(cfg, 1).global;
+}
+
+std::string why_not_fits(const MemoryPrediction& memory, uint64_t budget) {
+  const RankMemory& w = memory.worst();
+  const int64_t over = w.peak - static_cast<int64_t>(budget);
+  std::ostringstream os;
+  if (w.resident.total() > static_cast<int64_t>(budget)) {
+    os << "resident state alone is " << bytes_str(w.resident.total()) << " (" << w.resident.describe() << ")";
+    return os.str();
+  }
+  const Breakdown step = w.at_peak - w.resident;
+  const Term t = step.largest();
+  os << term_name(t) << " " << bytes_str(step[t]) << " push it " << bytes_str(over) << " over, at " << w.when;
+  return os.str();
+}
+
+Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions& opt) {
+  Candidate c;
+  c.setup = setup;
+  c.memory = memory.predict(setup);
+  c.time = predict_time(memory, setup, opt.rates, opt.nodes);
+  c.fits = opt.device_memory == 0 || c.memory.peak() <= static_cast<int64_t>(opt.device_memory);
+  if (!c.fits) c.why_not = why_not_fits(c.memory, opt.device_memory);
+  return c;
+}
+
+SearchResult search_layouts(const config::Json& model_cfg, const SearchOptions& opt) {
+  TANDEM_CHECK(opt.devices >= 1 && opt.nodes >= 1 && opt.devices % opt.nodes == 0, "planner: ", opt.devices,
+               " devices do not split evenly over ", opt.nodes, " nodes");
+  const int per_node = opt.devices / opt.nodes;
+  MemoryModel memory(model_cfg);
+  SearchResult result;
+  Setup base;
+  base.dtype_bytes = opt.dtype_bytes;
+  base.backend = opt.rates.device == "cuda" ? Backend::Cuda : Backend::Cpu;
+  base.cpu_threads = opt.cpu_threads;
+  for (int dp : divisors(opt.devices))
+    for (int pp : divisors(opt.devices / dp)) {
+      const int tp = opt.devices / (dp * pp);
+      if (tp > per_node || opt.global_batch % dp != 0) continue;
+      ++result.layouts;
+      for (int micro : divisors(opt.global_batch / dp)) {
+        const int64_t m = opt.global_batch / dp / micro;
+        for (int v : {1, 2}) {
+          if (v == 2 && (pp == 1 || m % pp != 0)) continue;
+          layout::ParallelPlan plan;
+          plan.layout = layout::Layout{dp, pp, tp};
+          plan.schedule = v > 1 ? "interleaved" : "1f1b";
+          plan.virtual_stages = v;
+          if (!valid_for_model(plan, model_cfg, m)) continue;
+          for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+            for (bool ckpt : {false, true}) {
+              Setup s = base;
+              s.plan = plan;
+              s.plan.activation_checkpointing = ckpt;
+              s.zero_stage = zero;
+              s.micro_batch = micro;
+              s.micro_batches = m;
+              Candidate c = evaluate(memory, s, opt);
+              (c.fits ? result.fit : result.no_fit).push_back(std::move(c));
+            }
+        }
+      }
+    }
+  std::stable_sort(result.fit.begin(), result.fit.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.time.tokens_per_s != b.time.tokens_per_s) return a.time.tokens_per_s > b.time.tokens_per_s;
+    return a.memory.peak() < b.memory.peak();
+  });
+  std::stable_sort(result.no_fit.begin(), result.no_fit.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.memory.peak() < b.memory.peak(); });
+  return result;
+}
+
+Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
+  Setup s;
+  s.dtype_bytes = opt.dtype_bytes;
+  s.backend = opt.rates.device == "cuda" ? Backend::Cuda : Backend::Cpu;
+  s.cpu_threads = opt.cpu_threads;
+  s.micro_batch = opt.default_micro;
+  int dp = 0, pp = 0, tp = 0;
+  std::stringstream in(spec);
+  for (std::string tok; std::getline(in, tok, ',');) {
+    tok.erase(std::remove(tok.begin(), tok.end(), ' '), tok.end());
+    auto number = [&](const std::string& prefix) -> int64_t {
+      try {
+        size_t used = 0;
+        const int64_t v = std::stoll(tok.substr(prefix.size()), &used);
+        if (used + prefix.size() == tok.size() && v >= 0) return v;
+      } catch (const std::exception&) {
+      }
+      TANDEM_FAIL("--explain: '", tok, "' is not ", prefix, "<number>");
+    };
+    auto starts = [&](const char* p) { return tok.rfind(p, 0) == 0; };
+    if (tok.empty()) continue;
+    if (starts("dp")) {
+      dp = static_cast<int>(number("dp"));
+    } else if (starts("pp")) {
+      pp = static_cast<int>(number("pp"));
+    } else if (starts("tp")) {
+      tp = static_cast<int>(number("tp"));
+    } else if (starts("zero")) {
+      s.zero_stage = static_cast<int>(number("zero"));
+    } else if (starts("micro")) {
+      s.micro_batch = number("micro");
+    } else if (tok == "ckpt" || tok == "ckpt1") {
+      s.plan.activation_checkpointing = true;
+    } else if (tok == "ckpt0") {
+      s.plan.activation_checkpointing = false;
+    } else if (tok == "interleaved") {
+      s.plan.virtual_stages = 2;
+    } else if (starts("v")) {
+      s.plan.virtual_stages = static_cast<int>(number("v"));
+    } else if (tok == "1f1b" || tok == "gpipe") {
+      s.plan.schedule = tok;
+    } else {
+      TANDEM_FAIL("--explain: unknown part '", tok,
+                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: ckpt, v2, gpipe)");
+    }
+  }
+  // As resolve_parallel: given only dp, the virtual GPU is a pipeline; otherwise a missing pp or tp is 1 and
+  // a missing dp takes the rest.
+  if (dp && !pp && !tp) {
+    pp = opt.devices / dp;
+    tp = 1;
+  } else {
+    pp = std::max(pp, 1);
+    tp = std::max(tp, 1);
+    if (!dp) dp = opt.devices / (pp * tp);
+  }
+  s.plan.layout = layout::Layout{dp, pp, tp};
+  if (s.plan.layout.world() != opt.devices)
+    TANDEM_FAIL("--explain: ", s.plan.layout.str(), " is ", s.plan.layout.world(), " devices, not ", opt.devices);
+  if (s.plan.virtual_stages > 1) s.plan.schedule = "interleaved";
+  if (s.micro_batch < 1 || opt.global_batch % (s.micro_batch * dp) != 0)
+    TANDEM_FAIL("--explain: micro-batch ", s.micro_batch, " x ", dp, " virtual GPUs does not divide the global batch ",
+                opt.global_batch);
+  s.micro_batches = opt.global_batch / (s.micro_batch * dp);
+  return s;
+}
+
+std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t top) {
+  std::ostringstream os;
+  char line[256];
+  const Candidate* any = !r.fit.empty() ? &r.fit.front() : !r.no_fit.empty() ? &r.no_fit.front() : nullptr;
+  char head[160];
+  std::snprintf(head, sizeof head,
+                "  #  layout             schedule        zero  ckpt  micro x m    peak/device  fits  %-9s %s\n",
+                any ? any->time.unit : "tok/s", "step");
+  os << head;
+  auto row = [&](size_t i, const Candidate& c) {
+    const auto& l = c.setup.plan.layout;
+    const std::string lay = "dp" + std::to_string(l.dp) + " pp" + std::to_string(l.pp) + " tp" + std::to_string(l.tp);
+    const std::string mb = std::to_string(c.setup.micro_batch) + " x " + std::to_string(c.setup.micro_batches);
+    std::snprintf(line, sizeof line, "%3zu  %-17s  %-14s  %4d  %-4s  %-11s  %11s  %-4s  %-9s %s\n", i, lay.c_str(),
+                  schedule_label(c.setup.plan).c_str(), l.dp > 1 ? c.setup.zero_stage : 0,
+                  c.setup.plan.activation_checkpointing ? "on" : "off", mb.c_str(), bytes_str(c.memory.peak()).c_str(),
+                  c.fits ? "yes" : "no", rate_str(c.time.tokens_per_s).c_str(), seconds_str(c.time.step_s).c_str());
+    os << line;
+  };
+  for (size_t i = 0; i < std::min(top, r.fit.size()); ++i) row(i + 1, r.fit[i]);
+  const std::string budget = opt.device_memory ? bytes_str(static_cast<int64_t>(opt.device_memory)) : "unlimited";
+  os << r.fit.size() << " candidate" << (r.fit.size() == 1 ? "" : "s") << " fit in " << budget << " per device ("
+     << (r.fit.size() > top ? "top " + std::to_string(top) + " shown" : "all shown") << "); " << r.no_fit.size()
+     << " do not.\n";
+  if (r.fit.empty() && !r.no_fit.empty()) {
+    const Candidate& best = r.no_fit.front();
+    os << "Nothing fits in " << budget << " per device. The smallest peak is " << bytes_str(best.memory.peak()) << " ("
+       << best.name() << "): that much memory per device would be needed (" << best.why_not << ").\n";
+  } else if (!r.no_fit.empty()) {
+    os << "Closest that do not fit:\n";
+    for (size_t i = 0; i < std::min<size_t>(3, r.no_fit.size()); ++i) {
+      row(i + 1, r.no_fit[i]);
+      os << "       " << r.no_fit[i].why_not << "\n";
+    }
+  }
+  return os.str();
+}
+
+std::string format_explain(const Candidate& c, const SearchOptions& opt) {
+  std::ostringstream os;
+  const auto& l = c.setup.plan.layout;
+  const RankMemory& w = c.memory.worst();
+  os << c.name() << ": " << l.str() << ", schedule " << schedule_label(c.setup.plan) << ", ZeRO "
+     << (l.dp > 1 ? c.setup.zero_stage : 0) << ", activation checkpointing "
+     << (c.setup.plan.activation_checkpointing ? "on" : "off") << ", micro-batch " << c.setup.micro_batch << " x "
+     << c.setup.micro_batches << " per step, compute dtype " << (c.setup.dtype_bytes == 4 ? "fp32" : "16-bit")
+     << "\n\n";
+  os << "Memory (predicted peak per device " << bytes_str(c.memory.peak());
+  if (opt.device_memory) os << " of " << bytes_str(static_cast<int64_t>(opt.device_memory));
+  os << (c.fits ? ", fits" : ", does NOT fit") << ")\n";
+  os << "  worst device: stage " << w.pp_rank << " of replica " << w.dp_rank << ", " << w.layers << "\n";
+  os << "  its peak comes in the " << w.when << "\n";
+  for (int i = 0; i < kTerms; ++i) {
+    const Term t = static_cast<Term>(i);
+    char line[160];
+    std::snprintf(line, sizeof line, "    %-22s %12s   (held all step: %s)\n", term_name(t),
+                  bytes_str(w.at_peak[t]).c_str(), bytes_str(w.resident[t]).c_str());
+    os << line;
+  }
+  os << "  activations: " << bytes_str(w.activations_per_micro_batch) << " per micro-batch x " << w.live_micro_batches
+     << " live at the peak (the schedule's bound on this rank: " << w.activation_bound << ")\n";
+  os << "  largest transient inside one forward or backward: " << bytes_str(w.largest_transient) << "\n";
+  if (!c.fits) os << "  over budget: " << c.why_not << "\n";
+  os << "  every device:\n";
+  for (const RankMemory& r : c.memory.ranks) {
+    os << "    replica " << r.dp_rank << " stage " << r.pp_rank << " (x" << l.tp << " tp slots): " << bytes_str(r.peak)
+       << " at " << r.when << "\n";
+  }
+  const TimePrediction& t = c.time;
+  os << "\nTime (rates '" << opt.rates.name << "'; compute and communication do not overlap)\n";
+  char flops[32];
+  std::snprintf(flops, sizeof flops, "%.3g", t.model_flops_per_device_s / 1e12);
+  os << "  step " << seconds_str(t.step_s) << ", " << rate_str(t.tokens_per_s) << " " << t.unit << ", " << flops
+     << " model TFLOP/s per device\n";
+  os << "  compute " << seconds_str(t.compute_s) << ", pipeline bubble " << seconds_str(t.bubble_s) << " ("
+     << static_cast<int>(t.bubble_fraction * 100 + 0.5) << "%), tp " << seconds_str(t.tp_s) << ", pp "
+     << seconds_str(t.pp_s) << ", dp/ZeRO " << seconds_str(t.dp_s) << ", optimizer " << seconds_str(t.optimizer_s)
+     << "\n";
+  return os.str();
+}
+
+}  // namespace tandem::plan

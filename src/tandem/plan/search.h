@@ -1,0 +1,63 @@
+// Search: every layout of a world size for one config, each predicted (memory model and time model) and
+// ranked, and the text `tandem plan` prints: the table of the fastest layouts that fit, and --explain's full
+// breakdown of one of them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/plan/memory_model.h"
+#include "tandem/plan/rates.h"
+#include "tandem/plan/time_model.h"
+
+namespace tandem::plan {
+
+struct SearchOptions {
+  int devices = 1;
+  int nodes = 1;               // tp stays inside a node: tp <= devices / nodes
+  uint64_t device_memory = 0;  // bytes per device; 0: no limit
+  Rates rates;
+  int dtype_bytes = 4;        // compute dtype (see Setup)
+  int cpu_threads = 1;        // see Setup
+  int64_t global_batch = 1;   // samples per step; every candidate keeps it
+  int64_t default_micro = 1;  // --explain's micro-batch when the spec names none
+};
+
+struct Candidate {
+  Setup setup;
+  MemoryPrediction memory;
+  TimePrediction time;
+  bool fits = false;
+  std::string why_not;  // what pushes the worst device over the budget
+  // "dp2,pp2,tp1,zero1,micro16" (+ ",ckpt", ",v2"): the spelling --explain takes.
+  std::string name() const;
+};
+
+struct SearchResult {
+  std::vector<Candidate> fit;     // fastest first
+  std::vector<Candidate> no_fit;  // smallest peak first
+  int64_t layouts = 0;            // (dp, pp, tp) triples tried
+};
+
+// Every dp x pp x tp = devices (tp within a node, heads / vocabulary / widths divisible), ZeRO 0-3 (0 only when
+// dp == 1), activation checkpointing off and on, every micro-batch size that divides the global batch per
+// replica, 1F1B and (pp > 1, m a multiple of pp) interleaved with v = 2.
+SearchResult search_layouts(const config::Json& model_cfg, const SearchOptions& opt);
+
+Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions& opt);
+
+// "dp2,pp2,tp1,zero1,micro16[,ckpt][,v2|,gpipe]": a missing one of dp / pp / tp is derived from the devices,
+// a missing zero is 0, a missing micro is opt.default_micro.
+Setup parse_candidate(const std::string& spec, const SearchOptions& opt);
+
+// The global batch (samples per step) a config asks for: train_batch_size, else micro x accumulation.
+int64_t global_batch_of(const config::Json& cfg);
+
+// Why the worst device of `memory` exceeds `budget`, in one line.
+std::string why_not_fits(const MemoryPrediction& memory, uint64_t budget);
+
+std::string format_table(const SearchResult& result, const SearchOptions& opt, size_t top);
+std::string format_explain(const Candidate& candidate, const SearchOptions& opt);
+
+}  // namespace tandem::plan

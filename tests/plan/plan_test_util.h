@@ -1,0 +1,123 @@
+// Shared by the planner's memory tests: the grid's model configs and cases, the prediction for one rank, and the
+// predicted-vs-measured table they print (the figures docs/planner.md quotes).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tandem/config/config.h"
+#include "tandem/plan/memory_model.h"
+
+namespace tandem::testing {
+
+using config::Json;
+
+struct MemCase {
+  std::string model;  // "gpt" | "mlp"
+  int dp = 1, pp = 1, tp = 1, zero = 0;
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  bool ckpt = false;
+  int64_t micro = 2;
+  int64_t global = 8;
+  bool bf16 = false;  // compute in bf16: fp32 master, bf16 values and activations
+  int steps = 2;      // the peak comes in the first; a second shows nothing is left over from it
+
+  std::string name() const {
+    std::ostringstream os;
+    os << model << " dp" << dp << " pp" << pp << " tp" << tp << " zero" << zero;
+    if (pp > 1 || virtual_stages > 1)
+      os << " " << schedule << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
+    os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (bf16 ? " bf16" : "");
+    return os.str();
+  }
+};
+
+// Small enough that a step takes milliseconds, large enough that weights and activations are most of the bytes:
+// gpt ~0.3M parameters with (B, T, C) = (2, 64, 64) activations and 512-wide logits; mlp ~1.4M parameters.
+// A case of the grid; the model is filled in per model.
+inline MemCase mem_case(int dp, int pp, int tp, int zero = 0, std::string schedule = "1f1b", int virtual_stages = 1,
+                        int64_t micro = 2, bool bf16 = false) {
+  MemCase c;
+  c.bf16 = bf16;
+  c.dp = dp;
+  c.pp = pp;
+  c.tp = tp;
+  c.zero = zero;
+  c.schedule = std::move(schedule);
+  c.virtual_stages = virtual_stages;
+  c.micro = micro;
+  return c;
+}
+
+inline Json model_config(const std::string& model) {
+  if (model == "gpt")
+    return {{"type", "gpt"}, {"vocab_size", 512}, {"seq_len", 64}, {"dim", 64}, {"layers", 4}, {"heads", 4}};
+  return {{"type", "mlp"}, {"sizes", {256, 512, 512, 512, 512, 64}}, {"activation", "gelu"}};
+}
+
+inline Json case_config(const MemCase& c) {
+  Json cfg = {{"model", model_config(c.model)},
+              {"data", {{"type", "synthetic"}}},
+              {"train_batch_size", c.global},
+              {"train_micro_batch_size_per_gpu", c.micro},
+              {"steps", c.steps},
+              {"seed", 5},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}},
+              {"zero_optimization", {{"stage", c.zero}}},
+              {"parallel",
+               {{"virtual_gpus", c.dp},
+                {"pipeline", c.pp},
+                {"tensor", c.tp},
+                {"schedule", c.schedule},
+                {"activation_checkpointing", c.ckpt},
+                {"timeout_s", 120}}}};
+  if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;
+  if (c.bf16) cfg["bf16"] = {{"enabled", true}};
+  return cfg;
+}
+
+inline plan::Setup case_setup(const MemCase& c) {
+  plan::Setup s;
+  s.plan = layout::resolve_parallel(case_config(c).at("parallel"), c.dp * c.pp * c.tp);
+  s.zero_stage = c.zero;
+  s.micro_batch = c.micro;
+  s.micro_batches = c.global / (c.micro * c.dp);
+  s.dtype_bytes = c.bf16 ? 2 : 4;
+  s.cpu_threads = omp_get_max_threads();
+  return s;
+}
+
+// One row per case: the worst rank's prediction and measurement, and the largest error over its ranks.
+struct MemRow {
+  std::string name;
+  int64_t predicted = 0, measured = 0;  // of the rank with the largest measured peak
+  double worst_error = 0;               // max over ranks of |predicted - measured| / measured
+};
+
+inline std::string format_rows(const std::vector<MemRow>& rows) {
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "| %-44s | %12s | %12s | %8s |\n", "case (all ranks)", "predicted B", "measured B",
+                "worst err");
+  os << line << "|" << std::string(46, '-') << "|" << std::string(14, '-') << "|" << std::string(14, '-') << "|"
+     << std::string(10, '-') << "|\n";
+  double worst = 0;
+  for (const MemRow& r : rows) {
+    std::snprintf(line, sizeof line, "| %-44s | %12lld | %12lld | %7.3f%% |\n", r.name.c_str(),
+                  static_cast<long long>(r.predicted), static_cast<long long>(r.measured), 100 * r.worst_error);
+    os << line;
+    worst = std::max(worst, r.worst_error);
+  }
+  std::snprintf(line, sizeof line, "%zu cases, worst error over every rank %.4f%%\n", rows.size(), 100 * worst);
+  os << line;
+  return os.str();
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,98 @@
+// The memory model against real multi-process runs: every layout of TANDEM_TEST_WORLD processes in the grid
+// trains two steps under mpirun, each rank compares its own measured peak (its AccountedDevice) with the
+// prediction the trainer's preflight makes for it, within 5%. Rank 0 prints the predicted-vs-measured table.
+#include <gtest/gtest.h>
+
+#include "plan/plan_test_util.h"
+#include "tandem/comm/mpi/mpi_world.h"
+#include "tandem/layout/groups.h"
+#include "tandem/plan/preflight.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace {
+
+using config::Json;
+using testing::mem_case;
+using testing::MemCase;
+
+comm::mpi::MpiWorld* the_world = nullptr;  // set by main(); the MPI session outlives every test
+
+std::vector<MemCase> grid() {
+  std::vector<MemCase> out;
+  for (const char* model : {"gpt", "mlp"}) {
+    auto add = [&](MemCase c) {
+      c.model = model;
+      for (bool ckpt : {false, true}) {
+        c.ckpt = ckpt;
+        out.push_back(c);
+      }
+    };
+    for (int zero = 0; zero <= 3; ++zero) add(mem_case(4, 1, 1, zero, "1f1b", 1, 1));
+    for (const char* s : {"gpipe", "1f1b"}) add(mem_case(1, 4, 1, 0, s, 1, 1));
+    add(mem_case(1, 2, 2, 0, "interleaved", 2));
+    add(mem_case(1, 1, 4));
+    for (int zero : {1, 3}) add(mem_case(2, 2, 1, zero));
+    add(mem_case(2, 2, 1, 2, "interleaved", 2, 1));
+    add(mem_case(2, 1, 2, 3));
+    add(mem_case(1, 2, 2));
+    for (int zero : {0, 3}) add(mem_case(4, 1, 1, zero, "1f1b", 1, 1, true));
+    add(mem_case(2, 2, 1, 1, "1f1b", 1, 2, true));
+  }
+  return out;
+}
+
+TEST(MemoryModelMpi, PredictsEveryRanksMeasuredPeakWithin5Percent) {
+  std::vector<testing::MemRow> rows;
+  const int me = the_world->rank();
+  for (const MemCase& c : grid()) {
+    const layout::Layout l{c.dp, c.pp, c.tp};
+    const Json json = testing::case_config(c);
+    const config::TrainConfig cfg = config::parse(config::validate(json), c.dp);
+    layout::Groups groups = layout::make_groups(*the_world, l);
+    const layout::ParallelPlan plan = layout::resolve_parallel(json.at("parallel"), l.world());
+    // What the trainer will call before it allocates (the lead wires it in): every rank's prediction.
+    const plan::PreflightResult pre = plan::preflight(cfg, plan);
+    train::TrainOptions opt;
+    opt.print = false;
+    train::Trainer trainer = train::Trainer::from_config(cfg, opt, &groups);
+    trainer.run();
+    const int64_t measured = static_cast<int64_t>(trainer.device().peak_bytes());
+    const int64_t predicted = pre.per_rank.at(static_cast<size_t>(me));
+    const double err = std::fabs(static_cast<double>(predicted - measured)) / static_cast<double>(measured);
+    EXPECT_LE(err, 0.05) << c.name() << " rank " << me << ": predicted " << predicted << ", measured " << measured;
+    // Rank 0 gathers each rank's figures, one scalar at a time.
+    testing::MemRow row{c.name()};
+    for (int r = 0; r < l.world(); ++r) {
+      const double m = groups.world->all_reduce_scalar(r == me ? static_cast<double>(measured) : 0.0);
+      const double e = groups.world->all_reduce_scalar(r == me ? err : 0.0);
+      row.worst_error = std::max(row.worst_error, e);
+      if (m > static_cast<double>(row.measured)) {
+        row.measured = static_cast<int64_t>(m);
+        row.predicted = pre.per_rank.at(static_cast<size_t>(r));
+      }
+    }
+    rows.push_back(row);
+  }
+  if (me == 0)
+    std::printf("[memory model, %d processes under mpirun]\n%s", TANDEM_TEST_WORLD, testing::format_rows(rows).c_str());
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  tandem::comm::mpi::MpiWorld world(&argc, &argv, 120);
+  tandem::the_world = &world;
+  if (world.size() != TANDEM_TEST_WORLD) {
+    std::fprintf(stderr, "this test must run under mpirun -np %d (got %d processes)\n", TANDEM_TEST_WORLD,
+                 world.size());
+    return 2;
+  }
+  if (world.rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  return RUN_ALL_TESTS();
+}
