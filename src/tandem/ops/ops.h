@@ -103,8 +103,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 
 // lse (N) f32 holds sum_exp on entry and the log-sum-exp on return: lse = row_max + log(sum_exp);
 // loss_sum (1) f32 += sum over rows of (lse - target_logit). On the device: no host sync.
-void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,
-                          const Tensor& loss_sum);
+void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse, const Tensor& loss_sum);
 
 // Sum of squares of x, accumulated in double (for global-norm clipping). Waits for the device; inf or NaN
 // in x gives inf or NaN (the fp16 overflow check reads it).
