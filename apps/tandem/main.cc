@@ -22,6 +22,8 @@
 #include "tandem/core/error.h"
 #include "tandem/layout/groups.h"
 #include "tandem/plan/preflight.h"
+#include "tandem/plan/rates.h"
+#include "tandem/plan/search.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/trainer.h"
 
@@ -80,7 +82,10 @@ void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::Para
   plan::PreflightOptions o;
   o.backend = on_gpu ? plan::Backend::Cuda : plan::Backend::Cpu;
   const plan::PreflightResult pre = plan::preflight(tc, plan, o);
-  if (print) std::printf("%s\n", pre.line.c_str());
+  if (print) {
+    std::printf("%s\n", pre.line.c_str());
+    std::fflush(stdout);
+  }
   if (!pre.fits) TANDEM_FAIL(pre.message);
 }
 
@@ -103,10 +108,43 @@ std::unique_ptr<tandem::device::AccountedDevice> make_device(const std::string& 
   return nullptr;
 }
 
+// "parallel": "auto": the planner's fastest layout that fits `world` devices (with its ZeRO stage, activation
+// checkpointing and micro-batching) written into the config, which is validated again.
+tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_gpu, bool print) {
+  using namespace tandem;
+  if (!cfg.contains("parallel") || !cfg.at("parallel").is_string()) return cfg;
+  plan::SearchOptions o;
+  o.devices = world;
+  o.rates = plan::builtin_rates(on_gpu ? "h200" : "cpu");
+  o.dtype_bytes = cfg.at("bf16").value("enabled", false) || cfg.at("fp16").value("enabled", false) ? 2 : 4;
+  o.global_batch = plan::global_batch_of(cfg);
+  o.device_memory = cfg.contains("device_memory") ? config::parse(cfg, 1).device_memory_bytes : 0;
+  const plan::SearchResult r = plan::search_layouts(cfg.at("model"), o);
+  if (r.fit.empty())
+    TANDEM_FAIL("\"parallel\": \"auto\" found no layout of ", world, " devices that fits",
+                r.no_fit.empty() ? std::string()
+                                 : ": the closest, " + r.no_fit.front().name() + ", " + r.no_fit.front().why_not);
+  const plan::Setup& s = r.fit.front().setup;
+  cfg["parallel"] = {{"virtual_gpus", s.plan.layout.dp},
+                     {"pipeline", s.plan.layout.pp},
+                     {"tensor", s.plan.layout.tp},
+                     {"schedule", s.plan.schedule},
+                     {"virtual_stages", s.plan.virtual_stages},
+                     {"activation_checkpointing", s.plan.activation_checkpointing}};
+  cfg["zero_optimization"]["stage"] = s.zero_stage;
+  cfg["train_batch_size"] = o.global_batch;
+  cfg["train_micro_batch_size_per_gpu"] = s.micro_batch;
+  cfg["gradient_accumulation_steps"] = s.micro_batches;
+  if (print)
+    std::printf("parallel: auto -> %s (the planner's fastest layout that fits)\n", r.fit.front().name().c_str());
+  return config::validate(cfg);
+}
+
 int run_train(int argc, char** argv, const TrainArgs& a) {
   using namespace tandem;
-  const config::Json cfg = config::load_config(a.config, a.overrides);
+  config::Json cfg = config::load_config(a.config, a.overrides);
   if (!comm::mpi::launched_by_mpi()) {
+    cfg = choose_layout(cfg, 1, a.device == "cuda", true);
     const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), 1);
     const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
     auto gpu = make_device(a.device);
@@ -118,6 +156,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   }
   auto world = std::make_unique<comm::mpi::MpiWorld>(&argc, &argv);
   try {
+    cfg = choose_layout(cfg, world->size(), a.device == "cuda", world->rank() == 0);
     const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), world->size());
     world->set_timeout_s(plan.timeout_s);
     const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);

@@ -92,6 +92,23 @@ run 90 env TANDEM_FAULT=rank=1,step=2,kind=kill "$tandem" train -n 4 "$work/tiny
   [ $secs -lt 60 ]
 check "a killed rank is named dead by the watchdog (exit $rc after ${secs}s)" $? "$(grep watchdog "$work/out" | head -2)"
 
+# --- the planner answers the original question for the demo model on 4 devices
+run 120 "$tandem" plan "$src/configs/demo.json" --devices 4 --top 100
+[ $rc -eq 0 ] && grep -q "dp2 pp2 tp1" "$work/out" && grep -q "dp4 pp1 tp1 .* no " "$work/out"
+check "tandem plan lists 2 virtual GPUs of 2 and marks 4 plain replicas as not fitting" $? "$(tail -5 "$work/out")"
+
+run 300 "$tandem" train -n 4 "$src/configs/demo.json" --set parallel=auto --set steps=1 --out "$work/auto"
+[ $rc -eq 0 ] && grep -q "parallel: auto -> " "$work/out" && grep -q "done: 1 steps" "$work/out"
+check "\"parallel\": \"auto\" trains the planner's choice" $? "$(tail -3 "$work/out")"
+python3 - "$work/out" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+predicted = float(re.search(r"predicted peak per device: ([0-9.]+) MiB", text).group(1))
+measured = max(float(x) for x in re.findall(r"cpu:\d+ ([0-9.]+) MiB", text.split("done:")[1]))
+sys.exit(0 if abs(predicted - measured) <= 0.05 * measured else 1)
+PY
+check "the preflight's predicted peak is within 5% of the measured one" $? "$(grep -E 'predicted|done:' "$work/out")"
+
 # --- the demo scenario, shortened: does not fit on one device, trains on 4 as 2 virtual GPUs
 run 120 "$tandem" train "$src/configs/demo.json" --set 'parallel={"virtual_gpus": 1}' --set steps=2
 [ $rc -ne 0 ] && grep -q "this run needs 1.1 GiB on its fullest device .* over \"device_memory\" 768.0 MiB" "$work/out"
