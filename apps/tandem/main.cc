@@ -79,6 +79,7 @@ int launch_with_mpirun(int argc, char** argv, int n) {
 void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan, bool on_gpu,
                bool print) {
   using namespace tandem;
+  layout::validate_for_model(plan, tc.model, tc.batch.accum);  // its messages say what to change; say them first
   plan::PreflightOptions o;
   o.backend = on_gpu ? plan::Backend::Cuda : plan::Backend::Cpu;
   const plan::PreflightResult pre = plan::preflight(tc, plan, o);
