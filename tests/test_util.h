@@ -1,11 +1,14 @@
 // Helpers shared by the tests: devices, random tensors, float64 copies and error norms.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "tandem/core/error.h"
 #include "tandem/core/philox.h"
 #include "tandem/core/tensor.h"
 
@@ -34,4 +37,19 @@ inline double rel_error(const std::vector<double>& a, const std::vector<double>&
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
+// The message of the tandem::Error that `fn` throws; a test failure (and "") when it throws none.
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a tandem::Error";
+  return "";
+}
+
 }  // namespace tandem::testing
+
+// EXPECT_HAS(message, part): the message contains part.
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)

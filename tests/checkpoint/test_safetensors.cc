@@ -11,22 +11,12 @@
 #include "tandem/checkpoint/atomic_file.h"
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/core/error.h"
+#include "test_util.h"
 
 namespace tandem::checkpoint {
 namespace {
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a tandem::Error";
-  return "";
-}
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+using tandem::testing::error_of;
 
 class Safetensors : public ::testing::Test {
  protected:

@@ -8,6 +8,7 @@
 
 #include "tandem/config/config.h"
 #include "tandem/core/error.h"
+#include "test_util.h"
 
 namespace tandem::config {
 namespace {
@@ -20,18 +21,7 @@ Json gpt_cfg() {
 }
 
 // Runs `fn`, expects a tandem::Error and returns its message.
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a tandem::Error";
-  return "";
-}
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+using tandem::testing::error_of;
 
 class TempDir {
  public:

@@ -12,22 +12,12 @@
 #include "tandem/data/dataset.h"
 #include "tandem/data/sampler.h"
 #include "tandem/device/cpu_device.h"
+#include "test_util.h"
 
 namespace tandem::data {
 namespace {
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a tandem::Error";
-  return "";
-}
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+using tandem::testing::error_of;
 
 class DataFiles : public ::testing::Test {
  protected:
