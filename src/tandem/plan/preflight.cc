@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <cstdio>
 #include <sstream>
 
 #include "tandem/core/units.h"
@@ -47,8 +48,13 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   for (int rank = 0; rank < plan.layout.world(); ++rank) r.per_rank.push_back(r.memory.of_rank(rank).peak);
   r.budget = cfg.device_memory_bytes;
   r.fits = r.budget == 0 || r.peak <= static_cast<int64_t>(r.budget);
+  r.time = predict_time(model, s, builtin_rates(s.backend == Backend::Cuda ? "h200" : "cpu"));
   r.line = "predicted peak per device: " + bytes_str(r.peak);
   if (r.budget) r.line += " (budget " + bytes_str(static_cast<int64_t>(r.budget)) + ")";
+  char speed[96];
+  std::snprintf(speed, sizeof speed, "; predicted step %.1f ms (%.4g %s)", r.time.step_s * 1e3, r.time.tokens_per_s,
+                r.time.unit);
+  r.line += speed;
   if (r.fits) return r;
 
   const RankMemory& w = r.memory.worst();

@@ -9,6 +9,7 @@
 #include "tandem/config/config.h"
 #include "tandem/layout/layout.h"
 #include "tandem/plan/memory_model.h"
+#include "tandem/plan/time_model.h"
 
 namespace tandem::plan {
 
@@ -23,9 +24,10 @@ struct PreflightResult {
   int64_t peak = 0;               // the largest per-device peak
   std::vector<int64_t> per_rank;  // predicted peak of every world rank
   MemoryPrediction memory;
+  TimePrediction time;  // with the built-in rates of the backend ("h200" or "cpu")
   uint64_t budget = 0;  // device_memory; 0: none
   bool fits = true;
-  std::string line;     // "predicted peak per device: 412.3 MiB (budget 768.0 MiB)"
+  std::string line;     // "predicted peak per device: 412.3 MiB (budget 768.0 MiB); predicted step 52.0 ms (...)"
   std::string message;  // when over budget: the breakdown, and the best layout that fits (or what it needs)
 };
 
