@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "info_command.h"
 #include "plan_command.h"
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/comm/mpi/mpi_world.h"
@@ -75,13 +76,30 @@ int launch_with_mpirun(int argc, char** argv, int n) {
   return 1;
 }
 
+// Memory on `gpu` the run may plan for when the config sets no "device_memory": what is free now, less what
+// NCCL's communicators and the CUDA libraries take outside Tandem's accounting (about 2 GiB on an H200).
+uint64_t usable_gpu_memory(tandem::device::AccountedDevice* gpu) {
+#ifdef TANDEM_WITH_CUDA
+  if (!gpu) return 0;
+  static_cast<tandem::device::CudaDevice&>(*gpu).make_current();
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+  const uint64_t reserve = uint64_t{2} << 30;
+  return free > reserve ? free - reserve : 1;
+#else
+  (void)gpu;
+  return 0;
+#endif
+}
+
 // The planner's prediction before anything is allocated: printed, and a refusal when it cannot fit.
 void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan, bool on_gpu,
-               bool print) {
+               uint64_t gpu_memory, bool print) {
   using namespace tandem;
   layout::validate_for_model(plan, tc.model, tc.batch.accum);  // its messages say what to change; say them first
   plan::PreflightOptions o;
   o.backend = on_gpu ? plan::Backend::Cuda : plan::Backend::Cpu;
+  o.device_free_bytes = gpu_memory;
   const plan::PreflightResult pre = plan::preflight(tc, plan, o);
   if (print) {
     std::printf("%s\n", pre.line.c_str());
@@ -111,7 +129,8 @@ std::unique_ptr<tandem::device::AccountedDevice> make_device(const std::string& 
 
 // "parallel": "auto": the planner's fastest layout that fits `world` devices (with its ZeRO stage, activation
 // checkpointing and micro-batching) written into the config, which is validated again.
-tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_gpu, bool print) {
+tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_gpu, uint64_t gpu_memory,
+                                   bool print) {
   using namespace tandem;
   if (!cfg.contains("parallel") || !cfg.at("parallel").is_string()) return cfg;
   plan::SearchOptions o;
@@ -119,7 +138,7 @@ tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_
   o.rates = plan::builtin_rates(on_gpu ? "h200" : "cpu");
   o.dtype_bytes = cfg.at("bf16").value("enabled", false) || cfg.at("fp16").value("enabled", false) ? 2 : 4;
   o.global_batch = plan::global_batch_of(cfg);
-  o.device_memory = cfg.contains("device_memory") ? config::parse(cfg, 1).device_memory_bytes : 0;
+  o.device_memory = cfg.contains("device_memory") ? config::parse(cfg, 1).device_memory_bytes : gpu_memory;
   const plan::SearchResult r = plan::search_layouts(cfg.at("model"), o);
   if (r.fit.empty())
     TANDEM_FAIL("\"parallel\": \"auto\" found no layout of ", world, " devices that fits",
@@ -145,11 +164,12 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   using namespace tandem;
   config::Json cfg = config::load_config(a.config, a.overrides);
   if (!comm::mpi::launched_by_mpi()) {
-    cfg = choose_layout(cfg, 1, a.device == "cuda", true);
+    auto gpu = make_device(a.device);
+    const uint64_t gpu_memory = usable_gpu_memory(gpu.get());
+    cfg = choose_layout(cfg, 1, gpu != nullptr, gpu_memory, true);
     const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), 1);
     const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
-    auto gpu = make_device(a.device);
-    preflight(tc, plan, gpu != nullptr, true);
+    preflight(tc, plan, gpu != nullptr, gpu_memory, true);
     train::TrainOptions opt{a.out, a.resume, a.init, true, gpu.get()};
     train::Trainer trainer = train::Trainer::from_config(tc, opt);
     trainer.run();
@@ -157,12 +177,15 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   }
   auto world = std::make_unique<comm::mpi::MpiWorld>(&argc, &argv);
   try {
-    cfg = choose_layout(cfg, world->size(), a.device == "cuda", world->rank() == 0);
+    auto gpu = make_device(a.device);  // outlives the groups and the trainer that use it
+    // Every rank plans with the smallest GPU memory of the job, so all choose the same layout.
+    const uint64_t gpu_memory = static_cast<uint64_t>(
+        -world->world()->all_reduce_scalar(-static_cast<double>(usable_gpu_memory(gpu.get())), comm::ReduceOp::Max));
+    cfg = choose_layout(cfg, world->size(), gpu != nullptr, gpu_memory, world->rank() == 0);
     const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), world->size());
     world->set_timeout_s(plan.timeout_s);
     const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
-    auto gpu = make_device(a.device);  // outlives the groups and the trainer that use it
-    preflight(tc, plan, gpu != nullptr, world->rank() == 0);
+    preflight(tc, plan, gpu != nullptr, gpu_memory, world->rank() == 0);
 #ifdef TANDEM_WITH_CUDA
     layout::Groups groups = gpu ? layout::make_nccl_groups(*world, plan.layout, static_cast<device::CudaDevice&>(*gpu))
                                 : layout::make_groups(*world, plan.layout);
@@ -225,6 +248,8 @@ int main(int argc, char** argv) {
   CLI::App* calibrate = app.add_subcommand("calibrate", "Measure this machine's rates for the planner");
   tandem::app::add_calibrate_options(*calibrate, rates_out);
 
+  CLI::App* info = app.add_subcommand("info", "What this build can run on and what this machine has");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -233,6 +258,7 @@ int main(int argc, char** argv) {
   try {
     if (*exporter) return run_export(export_from, export_to);
     if (*plan) return tandem::app::run_plan_command(plan_args);
+    if (*info) return tandem::app::run_info_command();
     if (*calibrate) return tandem::app::run_calibrate_command(rates_out);
     if (*train) {
       if (a.processes > 0 && !tandem::comm::mpi::launched_by_mpi()) return launch_with_mpirun(argc, argv, a.processes);

@@ -46,11 +46,13 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   r.memory = model.predict(s);
   r.peak = r.memory.peak();
   for (int rank = 0; rank < plan.layout.world(); ++rank) r.per_rank.push_back(r.memory.of_rank(rank).peak);
-  r.budget = cfg.device_memory_bytes;
+  r.budget = cfg.device_memory_bytes ? cfg.device_memory_bytes : options.device_free_bytes;
+  const char* budget_name = cfg.device_memory_bytes ? "\"device_memory\" " : "the GPU's free memory, ";
   r.fits = r.budget == 0 || r.peak <= static_cast<int64_t>(r.budget);
   r.time = predict_time(model, s, builtin_rates(s.backend == Backend::Cuda ? "h200" : "cpu"));
   r.line = "predicted peak per device: " + bytes_str(r.peak);
-  if (r.budget) r.line += " (budget " + bytes_str(static_cast<int64_t>(r.budget)) + ")";
+  if (r.budget)
+    r.line += (cfg.device_memory_bytes ? " (budget " : " (free on the GPU ") + bytes_str(static_cast<int64_t>(r.budget)) + ")";
   char speed[96];
   std::snprintf(speed, sizeof speed, "; predicted step %.1f ms (%.4g %s)", r.time.step_s * 1e3, r.time.tokens_per_s,
                 r.time.unit);
@@ -60,7 +62,7 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   const RankMemory& w = r.memory.worst();
   std::ostringstream os;
   os << "this run needs " << bytes_str(r.peak) << " on its fullest device (stage " << w.pp_rank << " of replica "
-     << w.dp_rank << ", in the " << w.when << "), over \"device_memory\" " << bytes_str(static_cast<int64_t>(r.budget))
+     << w.dp_rank << ", in the " << w.when << "), over " << budget_name << bytes_str(static_cast<int64_t>(r.budget))
      << ": " << w.at_peak.describe() << ".";
   if (options.suggest) {
     SearchOptions opt;

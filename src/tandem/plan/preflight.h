@@ -18,6 +18,9 @@ struct PreflightOptions {
   Backend backend = Backend::Cpu;  // the trainer's device: CpuDevice, or a CUDA device
   int cpu_threads = 0;             // 0: OpenMP's omp_get_max_threads() in this process
   bool suggest = true;             // when over budget, search the world size's layouts for one that fits
+  // Without a "device_memory" budget in the config, the run must fit in this many bytes (a GPU's free memory
+  // before the run allocates); 0: no limit.
+  uint64_t device_free_bytes = 0;
 };
 
 struct PreflightResult {
@@ -25,7 +28,7 @@ struct PreflightResult {
   std::vector<int64_t> per_rank;  // predicted peak of every world rank
   MemoryPrediction memory;
   TimePrediction time;  // with the built-in rates of the backend ("h200" or "cpu")
-  uint64_t budget = 0;  // device_memory; 0: none
+  uint64_t budget = 0;  // device_memory, else PreflightOptions::device_free_bytes; 0: none
   bool fits = true;
   std::string line;     // "predicted peak per device: 412.3 MiB (budget 768.0 MiB); predicted step 52.0 ms (...)"
   std::string message;  // when over budget: the breakdown, and the best layout that fits (or what it needs)
