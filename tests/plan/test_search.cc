@@ -172,19 +172,42 @@ TEST(TimeModel, ModelFlopsAreSixNPlusTwelveLdTPerToken) {
   EXPECT_NEAR(t.tokens_per_s, 4 * 32 / t.step_s, 1e-9 * t.tokens_per_s);
 }
 
+// The per-op cost is paid once per op per micro-batch, however small: the same batch in 8 micro-batches pays it
+// 8 times, in one micro-batch once.
+TEST(TimeModel, OpOverheadIsPaidPerMicroBatch) {
+  const Json model = {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 64}, {"layers", 2}, {"heads", 4}};
+  plan::MemoryModel mm(model);
+  plan::Rates free_ops = plan::builtin_rates("cpu"), costly_ops = free_ops;
+  costly_ops.op_overhead_s = 1e-3;
+  plan::Setup one, eight;
+  one.micro_batch = 8;
+  eight.micro_batch = 1;
+  eight.micro_batches = 8;
+  const double extra_one = plan::predict_time(mm, one, costly_ops).step_s - plan::predict_time(mm, one, free_ops).step_s;
+  const double extra_eight =
+      plan::predict_time(mm, eight, costly_ops).step_s - plan::predict_time(mm, eight, free_ops).step_s;
+  EXPECT_GT(extra_one, 3 * 4 * 1e-3);  // at least a few ops in each of 4 layers, forward and backward
+  EXPECT_NEAR(extra_eight, 8 * extra_one, 1e-9);
+}
+
 TEST(Rates, BuiltInsAndFilesRoundTrip) {
   const plan::Rates h = plan::builtin_rates("h200");
-  EXPECT_EQ(h.gemm_flops, 776e12);
+  EXPECT_EQ(h.gemm_flops, 650e12);
+  EXPECT_EQ(h.op_overhead_s, 8e-6);
   EXPECT_EQ(h.tp_bus_bw, 329e9);
   EXPECT_EQ(h.device, "cuda");
   const std::string path = (std::filesystem::temp_directory_path() / "tandem_rates_test.json").string();
   plan::Rates r = plan::builtin_rates("cpu");
   r.name = "test host";
   r.gemm_flops_fp32 = 12.5e9;
+  r.attention_flops = 7e9;
+  r.op_overhead_s = 2e-6;
   plan::save_rates(r, path);
   const plan::Rates back = plan::load_rates(path);
   EXPECT_EQ(back.name, "test host");
   EXPECT_EQ(back.gemm_flops_fp32, 12.5e9);
+  EXPECT_EQ(back.attention_flops, 7e9);
+  EXPECT_EQ(back.op_overhead_s, 2e-6);
   EXPECT_EQ(back.dp_bus_bw, r.dp_bus_bw);
   std::filesystem::remove(path);
   EXPECT_THROW(plan::load_rates("no-such-rates"), Error);

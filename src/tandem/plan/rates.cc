@@ -13,9 +13,13 @@ Rates builtin_rates(const std::string& name) {
   if (name == "h200") {
     r.name = "h200";
     r.device = "cuda";
-    r.gemm_flops = 776e12;      // bf16 dense GEMM as measured at large shapes (989 TFLOP/s peak)
+    // bf16 GEMMs at transformer shapes (d 1600-5120): 888 TFLOP/s at 8192^3 (989 peak), less on thinner ones.
+    // This rate and op_overhead_s were fitted to nine 1- and 2-GPU training runs (docs/benchmarks.md).
+    r.gemm_flops = 650e12;
     r.gemm_flops_fp32 = 50e12;  // plain fp32 (no TF32): 67 TFLOP/s peak
-    r.memory_bw = 4.0e12;       // HBM3e, 4.8 TB/s peak
+    r.attention_flops = 220e12;  // cuDNN fused attention, forward 256 / backward 199 TFLOP/s at T=1024 D=64
+    r.memory_bw = 4.0e12;        // HBM3e, 4.8 TB/s peak
+    r.op_overhead_s = 8e-6;      // launch and tail of each kernel: what makes micro-batches of 1-2 slower
     r.tp_bus_bw = 329e9;        // NCCL all-reduce bus bandwidth over NVLink inside a node
     r.dp_bus_bw = 329e9;
     r.pp_p2p_bw = 300e9;         // one NVLink send
@@ -32,7 +36,9 @@ config::Json rates_to_json(const Rates& r) {
                       {"device", r.device},
                       {"gemm_flops", r.gemm_flops},
                       {"gemm_flops_fp32", r.gemm_flops_fp32},
+                      {"attention_flops", r.attention_flops},
                       {"memory_bw", r.memory_bw},
+                      {"op_overhead_s", r.op_overhead_s},
                       {"tp_bus_bw", r.tp_bus_bw},
                       {"dp_bus_bw", r.dp_bus_bw},
                       {"pp_p2p_bw", r.pp_p2p_bw},
@@ -57,7 +63,12 @@ Rates rates_from_json(const config::Json& j) {
   };
   num("gemm_flops", r.gemm_flops);
   num("gemm_flops_fp32", r.gemm_flops_fp32);
+  num("attention_flops", r.attention_flops);
   num("memory_bw", r.memory_bw);
+  if (j.contains("op_overhead_s")) {
+    r.op_overhead_s = j.at("op_overhead_s").get<double>();
+    if (!(r.op_overhead_s >= 0)) TANDEM_FAIL("rates: op_overhead_s must be 0 or more, got ", j.at("op_overhead_s").dump());
+  }
   num("tp_bus_bw", r.tp_bus_bw);
   num("dp_bus_bw", r.dp_bus_bw);
   num("pp_p2p_bw", r.pp_p2p_bw);

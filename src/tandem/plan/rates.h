@@ -13,7 +13,9 @@ struct Rates {
   std::string device = "cpu";     // "cpu" | "cuda": whose op scratch the memory model assumes
   double gemm_flops = 30e9;       // FLOP/s of large matmuls in a 16-bit compute dtype
   double gemm_flops_fp32 = 30e9;  // FLOP/s of large matmuls in fp32
+  double attention_flops = 30e9;  // FLOP/s of causal attention (forward and backward), 16-bit compute dtype
   double memory_bw = 8e9;         // B/s of elementwise work (bytes read plus bytes written)
+  double op_overhead_s = 0;       // fixed cost of each op (kernel launch, small-kernel tail), on top of its work
   // Collectives inside one node, as bus bandwidth (NCCL's busbw: an all-reduce of S bytes over n ranks takes
   // 2 (n-1)/n S / busbw; a reduce-scatter or all-gather (n-1)/n S / busbw).
   double tp_bus_bw = 4e9;
@@ -24,8 +26,9 @@ struct Rates {
   double latency_s = 20e-6;  // fixed cost of one collective or message
 };
 
-// "h200" (bf16 GEMM 776 TFLOP/s, NCCL all-reduce bus bandwidth 329 GB/s, HBM 4.0 TB/s) or "cpu" (what a
-// 2-core host gives: 30 GFLOP/s, collectives through shared memory). Throws for other names.
+// "h200" (bf16 GEMM 650 TFLOP/s at model shapes, attention 220 TFLOP/s, 8 us per op, NCCL all-reduce bus
+// bandwidth 329 GB/s, HBM 4.0 TB/s) or "cpu" (what a 2-core host gives: 30 GFLOP/s, collectives through shared
+// memory). Throws for other names.
 Rates builtin_rates(const std::string& name);
 // A built-in name, or a JSON file as save_rates writes it (keys it leaves out keep the "cpu" defaults, or the
 // defaults of the built-in set its "base" key names).

@@ -10,6 +10,7 @@ void Tracker::allocate(int64_t bytes, Term term) {
   live_[term] += bytes;
   live_total_ += bytes;
   allocated_total_ += bytes;
+  ++allocations_;
   max_live_[term] = std::max(max_live_[term], live_[term]);
   if (live_total_ > peak_) {
     peak_ = live_total_;

@@ -35,6 +35,7 @@ class Tracker {
   // Labels the allocations that follow ("blocks.3 backward"), so a peak can say where it happened.
   void set_where(std::string where) { where_ = std::move(where); }
   int64_t allocated_total() const { return allocated_total_; }  // bytes ever allocated
+  int64_t allocations() const { return allocations_; }           // how many: about one per op
   int64_t max_live(Term t) const { return max_live_[t]; }       // the most one term ever held
 
   // While set, activations are labelled Transient: a recomputed layer's activations live for its backward only.
@@ -42,7 +43,7 @@ class Tracker {
 
  private:
   Breakdown live_, at_peak_, max_live_;
-  int64_t live_total_ = 0, peak_ = 0, allocated_total_ = 0;
+  int64_t live_total_ = 0, peak_ = 0, allocated_total_ = 0, allocations_ = 0;
   std::string where_, peak_where_;
 };
 

@@ -45,6 +45,7 @@ LayerCost layer_cost(const ModelInfo& m, size_t i, const Shape& in_shape, const 
                      const Bandwidths& bw, int zero, int dp) {
   const LayerInfo& l = m.layers[i];
   const double gemm = s.dtype_bytes < 4 ? r.gemm_flops : r.gemm_flops_fp32;
+  const double attn = s.dtype_bytes < 4 ? r.attention_flops : std::min(r.attention_flops, r.gemm_flops_fp32);
   const double e = s.dtype_bytes, lat = r.latency_s;
   const int tp = m.tp;
   LayerCost c;
@@ -57,7 +58,9 @@ LayerCost layer_cost(const ModelInfo& m, size_t i, const Shape& in_shape, const 
     const shadow::Sym x(t, in_shape, l.kind == LayerKind::Embedding ? 4 : s.dtype_bytes, Term::Activations);
     shadow::layer_forward(ctx, l, x, saved, Term::Activations);
   }
-  const double traffic_f = 2.0 * static_cast<double>(t.allocated_total()) / r.memory_bw;
+  // Plus a fixed cost per op (about one allocation each), which dominates small micro-batches on a GPU.
+  const double traffic_f = 2.0 * static_cast<double>(t.allocated_total()) / r.memory_bw +
+                           static_cast<double>(t.allocations()) * r.op_overhead_s;
   double matmul = 0, attention = 0;
   const double rows = static_cast<double>(shape_numel(in_shape)) / static_cast<double>(in_shape.back());
   switch (l.kind) {
@@ -86,8 +89,8 @@ LayerCost layer_cost(const ModelInfo& m, size_t i, const Shape& in_shape, const 
     case LayerKind::Activation:
       break;
   }
-  c.compute_f = (matmul + attention) / gemm + traffic_f;
-  c.compute_b = (2 * matmul + 2.5 * attention) / gemm + 2 * traffic_f;
+  c.compute_f = matmul / gemm + attention / attn + traffic_f;
+  c.compute_b = 2 * matmul / gemm + 2.5 * attention / attn + 2 * traffic_f;
   if (s.plan.activation_checkpointing) {  // the forward runs again, tp sums included
     c.compute_b += c.compute_f;
     c.tp_b += c.tp_f;
