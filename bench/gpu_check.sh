@@ -35,7 +35,7 @@ cat >"$out/tiny.json" <<'JSON'
   "train_batch_size": 16, "gradient_accumulation_steps": 2, "steps": 20, "seed": 7,
   "bf16": { "enabled": true },
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-3, "weight_decay": 0.1 } },
-  "gradient_clipping": 1.0
+  "gradient_clipping": 1.0, "checkpoint": { "every": 0, "at_end": false }
 }
 JSON
 run_tiny() {  # NAME N DEVICE PARALLEL ZERO
@@ -72,47 +72,5 @@ for n in cpu gpu1 dp2z3 pp2 tp2; do
 done
 
 echo "== 3. gpt d1600 L48 (1.64B), seq 1024, micro-batch 8, bf16, on 2 GPUs: Tandem and PyTorch"
-cat >"$out/big.json" <<'JSON'
-{
-  "model": { "type": "gpt", "vocab_size": 50304, "seq_len": 1024, "dim": 1600, "layers": 48, "heads": 25 },
-  "data": { "type": "synthetic" },
-  "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "steps": BIG_STEPS, "seed": 1,
-  "bf16": { "enabled": true },
-  "optimizer": { "type": "AdamW", "params": { "lr": 1e-4 } },
-  "checkpoint": { "every": 0, "at_end": false }
-}
-JSON
-sed -i "s/BIG_STEPS/$big_steps/" "$out/big.json"
-timeout 240 "$tandem" train -n 2 "$out/big.json" --device cuda --out "$out/big_dp2" --set train_batch_size=16 \
-  --set 'parallel={"virtual_gpus": 2}' --set zero_optimization.stage=1 >"$out/big_dp2.log" 2>&1 || echo "tandem dp2: exit $?"
-grep -E "^predicted|^error|^done" "$out/big_dp2.log"; tail -3 "$out/big_dp2.log"
-timeout 150 torchrun --standalone --nproc_per_node=2 "$anchor" --mode ddp --micro 8 --steps "$big_steps" >"$out/torch_ddp.log" 2>&1 ||
-  echo "torch ddp: exit $?"
-grep RESULT "$out/torch_ddp.log"
-python3 - "$out" <<'PY'
-import json, statistics, sys
-out = sys.argv[1]
-N, L, d, T = 1638172800, 48, 1600, 1024
-flop_per_token = 6 * N + 12 * L * d * T
-res = {}
-try:
-    rows = [json.loads(l) for l in open(f"{out}/big_dp2/metrics.jsonl")]
-    steady = rows[3:] or rows
-    tps = statistics.median(r["tokens_per_s"] for r in steady)
-    res["tandem_dp2_zero1"] = {"tokens_per_s": tps, "tflops_per_gpu": tps * flop_per_token / 2 / 1e12,
-                               "peak_gib_per_gpu": max(r["peak_bytes"] for r in rows) / 2**30,
-                               "loss_first": rows[0]["loss"], "loss_last": rows[-1]["loss"]}
-except Exception as e:
-    res["tandem_dp2_zero1"] = {"error": str(e)}
-for line in open(f"{out}/torch_ddp.log"):
-    if line.startswith("RESULT "):
-        r = json.loads(line[7:])
-        res["torch_ddp"] = {"tokens_per_s": r.get("tokens_per_s"), "tflops_per_gpu": r.get("model_tflops_per_gpu"),
-                            "peak_gib_per_gpu": r.get("peak_mem_GiB"), "error": r.get("error")}
-t, p = res.get("tandem_dp2_zero1", {}), res.get("torch_ddp", {})
-if t.get("tokens_per_s") and p.get("tokens_per_s"):
-    res["ratio_tandem_over_torch"] = t["tokens_per_s"] / p["tokens_per_s"]
-json.dump(res, open(f"{out}/results.json", "w"), indent=1)
-print(json.dumps(res, indent=1))
-PY
+bash "$(dirname "$0")/gpu_runs.sh" "$bin" "$anchor" "$out/big" "$(dirname "$0")/runs/check_1b6.txt" "$big_steps" || status=1
 exit $status
