@@ -30,9 +30,8 @@ int run_info_command() {
   cudaDriverGetVersion(&driver);
   ncclGetVersion(&nccl);
   const size_t cudnn = cudnnGetVersion();
-  std::printf("CUDA backend: runtime %d.%d, cuDNN %zu.%zu.%zu, NCCL %d.%d.%d; ", runtime / 1000,
-              runtime % 1000 / 10, cudnn / 10000, cudnn % 10000 / 100, cudnn % 100, nccl / 10000, nccl % 10000 / 100,
-              nccl % 100);
+  std::printf("CUDA backend: runtime %d.%d, cuDNN %zu.%zu.%zu, NCCL %d.%d.%d; ", runtime / 1000, runtime % 1000 / 10,
+              cudnn / 10000, cudnn % 10000 / 100, cudnn % 100, nccl / 10000, nccl % 10000 / 100, nccl % 100);
   if (driver > 0)
     std::printf("the driver supports CUDA %d.%d\n", driver / 1000, driver % 1000 / 10);
   else

@@ -129,8 +129,7 @@ std::unique_ptr<tandem::device::AccountedDevice> make_device(const std::string& 
 
 // "parallel": "auto": the planner's fastest layout that fits `world` devices (with its ZeRO stage, activation
 // checkpointing and micro-batching) written into the config, which is validated again.
-tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_gpu, uint64_t gpu_memory,
-                                   bool print) {
+tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_gpu, uint64_t gpu_memory, bool print) {
   using namespace tandem;
   if (!cfg.contains("parallel") || !cfg.at("parallel").is_string()) return cfg;
   plan::SearchOptions o;

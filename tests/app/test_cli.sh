@@ -109,20 +109,27 @@ sys.exit(0 if abs(predicted - measured) <= 0.05 * measured else 1)
 PY
 check "the preflight's predicted peak is within 5% of the measured one" $? "$(grep -E 'predicted|done:' "$work/out")"
 
-# --- the demo scenario, shortened: does not fit on one device, trains on 4 as 2 virtual GPUs
-run 120 "$tandem" train "$src/configs/demo.json" --set 'parallel={"virtual_gpus": 1}' --set steps=2
-[ $rc -ne 0 ] && grep -q "this run needs 1.1 GiB on its fullest device .* over \"device_memory\" 768.0 MiB" "$work/out"
-check "demo: one device is refused before training, with the numbers" $? "$(tail -2 "$work/out")"
-run 300 "$tandem" train -n 4 "$src/configs/demo.json" --set steps=2 --out "$work/demo"
-[ $rc -eq 0 ] && grep -q "done: 2 steps" "$work/out"
+# --- the demo as the README runs it (tools/demo_run.sh; no GPU here, so the CPU scenario)
+run 600 bash "$src/tools/demo_run.sh" "$tandem"
+[ $rc -eq 0 ] && grep -q "this run needs 1.1 GiB on its fullest device .* over \"device_memory\" 768.0 MiB" "$work/out"
+check "demo: one device is refused before training, with the numbers" $? "$(grep -E '^error|^==' "$work/out")"
+grep -q "done: 30 steps" "$work/out"
 check "demo: 4 devices as 2 virtual GPUs train" $? "$(tail -3 "$work/out")"
 python3 - "$work/out" <<'PY'
 import re, sys
-line = [l for l in open(sys.argv[1]) if l.startswith("done:")][0]
+text = open(sys.argv[1]).read()
+line = [l for l in text.splitlines() if l.startswith("done:")][0]
 peaks = [float(x) for x in re.findall(r"cpu:\d+ ([0-9.]+) MiB", line)]
-sys.exit(0 if len(peaks) == 4 and max(peaks) < 768 else 1)
+last = float(re.findall(r"^step 30/30 \| loss ([0-9.]+)", text, re.M)[0])
+sys.exit(0 if len(peaks) == 4 and max(peaks) < 768 and last < 0.2 else 1)
 PY
-check "demo: every device stays under its 768 MiB budget" $? "$(grep done: "$work/out")"
+check "demo: every device stays under its 768 MiB budget and the loss falls below 0.2" $? "$(grep -E 'done:|step 30/30' "$work/out")"
+
+# --- tandem info: what the build runs on; its last line is what scripts read
+run 60 "$tandem" info
+[ $rc -eq 0 ] && grep -q "^MPI: " "$work/out" && grep -q "^CUDA backend: " "$work/out" &&
+  tail -1 "$work/out" | grep -qE "^usable GPUs: [0-9]+$"
+check "tandem info names MPI and the CUDA backend and ends with the usable GPU count" $? "$(cat "$work/out")"
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -135,5 +135,29 @@ TEST(Preflight, SaysThePeakAndWhatFitsWhenOverBudget) {
   std::printf("[preflight over budget] %s\n%s\n", over.line.c_str(), over.message.c_str());
 }
 
+// Without "device_memory" the GPU's free memory is the budget; with it, the config's budget wins.
+TEST(Preflight, PlansAgainstTheGpuFreeMemoryWhenTheConfigSetsNoBudget) {
+  MemCase c = mem_case(1, 1, 1);
+  c.model = "gpt";
+  Json json = testing::case_config(c);
+  const layout::ParallelPlan plan = layout::resolve_parallel(json.at("parallel"), 1);
+  const config::TrainConfig no_budget = config::parse(config::validate(json), 1);
+  const int64_t peak = plan::preflight(no_budget, plan).peak;
+  plan::PreflightOptions gpu;
+  gpu.device_free_bytes = static_cast<uint64_t>(peak - 1024);
+  const plan::PreflightResult over = plan::preflight(no_budget, plan, gpu);
+  EXPECT_FALSE(over.fits);
+  EXPECT_NE(over.line.find("free on the GPU"), std::string::npos) << over.line;
+  EXPECT_NE(over.message.find("over the GPU's free memory"), std::string::npos) << over.message;
+  gpu.device_free_bytes = static_cast<uint64_t>(peak);
+  EXPECT_TRUE(plan::preflight(no_budget, plan, gpu).fits);
+  json["device_memory"] = 2 * peak;
+  gpu.device_free_bytes = 1;
+  const plan::PreflightResult configured = plan::preflight(config::parse(config::validate(json), 1), plan, gpu);
+  EXPECT_TRUE(configured.fits);
+  EXPECT_NE(configured.line.find("(budget "), std::string::npos) << configured.line;
+  EXPECT_NE(configured.line.find("predicted step"), std::string::npos) << configured.line;
+}
+
 }  // namespace
 }  // namespace tandem

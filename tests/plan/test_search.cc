@@ -183,7 +183,8 @@ TEST(TimeModel, OpOverheadIsPaidPerMicroBatch) {
   one.micro_batch = 8;
   eight.micro_batch = 1;
   eight.micro_batches = 8;
-  const double extra_one = plan::predict_time(mm, one, costly_ops).step_s - plan::predict_time(mm, one, free_ops).step_s;
+  const double extra_one =
+      plan::predict_time(mm, one, costly_ops).step_s - plan::predict_time(mm, one, free_ops).step_s;
   const double extra_eight =
       plan::predict_time(mm, eight, costly_ops).step_s - plan::predict_time(mm, eight, free_ops).step_s;
   EXPECT_GT(extra_one, 3 * 4 * 1e-3);  // at least a few ops in each of 4 layers, forward and backward

@@ -52,7 +52,8 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   r.time = predict_time(model, s, builtin_rates(s.backend == Backend::Cuda ? "h200" : "cpu"));
   r.line = "predicted peak per device: " + bytes_str(r.peak);
   if (r.budget)
-    r.line += (cfg.device_memory_bytes ? " (budget " : " (free on the GPU ") + bytes_str(static_cast<int64_t>(r.budget)) + ")";
+    r.line += (cfg.device_memory_bytes ? " (budget " : " (free on the GPU ") +
+              bytes_str(static_cast<int64_t>(r.budget)) + ")";
   char speed[96];
   std::snprintf(speed, sizeof speed, "; predicted step %.1f ms (%.4g %s)", r.time.step_s * 1e3, r.time.tokens_per_s,
                 r.time.unit);

@@ -16,11 +16,11 @@ Rates builtin_rates(const std::string& name) {
     // bf16 GEMMs at transformer shapes (d 1600-5120): 888 TFLOP/s at 8192^3 (989 peak), less on thinner ones.
     // This rate and op_overhead_s were fitted to nine 1- and 2-GPU training runs (docs/benchmarks.md).
     r.gemm_flops = 650e12;
-    r.gemm_flops_fp32 = 50e12;  // plain fp32 (no TF32): 67 TFLOP/s peak
+    r.gemm_flops_fp32 = 50e12;   // plain fp32 (no TF32): 67 TFLOP/s peak
     r.attention_flops = 220e12;  // cuDNN fused attention, forward 256 / backward 199 TFLOP/s at T=1024 D=64
     r.memory_bw = 4.0e12;        // HBM3e, 4.8 TB/s peak
     r.op_overhead_s = 8e-6;      // launch and tail of each kernel: what makes micro-batches of 1-2 slower
-    r.tp_bus_bw = 329e9;        // NCCL all-reduce bus bandwidth over NVLink inside a node
+    r.tp_bus_bw = 329e9;         // NCCL all-reduce bus bandwidth over NVLink inside a node
     r.dp_bus_bw = 329e9;
     r.pp_p2p_bw = 300e9;         // one NVLink send
     r.inter_node_bus_bw = 45e9;  // a 400 Gb/s NIC per GPU
@@ -67,7 +67,8 @@ Rates rates_from_json(const config::Json& j) {
   num("memory_bw", r.memory_bw);
   if (j.contains("op_overhead_s")) {
     r.op_overhead_s = j.at("op_overhead_s").get<double>();
-    if (!(r.op_overhead_s >= 0)) TANDEM_FAIL("rates: op_overhead_s must be 0 or more, got ", j.at("op_overhead_s").dump());
+    if (!(r.op_overhead_s >= 0))
+      TANDEM_FAIL("rates: op_overhead_s must be 0 or more, got ", j.at("op_overhead_s").dump());
   }
   num("tp_bus_bw", r.tp_bus_bw);
   num("dp_bus_bw", r.dp_bus_bw);

@@ -35,7 +35,7 @@ class Tracker {
   // Labels the allocations that follow ("blocks.3 backward"), so a peak can say where it happened.
   void set_where(std::string where) { where_ = std::move(where); }
   int64_t allocated_total() const { return allocated_total_; }  // bytes ever allocated
-  int64_t allocations() const { return allocations_; }           // how many: about one per op
+  int64_t allocations() const { return allocations_; }          // how many: about one per op
   int64_t max_live(Term t) const { return max_live_[t]; }       // the most one term ever held
 
   // While set, activations are labelled Transient: a recomputed layer's activations live for its backward only.
