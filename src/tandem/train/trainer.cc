@@ -146,10 +146,10 @@ std::vector<StepMetrics> Trainer::run() {
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
   if (is_printer()) {
-    std::printf("model: %s; layout %s (%d devices as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
-                cfg_.model_type.c_str(), l.str().c_str(), l.world(), l.dp, l.dp == 1 ? "" : "s", l.vgpu_size(),
-                static_cast<long long>(cfg_.zero_stage), dtype_name(ec.compute).c_str(),
-                plan_.activation_checkpointing ? ", activation checkpointing" : "");
+    std::printf("model: %s; layout %s (%d device%s as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
+                cfg_.model_type.c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
+                l.dp == 1 ? "" : "s", l.vgpu_size(), static_cast<long long>(cfg_.zero_stage),
+                dtype_name(ec.compute).c_str(), plan_.activation_checkpointing ? ", activation checkpointing" : "");
     std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
     std::printf("%s", engine_->describe_stages().c_str());
     if (l.pp > 1)
