@@ -10,12 +10,9 @@ set -u
 bin="$1"
 anchor="$2"
 out="$3"
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh" "$out"
 tandem="$bin/tandem"
 status=0
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpus.txt"
 
 big_steps="${GPU_CHECK_BIG_STEPS:-6}"
 

@@ -14,10 +14,7 @@ anchor="$2"
 out="$3"
 list="$4"
 steps="${5:-6}"
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpus.txt"
+source "$(dirname "$0")/gpu_env.sh" "$out"
 gpus=$(nvidia-smi -L | grep -c '^GPU')
 
 while read -r kind name n rest; do
