@@ -39,6 +39,13 @@ void CudaEvent::wait_in(cudaStream_t stream) const { TANDEM_CUDA_CHECK(cudaStrea
 
 void CudaEvent::synchronize() const { TANDEM_CUDA_CHECK(cudaEventSynchronize(event_)); }
 
+bool CudaEvent::completed() const {
+  const cudaError_t e = cudaEventQuery(event_);
+  if (e == cudaErrorNotReady) return false;
+  TANDEM_CUDA_CHECK(e);
+  return true;
+}
+
 float CudaEvent::ms_since(const CudaEvent& start) const {
   float ms = 0.0f;
   TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
@@ -202,10 +209,35 @@ void CudaDevice::copy_to_host(void* host_dst, const void* src, size_t bytes) {
 void CudaDevice::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
   make_current();
-  // From pageable memory the driver stages the bytes itself; the sync makes the call safe for the caller to reuse
-  // or free host_src at once, whatever kind of memory it is.
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, compute_));
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  if (bytes > kStagingBytes) {
+    // Large (weights at load time): from pageable memory, then wait, so host_src may be reused at once.
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, compute_));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(compute_));
+    return;
+  }
+  StagingSlot& slot = free_staging_slot(bytes);
+  std::memcpy(slot.buffer.data(), host_src, bytes);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, slot.buffer.data(), bytes, cudaMemcpyHostToDevice, compute_));
+  slot.uploaded.record(compute_);
+  slot.last_use = ++uploads_;
+}
+
+CudaDevice::StagingSlot& CudaDevice::free_staging_slot(size_t bytes) {
+  StagingSlot* oldest = nullptr;
+  for (StagingSlot& s : staging_) {
+    if (s.buffer.bytes() >= bytes && (s.last_use == 0 || s.uploaded.completed())) return s;
+    if (!oldest || s.last_use < oldest->last_use) oldest = &s;
+  }
+  const size_t size = std::max(bytes, size_t{1} << 20);
+  if (staging_.size() < kStagingSlots) {
+    staging_.push_back(StagingSlot{PinnedBuffer(size), CudaEvent(), 0});
+    return staging_.back();
+  }
+  // Every slot is busy or too small: wait for the oldest upload and reuse its slot, grown if need be.
+  oldest->uploaded.synchronize();
+  if (oldest->buffer.bytes() < bytes) oldest->buffer = PinnedBuffer(size);
+  oldest->last_use = 0;
+  return *oldest;
 }
 
 void CudaDevice::synchronize() {

@@ -18,6 +18,7 @@
 #include <string>
 #include <typeindex>
 #include <typeinfo>
+#include <vector>
 
 #include "tandem/device/accounted_device.h"
 #include "tandem/device/cuda/arena.h"
@@ -37,6 +38,7 @@ class CudaEvent {
   void record(cudaStream_t stream);
   void wait_in(cudaStream_t stream) const;       // `stream` waits for the work recorded before this event
   void synchronize() const;                      // the host waits
+  bool completed() const;                        // the work recorded before it has finished (no wait)
   float ms_since(const CudaEvent& start) const;  // both recorded with timing on, this one completed
   cudaEvent_t get() const { return event_; }
 
@@ -98,8 +100,10 @@ class CudaDevice final : public AccountedDevice {
   // On the compute stream (asynchronous with respect to the host).
   void fill_zero(void* ptr, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
-  // On the compute stream, then the host waits; these also raise any deferred kernel error.
+  // On the compute stream, then the host waits; this also raises any deferred kernel error.
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  // Copies host_src into pinned staging memory and queues the upload on the compute stream: the caller may reuse
+  // host_src at once and the host does not wait for the GPU (up to kStagingBytes a copy; larger ones wait).
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   // Waits for the compute stream, then throws the first bad input a kernel reported since the last check.
   void synchronize() override;
@@ -148,6 +152,17 @@ class CudaDevice final : public AccountedDevice {
  private:
   using ContextPtr = std::unique_ptr<void, void (*)(void*)>;
 
+  // A pinned buffer whose last upload has finished, at least `bytes` large (made on demand, kStagingSlots at
+  // most; when all are busy, waits for the oldest).
+  struct StagingSlot {
+    PinnedBuffer buffer;
+    CudaEvent uploaded;
+    uint64_t last_use = 0;
+  };
+  StagingSlot& free_staging_slot(size_t bytes);
+  static constexpr size_t kStagingBytes = size_t{64} << 20;
+  static constexpr size_t kStagingSlots = 8;
+
   void* reserve_block(size_t bytes);
   void unreserve_block(void* base) noexcept;
   // Queues the copy of the error slot into host memory; read_deferred_error() after the stream sync.
@@ -163,7 +178,9 @@ class CudaDevice final : public AccountedDevice {
   std::unique_ptr<Arena> arena_;
   DeferredError* error_slot_ = nullptr;  // device memory
   PinnedBuffer error_host_;              // one DeferredError
-  std::recursive_mutex contexts_mu_;     // recursive: a context may build another context in its constructor
+  std::vector<StagingSlot> staging_;     // host -> device uploads in flight or done
+  uint64_t uploads_ = 0;
+  std::recursive_mutex contexts_mu_;  // recursive: a context may build another context in its constructor
   std::map<std::type_index, ContextPtr> contexts_;
 };
 
