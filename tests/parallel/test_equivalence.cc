@@ -8,7 +8,7 @@
 #include <map>
 #include <sstream>
 
-#include "tandem/comm/mpi/mpi_world.h"
+#include "mpi_test_main.h"
 #include "tandem/config/config.h"
 #include "tandem/layout/groups.h"
 #include "tandem/train/trainer.h"
@@ -17,8 +17,6 @@ namespace tandem {
 namespace {
 
 using config::Json;
-
-comm::mpi::MpiWorld* the_world = nullptr;  // set by main(); the MPI session outlives every test
 
 struct Case {
   std::string model;  // "gpt" | "mlp"
@@ -129,11 +127,11 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
                      {"activation_checkpointing", c.checkpointing},
                      {"timeout_s", 120}};
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;
-  layout::Groups groups = layout::make_groups(*the_world, layout::Layout{c.dp, c.pp, c.tp});
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp});
   const Result got = train(cfg, &groups);
 
   double failures = 0;
-  if (the_world->rank() == 0) {
+  if (testing::mpi_world().rank() == 0) {
     const Result& want = reference(c.model);
     EXPECT_EQ(got.losses.size(), want.losses.size());
     for (size_t i = 0; i < std::min(got.losses.size(), want.losses.size()); ++i) {
@@ -177,13 +175,13 @@ TEST(ZeroMemory, Stage3OverFourReplicasNeedsAtMost35PercentOfStage0) {
               {"model", {{"type", "mlp"}, {"sizes", {256, 512, 512, 512, 512, 512, 512, 512, 512, 10}}}},
               {"data", {{"type", "synthetic"}}},
               {"parallel", {{"virtual_gpus", 4}, {"timeout_s", 120}}}};
-  layout::Groups groups = layout::make_groups(*the_world, layout::Layout{4, 1, 1});
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{4, 1, 1});
   cfg["zero_optimization"] = {{"stage", 0}};
   const uint64_t zero0 = train(cfg, &groups).peak_bytes;
   cfg["zero_optimization"] = {{"stage", 3}};
   const uint64_t zero3 = train(cfg, &groups).peak_bytes;
   const double ratio = static_cast<double>(zero3) / static_cast<double>(zero0);
-  if (the_world->rank() == 0)
+  if (testing::mpi_world().rank() == 0)
     std::printf("[ZeroMemory] peak per device: ZeRO-0 %llu bytes, ZeRO-3 %llu bytes, ratio %.3f\n",
                 static_cast<unsigned long long>(zero0), static_cast<unsigned long long>(zero3), ratio);
   EXPECT_LE(ratio, 0.35);
@@ -192,19 +190,3 @@ TEST(ZeroMemory, Stage3OverFourReplicasNeedsAtMost35PercentOfStage0) {
 
 }  // namespace
 }  // namespace tandem
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  tandem::comm::mpi::MpiWorld world(&argc, &argv, 120);
-  tandem::the_world = &world;
-  if (world.size() != TANDEM_TEST_WORLD) {
-    std::fprintf(stderr, "this test must run under mpirun -np %d (got %d processes)\n", TANDEM_TEST_WORLD,
-                 world.size());
-    return 2;
-  }
-  if (world.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  return RUN_ALL_TESTS();
-}

@@ -3,8 +3,8 @@
 // prediction the trainer's preflight makes for it, within 5%. Rank 0 prints the predicted-vs-measured table.
 #include <gtest/gtest.h>
 
+#include "mpi_test_main.h"
 #include "plan/plan_test_util.h"
-#include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/layout/groups.h"
 #include "tandem/plan/preflight.h"
 #include "tandem/train/trainer.h"
@@ -15,8 +15,6 @@ namespace {
 using config::Json;
 using testing::mem_case;
 using testing::MemCase;
-
-comm::mpi::MpiWorld* the_world = nullptr;  // set by main(); the MPI session outlives every test
 
 std::vector<MemCase> grid() {
   std::vector<MemCase> out;
@@ -44,12 +42,12 @@ std::vector<MemCase> grid() {
 
 TEST(MemoryModelMpi, PredictsEveryRanksMeasuredPeakWithin5Percent) {
   std::vector<testing::MemRow> rows;
-  const int me = the_world->rank();
+  const int me = testing::mpi_world().rank();
   for (const MemCase& c : grid()) {
     const layout::Layout l{c.dp, c.pp, c.tp};
     const Json json = testing::case_config(c);
     const config::TrainConfig cfg = config::parse(config::validate(json), c.dp);
-    layout::Groups groups = layout::make_groups(*the_world, l);
+    layout::Groups groups = layout::make_groups(testing::mpi_world(), l);
     const layout::ParallelPlan plan = layout::resolve_parallel(json.at("parallel"), l.world());
     // What the trainer will call before it allocates (the lead wires it in): every rank's prediction.
     const plan::PreflightResult pre = plan::preflight(cfg, plan);
@@ -80,19 +78,3 @@ TEST(MemoryModelMpi, PredictsEveryRanksMeasuredPeakWithin5Percent) {
 
 }  // namespace
 }  // namespace tandem
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  tandem::comm::mpi::MpiWorld world(&argc, &argv, 120);
-  tandem::the_world = &world;
-  if (world.size() != TANDEM_TEST_WORLD) {
-    std::fprintf(stderr, "this test must run under mpirun -np %d (got %d processes)\n", TANDEM_TEST_WORLD,
-                 world.size());
-    return 2;
-  }
-  if (world.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  return RUN_ALL_TESTS();
-}
