@@ -70,7 +70,8 @@ set_target_properties(tandem::nccl PROPERTIES IMPORTED_LOCATION ${TANDEM_NCCL_LI
 
 # cudnn-frontend (header only) gives the fused flash attention; without it attention runs our plain kernels.
 if(NOT TANDEM_CUDNN_FRONTEND_INCLUDE)
-  set(_tandem_fe_hints ${_tandem_root}/.deps/cudnn_frontend/include
+  file(GLOB _tandem_venv_include ${_tandem_root}/build/pyvenv/lib/python3*/site-packages/include)
+  set(_tandem_fe_hints ${_tandem_venv_include} ${_tandem_root}/.deps/cudnn_frontend/include
                        ${_tandem_root}/third_party_headers/cudnn_frontend/include)
   find_program(_tandem_python3 python3)
   if(_tandem_python3)

@@ -25,3 +25,11 @@ if ! build/pyvenv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
   python3 -m venv build/pyvenv
   build/pyvenv/bin/python -m pip install --quiet --disable-pip-version-check numpy safetensors
 fi
+
+# With the CUDA toolkit present: cudnn-frontend's headers (header-only, from PyPI) for cuDNN's fused attention;
+# cmake/cuda.cmake finds them in this environment.
+if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+  ! ls build/pyvenv/lib/python3*/site-packages/include/cudnn_frontend.h >/dev/null 2>&1; then
+  echo "installing cudnn-frontend headers into build/pyvenv"
+  build/pyvenv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps nvidia-cudnn-frontend
+fi
