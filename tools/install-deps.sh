@@ -3,7 +3,8 @@
 # Debian/Ubuntu. Uses sudo when not root. Prints nothing more than apt does.
 set -euo pipefail
 
-packages=(build-essential cmake git python3 python3-venv procps libopenmpi-dev openmpi-bin libopenblas-dev nlohmann-json3-dev
+packages=(build-essential cmake git python3 python3-venv procps libopenmpi-dev openmpi-bin libopenblas-dev
+          libopenblas-openmp-dev nlohmann-json3-dev
           libcli11-dev libgtest-dev googletest zlib1g-dev clang-format base-files)
 
 missing=()
