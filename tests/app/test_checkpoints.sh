@@ -5,24 +5,7 @@
 set -u
 tandem="$1"
 python="$2"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-passed=0
-failed=0
-check() {  # check NAME EXIT-CODE [DETAIL]
-  if [ "$2" -eq 0 ]; then
-    echo "PASS $1"
-    passed=$((passed + 1))
-  else
-    echo "FAIL $1${3:+: $3}"
-    failed=$((failed + 1))
-  fi
-}
-run() {  # run SECONDS COMMAND...: output in $work/out, exit code in $rc
-  timeout "$1" "${@:2}" >"$work/out" 2>&1
-  rc=$?
-}
+source "$(dirname "$0")/check_lib.sh"
 # losses FILE FIRST LAST: "step loss" lines of metrics.jsonl for steps FIRST..LAST
 losses() {
   "$python" -c "
@@ -162,5 +145,4 @@ run 60 "$tandem" train "$work/gpt.json" --resume "$work/bad" --set steps=12
 [ $rc -ne 0 ] && grep -q "holds no complete checkpoint" "$work/out"
 check "a folder without a manifest is not a checkpoint" $? "$(tail -1 "$work/out")"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+report

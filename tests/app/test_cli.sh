@@ -4,29 +4,7 @@
 set -u
 tandem="$1"
 src="$2"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-passed=0
-failed=0
-
-check() {  # check NAME CONDITION-EXIT-CODE [DETAIL]
-  if [ "$2" -eq 0 ]; then
-    echo "PASS $1"
-    passed=$((passed + 1))
-  else
-    echo "FAIL $1${3:+: $3}"
-    failed=$((failed + 1))
-  fi
-}
-
-# Runs a command with a time limit; stdout+stderr to $work/out, exit code to $rc, seconds to $secs.
-run() {
-  local start=$(date +%s)
-  timeout "$1" "${@:2}" >"$work/out" 2>&1
-  rc=$?
-  secs=$(($(date +%s) - start))
-}
+source "$(dirname "$0")/check_lib.sh"
 
 cat >"$work/tiny.json" <<'JSON'
 {
@@ -131,5 +109,4 @@ run 60 "$tandem" info
   tail -1 "$work/out" | grep -qE "^usable GPUs: [0-9]+$"
 check "tandem info names MPI and the CUDA backend and ends with the usable GPU count" $? "$(cat "$work/out")"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+report
