@@ -20,19 +20,19 @@ cat >"$out/model.json" <<'JSON'
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-3 } }, "checkpoint": { "every": 0, "at_end": false }
 }
 JSON
+predict() {  # predict DEVICES LAYOUT RATES: the planner's tokens/s
+  "$tandem" plan "$out/model.json" --devices "$1" --rates "$3" --explain "$2" |
+    sed -n 's/^  step [0-9.]* m\{0,1\}s, \([0-9.]*\)\(k\{0,1\}\) tok\/s.*/\1 \2/p' |
+    awk '{ print ($2 == "k") ? $1 * 1000 : $1 }'
+}
 printf "%-28s %10s %16s %7s %16s %7s\n" layout "tok/s" "pred calibrated" err "pred built-in" err
 while read -r n layout parallel zero micro; do
   "$tandem" train -n "$n" "$out/model.json" --device cpu --out "$out/$layout" --set "parallel=$parallel" \
     --set zero_optimization.stage="$zero" --set train_micro_batch_size_per_gpu="$micro" </dev/null >"$out/$layout.log" 2>&1
   measured=$(python3 -c "import json,statistics,sys; r=[json.loads(l) for l in open(sys.argv[1])][2:]; \
 print(statistics.median(x['tokens_per_s'] for x in r))" "$out/$layout/metrics.jsonl")
-  predict() {
-    "$tandem" plan "$out/model.json" --devices "$n" --rates "$1" --explain "$layout" |
-      sed -n 's/^  step [0-9.]* m\{0,1\}s, \([0-9.]*\)\(k\{0,1\}\) tok\/s.*/\1 \2/p' |
-      awk '{ print ($2 == "k") ? $1 * 1000 : $1 }'
-  }
-  calibrated=$(predict "$out/rates_$n.json")
-  builtin=$(predict cpu)
+  calibrated=$(predict "$n" "$layout" "$out/rates_$n.json")
+  builtin=$(predict "$n" "$layout" cpu)
   python3 -c "import sys; m, c, b = map(float, sys.argv[2:]); \
 print('%-28s %10.0f %16.0f %+6.0f%% %16.0f %+6.0f%%' % (sys.argv[1], m, c, (c / m - 1) * 100, b, (b / m - 1) * 100))" \
     "$layout" "$measured" "$calibrated" "$builtin"

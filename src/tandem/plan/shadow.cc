@@ -99,25 +99,19 @@ Sym layernorm_forward(const Context& c, const Sym& x, SymSaved& saved, Term out_
   return y;
 }
 
-Sym layernorm_backward(const Context& c, const Sym& dy, SymSaved& saved) {
+// nn::LayerNorm::backward and nn::Activation::backward: dx shaped like the saved input x, then the saved go.
+Sym input_shaped_backward(const Context& c, const Sym& dy, SymSaved& saved) {
   const Sym x = saved.tensors.at(0);
   Sym dx = c.act(x.shape(), Term::Transient);
   saved.clear();
   return dx;
 }
 
-// nn::Activation::forward / backward: y, then dx; saves x.
+// nn::Activation::forward: y; saves x (backward: input_shaped_backward).
 Sym activation_forward(const Context& c, const Sym& x, SymSaved& saved, Term out_term) {
   Sym y = c.act(x.shape(), out_term);
   saved.tensors = {x};
   return y;
-}
-
-Sym activation_backward(const Context& c, const Sym& dy, SymSaved& saved) {
-  const Sym x = saved.tensors.at(0);
-  Sym dx = c.act(x.shape(), Term::Transient);
-  saved.clear();
-  return dx;
 }
 
 // nn::GptEmbedding: tokens (B, T) -> x (B, T, C); saves the tokens. Backward scatters into the flat gradient.
@@ -173,14 +167,14 @@ Sym block_backward(const Context& c, const LayerInfo& l, const Sym& dy, SymSaved
   const int64_t C = l.dim, Cl = l.dim_local;
   const Sym qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
   Sym g = linear_backward(c, dy, saved.children[kOut], 4 * Cl, C);
-  g = activation_backward(c, g, saved.children[kGelu]);
+  g = input_shaped_backward(c, g, saved.children[kGelu]);
   g = linear_backward(c, g, saved.children[kFc], C, 4 * Cl);
-  Sym dx1 = layernorm_backward(c, g, saved.children[kLn2]);
+  Sym dx1 = input_shaped_backward(c, g, saved.children[kLn2]);
   Sym datt = linear_backward(c, dx1, saved.children[kProj], Cl, C);
   Sym dqkv = c.act(qkv.shape(), Term::Transient);
   attention_scratch(c, l, qkv.dim(0), qkv.dim(1), true);
   saved.tensors.clear();
-  Sym dx = layernorm_backward(c, linear_backward(c, dqkv, saved.children[kQkv], C, 3 * Cl), saved.children[kLn1]);
+  Sym dx = input_shaped_backward(c, linear_backward(c, dqkv, saved.children[kQkv], C, 3 * Cl), saved.children[kLn1]);
   saved.clear();
   return dx;
 }
@@ -193,7 +187,7 @@ Sym head_forward(const Context& c, const LayerInfo& l, const Sym& x, SymSaved& s
 }
 
 Sym head_backward(const Context& c, const LayerInfo& l, const Sym& dy, SymSaved& saved) {
-  Sym dx = layernorm_backward(c, linear_backward(c, dy, saved.children[1], l.dim, l.vocab_local), saved.children[0]);
+  Sym dx = input_shaped_backward(c, linear_backward(c, dy, saved.children[1], l.dim, l.vocab_local), saved.children[0]);
   saved.clear();
   return dx;
 }
@@ -227,7 +221,7 @@ Sym layer_backward(const Context& c, const LayerInfo& l, const Sym& dy, SymSaved
     case LayerKind::Linear:
       return linear_backward(c, dy, saved, l.in, l.out);
     case LayerKind::Activation:
-      return activation_backward(c, dy, saved);
+      return input_shaped_backward(c, dy, saved);
   }
   TANDEM_FAIL("planner: unhandled layer kind");
 }
