@@ -185,6 +185,7 @@ double MpiCommunicator::all_reduce_scalar(double value, ReduceOp op) {
 void MpiCommunicator::wait(MPI_Request& req, int32_t op, int64_t seq, int peer) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  auto next_liveness_check = start + std::chrono::seconds(1);
   world_.progress().waiting(id_, name_, seq, op);
   // Poll rather than block in MPI_Wait so a hang becomes a message. Spin briefly, then sleep a little:
   // tests run more ranks than cores, and a spinning rank would starve the one it waits for.
@@ -195,26 +196,52 @@ void MpiCommunicator::wait(MPI_Request& req, int32_t op, int64_t seq, int peer) 
     if (done) break;
     if (++spins < 200) continue;
     std::this_thread::sleep_for(std::chrono::microseconds(spins < 2000 ? 20 : 200));
-    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    const auto now = clock::now();
+    const double waited = std::chrono::duration<double>(now - start).count();
     if (waited > world_.timeout_s()) fire(op, seq, peer, waited);
+    // A peer whose process has exited never arrives: say so now rather than at the timeout.
+    if (now >= next_liveness_check) {
+      next_liveness_check = now + std::chrono::seconds(1);
+      if (!dead_members(op, peer).empty()) fire(op, seq, peer, waited);
+    }
   }
   world_.progress().finished_waiting();
 }
 
+std::vector<int> MpiCommunicator::dead_members(int32_t op, int peer) const {
+  std::vector<int> dead;
+  const bool p2p = op == kSend || op == kRecv;
+  for (size_t i = 0; i < world_ranks_.size(); ++i) {
+    const int w = world_ranks_[i];
+    if (w == world_.rank() || (p2p && static_cast<int>(i) != peer)) continue;
+    PeerProgress p;
+    if (world_.progress().read(w, id_, p) && !p.alive) dead.push_back(w);
+  }
+  return dead;
+}
+
 void MpiCommunicator::fire(int32_t op, int64_t seq, int peer, double waited_s) {
+  const std::vector<int> dead = dead_members(op, peer);
   std::ostringstream os;
   os << "[tandem watchdog] rank " << world_.rank() << ": " << op_name(op);
   if (op == kSend || op == kRecv) {
     const int w = world_ranks_[static_cast<size_t>(peer)];
     os << (op == kSend ? " to" : " from") << " rank " << w << " (tag " << seq << ")";
-    PeerProgress p;
-    if (world_.progress().read(w, id_, p) && !p.alive) os << ", which is dead: its process has exited,";
   } else {
     os << " #" << seq;
   }
   os << " on group '" << name_ << "' (world ranks";
   for (int r : world_ranks_) os << " " << r;
-  os << ") has waited " << static_cast<int>(waited_s) << " s, over the " << world_.timeout_s() << " s timeout.";
+  os << ")";
+  if (!dead.empty()) {
+    // Whether or not a dead rank had started this operation, it will never finish its part.
+    os << " cannot complete after " << static_cast<int>(waited_s) << " s: rank" << (dead.size() > 1 ? "s" : "");
+    for (size_t i = 0; i < dead.size(); ++i) os << (i ? ", " : " ") << dead[i];
+    os << (dead.size() > 1 ? " are" : " is")
+       << " dead: " << (dead.size() > 1 ? "their processes have" : "its process has") << " exited.";
+  } else {
+    os << " has waited " << static_cast<int>(waited_s) << " s, over the " << world_.timeout_s() << " s timeout.";
+  }
   if (op != kSend && op != kRecv) {
     std::ostringstream missing, unknown;
     int n_missing = 0;
@@ -225,12 +252,10 @@ void MpiCommunicator::fire(int32_t op, int64_t seq, int peer, double waited_s) {
         unknown << " " << r;
         continue;
       }
-      if (p.started >= seq) continue;
+      if (p.started >= seq || !p.alive) continue;
       ++n_missing;
       missing << " " << r << " (";
-      if (!p.alive)
-        missing << "dead: its process has exited";
-      else if (p.waiting)
+      if (p.waiting)
         missing << "waiting in " << op_name(p.wait_op) << (p.wait_op == kSend || p.wait_op == kRecv ? " tag " : " #")
                 << p.wait_seq << " on '" << p.wait_group_name << "'";
       else
@@ -240,7 +265,10 @@ void MpiCommunicator::fire(int32_t op, int64_t seq, int peer, double waited_s) {
     if (n_missing) os << " Ranks that have not arrived:" << missing.str() << ".";
     if (!unknown.str().empty()) os << " On other hosts (not visible from here):" << unknown.str() << ".";
   }
-  os << " A rank is hung or has died; the job is aborted. Raise parallel.timeout_s if steps are just slow.";
+  if (dead.empty())
+    os << " A rank is hung or has died; the job is aborted. Raise parallel.timeout_s if steps are just slow.";
+  else
+    os << " The job is aborted; resume it from its last checkpoint with --resume.";
   world_.abort(os.str());
 }
 

@@ -1,6 +1,7 @@
 // MpiCommunicator: the Communicator of one MPI group, on host (CPU) tensors. Every operation is started
 // non-blocking and waited on under the watchdog: past the timeout it aborts the job with a message that
-// names this rank, the operation, its sequence number, the group and the members that have not arrived.
+// names this rank, the operation, its sequence number, the group and the members that have not arrived; a
+// member on this host whose process has exited is noticed within about a second and named at once.
 #pragma once
 
 #include <mpi.h>
@@ -41,6 +42,9 @@ class MpiCommunicator final : public Communicator {
   int64_t begin(int32_t op);  // records the operation in the progress table, returns its sequence number
   std::unique_ptr<Request> started(MPI_Request req, int32_t op, int64_t seq, int peer = -1);
   [[noreturn]] void fire(int32_t op, int64_t seq, int peer, double waited_s);
+  // World ranks of the members this wait depends on (the peer of a send/recv, else every other member) whose
+  // process has exited; only members on this host can be seen.
+  std::vector<int> dead_members(int32_t op, int peer) const;
 
   MpiWorld& world_;
   MPI_Comm comm_;

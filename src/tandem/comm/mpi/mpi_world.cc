@@ -46,8 +46,10 @@ std::unique_ptr<Communicator> MpiWorld::split(int color, int key, const std::str
 std::unique_ptr<Communicator> MpiWorld::world() { return split(0, rank_, "world"); }
 
 void MpiWorld::abort(const std::string& message, int code) {
-  std::fprintf(stderr, "%s\n", message.c_str());
-  std::fflush(stderr);
+  if (!message.empty()) {
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+  }
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }

@@ -33,7 +33,7 @@ class MpiWorld {
   std::unique_ptr<Communicator> world();
 
   ProgressTable& progress() { return *progress_; }
-  // Prints the message on stderr and ends every rank of the job.
+  // Prints the message on stderr (unless empty) and ends every rank of the job with exit code `code`.
   [[noreturn]] void abort(const std::string& message, int code = 3);
 
  private:
