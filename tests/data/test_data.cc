@@ -215,5 +215,39 @@ TEST_F(DataFiles, FileErrors) {
              "yields token sequences, but the model takes feature vectors");
 }
 
+// The one scan before training: each part finds only its own first bad id, across block boundaries, for uint16
+// and uint32 files; text files with a full byte vocabulary need no scan.
+TEST_F(DataFiles, FirstInvalidTokenByPart) {
+  const int64_t n = (int64_t{3} << 20) + 12345;  // more than three 1 Mi-token blocks
+  std::vector<uint16_t> ids16(static_cast<size_t>(n), 9);
+  std::vector<uint32_t> ids32(static_cast<size_t>(n), 9);
+  // Parts of 3 are [0, 1052690), [1052690, 2105381), [2105381, n): one bad id in each, the first at a block start.
+  for (int64_t bad : {int64_t{1} << 20, int64_t{1600003}, n - 1}) {
+    ids16[static_cast<size_t>(bad)] = 1000;
+    ids32[static_cast<size_t>(bad)] = 70000;
+  }
+  const auto d16 =
+      make_dataset(config::Json{{"type", "tokens"}, {"path", write_tokens("p16.bin", ids16)}}, gpt_io(8, 1000), 1);
+  const auto d32 =
+      make_dataset(config::Json{{"type", "tokens"}, {"path", write_tokens("p32.bin", ids32)}, {"dtype", "uint32"}},
+                   gpt_io(8, 70000), 1);
+  for (const auto* d : {d16.get(), d32.get()}) {
+    EXPECT_EQ(d->first_invalid(0, 1), int64_t{1} << 20);
+    EXPECT_EQ(d->first_invalid(0, 3), int64_t{1} << 20);  // part 0 of 3: [0, n/3)
+    EXPECT_EQ(d->first_invalid(1, 3), 1600003);
+    EXPECT_EQ(d->first_invalid(2, 3), n - 1);
+    EXPECT_EQ(d->scanned_bytes(), static_cast<uint64_t>(n) * (d == d16.get() ? 2 : 4));
+  }
+  EXPECT_HAS(d16->describe_invalid(n - 1), "token id 1000 at index 3,158,072");
+
+  std::vector<uint16_t> fine(4096, 999);
+  const auto ok =
+      make_dataset(config::Json{{"type", "tokens"}, {"path", write_tokens("fine.bin", fine)}}, gpt_io(8, 1000), 1);
+  EXPECT_EQ(ok->first_invalid(0, 1), -1);
+  const auto text =
+      make_dataset(config::Json{{"type", "text"}, {"path", write("t.txt", std::string(64, 'x'))}}, gpt_io(8, 256), 1);
+  EXPECT_EQ(text->scanned_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace tandem::data

@@ -27,6 +27,15 @@ class Dataset {
   virtual Batch batch(int64_t step, int64_t first, int64_t count, Device& device) const = 0;
   // One line, e.g. "text 'x.txt': 1.2 MiB, 1,258,291 bytes, vocab 256".
   virtual std::string describe() const = 0;
+
+  // The check made once before training, so bad data fails before step 1 rather than when a batch reaches it:
+  // part `part` of `parts` equal parts of the data (each rank scans one) is scanned, returning the index of its
+  // first invalid element (a token id >= the vocabulary), or -1. Datasets that make their data return -1.
+  virtual int64_t first_invalid(int part, int parts) const { return -1; }
+  // What is wrong with element `index` (one that first_invalid returned), as an error message.
+  virtual std::string describe_invalid(int64_t index) const { return "element " + std::to_string(index); }
+  // Bytes first_invalid scans in all (0: no scan), for the progress line.
+  virtual uint64_t scanned_bytes() const { return 0; }
 };
 
 // What the model consumes: tokens (seq_len, vocab_size) or features and classes.

@@ -35,6 +35,10 @@ MappedFile::MappedFile(const std::string& path, const std::string& what) {
   }
 }
 
+void MappedFile::advise_sequential(bool sequential) const {
+  if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, sequential ? MADV_SEQUENTIAL : MADV_RANDOM);
+}
+
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -18,6 +18,8 @@ class MappedFile {
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // Read-ahead for a pass over the whole file (true), or none for random windows (false, the default).
+  void advise_sequential(bool sequential) const;
 
  private:
   const uint8_t* data_ = nullptr;  // null for an empty file, which cannot be mapped

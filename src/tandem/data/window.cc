@@ -1,5 +1,7 @@
 // Datasets of token windows cut from one memory-mapped file: raw bytes ("text") or little-endian uint16 /
 // uint32 token ids ("tokens"). Tokenisation is not done here; a tokens file is already tokenised.
+#include <algorithm>
+
 #include "tandem/core/units.h"
 #include "tandem/data/datasets.h"
 #include "tandem/data/mapped_file.h"
@@ -51,6 +53,40 @@ class WindowDataset final : public Dataset {
     return b;
   }
 
+  int64_t first_invalid(int part, int parts) const override {
+    if (element_size_ == 1 && vocab_ >= 256) return -1;  // every byte is a valid id
+    const int64_t begin = tokens_ * part / parts, end = tokens_ * (part + 1) / parts;
+    // Blocks of 1 Mi tokens: the maximum of each (a loop the compiler vectorises), then the exact position in the
+    // first block whose maximum is out of range. Threads split the blocks; the lowest bad block wins.
+    constexpr int64_t kBlock = int64_t{1} << 20;
+    const int64_t blocks = (end - begin + kBlock - 1) / kBlock;
+    int64_t first_bad_block = blocks;
+    file_.advise_sequential(true);
+#pragma omp parallel for schedule(dynamic, 16) reduction(min : first_bad_block)
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (b >= first_bad_block) continue;
+      const int64_t lo = begin + b * kBlock, hi = std::min(end, lo + kBlock);
+      if (static_cast<int64_t>(block_max(lo, hi)) >= vocab_) first_bad_block = b;
+    }
+    file_.advise_sequential(false);
+    if (first_bad_block == blocks) return -1;
+    const int64_t lo = begin + first_bad_block * kBlock, hi = std::min(end, lo + kBlock);
+    for (int64_t i = lo; i < hi; ++i)
+      if (static_cast<int64_t>(raw_token(i)) >= vocab_) return i;
+    return -1;  // not reached: the block's maximum was out of range
+  }
+
+  std::string describe_invalid(int64_t index) const override {
+    return what_ + " '" + path_ + "': token id " + std::to_string(raw_token(index)) + " at index " +
+           group_digits(index) + " (byte offset " + group_digits(index * element_size_) + ") is >= model.vocab_size " +
+           std::to_string(vocab_) +
+           ": raise model.vocab_size or check data.dtype and the tokenizer that wrote the file";
+  }
+
+  uint64_t scanned_bytes() const override {
+    return element_size_ == 1 && vocab_ >= 256 ? 0 : static_cast<uint64_t>(tokens_) * element_size_;
+  }
+
   std::string describe() const override {
     const int64_t bytes = static_cast<int64_t>(file_.size());
     if (kind_ == "text")
@@ -62,17 +98,46 @@ class WindowDataset final : public Dataset {
  private:
   std::string dtype_text() const { return element_size_ == 1 ? "uint8" : element_size_ == 2 ? "uint16" : "uint32"; }
 
-  // Token `index`, read little-endian whatever the host; ids are checked here, lazily, so a huge file is
-  // never scanned whole.
-  int32_t token(int64_t index) const {
+  // Token `index`, read little-endian whatever the host.
+  uint32_t raw_token(int64_t index) const {
     const uint8_t* p = file_.data() + index * element_size_;
     uint32_t id = p[0];
     if (element_size_ >= 2) id |= static_cast<uint32_t>(p[1]) << 8;
     if (element_size_ == 4) id |= static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
-    if (static_cast<int64_t>(id) >= vocab_)
-      TANDEM_FAIL(what_, " '", path_, "': token id ", id, " at index ", group_digits(index), " (byte offset ",
-                  group_digits(index * element_size_), ") is >= model.vocab_size ", vocab_,
-                  ": raise model.vocab_size or check data.dtype and the tokenizer that wrote the file");
+    return id;
+  }
+
+  // The largest id among tokens [lo, hi).
+  uint32_t block_max(int64_t lo, int64_t hi) const {
+    const uint8_t* p = file_.data();
+    if (element_size_ == 1) return *std::max_element(p + lo, p + hi);
+    if (element_size_ == 2 && little_endian()) {
+      uint16_t m = 0;
+      const auto* t = reinterpret_cast<const uint16_t*>(p);  // mmap is page-aligned, so 2-byte aligned
+      for (int64_t i = lo; i < hi; ++i) m = std::max(m, t[i]);
+      return m;
+    }
+    if (element_size_ == 4 && little_endian()) {
+      uint32_t m = 0;
+      const auto* t = reinterpret_cast<const uint32_t*>(p);
+      for (int64_t i = lo; i < hi; ++i) m = std::max(m, t[i]);
+      return m;
+    }
+    uint32_t m = 0;
+    for (int64_t i = lo; i < hi; ++i) m = std::max(m, raw_token(i));
+    return m;
+  }
+
+  static bool little_endian() {
+    const uint16_t one = 1;
+    return *reinterpret_cast<const uint8_t*>(&one) == 1;
+  }
+
+  // Token `index` as a model input; ids were checked once before training (first_invalid), and are checked
+  // again here so a batch can never carry an id out of range.
+  int32_t token(int64_t index) const {
+    const uint32_t id = raw_token(index);
+    if (static_cast<int64_t>(id) >= vocab_) TANDEM_FAIL(describe_invalid(index));
     return static_cast<int32_t>(id);
   }
 
