@@ -1,11 +1,13 @@
 #include "tandem/train/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "tandem/checkpoint/atomic_file.h"
@@ -28,8 +30,7 @@ std::string step_folder_name(int64_t step) {
 
 std::string rank_file_name(int rank) { return "rank_" + std::to_string(rank) + ".safetensors"; }
 
-// Complete checkpoints (those with a manifest) under `root`, oldest first.
-std::vector<fs::path> complete_checkpoints(const fs::path& root) {
+std::vector<fs::path> complete_checkpoint_paths(const fs::path& root) {
   std::vector<fs::path> out;
   if (!fs::is_directory(root)) return out;
   for (const auto& e : fs::directory_iterator(root)) {
@@ -200,11 +201,22 @@ std::string save_checkpoint(const std::string& root, int64_t step, parallel::Eng
     fs::remove_all(final_dir);
     fs::rename(tmp_dir, final_dir);
     checkpoint::fsync_directory(root);
-    auto all = complete_checkpoints(root);
+    auto all = complete_checkpoint_paths(root);
     for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < all.size(); ++i) fs::remove_all(all[i]);
   }
   groups.world->barrier();
   return final_dir.string();
+}
+
+std::vector<std::string> complete_checkpoints(const std::string& root) {
+  std::vector<std::string> out;
+  for (const fs::path& p : complete_checkpoint_paths(root)) out.push_back(p.string());
+  return out;
+}
+
+CheckpointSummary read_checkpoint_summary(const std::string& folder) {
+  const config::Json m = read_manifest(fs::path(folder));
+  return {m.at("step").get<int64_t>(), m.at("config")};
 }
 
 std::string find_checkpoint(const std::string& path) {
@@ -212,7 +224,7 @@ std::string find_checkpoint(const std::string& path) {
   if (!fs::exists(p)) TANDEM_FAIL("cannot resume from '", path, "': no such file or folder");
   if (fs::exists(p / "manifest.json")) return p.string();
   for (const fs::path& root : {p / "checkpoints", p}) {
-    auto all = complete_checkpoints(root);
+    auto all = complete_checkpoint_paths(root);
     if (!all.empty()) return all.back().string();
   }
   TANDEM_FAIL("cannot resume from '", path, "': it holds no complete checkpoint (a folder step_<k> with a ",
@@ -271,14 +283,29 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
 void load_initial_weights(const std::string& path, parallel::Engine& engine) {
   const checkpoint::SafetensorsFile file(path);
   std::ostringstream problems;
+  std::set<std::string> wanted;
   for (const nn::Parameter* p : engine.model().parameters()) {
+    wanted.insert(p->name);
     if (!file.contains(p->name))
       problems << " missing '" << p->name << "';";
     else if (file.shape(p->name) != p->global_shape)
       problems << " '" << p->name << "' is " << shape_str(file.shape(p->name)) << " there, "
                << shape_str(p->global_shape) << " here;";
   }
-  if (!problems.str().empty()) TANDEM_FAIL("cannot initialise from '", path, "':", problems.str());
+  // A tensor the model does not have means the file is of another model (or names differ): loading the rest
+  // would train a model the user did not ask for.
+  std::vector<std::string> extra;
+  for (const std::string& name : file.names())
+    if (!wanted.count(name)) extra.push_back(name);
+  if (!extra.empty()) {
+    problems << " " << extra.size() << " tensor" << (extra.size() > 1 ? "s" : "") << " the model does not have (";
+    for (size_t i = 0; i < std::min<size_t>(extra.size(), 5); ++i)
+      problems << (i ? ", " : "") << "'" << extra[i] << "'";
+    problems << (extra.size() > 5 ? ", ..." : "") << ");";
+  }
+  if (!problems.str().empty())
+    TANDEM_FAIL("cannot initialise from '", path, "':", problems.str(),
+                " the file must hold exactly this model's parameters (tandem export writes such a file)");
   engine.store().visit_owned(
       [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor&, const Tensor&) {
         const DType t = file.dtype(p.name);
@@ -295,6 +322,9 @@ void load_initial_weights(const std::string& path, parallel::Engine& engine) {
           } else {
             TANDEM_FAIL("'", path, "': tensor '", p.name, "' is ", dtype_name(t), "; weights must be F32, BF16 or F16");
           }
+          if (!std::isfinite(local[i]))
+            TANDEM_FAIL("cannot initialise from '", path, "': tensor '", p.name, "' holds ", local[i], " at element ",
+                        g, ": the file's weights are not finite (was it saved from a run that diverged?)");
         }
         value.copy_from_host(local.data());
       });

@@ -24,6 +24,16 @@ std::string save_checkpoint(const std::string& root, int64_t step, parallel::Eng
 // `path` is a checkpoint folder or a run folder (its newest complete checkpoint under checkpoints/).
 std::string find_checkpoint(const std::string& path);
 
+// The complete checkpoints (folders step_<k> with a manifest) directly under `root`, oldest first.
+std::vector<std::string> complete_checkpoints(const std::string& root);
+
+// What a checkpoint's manifest says about the run that saved it, read before anything is built.
+struct CheckpointSummary {
+  int64_t step = 0;
+  config::Json config;  // the whole validated config of the saving run
+};
+CheckpointSummary read_checkpoint_summary(const std::string& folder);
+
 // Collective. Verifies the manifest, the checksums of the files it reads and that the checkpoint holds
 // exactly this model's parameters, then loads weights and moments. Returns the step it was saved at.
 // Nothing is modified when it throws.
