@@ -17,6 +17,7 @@ extern "C" void on_stop_signal(int sig) {
 void install_stop_handlers() {
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGUSR2, on_stop_signal);  // what `tandem train -n N` and mpirun forward to every rank
 }
 
 bool stop_requested() { return stop_flag != 0; }

@@ -13,6 +13,7 @@
 #include "tandem/optim/schedule.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/model_factory.h"
+#include "tandem/train/run_folder.h"
 #include "tandem/train/stop_signal.h"
 
 namespace tandem::train {
@@ -111,6 +112,71 @@ Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions option
 }
 
 std::vector<StepMetrics> Trainer::run() {
+  if (!options_.resume.empty() && !options_.init.empty())
+    TANDEM_FAIL("--resume and --init both given: --resume continues a run (weights and optimizer state), ",
+                "--init starts a new one from weights; choose one");
+  const std::string checkpoint = options_.resume.empty() ? "" : find_checkpoint(options_.resume);
+  const int64_t start = check_start(checkpoint);
+  if (start >= cfg_.steps) {
+    if (is_printer())
+      std::printf("the checkpoint is at step %lld of %lld: nothing to train\n", static_cast<long long>(start),
+                  static_cast<long long>(cfg_.steps));
+    return {};
+  }
+  check_data();
+  setup();
+  restore(checkpoint);
+  install_stop_handlers();
+  return loop(start);
+}
+
+int64_t Trainer::check_start(const std::string& checkpoint) {
+  // The run folder first, before anything is allocated or written. Rank 0 looks and says; every rank agrees, so
+  // no rank can see a file another has just created.
+  std::string refusal;
+  if (!options_.out_dir.empty() && groups_->rank == 0) {
+    try {
+      check_run_folder(options_.out_dir, checkpoint);
+    } catch (const Error& e) {
+      refusal = e.what();
+    }
+  }
+  if (groups_->world->all_reduce_scalar(refusal.empty() ? 0.0 : 1.0, comm::ReduceOp::Max) > 0)
+    TANDEM_FAIL(refusal.empty() ? "rank 0 refused the run folder '" + options_.out_dir + "' (its message says why)"
+                                : refusal);
+  if (checkpoint.empty()) return 0;
+  const CheckpointSummary saved = read_checkpoint_summary(checkpoint);
+  if (saved.step > cfg_.steps)
+    TANDEM_FAIL("the checkpoint '", checkpoint, "' is at step ", saved.step, ", past this run's steps (", cfg_.steps,
+                "): raise steps (e.g. --set steps=", 2 * saved.step, ") to train on from it");
+  const int64_t saved_batch = saved.config.value("train_batch_size", int64_t{0});
+  if (saved_batch > 0 && saved_batch != cfg_.batch.global && is_printer())
+    std::printf(
+        "warning: resuming with train_batch_size %lld where the checkpoint was trained with %lld: from step "
+        "%lld on each step takes %lld samples, so the samples seen differ from an uninterrupted run's\n",
+        static_cast<long long>(cfg_.batch.global), static_cast<long long>(saved_batch),
+        static_cast<long long>(saved.step + 1), static_cast<long long>(cfg_.batch.global));
+  return saved.step;
+}
+
+void Trainer::check_data() {
+  // Each rank scans its part of the data once; the first bad element of all is reported by every rank.
+  const uint64_t bytes = dataset_->scanned_bytes();
+  if (bytes == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t mine = dataset_->first_invalid(groups_->rank, groups_->layout.world());
+  // -1 (none) becomes the lowest value under Max; indices below 2^53 are exact in a double.
+  const double first =
+      -groups_->world->all_reduce_scalar(mine < 0 ? -1e300 : -static_cast<double>(mine), comm::ReduceOp::Max);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (first < 1e300) TANDEM_FAIL(dataset_->describe_invalid(static_cast<int64_t>(first)));
+  if (is_printer())
+    std::printf("data: token ids checked against the vocabulary: %s in %.2f s (%s/s)\n", format_bytes(bytes).c_str(),
+                seconds,
+                format_bytes(static_cast<uint64_t>(static_cast<double>(bytes) / std::max(seconds, 1e-9))).c_str());
+}
+
+void Trainer::setup() {
   const auto& b = cfg_.batch;
   const layout::Layout& l = groups_->layout;
   if (is_printer()) {
@@ -157,22 +223,20 @@ std::vector<StepMetrics> Trainer::run() {
                   static_cast<long long>(b.accum));
     std::fflush(stdout);
   }
+}
 
-  int64_t start = 0;
-  if (!options_.resume.empty() && !options_.init.empty())
-    TANDEM_FAIL("--resume and --init both given: --resume continues a run (weights and optimizer state), ",
-                "--init starts a new one from weights; choose one");
-  if (!options_.resume.empty()) {
-    const std::string ckpt = find_checkpoint(options_.resume);
-    start = load_checkpoint(ckpt, *engine_, *groups_);
-    if (is_printer()) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
+void Trainer::restore(const std::string& checkpoint) {
+  if (!checkpoint.empty()) {
+    const int64_t step = load_checkpoint(checkpoint, *engine_, *groups_);
+    if (is_printer()) std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(step));
   }
   if (!options_.init.empty()) {
     load_initial_weights(options_.init, *engine_);
     if (is_printer()) std::printf("initial weights from %s\n", options_.init.c_str());
   }
-  install_stop_handlers();
+}
 
+std::vector<StepMetrics> Trainer::loop(int64_t start) {
   std::ofstream metrics;
   const fs::path out(options_.out_dir);
   if (!options_.out_dir.empty() && groups_->rank == 0) {
@@ -185,7 +249,7 @@ std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> history;
   double elapsed = 0;
   for (int64_t step = start; step < cfg_.steps; ++step) {
-    StepMetrics m = train_step(step);
+    StepMetrics m = train_step(step, step == start);
     elapsed += m.step_seconds;
     history.push_back(m);
     const double eta = elapsed / static_cast<double>(history.size()) * static_cast<double>(cfg_.steps - m.step);
@@ -221,22 +285,25 @@ std::vector<StepMetrics> Trainer::run() {
       break;
     }
   }
+  report(history.empty() ? start : history.back().step);
+  return history;
+}
+
+void Trainer::report(int64_t last_step) {
+  const layout::Layout& l = groups_->layout;
   // Each device's peak, gathered to rank 0 one rank at a time (a handful of scalars).
   std::vector<double> peaks;
   for (int r = 0; r < l.world(); ++r)
     peaks.push_back(groups_->world->all_reduce_scalar(
         r == groups_->rank ? static_cast<double>(device_->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
-  if (is_printer()) {
-    std::printf("done: %lld steps. Peak memory per device:",
-                static_cast<long long>(history.empty() ? start : history.back().step));
-    for (int r = 0; r < l.world(); ++r)
-      std::printf(" %s%d %s%s", device_->kind() == DeviceKind::Cpu ? "cpu:" : "rank ", r,
-                  format_bytes(static_cast<uint64_t>(peaks[r])).c_str(), r + 1 < l.world() ? "," : "");
-    if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
-    std::printf("\n");
-    std::fflush(stdout);
-  }
-  return history;
+  if (!is_printer()) return;
+  std::printf("done: %lld steps. Peak memory per device:", static_cast<long long>(last_step));
+  for (int r = 0; r < l.world(); ++r)
+    std::printf(" %s%d %s%s", device_->kind() == DeviceKind::Cpu ? "cpu:" : "rank ", r,
+                format_bytes(static_cast<uint64_t>(peaks[r])).c_str(), r + 1 < l.world() ? "," : "");
+  if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 namespace {
@@ -261,7 +328,7 @@ void inject_fault(int rank, int64_t step) {
 
 }  // namespace
 
-StepMetrics Trainer::train_step(int64_t step) {
+StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   inject_fault(groups_->rank, step + 1);
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
@@ -291,6 +358,12 @@ StepMetrics Trainer::train_step(int64_t step) {
   m.tokens_per_s = rows / m.step_seconds;
   m.peak_bytes = static_cast<uint64_t>(
       groups_->world->all_reduce_scalar(static_cast<double>(device_->peak_bytes()), comm::ReduceOp::Max));
+  if (!std::isfinite(m.loss) && first_of_run)
+    TANDEM_FAIL(
+        "the loss is ", m.loss, " at step ", m.step, ", the first of this run, before any update: the weights it ",
+        "started from (",
+        options_.init.empty() ? (options_.resume.empty() ? "initialised" : "the checkpoint") : "the --init file",
+        ") or the data give non-finite values");
   if (!std::isfinite(m.loss))
     TANDEM_FAIL("the loss became ", m.loss, " at step ", m.step,
                 ": lower optimizer.params.lr or set gradient_clipping");

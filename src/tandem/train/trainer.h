@@ -17,10 +17,12 @@
 namespace tandem::train {
 
 struct TrainOptions {
-  std::string out_dir;  // metrics.jsonl and checkpoints/ go here; empty: nothing is written
-  std::string resume;   // a checkpoint or run folder to continue from; empty: start fresh
-  std::string init;     // a consolidated safetensors file of weights to start from (not with resume)
-  bool print = true;    // progress lines on stdout (rank 0 only)
+  // metrics.jsonl and checkpoints/ go here; empty: nothing is written. It must not hold another run's files
+  // (train/run_folder.h: prepare_run_folder chooses, clears and creates one).
+  std::string out_dir;
+  std::string resume;  // a checkpoint or run folder to continue from; empty: start fresh
+  std::string init;    // a consolidated safetensors file of weights to start from (not with resume)
+  bool print = true;   // progress lines on stdout (rank 0 only)
   // The device to train on (a GPU, made before the communicators that use it); null: a CPU device of this
   // process. Its budget is set from "device_memory" when the config has one.
   device::AccountedDevice* device = nullptr;
@@ -52,14 +54,23 @@ class Trainer {
   // Builds model and dataset from the config's "model" and "data" objects.
   static Trainer from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups = nullptr);
 
-  // Trains until cfg.steps; returns the metrics of the steps run by this call (the same on every rank).
+  // Trains until cfg.steps; returns the metrics of the steps run by this call (the same on every rank). Refuses,
+  // before allocating anything, an out_dir that holds another run (run_folder.h), a checkpoint past cfg.steps
+  // and data with invalid token ids.
   std::vector<StepMetrics> run();
 
   parallel::Engine& engine() { return *engine_; }
   device::AccountedDevice& device() { return *device_; }
 
  private:
-  StepMetrics train_step(int64_t step);
+  // The parts of run(), in order. check_start returns the step to start from (the checkpoint's, or 0).
+  int64_t check_start(const std::string& checkpoint);
+  void check_data();
+  void setup();
+  void restore(const std::string& checkpoint);
+  std::vector<StepMetrics> loop(int64_t start);
+  void report(int64_t last_step);
+  StepMetrics train_step(int64_t step, bool first_of_run);
   bool is_printer() const { return options_.print && groups_->rank == 0; }
 
   config::TrainConfig cfg_;
