@@ -16,28 +16,28 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 gpus=$("$tandem" info | sed -n 's/^usable GPUs: //p')
 if [ "${gpus:-0}" -ge 2 ]; then
   echo "== $gpus GPUs: configs/demo_gpu.json (gpt 13.1B, bf16) on 1 GPU: does not fit"
-  if "$tandem" train configs/demo_gpu.json --device cuda --set 'parallel={"virtual_gpus": 1}' --out runs/demo-1-gpu; then
+  if "$tandem" train configs/demo_gpu.json --device cuda --set 'parallel={"virtual_gpus": 1}'; then
     echo "demo: the model was expected not to fit on one GPU" >&2
     exit 1
   fi
   echo
   if [ "$gpus" -ge 4 ]; then
     echo "== 4 GPUs as 2 virtual GPUs of 2"
-    "$tandem" train -n 4 configs/demo_gpu.json --device cuda --out runs/demo-gpu
+    "$tandem" train -n 4 configs/demo_gpu.json --device cuda
   else
     echo "== 2 GPUs as 1 virtual GPU of 2 (4 GPUs would train it as 2 virtual GPUs of 2)"
-    "$tandem" train -n 2 configs/demo_gpu.json --device cuda --out runs/demo-gpu \
+    "$tandem" train -n 2 configs/demo_gpu.json --device cuda \
       --set 'parallel={"virtual_gpus": 1, "pipeline": 2, "schedule": "1f1b"}' --set zero_optimization.stage=0
   fi
   exit 0
 fi
 
 echo "== 1 device, 768 MiB budget: does not fit"
-if "$tandem" train configs/demo.json --device cpu --set 'parallel={"virtual_gpus": 1}' --out runs/demo-1-device; then
+if "$tandem" train configs/demo.json --device cpu --set 'parallel={"virtual_gpus": 1}'; then
   echo "demo: the model was expected not to fit on one device" >&2
   exit 1
 fi
 
 echo
 echo "== 4 devices as 2 virtual GPUs of 2, 768 MiB budget each"
-"$tandem" train -n 4 configs/demo.json --device cpu --out runs/demo
+"$tandem" train -n 4 configs/demo.json --device cpu

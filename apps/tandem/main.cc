@@ -2,20 +2,25 @@
 // and `tandem export CHECKPOINT --to FILE`.
 // With -n it starts N processes through mpirun; under mpirun/mpiexec each process is one device. The only
 // place that catches errors and exits.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "info_command.h"
+#include "job.h"
 #include "plan_command.h"
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/comm/mpi/mpi_world.h"
@@ -26,6 +31,8 @@
 #include "tandem/plan/rates.h"
 #include "tandem/plan/search.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/run_folder.h"
+#include "tandem/train/stop_signal.h"
 #include "tandem/train/trainer.h"
 
 #ifdef TANDEM_WITH_CUDA
@@ -39,18 +46,36 @@ namespace {
 struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
-  std::string out = "runs/latest";
+  std::string out;  // empty: the resumed run's folder, or a new one under runs/
   std::string resume;
   std::string init;
   std::string device = "auto";
   int processes = 0;
+  bool overwrite = false;
 };
 
-// Re-runs this command as N processes under mpirun; returns only if exec fails.
+// Runs this command as N processes under mpirun and returns the job's exit code: the failing rank's (mpirun
+// reports the first), 0 when every rank succeeds. mpirun runs in its own process group, so a terminal's Ctrl-C
+// reaches only this process, which turns the first SIGINT or SIGTERM into SIGUSR2 for mpirun to forward: every
+// rank finishes its step, saves and exits 0. A second signal ends the job at once.
+volatile std::sig_atomic_t launcher_signals = 0;
+extern "C" void on_launcher_signal(int) { launcher_signals = launcher_signals + 1; }
+
 int launch_with_mpirun(int argc, char** argv, int n) {
-  // A rank that dies must not take the others down before their watchdog can say which one it was.
-  std::vector<std::string> args = {
-      "mpirun", "-n", std::to_string(n), "--bind-to", "none", "--mca", "orte_abort_on_non_zero_status", "0"};
+  // --stdin none: mpirun runs in the background of the terminal and must not read from it. Ranks outlive a peer
+  // that dies (orte_abort_on_non_zero_status 0), so their watchdog can name it; every failure still ends the job
+  // through MPI_Abort, whose code mpirun returns. -q: Tandem's message is the message, without mpirun's banners.
+  std::vector<std::string> args = {"mpirun",
+                                   "-n",
+                                   std::to_string(n),
+                                   "--bind-to",
+                                   "none",
+                                   "--stdin",
+                                   "none",
+                                   "-q",
+                                   "--mca",
+                                   "orte_abort_on_non_zero_status",
+                                   "0"};
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (static_cast<unsigned>(n) > cores) args.push_back("--oversubscribe");
   if (geteuid() == 0) args.push_back("--allow-run-as-root");
@@ -71,9 +96,46 @@ int launch_with_mpirun(int argc, char** argv, int n) {
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
-  execvp("mpirun", cargs.data());
-  std::fprintf(stderr, "error: could not start mpirun (%s): install Open MPI (openmpi-bin)\n", std::strerror(errno));
-  return 1;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_launcher_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
+  const pid_t child = fork();
+  if (child < 0) {
+    std::fprintf(stderr, "error: could not start mpirun (fork: %s)\n", std::strerror(errno));
+    return 1;
+  }
+  if (child == 0) {
+    setpgid(0, 0);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execvp("mpirun", cargs.data());
+    std::fprintf(stderr, "error: could not start mpirun (%s): install Open MPI (openmpi-bin)\n", std::strerror(errno));
+    std::_Exit(127);
+  }
+  setpgid(child, child);  // also here: whichever runs first, the child is in its own group before a signal comes
+  int forwarded = 0, status = 0;
+  for (;;) {
+    const pid_t r = waitpid(child, &status, 0);
+    if (r == child) break;
+    if (r < 0 && errno != EINTR) {
+      std::fprintf(stderr, "error: lost track of mpirun (waitpid: %s)\n", std::strerror(errno));
+      return 1;
+    }
+    for (; forwarded < launcher_signals; ++forwarded) {
+      if (forwarded == 0) {
+        std::fprintf(stderr,
+                     "\nstopping: every rank finishes its step and saves a checkpoint (signal again to end "
+                     "the job now)\n");
+        kill(child, SIGUSR2);
+      } else {
+        kill(child, SIGTERM);
+      }
+    }
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
 
 // Memory on `gpu` the run may plan for when the config sets no "device_memory": what is free now, less what
@@ -161,50 +223,71 @@ tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_
 
 int run_train(int argc, char** argv, const TrainArgs& a) {
   using namespace tandem;
-  config::Json cfg = config::load_config(a.config, a.overrides);
-  if (!comm::mpi::launched_by_mpi()) {
-    auto gpu = make_device(a.device);
-    const uint64_t gpu_memory = usable_gpu_memory(gpu.get());
-    cfg = choose_layout(cfg, 1, gpu != nullptr, gpu_memory, true);
-    const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), 1);
-    const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
-    preflight(tc, plan, gpu != nullptr, gpu_memory, true);
-    train::TrainOptions opt{a.out, a.resume, a.init, true, gpu.get()};
-    train::Trainer trainer = train::Trainer::from_config(tc, opt);
-    trainer.run();
-    return 0;
+  app::Job job(&argc, &argv);
+  train::install_stop_handlers();  // a stop asked for during setup stops the run after its first step
+
+  // Setup, in phases every rank does alike; an error in any is printed once (Job::agreed).
+  config::Json cfg;
+  std::unique_ptr<device::AccountedDevice> gpu;  // outlives the groups and the trainer that use it
+  uint64_t gpu_memory = 0;
+  job.agreed([&] {
+    cfg = config::load_config(a.config, a.overrides);
+    gpu = make_device(a.device);
+    gpu_memory = usable_gpu_memory(gpu.get());
+  });
+  // Every rank plans with the smallest GPU memory of the job, so all choose the same layout.
+  gpu_memory = static_cast<uint64_t>(job.min(static_cast<double>(gpu_memory)));
+
+  layout::ParallelPlan plan;
+  config::TrainConfig tc;
+  std::string checkpoint;
+  job.agreed([&] {
+    if (!a.resume.empty()) checkpoint = train::find_checkpoint(a.resume);
+    cfg = choose_layout(cfg, job.size(), gpu != nullptr, gpu_memory, job.printer());
+    plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), job.size());
+    if (job.mpi()) job.mpi()->set_timeout_s(plan.timeout_s);
+    tc = config::parse(cfg, plan.layout.dp);
+    preflight(tc, plan, gpu != nullptr, gpu_memory, job.printer());
+  });
+  const std::string out = job.from_rank0([&] { return train::prepare_run_folder(a.out, checkpoint, a.overwrite); });
+  if (job.printer()) {
+    std::printf("run folder: %s (metrics.jsonl, checkpoints/)\n", out.c_str());
+    std::fflush(stdout);
   }
-  auto world = std::make_unique<comm::mpi::MpiWorld>(&argc, &argv);
+
   try {
-    auto gpu = make_device(a.device);  // outlives the groups and the trainer that use it
-    // Every rank plans with the smallest GPU memory of the job, so all choose the same layout.
-    const uint64_t gpu_memory = static_cast<uint64_t>(
-        -world->world()->all_reduce_scalar(-static_cast<double>(usable_gpu_memory(gpu.get())), comm::ReduceOp::Max));
-    cfg = choose_layout(cfg, world->size(), gpu != nullptr, gpu_memory, world->rank() == 0);
-    const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), world->size());
-    world->set_timeout_s(plan.timeout_s);
-    const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
-    preflight(tc, plan, gpu != nullptr, gpu_memory, world->rank() == 0);
 #ifdef TANDEM_WITH_CUDA
-    layout::Groups groups = gpu ? layout::make_nccl_groups(*world, plan.layout, static_cast<device::CudaDevice&>(*gpu))
-                                : layout::make_groups(*world, plan.layout);
+    layout::Groups groups =
+        !job.mpi() ? layout::make_single_process_groups()
+        : gpu      ? layout::make_nccl_groups(*job.mpi(), plan.layout, static_cast<device::CudaDevice&>(*gpu))
+                   : layout::make_groups(*job.mpi(), plan.layout);
 #else
-    layout::Groups groups = layout::make_groups(*world, plan.layout);
+    layout::Groups groups =
+        job.mpi() ? layout::make_groups(*job.mpi(), plan.layout) : layout::make_single_process_groups();
 #endif
-    train::TrainOptions opt{a.out, a.resume, a.init, true, gpu.get()};
+    train::TrainOptions opt{out, checkpoint, a.init, true, gpu.get()};
     train::Trainer trainer = train::Trainer::from_config(tc, opt, &groups);
     trainer.run();
     groups.world->barrier();
   } catch (const std::exception& e) {
-    // The other ranks may be waiting in a collective: end the whole job now rather than at the watchdog.
-    world->abort("error on rank " + std::to_string(world->rank()) + ": " + e.what(), 1);
+    job.fail(e.what());
   }
   return 0;
 }
 
-// Consolidates a checkpoint of any layout into one file of fp32 logical tensors.
-int run_export(const std::string& from, const std::string& to) {
+// Consolidates a checkpoint of any layout into one file of fp32 logical tensors. Never writes over a file
+// (unless asked) nor into a checkpoint.
+int run_export(const std::string& from, const std::string& to, bool overwrite) {
+  namespace fs = std::filesystem;
   const std::string folder = tandem::train::find_checkpoint(from);
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(to, ec);
+  for (fs::path p = target.parent_path(); !ec && !p.empty() && p != p.parent_path(); p = p.parent_path())
+    if (fs::equivalent(p, folder, ec) || fs::exists(p / "manifest.json"))
+      TANDEM_FAIL("--to '", to, "' lies inside the checkpoint '", p.string(),
+                  "': write the export outside it (checkpoints are never modified)");
+  if (fs::exists(to) && !overwrite)
+    TANDEM_FAIL("--to '", to, "' exists: choose another file, or pass --overwrite to replace it");
   const auto weights = tandem::train::read_checkpoint_weights(folder);
   std::vector<tandem::checkpoint::TensorEntry> entries;
   for (const auto& [name, t] : weights) entries.push_back({name, tandem::DType::F32, t.shape, t.values.data()});
@@ -226,7 +309,11 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   train->add_option("-n,--processes", a.processes, "Start this many processes (devices) through mpirun")
       ->check(CLI::PositiveNumber);
-  train->add_option("--out", a.out, "Folder for metrics.jsonl and checkpoints/")->capture_default_str();
+  train->add_option("--out", a.out,
+                    "Folder for metrics.jsonl and checkpoints/ (default: the resumed run's, else a new one under "
+                    "runs/)");
+  train->add_flag("--overwrite", a.overwrite,
+                  "Replace the metrics and checkpoints of another run in --out (nothing else there is touched)");
   train->add_option("--set", a.overrides, "Override a config key, e.g. --set optimizer.params.lr=3e-4")
       ->allow_extra_args(false);
   train->add_option("--resume", a.resume, "Continue from a checkpoint folder or a run folder (any layout)");
@@ -235,10 +322,12 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
 
   std::string export_from, export_to;
+  bool export_overwrite = false;
   CLI::App* exporter = app.add_subcommand("export", "Write a checkpoint's weights as one safetensors file");
   exporter->add_option("checkpoint", export_from, "A checkpoint folder, or a run folder (its newest checkpoint)")
       ->required();
   exporter->add_option("--to", export_to, "The safetensors file to write (PyTorch-style parameter names)")->required();
+  exporter->add_flag("--overwrite", export_overwrite, "Replace --to when it exists");
 
   tandem::app::PlanArgs plan_args;
   CLI::App* plan = app.add_subcommand("plan", "Which layouts fit and which is fastest, before anything runs");
@@ -255,7 +344,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*exporter) return run_export(export_from, export_to);
+    if (*exporter) return run_export(export_from, export_to, export_overwrite);
     if (*plan) return tandem::app::run_plan_command(plan_args);
     if (*info) return tandem::app::run_info_command();
     if (*calibrate) return tandem::app::run_calibrate_command(rates_out);

@@ -19,7 +19,7 @@ check() {  # check NAME EXIT-CODE [DETAIL]: one PASS or FAIL line
 run() {  # run SECONDS COMMAND...: output in $work/out, exit code in $rc, seconds taken in $secs
   local start
   start=$(date +%s)
-  timeout "$1" "${@:2}" >"$work/out" 2>&1
+  timeout "$1" "${@:2}" >"$work/out" 2>&1 </dev/null
   rc=$?
   secs=$(($(date +%s) - start))
 }
