@@ -1,5 +1,5 @@
-// The interface every device implements (allocation and identity). Budgets, counters and the CPU and
-// CUDA implementations live in tandem/device; core needs only this much so that a Tensor can free itself.
+// The interface every device implements (allocation and identity). Budgets, counters and the CPU, CUDA and
+// counting implementations live in tandem/device; core needs only this much so that a Tensor can free itself.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,23 @@
 
 namespace tandem {
 
-enum class DeviceKind { Cpu, Cuda };
+// Cpu and Cuda hold data; a Counting device holds none and runs no kernel: it accounts what the engine would
+// allocate and records the ops it would run (the planner's device, device/counting_device.h).
+enum class DeviceKind { Cpu, Cuda, Counting };
+
+// What an allocation is for: the terms in which memory is accounted and predicted.
+enum class MemoryPurpose {
+  Parameters,     // fp32 values and master copies, and a compute-dtype working copy when it is narrower
+  Gradients,      // fp32 gradients: full buffers and owned reduced shards
+  Optimizer,      // optimizer state (AdamW moments)
+  ZeroBuffers,    // ZeRO's per-layer transients: gathered values (stage 3), full gradients (stages 2, 3)
+  Activations,    // allocated in a forward pass: what forward keeps for backward, and its temporaries
+  Transient,      // allocated in a backward pass or the loss: gradients in flight, recomputation, op scratch
+  Communication,  // pipeline receive buffers
+  Other,          // batches, fixed workspaces, anything not in a scope
+};
+inline constexpr int kMemoryPurposes = 8;
+const char* purpose_name(MemoryPurpose p);  // "parameters", "gradients", ...
 
 class Device {
  public:
@@ -27,6 +43,27 @@ class Device {
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   // Waits until all work queued on this device is done (a no-op on CPU).
   virtual void synchronize() {}
+
+  // The purpose later allocations are accounted under (devices that keep no accounts ignore it).
+  virtual void set_purpose(MemoryPurpose) {}
+  virtual MemoryPurpose purpose() const { return MemoryPurpose::Other; }
+  // False for a device that holds no data (Counting): code that only produces values may skip the work.
+  bool holds_data() const { return kind() != DeviceKind::Counting; }
+};
+
+// Sets the device's purpose for its lifetime, then restores the previous one.
+class PurposeScope {
+ public:
+  PurposeScope(Device& device, MemoryPurpose purpose) : device_(device), saved_(device.purpose()) {
+    device_.set_purpose(purpose);
+  }
+  ~PurposeScope() { device_.set_purpose(saved_); }
+  PurposeScope(const PurposeScope&) = delete;
+  PurposeScope& operator=(const PurposeScope&) = delete;
+
+ private:
+  Device& device_;
+  MemoryPurpose saved_;
 };
 
 }  // namespace tandem

@@ -18,16 +18,29 @@ void* AccountedDevice::allocate(size_t bytes, std::string_view what) {
                 ". Raise \"device_memory\", or spread the model over more devices (\"parallel\").");
   }
   void* p = raw_allocate(bytes == 0 ? 1 : bytes);
-  held_[p] = Held{bytes, std::string(what)};
+  held_.emplace(p, Held{bytes, purpose_, name_holders_ ? std::string(what) : std::string()});
   live_ += bytes;
-  peak_ = std::max(peak_, live_);
+  live_by_[purpose_] += static_cast<int64_t>(bytes);
+  if (live_ > peak_) {
+    peak_ = live_;
+    at_peak_ = live_by_;
+    peak_label_ = label_;
+  }
+  if (live_ > window_peak_) {
+    window_peak_ = live_;
+    window_at_peak_ = live_by_;
+    window_peak_label_ = label_;
+  }
   return p;
 }
 
 void AccountedDevice::release(void* ptr, size_t bytes) {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mu_);
-  held_.erase(ptr);
+  const auto it = held_.find(ptr);
+  TANDEM_CHECK(it != held_.end(), "release of memory ", name(), " did not hand out");
+  live_by_[it->second.purpose] -= static_cast<int64_t>(bytes);
+  held_.erase(it);
   live_ -= bytes;
   raw_release(ptr);
 }
@@ -45,6 +58,50 @@ uint64_t AccountedDevice::peak_bytes() const {
 void AccountedDevice::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   peak_ = live_;
+  at_peak_ = live_by_;
+  peak_label_ = label_;
+}
+
+Breakdown AccountedDevice::live() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_by_;
+}
+
+Breakdown AccountedDevice::at_peak() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return at_peak_;
+}
+
+std::string AccountedDevice::peak_label() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_label_;
+}
+
+void AccountedDevice::set_label(std::string label) {
+  std::lock_guard<std::mutex> lock(mu_);
+  label_ = std::move(label);
+}
+
+void AccountedDevice::start_window() {
+  std::lock_guard<std::mutex> lock(mu_);
+  window_peak_ = live_;
+  window_at_peak_ = live_by_;
+  window_peak_label_ = label_;
+}
+
+uint64_t AccountedDevice::window_peak() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return window_peak_;
+}
+
+Breakdown AccountedDevice::window_at_peak() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return window_at_peak_;
+}
+
+std::string AccountedDevice::window_peak_label() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return window_peak_label_;
 }
 
 std::string AccountedDevice::describe_largest_locked(int count) const {
@@ -57,7 +114,7 @@ std::string AccountedDevice::describe_largest_locked(int count) const {
   std::ostringstream os;
   if (!all.empty()) os << " (largest: ";
   for (size_t i = 0; i < std::min<size_t>(count, all.size()); ++i)
-    os << (i ? ", " : "") << "'" << all[i]->what << "' " << format_bytes(all[i]->bytes);
+    os << (i ? ", " : "") << "'" << (all[i]->what.empty() ? "?" : all[i]->what) << "' " << format_bytes(all[i]->bytes);
   if (!all.empty()) os << ")";
   return os.str();
 }

@@ -1,29 +1,48 @@
-// AccountedDevice: the budget and the live/peak byte counters shared by every device kind.
-// Subclasses provide raw memory (CPU: aligned host memory; CUDA: planned device arenas).
+// AccountedDevice: the budget and the live/peak byte counters shared by every device kind, by purpose (what the
+// bytes are for: parameters, activations, ...). Subclasses provide raw memory (CPU: aligned host memory; CUDA:
+// planned device arenas; Counting: none).
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "tandem/core/device_interface.h"
+#include "tandem/device/breakdown.h"
 
 namespace tandem::device {
 
 class AccountedDevice : public Device {
  public:
-  // budget_bytes == 0 means no budget.
-  explicit AccountedDevice(uint64_t budget_bytes) : budget_(budget_bytes) {}
+  // budget_bytes == 0 means no budget. `name_holders`: keep each allocation's name for the out-of-budget message
+  // (a device without a budget that only counts can skip it).
+  explicit AccountedDevice(uint64_t budget_bytes, bool name_holders = true)
+      : budget_(budget_bytes), name_holders_(name_holders) {}
 
   void* allocate(size_t bytes, std::string_view what) final;
   void release(void* ptr, size_t bytes) final;
+  void set_purpose(MemoryPurpose p) final { purpose_ = p; }
+  MemoryPurpose purpose() const final { return purpose_; }
 
   uint64_t live_bytes() const;
   uint64_t peak_bytes() const;
   uint64_t budget_bytes() const { return budget_; }
   void set_budget(uint64_t bytes) { budget_ = bytes; }
   void reset_peak();  // peak := live
+
+  Breakdown live() const;     // live bytes by purpose
+  Breakdown at_peak() const;  // what was live at the peak
+  // The label set when the peak was reached (set_label), e.g. "backward of micro-batch 3, at blocks.2 backward".
+  std::string peak_label() const;
+  void set_label(std::string label);
+
+  // A second watermark that start_window() resets without touching the device's peak: the highest point since,
+  // and what was live then (the planner measures one action at a time with it).
+  void start_window();
+  uint64_t window_peak() const;
+  Breakdown window_at_peak() const;
+  std::string window_peak_label() const;
 
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;
@@ -32,15 +51,19 @@ class AccountedDevice : public Device {
  private:
   struct Held {
     size_t bytes;
-    std::string what;
+    MemoryPurpose purpose;
+    std::string what;  // empty unless name_holders_
   };
   std::string describe_largest_locked(int count) const;
 
   mutable std::mutex mu_;
   uint64_t budget_;
-  uint64_t live_ = 0;
-  uint64_t peak_ = 0;
-  std::map<void*, Held> held_;  // live allocations, for the out-of-budget message
+  bool name_holders_;
+  MemoryPurpose purpose_ = MemoryPurpose::Other;
+  uint64_t live_ = 0, peak_ = 0, window_peak_ = 0;
+  Breakdown live_by_, at_peak_, window_at_peak_;
+  std::string label_, peak_label_, window_peak_label_;
+  std::unordered_map<void*, Held> held_;  // live allocations
 };
 
 }  // namespace tandem::device

@@ -1,0 +1,59 @@
+#include "tandem/device/counting_device.h"
+
+#include <cstring>
+
+namespace tandem::device {
+
+WorkLog& WorkLog::operator+=(const WorkLog& o) {
+  gemm_flops += o.gemm_flops;
+  gemm_flops_fp32 += o.gemm_flops_fp32;
+  attention_flops += o.attention_flops;
+  bytes += o.bytes;
+  ops += o.ops;
+  for (int i = 0; i < kCommAxes; ++i) {
+    comm_calls[i] += o.comm_calls[i];
+    comm_bus_bytes[i] += o.comm_bus_bytes[i];
+  }
+  return *this;
+}
+
+WorkLog& WorkLog::operator-=(const WorkLog& o) {
+  WorkLog negative = o;
+  negative *= -1.0;
+  return *this += negative;
+}
+
+WorkLog& WorkLog::operator*=(double k) {
+  gemm_flops *= k;
+  gemm_flops_fp32 *= k;
+  attention_flops *= k;
+  bytes *= k;
+  ops *= k;
+  for (int i = 0; i < kCommAxes; ++i) {
+    comm_calls[i] *= k;
+    comm_bus_bytes[i] *= k;
+  }
+  return *this;
+}
+
+// Addresses start far from anything real, 64-byte aligned as every device's allocations are.
+CountingDevice::CountingDevice(DeviceKind planned, int cpu_threads, int index)
+    : AccountedDevice(0, /*name_holders=*/false),
+      planned_(planned),
+      cpu_threads_(cpu_threads),
+      index_(index),
+      next_(uintptr_t{1} << 44) {}
+
+void CountingDevice::copy_to_host(void* host_dst, const void*, size_t bytes) { std::memset(host_dst, 0, bytes); }
+
+void* CountingDevice::raw_allocate(size_t bytes) {
+  void* p = reinterpret_cast<void*>(next_);
+  next_ += (bytes + 127) / 64 * 64;  // at least one free line between ranges
+  return p;
+}
+
+CountingDevice* as_counting(Device& device) {
+  return device.kind() == DeviceKind::Counting ? static_cast<CountingDevice*>(&device) : nullptr;
+}
+
+}  // namespace tandem::device
