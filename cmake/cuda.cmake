@@ -114,6 +114,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/adamw.cu
   ${_tandem_ops}/attention.cc
   ${_tandem_ops}/attention.cu
+  ${_tandem_ops}/backend.cc
   ${_tandem_ops}/cross_entropy.cu
   ${_tandem_ops}/elementwise.cu
   ${_tandem_ops}/embedding.cu

@@ -399,7 +399,7 @@ void check_embedding(Suite& s) {
         auto ids = s.ids(id_values);
         auto dy = s.make({c.n, c.c}, t, 52);
         auto dtable = s.make({c.v_local, c.c}, DType::F32, 53);  // accumulates
-        const int64_t vocab = c.start ? cpu::kUncheckedVocab : c.v;
+        const int64_t vocab = c.start ? ops::kUncheckedVocab : c.v;
         Tensor before = Tensor::empty(dtable.gpu.shape(), DType::F32, s.dev(), "dtable copy");
         before.copy_from(dtable.gpu);
         cpu::embedding_backward(ids.cpu, dy.cpu, dtable.cpu, c.start, vocab);
@@ -545,8 +545,8 @@ void check_cross_entropy(Suite& s) {
         for (int64_t i = 0; i < c.n; ++i) lse.f32()[i] = row_max.cpu.f32()[i] + std::log(sum_exp.cpu.f32()[i]);
         Tensor lse_g = s.upload(lse, DType::F32);
         auto dlogits = s.output({c.n, v_local}, t);
-        cpu::cross_entropy_backward(logits.cpu, targets.cpu, lse, scale, dlogits.cpu, start, cpu::kUncheckedVocab);
-        gpu::cross_entropy_backward(logits.gpu, targets.gpu, lse_g, scale, dlogits.gpu, start, gpu::kUncheckedVocab);
+        cpu::cross_entropy_backward(logits.cpu, targets.cpu, lse, scale, dlogits.cpu, start, ops::kUncheckedVocab);
+        gpu::cross_entropy_backward(logits.gpu, targets.gpu, lse_g, scale, dlogits.gpu, start, ops::kUncheckedVocab);
         s.compare("cross_entropy_backward sharded", t, shard, dlogits.gpu, dlogits.cpu);
       });
     }

@@ -1,6 +1,6 @@
-// The op front end: checks every call's shapes and dtypes against the contract in ops.h, then dispatches on the
-// device kind to a backend (ops/cpu today; a cuda/ folder joins it later). Data-dependent checks (ids in range)
-// live in the backends.
+// The op front end: checks every call's shapes and dtypes against the contract in ops.h, then calls the op in the
+// table (backend.h) of the device kind: ops/cpu, ops/cuda or the counting backend. Data-dependent checks (ids in
+// range) live in the backends.
 #include "tandem/ops/ops.h"
 
 #include <climits>
@@ -8,8 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "tandem/ops/cpu/cpu_ops.h"
-#include "tandem/ops/cuda/cuda_ops.h"
+#include "tandem/ops/backend.h"
 #include "tandem/ops/op_util.h"
 
 namespace tandem::ops {
@@ -33,21 +32,19 @@ void check_devices(const char* op, const Tensor& first, const Rest&... rest) {
   (same(rest), ...);
 }
 
-#ifdef TANDEM_WITH_CUDA
-inline constexpr bool kWithCuda = true;
-#else
-inline constexpr bool kWithCuda = false;
-#endif
-
-// Runs the backend for `t`'s device kind: each call names the same function of ops/cpu and ops/cuda.
-template <class CpuFn, class CudaFn>
-auto dispatch(const char* op, const Tensor& t, CpuFn&& cpu_fn, CudaFn&& cuda_fn) {
+// The backend of `t`'s device kind; every call names the same function of each (op_list.h).
+const Backend& backend_of(const char* op, const Tensor& t) {
   switch (t.device().kind()) {
     case DeviceKind::Cpu:
-      return cpu_fn();
+      return cpu::backend();
     case DeviceKind::Cuda:
-      if constexpr (kWithCuda) return cuda_fn();
+#ifdef TANDEM_WITH_CUDA
+      return cuda::backend();
+#else
       break;
+#endif
+    case DeviceKind::Counting:
+      return counting::backend();
   }
   no_backend(op, t);
 }
@@ -129,17 +126,14 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
   for (int64_t d : {rows_of(a), cols_of(a), rows_of(b), cols_of(b), m, n})
     TANDEM_CHECK(d <= INT_MAX, "matmul: dimension ", d, " exceeds the 32-bit BLAS interface");
   TANDEM_CHECK(!overlaps(c, a) && !overlaps(c, b), "matmul: c ", shape_str(c.shape()), " shares memory with an input");
-  return dispatch(
-      "matmul", c, [&] { return cpu::matmul(a, b, c, trans_a, trans_b, beta); },
-      [&] { return cuda::matmul(a, b, c, trans_a, trans_b, beta); });
+  return backend_of("matmul", c).matmul(a, b, c, trans_a, trans_b, beta);
 }
 
 void add_bias(const Tensor& y, const Tensor& bias) {
   check_devices("add_bias", y, bias);
   check_compute("add_bias", {{"y", y}, {"bias", bias}});
   check_channels("add_bias", "bias", bias, y);
-  return dispatch(
-      "add_bias", y, [&] { return cpu::add_bias(y, bias); }, [&] { return cuda::add_bias(y, bias); });
+  return backend_of("add_bias", y).add_bias(y, bias);
 }
 
 void bias_backward(const Tensor& dy, const Tensor& dbias) {
@@ -147,9 +141,7 @@ void bias_backward(const Tensor& dy, const Tensor& dbias) {
   check_compute("bias_backward", {{"dy", dy}});
   check_f32("bias_backward", "dbias", dbias);
   check_channels("bias_backward", "dbias", dbias, dy);
-  return dispatch(
-      "bias_backward", dy, [&] { return cpu::bias_backward(dy, dbias); },
-      [&] { return cuda::bias_backward(dy, dbias); });
+  return backend_of("bias_backward", dy).bias_backward(dy, dbias);
 }
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -157,8 +149,7 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_compute("add", {{"a", a}, {"b", b}, {"out", out}});
   check_same_shape("add", "a", a, "b", b);
   check_same_shape("add", "a", a, "out", out);
-  return dispatch(
-      "add", out, [&] { return cpu::add(a, b, out); }, [&] { return cuda::add(a, b, out); });
+  return backend_of("add", out).add(a, b, out);
 }
 
 void axpy(float alpha, const Tensor& x, const Tensor& y) {
@@ -167,30 +158,26 @@ void axpy(float alpha, const Tensor& x, const Tensor& y) {
   // Flat buffers of equal size are fine (gradient accumulation over parameter groups); the shapes may differ.
   TANDEM_CHECK(x.numel() == y.numel(), "axpy: x ", shape_str(x.shape()), " and y ", shape_str(y.shape()),
                " differ in size");
-  return dispatch(
-      "axpy", y, [&] { return cpu::axpy(alpha, x, y); }, [&] { return cuda::axpy(alpha, x, y); });
+  return backend_of("axpy", y).axpy(alpha, x, y);
 }
 
 void scale(const Tensor& x, float alpha) {
   check_devices("scale", x);
   check_compute("scale", {{"x", x}});
-  return dispatch(
-      "scale", x, [&] { return cpu::scale(x, alpha); }, [&] { return cuda::scale(x, alpha); });
+  return backend_of("scale", x).scale(x, alpha);
 }
 
 void fill(const Tensor& x, float value) {
   check_devices("fill", x);
   check_compute("fill", {{"x", x}});
-  return dispatch(
-      "fill", x, [&] { return cpu::fill(x, value); }, [&] { return cuda::fill(x, value); });
+  return backend_of("fill", x).fill(x, value);
 }
 
 void relu_forward(const Tensor& x, const Tensor& y) {
   check_devices("relu_forward", y, x);
   check_compute("relu_forward", {{"x", x}, {"y", y}});
   check_same_shape("relu_forward", "x", x, "y", y);
-  return dispatch(
-      "relu_forward", y, [&] { return cpu::relu_forward(x, y); }, [&] { return cuda::relu_forward(x, y); });
+  return backend_of("relu_forward", y).relu_forward(x, y);
 }
 
 void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -198,17 +185,14 @@ void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   check_compute("relu_backward", {{"x", x}, {"dy", dy}, {"dx", dx}});
   check_same_shape("relu_backward", "x", x, "dy", dy);
   check_same_shape("relu_backward", "x", x, "dx", dx);
-  return dispatch(
-      "relu_backward", dx, [&] { return cpu::relu_backward(x, dy, dx); },
-      [&] { return cuda::relu_backward(x, dy, dx); });
+  return backend_of("relu_backward", dx).relu_backward(x, dy, dx);
 }
 
 void gelu_forward(const Tensor& x, const Tensor& y) {
   check_devices("gelu_forward", y, x);
   check_compute("gelu_forward", {{"x", x}, {"y", y}});
   check_same_shape("gelu_forward", "x", x, "y", y);
-  return dispatch(
-      "gelu_forward", y, [&] { return cpu::gelu_forward(x, y); }, [&] { return cuda::gelu_forward(x, y); });
+  return backend_of("gelu_forward", y).gelu_forward(x, y);
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -216,9 +200,7 @@ void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   check_compute("gelu_backward", {{"x", x}, {"dy", dy}, {"dx", dx}});
   check_same_shape("gelu_backward", "x", x, "dy", dy);
   check_same_shape("gelu_backward", "x", x, "dx", dx);
-  return dispatch(
-      "gelu_backward", dx, [&] { return cpu::gelu_backward(x, dy, dx); },
-      [&] { return cuda::gelu_backward(x, dy, dx); });
+  return backend_of("gelu_backward", dx).gelu_backward(x, dy, dx);
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
@@ -232,9 +214,7 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   check_channels("layernorm_forward", "beta", beta, x);
   check_per_row("layernorm_forward", "mean", mean, x);
   check_per_row("layernorm_forward", "rstd", rstd, x);
-  return dispatch(
-      "layernorm_forward", y, [&] { return cpu::layernorm_forward(x, gamma, beta, y, mean, rstd, eps); },
-      [&] { return cuda::layernorm_forward(x, gamma, beta, y, mean, rstd, eps); });
+  return backend_of("layernorm_forward", y).layernorm_forward(x, gamma, beta, y, mean, rstd, eps);
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
@@ -250,9 +230,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   check_channels("layernorm_backward", "dbeta", dbeta, x);
   check_per_row("layernorm_backward", "mean", mean, x);
   check_per_row("layernorm_backward", "rstd", rstd, x);
-  return dispatch(
-      "layernorm_backward", dx, [&] { return cpu::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta); },
-      [&] { return cuda::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta); });
+  return backend_of("layernorm_backward", dx).layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
 }
 
 namespace {
@@ -279,30 +257,22 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y) 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t start, int64_t vocab) {
   check_devices("embedding_forward", y, ids, table);
   check_embedding("embedding_forward", false, ids, table, y);
-  TANDEM_CHECK(start >= 0 && start + table.dim(0) <= vocab && vocab <= cpu::kUncheckedVocab,
-               "embedding_forward: table ", shape_str(table.shape()), " at row ", start,
-               " does not fit a vocabulary of ", vocab);
-  return dispatch(
-      "embedding_forward", y, [&] { return cpu::embedding_forward(ids, table, y, start, vocab); },
-      [&] { return cuda::embedding_forward(ids, table, y, start, vocab); });
+  TANDEM_CHECK(start >= 0 && start + table.dim(0) <= vocab && vocab <= kUncheckedVocab, "embedding_forward: table ",
+               shape_str(table.shape()), " at row ", start, " does not fit a vocabulary of ", vocab);
+  return backend_of("embedding_forward", y).embedding_forward(ids, table, y, start, vocab);
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable) {
   check_devices("embedding_backward", dtable, ids, dy);
   check_embedding("embedding_backward", true, ids, dtable, dy);
-  return dispatch(
-      "embedding_backward", dtable, [&] { return cpu::embedding_backward(ids, dy, dtable, 0, dtable.dim(0)); },
-      [&] { return cuda::embedding_backward(ids, dy, dtable, 0, dtable.dim(0)); });
+  return backend_of("embedding_backward", dtable).embedding_backward(ids, dy, dtable, 0, dtable.dim(0));
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t start) {
   check_devices("embedding_backward", dtable, ids, dy);
   check_embedding("embedding_backward", true, ids, dtable, dy);
   TANDEM_CHECK(start >= 0, "embedding_backward: negative shard start ", start);
-  return dispatch(
-      "embedding_backward", dtable,
-      [&] { return cpu::embedding_backward(ids, dy, dtable, start, cpu::kUncheckedVocab); },
-      [&] { return cuda::embedding_backward(ids, dy, dtable, start, cpu::kUncheckedVocab); });
+  return backend_of("embedding_backward", dtable).embedding_backward(ids, dy, dtable, start, kUncheckedVocab);
 }
 
 void add_positions(const Tensor& y, const Tensor& pos) {
@@ -311,8 +281,7 @@ void add_positions(const Tensor& y, const Tensor& pos) {
   TANDEM_CHECK(y.rank() == 3 && pos.rank() == 2 && y.dim(1) <= pos.dim(0) && y.dim(2) == pos.dim(1),
                "add_positions: y ", shape_str(y.shape()), " (B, T, C) does not fit pos ", shape_str(pos.shape()),
                " (T_max, C)");
-  return dispatch(
-      "add_positions", y, [&] { return cpu::add_positions(y, pos); }, [&] { return cuda::add_positions(y, pos); });
+  return backend_of("add_positions", y).add_positions(y, pos);
 }
 
 void add_positions_backward(const Tensor& dy, const Tensor& dpos) {
@@ -322,9 +291,7 @@ void add_positions_backward(const Tensor& dy, const Tensor& dpos) {
   TANDEM_CHECK(dy.rank() == 3 && dpos.rank() == 2 && dy.dim(1) <= dpos.dim(0) && dy.dim(2) == dpos.dim(1),
                "add_positions_backward: dy ", shape_str(dy.shape()), " (B, T, C) does not fit dpos ",
                shape_str(dpos.shape()), " (T_max, C)");
-  return dispatch(
-      "add_positions_backward", dpos, [&] { return cpu::add_positions_backward(dy, dpos); },
-      [&] { return cuda::add_positions_backward(dy, dpos); });
+  return backend_of("add_positions_backward", dpos).add_positions_backward(dy, dpos);
 }
 
 namespace {
@@ -346,9 +313,7 @@ void check_attention(const char* op, const Tensor& qkv, int heads, const Tensor&
 void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
   check_devices("attention_forward", y, qkv, lse);
   check_attention("attention_forward", qkv, heads, y, lse);
-  return dispatch(
-      "attention_forward", y, [&] { return cpu::attention_forward(qkv, heads, y, lse); },
-      [&] { return cuda::attention_forward(qkv, heads, y, lse); });
+  return backend_of("attention_forward", y).attention_forward(qkv, heads, y, lse);
 }
 
 void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
@@ -360,9 +325,7 @@ void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Ten
   check_same_shape("attention_backward", "qkv", qkv, "dqkv", dqkv);
   TANDEM_CHECK(!overlaps(dqkv, qkv) && !overlaps(dqkv, y) && !overlaps(dqkv, dy) && !overlaps(dqkv, lse),
                "attention_backward: dqkv shares memory with an input");
-  return dispatch(
-      "attention_backward", dqkv, [&] { return cpu::attention_backward(qkv, heads, y, lse, dy, dqkv); },
-      [&] { return cuda::attention_backward(qkv, heads, y, lse, dy, dqkv); });
+  return backend_of("attention_backward", dqkv).attention_backward(qkv, heads, y, lse, dy, dqkv);
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {
@@ -375,9 +338,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
   check_per_row("cross_entropy_forward", "targets", targets, logits);
   check_per_row("cross_entropy_forward", "losses", losses, logits);
   check_per_row("cross_entropy_forward", "lse", lse, logits);
-  return dispatch(
-      "cross_entropy_forward", losses, [&] { return cpu::cross_entropy_forward(logits, targets, losses, lse); },
-      [&] { return cuda::cross_entropy_forward(logits, targets, losses, lse); });
+  return backend_of("cross_entropy_forward", losses).cross_entropy_forward(logits, targets, losses, lse);
 }
 
 namespace {
@@ -400,20 +361,16 @@ void check_cross_entropy_backward(const Tensor& logits, const Tensor& targets, c
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
                             const Tensor& dlogits) {
   check_cross_entropy_backward(logits, targets, lse, dlogits);
-  return dispatch(
-      "cross_entropy_backward", dlogits,
-      [&] { return cpu::cross_entropy_backward(logits, targets, lse, scale, dlogits, 0, cols_of(logits)); },
-      [&] { return cuda::cross_entropy_backward(logits, targets, lse, scale, dlogits, 0, cols_of(logits)); });
+  return backend_of("cross_entropy_backward", dlogits)
+      .cross_entropy_backward(logits, targets, lse, scale, dlogits, 0, cols_of(logits));
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
                             const Tensor& dlogits, int64_t start) {
   check_cross_entropy_backward(logits, targets, lse, dlogits);
   TANDEM_CHECK(start >= 0, "cross_entropy_backward: negative shard start ", start);
-  return dispatch(
-      "cross_entropy_backward", dlogits,
-      [&] { return cpu::cross_entropy_backward(logits, targets, lse, scale, dlogits, start, cpu::kUncheckedVocab); },
-      [&] { return cuda::cross_entropy_backward(logits, targets, lse, scale, dlogits, start, cpu::kUncheckedVocab); });
+  return backend_of("cross_entropy_backward", dlogits)
+      .cross_entropy_backward(logits, targets, lse, scale, dlogits, start, kUncheckedVocab);
 }
 
 void cross_entropy_stats(const Tensor& logits, const Tensor& targets, int64_t start, int64_t vocab,
@@ -425,14 +382,12 @@ void cross_entropy_stats(const Tensor& logits, const Tensor& targets, int64_t st
   check_f32(op, "row_max", row_max);
   check_f32(op, "target_logit", target_logit);
   TANDEM_CHECK(cols_of(logits) > 0, op, ": logits ", shape_str(logits.shape()), " has no classes");
-  TANDEM_CHECK(start >= 0 && start + cols_of(logits) <= vocab && vocab <= cpu::kUncheckedVocab, op, ": logits ",
+  TANDEM_CHECK(start >= 0 && start + cols_of(logits) <= vocab && vocab <= kUncheckedVocab, op, ": logits ",
                shape_str(logits.shape()), " at column ", start, " do not fit a vocabulary of ", vocab);
   check_per_row(op, "targets", targets, logits);
   check_per_row(op, "row_max", row_max, logits);
   check_per_row(op, "target_logit", target_logit, logits);
-  return dispatch(
-      op, row_max, [&] { return cpu::cross_entropy_stats(logits, targets, start, vocab, row_max, target_logit); },
-      [&] { return cuda::cross_entropy_stats(logits, targets, start, vocab, row_max, target_logit); });
+  return backend_of(op, row_max).cross_entropy_stats(logits, targets, start, vocab, row_max, target_logit);
 }
 
 void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
@@ -443,9 +398,7 @@ void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_
   check_f32(op, "sum_exp", sum_exp);
   check_per_row(op, "row_max", row_max, logits);
   check_per_row(op, "sum_exp", sum_exp, logits);
-  return dispatch(
-      op, sum_exp, [&] { return cpu::row_sum_exp(logits, row_max, sum_exp); },
-      [&] { return cuda::row_sum_exp(logits, row_max, sum_exp); });
+  return backend_of(op, sum_exp).row_sum_exp(logits, row_max, sum_exp);
 }
 
 void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,
@@ -461,16 +414,13 @@ void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, con
   TANDEM_CHECK(loss_sum.numel() == 1, op, ": loss_sum ", shape_str(loss_sum.shape()), " is not one element");
   TANDEM_CHECK(!overlaps(loss_sum, row_max) && !overlaps(loss_sum, target_logit) && !overlaps(loss_sum, lse), op,
                ": loss_sum shares memory with a per-row input");
-  return dispatch(
-      op, lse, [&] { return cpu::cross_entropy_finish(row_max, target_logit, lse, loss_sum); },
-      [&] { return cuda::cross_entropy_finish(row_max, target_logit, lse, loss_sum); });
+  return backend_of(op, lse).cross_entropy_finish(row_max, target_logit, lse, loss_sum);
 }
 
 double sum_squares(const Tensor& x) {
   check_devices("sum_squares", x);
   check_compute("sum_squares", {{"x", x}});
-  return dispatch(
-      "sum_squares", x, [&] { return cpu::sum_squares(x); }, [&] { return cuda::sum_squares(x); });
+  return backend_of("sum_squares", x).sum_squares(x);
 }
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
@@ -482,9 +432,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
                  " differs in size from param ", shape_str(param.shape()));
   }
   TANDEM_CHECK(p.step >= 1, "adamw_step: step ", p.step, " must count from 1");
-  return dispatch(
-      "adamw_step", param, [&] { return cpu::adamw_step(param, grad, m, v, p); },
-      [&] { return cuda::adamw_step(param, grad, m, v, p); });
+  return backend_of("adamw_step", param).adamw_step(param, grad, m, v, p);
 }
 
 void cast(const Tensor& src, const Tensor& dst) {
@@ -494,8 +442,7 @@ void cast(const Tensor& src, const Tensor& dst) {
   TANDEM_CHECK(is_float(src.dtype()) && is_float(dst.dtype()), "cast: src ", shape_str(src.shape()), " holds ",
                dtype_name(src.dtype()), " and dst ", shape_str(dst.shape()), " holds ", dtype_name(dst.dtype()),
                "; casts go between float dtypes (f32, bf16, f16)");
-  return dispatch(
-      "cast", dst, [&] { return cpu::cast(src, dst); }, [&] { return cuda::cast(src, dst); });
+  return backend_of("cast", dst).cast(src, dst);
 }
 
 }  // namespace tandem::ops

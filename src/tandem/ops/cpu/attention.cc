@@ -39,15 +39,20 @@ struct Plan {
   int teams;
 };
 
-Plan plan_of(const Dims& s) {
+Plan plan_of(const Dims& s, int threads) {
   const int64_t pairs = s.b * s.h;
   const int64_t block = std::min(s.t, std::max(kMinBlockRows, kBlasSerialLimit / (s.t * s.d)));
   const bool serial_blas = block * s.t * s.d <= kBlasSerialLimit;
   // The dense products dominate: about T*T*D multiply-adds per pair, each a few element operations' worth.
   const bool parallel = serial_blas && pairs > 1 && worth_parallel(pairs * s.t * s.t, s.d);
-  const int teams = parallel ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), pairs)) : 1;
+  const int teams = parallel ? static_cast<int>(std::min<int64_t>(threads, pairs)) : 1;
   return Plan{block, teams};
 }
+
+// fp32 scratch per thread of the team: forward q, k, v, o (T, D) and p (T, T); backward also dO, dQ, dK, dV, dP and
+// the row dots (T).
+int64_t forward_scratch_per_thread(const Dims& s) { return 4 * s.t * s.d + s.t * s.t; }
+int64_t backward_scratch_per_thread(const Dims& s) { return 8 * s.t * s.d + 2 * s.t * s.t + s.t; }
 
 // dst (T, D) = the block at `src` whose rows lie `stride` elements apart, widened to fp32: BLAS and the row loops
 // then walk dense memory instead of one D-element strip per 3C-element row.
@@ -111,8 +116,8 @@ void forward_kernel(const Tensor& qkv, int heads, const Tensor& y, const Tensor&
   const int64_t pairs = s.b * s.h, t = s.t, d = s.d;
   if (pairs == 0 || t == 0 || d == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const Plan plan = plan_of(s);
-  const int64_t per_thread = 4 * t * d + t * t;
+  const Plan plan = plan_of(s, omp_get_max_threads());
+  const int64_t per_thread = forward_scratch_per_thread(s);
   Tensor scratch =
       Tensor::empty({plan.teams, per_thread}, DType::F32, qkv.device(), "attention scratch");  // (teams, 4TD + TT)
   float* scratch_base = scratch.f32();
@@ -155,9 +160,9 @@ void backward_kernel(const Tensor& qkv, int heads, const Tensor& y, const Tensor
   const int64_t pairs = s.b * s.h, t = s.t, d = s.d;
   if (pairs == 0 || t == 0 || d == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const Plan plan = plan_of(s);
+  const Plan plan = plan_of(s, omp_get_max_threads());
   const int64_t td = t * d, tt = t * t;
-  const int64_t per_thread = 8 * td + 2 * tt + t;
+  const int64_t per_thread = backward_scratch_per_thread(s);
   Tensor scratch =
       Tensor::empty({plan.teams, per_thread}, DType::F32, qkv.device(), "attention scratch");  // (teams, 8TD + 2TT + T)
   float* scratch_base = scratch.f32();
@@ -226,6 +231,20 @@ void backward_kernel(const Tensor& qkv, int heads, const Tensor& y, const Tensor
 }
 
 }  // namespace
+
+int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor&,
+                                  const Tensor&) {
+  const Dims s = dims_of(qkv, heads);
+  if (s.b * s.h == 0 || s.t == 0 || s.d == 0) return 0;
+  return plan_of(s, ctx.cpu_threads).teams * forward_scratch_per_thread(s) * 4;
+}
+
+int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor&,
+                                   const Tensor&, const Tensor&, const Tensor&) {
+  const Dims s = dims_of(qkv, heads);
+  if (s.b * s.h == 0 || s.t == 0 || s.d == 0) return 0;
+  return plan_of(s, ctx.cpu_threads).teams * backward_scratch_per_thread(s) * 4;
+}
 
 void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
   visit_float(qkv.dtype(), [&](auto t) { forward_kernel<decltype(t)>(qkv, heads, y, lse); });

@@ -1,56 +1,25 @@
-// The CPU backend of the op set: the same contracts as tandem/ops/ops.h, with shapes and dtypes already checked by
-// ops.cc. Kernels are templates over the compute dtype's storage (cpu/element.h) with fp32 math. Matrix products go
-// through OpenBLAS; loops split over OpenMP threads in thread-count-independent ways, and only when the work pays
-// for it (op_util.h).
+// The CPU backend of the op set: every op of op_list.h with the contracts of tandem/ops/ops.h, shapes and dtypes
+// already checked by ops.cc. Kernels are templates over the compute dtype's storage (cpu/element.h) with fp32 math.
+// Matrix products go through OpenBLAS; loops split over OpenMP threads in thread-count-independent ways, and only
+// when the work pays for it (op_util.h). Ids or targets outside [0, vocab) throw.
 #pragma once
 
 #include "tandem/core/tensor.h"
+#include "tandem/ops/backend.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::ops::cpu {
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float beta);
+#define TANDEM_OP_DECLARE(R, name, params, args) R name params;
+TANDEM_OPS(TANDEM_OP_DECLARE)
+#undef TANDEM_OP_DECLARE
 
-void add_bias(const Tensor& y, const Tensor& bias);
-void bias_backward(const Tensor& dy, const Tensor& dbias);
-void add(const Tensor& a, const Tensor& b, const Tensor& out);
-void axpy(float alpha, const Tensor& x, const Tensor& y);
-void scale(const Tensor& x, float alpha);
-void relu_forward(const Tensor& x, const Tensor& y);
-void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
-void gelu_forward(const Tensor& x, const Tensor& y);
-void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
-void fill(const Tensor& x, float value);
-void cast(const Tensor& src, const Tensor& dst);
-
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
-                       const Tensor& rstd, float eps);
-void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                        const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
-
-// The embedding and cross-entropy functions take the vocabulary-sharded form: this slot owns ids/columns
-// [start, start + V_local) of `vocab`; the unsharded ops pass start 0 and vocab V_local. Ids outside [0, vocab) throw;
-// kUncheckedVocab skips the upper bound where the caller has no vocab (sharded backward: forward checked it).
-inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
-void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y, int64_t start, int64_t vocab);
-void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t start, int64_t vocab);
-void add_positions(const Tensor& y, const Tensor& pos);
-void add_positions_backward(const Tensor& dy, const Tensor& dpos);
-
-void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse);
-void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
-                        const Tensor& dqkv);
-
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse);
-void cross_entropy_stats(const Tensor& logits, const Tensor& targets, int64_t start, int64_t vocab,
-                         const Tensor& row_max, const Tensor& target_logit);
-void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp);
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,
-                            const Tensor& dlogits, int64_t start, int64_t vocab);
-void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse, const Tensor& loss_sum);
-
-double sum_squares(const Tensor& x);
-
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
+// The scratch the kernels allocate (backend.h's Scratch), each defined beside its kernel.
+int64_t matmul_scratch(const ScratchContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
+                       bool trans_b, float beta);
+int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
+                                  const Tensor& lse);
+int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
+                                   const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
 
 }  // namespace tandem::ops::cpu

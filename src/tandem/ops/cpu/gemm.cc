@@ -49,6 +49,17 @@ void scale_only(const Tensor& c, float beta) {
 
 }  // namespace
 
+// The fp32 copies as_f32 makes: a, b and c each when 16-bit, all live through the product.
+int64_t matmul_scratch(const ScratchContext&, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool,
+                       float) {
+  const int64_t k = trans_a ? rows_of(a) : cols_of(a);
+  if (rows_of(c) == 0 || cols_of(c) == 0 || k == 0) return 0;
+  int64_t bytes = 0;
+  for (const Tensor* t : {&a, &b, &c})
+    if (t->dtype() != DType::F32) bytes += t->numel() * 4;
+  return bytes;
+}
+
 void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float beta) {
   const int64_t m = rows_of(c), n = cols_of(c);
   const int64_t k = trans_a ? rows_of(a) : cols_of(a);

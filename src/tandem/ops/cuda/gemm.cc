@@ -14,12 +14,13 @@
 
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
+#include "tandem/ops/cuda/workspace.h"
 #include "tandem/ops/op_util.h"
 
 namespace tandem::ops::cuda {
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kWorkspaceBytes = static_cast<size_t>(kGemmWorkspaceBytes);
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {

@@ -1,0 +1,24 @@
+// The CPU backend's table (backend.h): every op of op_list.h, and the scratch its kernels allocate.
+#include "tandem/ops/cpu/cpu_ops.h"
+
+namespace tandem::ops::cpu {
+
+const Backend& backend() {
+#define TANDEM_OP_ENTRY(R, name, params, args) .name = &cpu::name,
+  static const Backend table{.name = "cpu", TANDEM_OPS(TANDEM_OP_ENTRY)};
+#undef TANDEM_OP_ENTRY
+  return table;
+}
+
+const Scratch& scratch() {
+  static const Scratch table = [] {
+    Scratch s;
+    s.matmul = &matmul_scratch;
+    s.attention_forward = &attention_forward_scratch;
+    s.attention_backward = &attention_backward_scratch;
+    return s;
+  }();
+  return table;
+}
+
+}  // namespace tandem::ops::cpu

@@ -1,0 +1,75 @@
+// The op set as one list: every op a backend implements, with the signature ops.cc calls it by once shapes and
+// dtypes are checked (ops.h states each op's contract). TANDEM_OPS(X) expands X(return type, name, parameters,
+// arguments) once per op; from it come each backend's declarations (cpu_ops.h, cuda_ops.h), the table of function
+// pointers a backend fills (backend.h), the op ids the counting device records, and the counting backend itself.
+// A new op is one line here, its contract and checks in ops.h / ops.cc, and a kernel in each backend.
+#pragma once
+
+#include <cstdint>
+
+#include "tandem/core/tensor.h"
+
+namespace tandem::ops {
+
+struct AdamWParams;
+
+// The embedding and cross-entropy ops take the vocabulary-sharded form: this slot owns ids/columns
+// [start, start + V_local) of `vocab`; the unsharded ops pass start 0 and vocab V_local. Ids outside [0, vocab)
+// throw; kUncheckedVocab skips the upper bound where the caller has no vocab (sharded backward: forward checked it).
+inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
+
+}  // namespace tandem::ops
+
+// clang-format off
+#define TANDEM_OPS(X)                                                                                              \
+  X(void, matmul, (const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool trans_b, float beta),      \
+    (a, b, c, trans_a, trans_b, beta))                                                                             \
+  X(void, add_bias, (const Tensor& y, const Tensor& bias), (y, bias))                                              \
+  X(void, bias_backward, (const Tensor& dy, const Tensor& dbias), (dy, dbias))                                     \
+  X(void, add, (const Tensor& a, const Tensor& b, const Tensor& out), (a, b, out))                                 \
+  X(void, axpy, (float alpha, const Tensor& x, const Tensor& y), (alpha, x, y))                                    \
+  X(void, scale, (const Tensor& x, float alpha), (x, alpha))                                                       \
+  X(void, fill, (const Tensor& x, float value), (x, value))                                                        \
+  X(void, cast, (const Tensor& src, const Tensor& dst), (src, dst))                                                \
+  X(void, relu_forward, (const Tensor& x, const Tensor& y), (x, y))                                                \
+  X(void, relu_backward, (const Tensor& x, const Tensor& dy, const Tensor& dx), (x, dy, dx))                       \
+  X(void, gelu_forward, (const Tensor& x, const Tensor& y), (x, y))                                                \
+  X(void, gelu_backward, (const Tensor& x, const Tensor& dy, const Tensor& dx), (x, dy, dx))                       \
+  X(void, layernorm_forward, (const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,           \
+                              const Tensor& mean, const Tensor& rstd, float eps),                                  \
+    (x, gamma, beta, y, mean, rstd, eps))                                                                          \
+  X(void, layernorm_backward, (const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,         \
+                               const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta),    \
+    (dy, x, gamma, mean, rstd, dx, dgamma, dbeta))                                                                 \
+  X(void, embedding_forward, (const Tensor& ids, const Tensor& table, const Tensor& y, int64_t start,              \
+                              int64_t vocab),                                                                      \
+    (ids, table, y, start, vocab))                                                                                 \
+  X(void, embedding_backward, (const Tensor& ids, const Tensor& dy, const Tensor& dtable, int64_t start,           \
+                               int64_t vocab),                                                                     \
+    (ids, dy, dtable, start, vocab))                                                                               \
+  X(void, add_positions, (const Tensor& y, const Tensor& pos), (y, pos))                                           \
+  X(void, add_positions_backward, (const Tensor& dy, const Tensor& dpos), (dy, dpos))                              \
+  X(void, attention_forward, (const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse),                   \
+    (qkv, heads, y, lse))                                                                                          \
+  X(void, attention_backward, (const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse,                   \
+                               const Tensor& dy, const Tensor& dqkv),                                              \
+    (qkv, heads, y, lse, dy, dqkv))                                                                                \
+  X(void, cross_entropy_forward, (const Tensor& logits, const Tensor& targets, const Tensor& losses,               \
+                                  const Tensor& lse),                                                              \
+    (logits, targets, losses, lse))                                                                                \
+  X(void, cross_entropy_stats, (const Tensor& logits, const Tensor& targets, int64_t start, int64_t vocab,         \
+                                const Tensor& row_max, const Tensor& target_logit),                                \
+    (logits, targets, start, vocab, row_max, target_logit))                                                        \
+  X(void, row_sum_exp, (const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp),                       \
+    (logits, row_max, sum_exp))                                                                                    \
+  X(void, cross_entropy_backward, (const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale,    \
+                                   const Tensor& dlogits, int64_t start, int64_t vocab),                           \
+    (logits, targets, lse, scale, dlogits, start, vocab))                                                          \
+  X(void, cross_entropy_finish, (const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,             \
+                                 const Tensor& loss_sum),                                                          \
+    (row_max, target_logit, lse, loss_sum))                                                                        \
+  X(double, sum_squares, (const Tensor& x), (x))                                                                   \
+  X(void, adamw_step, (const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,                  \
+                       const AdamWParams& p),                                                                      \
+    (param, grad, m, v, p))
+// clang-format on
