@@ -316,6 +316,26 @@ TEST(LoadConfig, FileErrorsAndOverrides) {
   EXPECT_HAS(msg, "config file '" + good + "' (with overrides): unknown key 'optimizer.params.lrr'");
 }
 
+TEST(LoadConfig, RepeatedKeysAreRefused) {
+  TempDir dir;
+  const Json ok = mlp_cfg();
+  std::string text = ok.dump();
+  text.insert(1, "\"steps\": 5, \"steps\": 7, ");
+  std::string f = dir.write("top.json", text);
+  EXPECT_HAS(error_of([&] { load_config(f, {}); }),
+             "config file '" + f + "': key 'steps' appears twice in the same object; JSON readers keep only the last");
+  f = dir.write("nested.json", R"({"train_batch_size": 8, "model": {"type": "mlp", "sizes": [4, 3]},
+      "zero_optimization": {"stage": 1, "overlap_comm": true, "stage": 2}})");
+  EXPECT_HAS(error_of([&] { load_config(f, {}); }), "key 'zero_optimization.stage' appears twice");
+  f = dir.write("array.json", R"({"train_batch_size": 8, "model": {"type": "gpt", "vocab_size": 8, "seq_len": 4,
+      "dim": 8, "layers": 2, "heads": 2}, "parallel": {"stages": [[0, 1], {"a": 1, "a": 2}]}})");
+  EXPECT_HAS(error_of([&] { load_config(f, {}); }), "key 'parallel.stages[1].a' appears twice");
+  // The same key in different objects, and comments, are fine.
+  f = dir.write("fine.json", R"({"train_batch_size": 8, // a comment
+      "model": {"type": "mlp", "sizes": [4, 3]}, "fp16": {"enabled": false}, "bf16": {"enabled": false}})");
+  EXPECT_NO_THROW(load_config(f, {}));
+}
+
 TEST(LoadConfig, ShippedConfigsValidate) {
   const std::filesystem::path dir = std::filesystem::path(TANDEM_SOURCE_DIR) / "configs";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " does not exist";

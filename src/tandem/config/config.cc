@@ -1,11 +1,12 @@
-// Reading a config file, applying "a.b=value" overrides, and the typed TrainConfig view.
-// The schema (keys, types, defaults) is in schema.cc and batch arithmetic in batch.cc.
+// Reading a config file (refusing repeated keys), applying "a.b=value" overrides, and the typed TrainConfig
+// view. The schema (keys, types, defaults) is in schema.cc and batch arithmetic in batch.cc.
 #include "tandem/config/config.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "tandem/config/fields.h"
@@ -81,17 +82,62 @@ void apply_override(Json& cfg, const std::string& assignment) {
   (*node)[parts.back()] = std::move(value);
 }
 
-Json load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  const std::string text = read_file(path);
-  Json cfg;
+Json parse_config_text(const std::string& text, const std::string& source) {
+  // The parser reports each object's keys as it meets them; a stack of open objects and arrays gives the
+  // dotted path of each (array elements as [i]).
+  struct Open {
+    bool object;
+    std::string path;
+    std::set<std::string> keys;
+    std::string key;   // the object's latest key
+    size_t index = 0;  // the array's next element
+  };
+  std::vector<Open> open;
+  const auto inner_path = [&]() -> std::string {
+    if (open.empty()) return "";
+    const Open& o = open.back();
+    if (o.object) return o.path.empty() ? o.key : o.path + "." + o.key;
+    return o.path + "[" + std::to_string(o.index) + "]";
+  };
+  const auto element_done = [&] {
+    if (!open.empty() && !open.back().object) ++open.back().index;
+  };
+  const Json::parser_callback_t track = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        open.push_back({event == Json::parse_event_t::object_start, inner_path(), {}, "", 0});
+        break;
+      case Json::parse_event_t::key:
+        open.back().key = parsed.get<std::string>();
+        if (!open.back().keys.insert(open.back().key).second)
+          TANDEM_FAIL(source, ": key '", inner_path(),
+                      "' appears twice in the same object; JSON readers keep only the last, so remove one of them");
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        open.pop_back();
+        element_done();
+        break;
+      case Json::parse_event_t::value:
+        element_done();
+        break;
+    }
+    return true;
+  };
   try {
-    cfg = Json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    return Json::parse(text, track, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const Json::parse_error& e) {
     std::string detail = e.what();
     const size_t syntax = detail.find("syntax error");
     if (syntax != std::string::npos) detail = detail.substr(syntax);
-    TANDEM_FAIL("config file '", path, "' is not valid JSON: ", position(text, e.byte), ": ", detail);
+    TANDEM_FAIL(source, " is not valid JSON: ", position(text, e.byte), ": ", detail);
   }
+}
+
+Json load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::string text = read_file(path);
+  Json cfg = parse_config_text(text, "config file '" + path + "'");
   if (!cfg.is_object()) TANDEM_FAIL("config file '", path, "' must hold a JSON object {...}, got ", show(cfg));
   for (const auto& o : overrides) apply_override(cfg, o);
   try {

@@ -15,6 +15,11 @@ using Json = nlohmann::json;
 // overrides in order, validates and fills defaults.
 Json load_config(const std::string& path, const std::vector<std::string>& overrides);
 
+// Parses JSON text the way config files are read: comments allowed, and a key written twice in one object
+// refused naming its dotted path (JSON parsers keep the last one silently). `source` names the text in
+// messages, e.g. "config file 'a.json'".
+Json parse_config_text(const std::string& text, const std::string& source);
+
 // Applies one "a.b.c=value" assignment, creating missing objects on the way. The value is read as JSON when
 // it parses as JSON (numbers, true, [1,2], {"x":1}), otherwise it is taken as a string.
 void apply_override(Json& cfg, const std::string& assignment);
