@@ -1,5 +1,6 @@
 // Reading a config file (refusing repeated keys), applying "a.b=value" overrides, and the typed TrainConfig
-// view. The schema (keys, types, defaults) is in schema.cc and batch arithmetic in batch.cc.
+// view with the lines to tell the user once. The schema (keys, types, defaults) is in schema.cc and batch
+// arithmetic in batch.cc.
 #include "tandem/config/config.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "tandem/config/auto_values.h"
 #include "tandem/config/fields.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
@@ -149,7 +151,8 @@ Json load_config(const std::string& path, const std::vector<std::string>& overri
 
 TrainConfig parse(const Json& validated_cfg, int64_t dp) {
   // validate() is idempotent and cheap; running it again keeps parse() safe on a hand-built config.
-  const Json cfg = validate(validated_cfg);
+  std::vector<std::string> no_effect;
+  const Json cfg = validate(validated_cfg, no_effect);
   TrainConfig tc;
   tc.batch = resolve_batch(cfg, dp);
   tc.data_parallel = dp;
@@ -160,13 +163,20 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
   const Json& opt = cfg.at("optimizer");
   const Json& op = opt.at("params");
   tc.optimizer = {opt.at("type").get<std::string>(), op.at("lr").get<double>(),  op.at("betas")[0].get<double>(),
-                  op.at("betas")[1].get<double>(),   op.at("eps").get<double>(), op.at("weight_decay").get<double>()};
+                  op.at("betas")[1].get<double>(),   op.at("eps").get<double>(), op.at("weight_decay").get<double>(),
+                  op.at("adam_w_mode").get<bool>()};
 
+  // A Constant schedule has no params; the others have every default written by validate().
   const Json& sch = cfg.at("scheduler");
   const Json& sp = sch.at("params");
-  tc.scheduler = {sch.at("type").get<std::string>(), sp.value("warmup_num_steps", int64_t{0}),
-                  sp.value("warmup_min_lr", 0.0),    sp.value("total_num_steps", tc.steps),
-                  sp.value("warmup_min_ratio", 0.0), sp.value("cos_min_ratio", 0.1)};
+  tc.scheduler = {sch.at("type").get<std::string>(),
+                  sp.value("warmup_num_steps", int64_t{0}),
+                  sp.value("warmup_min_lr", 0.0),
+                  sp.value("total_num_steps", tc.steps),
+                  sp.value("warmup_min_ratio", 0.0),
+                  sp.value("cos_min_ratio", 1e-4),
+                  sp.value("warmup_type", std::string("log")),
+                  sp.value("warmup_max_lr", tc.optimizer.lr)};
 
   tc.gradient_clipping = cfg.at("gradient_clipping").get<double>();
   tc.zero_stage = cfg.at("zero_optimization").at("stage").get<int64_t>();
@@ -192,6 +202,21 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
     tc.device_memory_bytes = dm.is_string() ? parse_bytes(dm.get<std::string>()) : dm.get<uint64_t>();
   }
   tc.raw = cfg;
+  tc.raw.erase(kAutoRecord);
+
+  tc.no_effect_keys = no_effect;
+  const std::string autos = auto_line(cfg, tc.batch);
+  if (!autos.empty()) tc.notices.push_back(autos);
+  if (!no_effect.empty()) {
+    std::string line = "warning: these DeepSpeed keys have no effect in Tandem:";
+    for (size_t i = 0; i < no_effect.size(); ++i) line += (i ? ", " : " ") + no_effect[i];
+    tc.notices.push_back(line + " (docs/deepspeed.md)");
+  }
+  // As in DeepSpeed, a warmup schedule's warmup_max_lr is the peak and the optimizer's own rate goes unused.
+  if (sp.contains("warmup_max_lr") && tc.scheduler.peak_lr != tc.optimizer.lr)
+    tc.notices.push_back("warning: optimizer.params.lr (" + show(op.at("lr")) +
+                         ") is not used: " + "scheduler.params.warmup_max_lr (" + show(sp.at("warmup_max_lr")) +
+                         ") is the schedule's peak, as in DeepSpeed");
   return tc;
 }
 
