@@ -168,6 +168,8 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     cfg = choose_layout(cfg, 1, gpu != nullptr, gpu_memory, true);
     const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), 1);
     const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
+    for (const std::string& line : tc.notices) std::printf("%s\n", line.c_str());  // "auto" values, no-effect keys
+    std::fflush(stdout);
     preflight(tc, plan, gpu != nullptr, gpu_memory, true);
     train::TrainOptions opt{a.out, a.resume, a.init, true, gpu.get()};
     train::Trainer trainer = train::Trainer::from_config(tc, opt);
@@ -184,6 +186,9 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     const layout::ParallelPlan plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), world->size());
     world->set_timeout_s(plan.timeout_s);
     const config::TrainConfig tc = config::parse(cfg, plan.layout.dp);
+    if (world->rank() == 0)
+      for (const std::string& line : tc.notices) std::printf("%s\n", line.c_str());  // once, not once a rank
+    std::fflush(stdout);
     preflight(tc, plan, gpu != nullptr, gpu_memory, world->rank() == 0);
 #ifdef TANDEM_WITH_CUDA
     layout::Groups groups = gpu ? layout::make_nccl_groups(*world, plan.layout, static_cast<device::CudaDevice&>(*gpu))
