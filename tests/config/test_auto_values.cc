@@ -151,6 +151,8 @@ TEST(AutoValues, TheRecordIsTandems) {
   EXPECT_HAS(error_of([&] { validate(c); }),
              "config key 'auto_resolved' is [\"steps\"]: Tandem writes it (the keys whose \"auto\" it resolved); "
              "remove it");
+  c = with_model({{"train_micro_batch_size_per_gpu", "auto"}, {"auto_resolved", 5}});
+  EXPECT_HAS(error_of([&] { validate(c); }), "config key 'auto_resolved' is 5: Tandem writes it");
   c = with_model({{"train_batch_size", 8}, {"gradient_clipping", "auto"}});
   const Json v = validate(c);
   EXPECT_EQ(v["auto_resolved"], Json::array({"gradient_clipping"}));

@@ -109,14 +109,27 @@ void refuse_auto_in(const Json& v, const std::string& path, int depth) {
     for (size_t i = 0; i < v.size(); ++i) refuse_auto_in(v[i], path + "[" + std::to_string(i) + "]", depth + 1);
 }
 
+// The keys recorded as "auto" so far; throws when the record is not Tandem's.
+std::vector<std::string> read_record(const Json& cfg) {
+  std::vector<std::string> record;
+  const auto it = cfg.find(kAutoRecord);
+  if (it == cfg.end()) return record;
+  bool ok = it->is_array();
+  for (size_t i = 0; ok && i < it->size(); ++i) {
+    ok = (*it)[i].is_string() && auto_key((*it)[i].get<std::string>());
+    if (ok) record.push_back((*it)[i].get<std::string>());
+  }
+  if (!ok)
+    TANDEM_FAIL("config key '", kAutoRecord, "' is ", show(*it),
+                ": Tandem writes it (the keys whose \"auto\" it resolved); remove it");
+  return record;
+}
+
 }  // namespace
 
 void resolve_auto(Json& cfg) {
   if (!cfg.is_object()) return;
-  std::vector<std::string> record;
-  if (const Json* r = find(cfg, kAutoRecord); r && r->is_array())
-    for (const Json& p : *r)
-      if (p.is_string()) record.push_back(p.get<std::string>());
+  std::vector<std::string> record = read_record(cfg);
   bool batch_auto = false;
   for (const AutoKey& k : auto_keys()) {
     Json* v = find(cfg, k.path);
@@ -132,13 +145,7 @@ void resolve_auto(Json& cfg) {
 }
 
 void check_auto(const Json& cfg) {
-  if (const Json* r = find(cfg, kAutoRecord)) {
-    bool ok = r->is_array();
-    for (size_t i = 0; ok && i < r->size(); ++i) ok = (*r)[i].is_string() && auto_key((*r)[i].get<std::string>());
-    if (!ok)
-      TANDEM_FAIL("config key '", kAutoRecord, "' is ", show(*r),
-                  ": Tandem writes it (the keys whose \"auto\" it resolved); remove it");
-  }
+  read_record(cfg);
   refuse_auto_in(cfg, "", 0);
 }
 
