@@ -26,7 +26,8 @@ class Fields {
   // Throws for the first key not in `allowed` or `deepspeed`, naming its full path and the nearest of both.
   // `elsewhere` lists keys valid in another variant of this object (e.g. the other model type) so the
   // message can say why they are not accepted here; `variant` names the variant in use ("model type 'gpt'").
-  // `deepspeed` lists DeepSpeed's keys accepted here, which the caller judges (deepspeed_keys.h).
+  // `deepspeed` lists DeepSpeed's keys accepted here (and reserved ones), which the caller checks
+  // (deepspeed_keys.h); they are suggested but not listed as valid.
   void only(const std::vector<std::string>& allowed, const std::vector<std::string>& elsewhere = {},
             const std::string& variant = "", const std::vector<std::string>& deepspeed = {}) const;
 

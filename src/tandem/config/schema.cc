@@ -37,8 +37,7 @@ std::vector<std::string> top_keys() {
           "data",
           "parallel",
           "checkpoint",
-          "device_memory",
-          kAutoRecord};
+          "device_memory"};
 }
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
 std::vector<std::string> gpt_keys() { return {"type", "vocab_size", "seq_len", "dim", "layers", "heads"}; }
@@ -59,11 +58,13 @@ std::vector<std::string> merged(std::initializer_list<std::vector<std::string>> 
 }
 
 // Fields::only for an object of Tandem's schema that also accepts the DeepSpeed keys catalogued there: each
-// of those is judged (a refused one throws; a no-effect one is added to `no_effect`).
+// of those is judged (a refused one throws; a no-effect one is added to `no_effect`). `reserved` keys are
+// accepted without being listed as valid ones; their own check is elsewhere.
 void only_with_deepspeed(Fields& f, const std::vector<std::string>& own, std::vector<std::string>& no_effect,
-                         const std::vector<std::string>& elsewhere = {}, const std::string& variant = "") {
+                         const std::vector<std::string>& elsewhere = {}, const std::string& variant = "",
+                         const std::vector<std::string>& reserved = {}) {
   const std::vector<std::string> deepspeed = minus(deepspeed_extras(f.path()), merged({own, elsewhere}));
-  f.only(own, elsewhere, variant, deepspeed);
+  f.only(own, elsewhere, variant, merged({deepspeed, reserved}));
   for (const std::string& key : deepspeed)
     if (f.has(key)) check_deepspeed_key(f.path(key), f.raw(key), no_effect);
 }
@@ -295,7 +296,7 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   no_effect.clear();
   Fields top(cfg, "");
   resolve_auto(cfg);
-  only_with_deepspeed(top, top_keys(), no_effect);
+  only_with_deepspeed(top, top_keys(), no_effect, {}, "", {kAutoRecord});
   for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"})
     if (top.has(key)) top.integer(key, std::nullopt, 1);
   const int64_t steps = top.integer("steps", 100, 1);
