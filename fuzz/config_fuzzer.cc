@@ -74,6 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool object = cfg.is_object();
 
   const Outcome memory = outcome_of([&] {
+    tandem::config::parse_config_text(text, "the input");  // refuses a repeated key, as load_config() does
     for (const std::string& o : overrides) tandem::config::apply_override(cfg, o);
     return tandem::config::validate(cfg);
   });

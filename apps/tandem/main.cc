@@ -247,6 +247,9 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), job.size());
     if (job.mpi()) job.mpi()->set_timeout_s(plan.timeout_s);
     tc = config::parse(cfg, plan.layout.dp);
+    if (job.printer())
+      for (const std::string& line : tc.notices) std::printf("%s\n", line.c_str());  // "auto" values, no-effect keys
+    std::fflush(stdout);
     preflight(tc, plan, gpu != nullptr, gpu_memory, job.printer());
   });
   const std::string out = job.from_rank0([&] { return train::prepare_run_folder(a.out, checkpoint, a.overwrite); });

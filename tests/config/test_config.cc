@@ -1,5 +1,7 @@
-// Tests of tandem_config: defaults, unknown-key suggestions, batch arithmetic, overrides and file errors.
-// Model, data and parallel semantics are tested by their own modules.
+// Tests of tandem_config: defaults, unknown-key suggestions, batch arithmetic, overrides, file errors
+// (repeated keys among them), Adam and AdamW, the schedulers' keys. DeepSpeed's other keys are tested in
+// test_deepspeed_keys.cc, "auto" values in test_auto_values.cc; model, data and parallel semantics by their
+// own modules.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -83,10 +85,12 @@ TEST(Config, SchedulerAndOptimizerVariants) {
   c["scheduler"] = {{"type", "warmupcosinelr"}, {"params", {{"warmup_num_steps", 5}}}};
   const TrainConfig tc = parse(validate(c), 1);
   EXPECT_EQ(tc.optimizer.type, "Adam");
-  EXPECT_EQ(tc.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(tc.optimizer.weight_decay, 0.1);  // DeepSpeed's Adam keeps its decay, decoupled by default
+  EXPECT_TRUE(tc.optimizer.adam_w_mode);
   EXPECT_EQ(tc.scheduler.type, "WarmupCosineLR");
   EXPECT_EQ(tc.scheduler.total_num_steps, 50);
-  EXPECT_DOUBLE_EQ(tc.scheduler.cos_min_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(tc.scheduler.cos_min_ratio, 1e-4);  // DeepSpeed's default floor
+  EXPECT_EQ(tc.scheduler.warmup_type, "log");
   EXPECT_EQ(tc.scheduler.warmup_num_steps, 5);
 
   c["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"cos_min_ratio", 0.2}}}};
@@ -94,6 +98,77 @@ TEST(Config, SchedulerAndOptimizerVariants) {
              "unknown key 'scheduler.params.cos_min_ratio' for scheduler type 'WarmupLR'");
   c["scheduler"] = {{"type", "Cosine"}};
   EXPECT_HAS(error_of([&] { validate(c); }), "'scheduler.type' must be one of \"Constant\", \"WarmupLR\"");
+}
+
+TEST(Config, AdamAndAdamW) {
+  Json c = mlp_cfg();
+  c["optimizer"] = {{"type", "Adam"}, {"params", {{"weight_decay", 0.05}, {"adam_w_mode", false}}}};
+  TrainConfig tc = parse(validate(c), 1);
+  EXPECT_FALSE(tc.optimizer.adam_w_mode);  // L2: the decay is added to the gradient
+  EXPECT_DOUBLE_EQ(tc.optimizer.weight_decay, 0.05);
+  c["optimizer"] = {{"type", "AdamW"}, {"params", {{"weight_decay", 0.05}}}};
+  tc = parse(validate(c), 1);
+  EXPECT_TRUE(tc.optimizer.adam_w_mode);
+  EXPECT_EQ(tc.raw["optimizer"]["params"]["adam_w_mode"], true);
+  c["optimizer"]["params"]["adam_w_mode"] = false;
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "optimizer.params.adam_w_mode is false but optimizer.type is \"AdamW\", whose weight decay is always "
+             "decoupled");
+  c["optimizer"]["params"]["adam_w_mode"] = "yes";
+  EXPECT_HAS(error_of([&] { validate(c); }), "'optimizer.params.adam_w_mode' must be true or false");
+}
+
+TEST(Config, SchedulersWithDeepSpeedsDefaults) {
+  Json c = mlp_cfg();
+  c["scheduler"] = {{"type", "WarmupLR"}};
+  TrainConfig tc = parse(validate(c), 1);
+  EXPECT_EQ(tc.scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(tc.scheduler.warmup_type, "log");
+  EXPECT_DOUBLE_EQ(tc.scheduler.warmup_min_lr, 0.0);
+  EXPECT_DOUBLE_EQ(tc.scheduler.peak_lr, 1e-3);  // no warmup_max_lr: the optimizer's lr
+  EXPECT_TRUE(tc.notices.empty());
+
+  c["scheduler"] = {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}, {"warmup_type", "Linear"}}}};
+  tc = parse(validate(c), 1);
+  EXPECT_EQ(tc.scheduler.type, "WarmupDecayLR");
+  EXPECT_EQ(tc.scheduler.total_num_steps, 100);  // the run's steps
+  EXPECT_EQ(tc.scheduler.warmup_type, "linear");
+
+  c["scheduler"] = {{"type", "WarmupDecayLR"}};
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "scheduler.params.warmup_num_steps (1000, DeepSpeed's default) exceeds scheduler.params.total_num_steps "
+             "(100, the run's steps)");
+  c["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"warmup_type", "cubic"}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "'scheduler.params.warmup_type' must be one of \"log\", \"linear\"");
+  c["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"warmup_max_lr", 0.1}, {"warmup_num_steps", 5}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "unknown key 'scheduler.params.warmup_max_lr' for scheduler type 'WarmupCosineLR': only another type "
+             "uses it");
+  c["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"last_batch_iteration", 5}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "scheduler.params.last_batch_iteration 5: Tandem's schedule follows the run's step count");
+  c["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"last_batch_iteration", -1}}}};  // DeepSpeed's default
+  EXPECT_TRUE(parse(validate(c), 1).no_effect_keys.empty());
+}
+
+TEST(Config, WarmupMaxLrIsThePeak) {
+  Json c = mlp_cfg();
+  c["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", 3e-4}, {"warmup_num_steps", 10}}}};
+  TrainConfig tc = parse(validate(c), 1);
+  EXPECT_DOUBLE_EQ(tc.scheduler.peak_lr, 3e-4);
+  EXPECT_DOUBLE_EQ(tc.optimizer.lr, 3e-4) << "an absent optimizer lr is the schedule's peak";
+  EXPECT_TRUE(tc.notices.empty());
+  // Both given and different: warmup_max_lr wins, as in DeepSpeed, and the user is told.
+  c["optimizer"] = {{"params", {{"lr", 1e-2}}}};
+  tc = parse(validate(c), 1);
+  EXPECT_DOUBLE_EQ(tc.scheduler.peak_lr, 3e-4);
+  EXPECT_DOUBLE_EQ(tc.optimizer.lr, 1e-2);
+  ASSERT_EQ(tc.notices.size(), 1u);
+  EXPECT_EQ(tc.notices[0],
+            "warning: optimizer.params.lr (0.01) is not used: scheduler.params.warmup_max_lr (0.0003) is the "
+            "schedule's peak, as in DeepSpeed");
+  c["optimizer"] = {{"params", {{"lr", 3e-4}}}};
+  EXPECT_TRUE(parse(validate(c), 1).notices.empty());
 }
 
 TEST(Config, UnknownKeysSuggestNearest) {
@@ -314,6 +389,26 @@ TEST(LoadConfig, FileErrorsAndOverrides) {
 
   msg = error_of([&] { load_config(good, {"optimizer.params.lrr=1"}); });
   EXPECT_HAS(msg, "config file '" + good + "' (with overrides): unknown key 'optimizer.params.lrr'");
+}
+
+TEST(LoadConfig, RepeatedKeysAreRefused) {
+  TempDir dir;
+  const Json ok = mlp_cfg();
+  std::string text = ok.dump();
+  text.insert(1, "\"steps\": 5, \"steps\": 7, ");
+  std::string f = dir.write("top.json", text);
+  EXPECT_HAS(error_of([&] { load_config(f, {}); }),
+             "config file '" + f + "': key 'steps' appears twice in the same object; JSON readers keep only the last");
+  f = dir.write("nested.json", R"({"train_batch_size": 8, "model": {"type": "mlp", "sizes": [4, 3]},
+      "zero_optimization": {"stage": 1, "overlap_comm": true, "stage": 2}})");
+  EXPECT_HAS(error_of([&] { load_config(f, {}); }), "key 'zero_optimization.stage' appears twice");
+  f = dir.write("array.json", R"({"train_batch_size": 8, "model": {"type": "gpt", "vocab_size": 8, "seq_len": 4,
+      "dim": 8, "layers": 2, "heads": 2}, "parallel": {"stages": [[0, 1], {"a": 1, "a": 2}]}})");
+  EXPECT_HAS(error_of([&] { load_config(f, {}); }), "key 'parallel.stages[1].a' appears twice");
+  // The same key in different objects, and comments, are fine.
+  f = dir.write("fine.json", R"({"train_batch_size": 8, // a comment
+      "model": {"type": "mlp", "sizes": [4, 3]}, "fp16": {"enabled": false}, "bf16": {"enabled": false}})");
+  EXPECT_NO_THROW(load_config(f, {}));
 }
 
 TEST(LoadConfig, ShippedConfigsValidate) {

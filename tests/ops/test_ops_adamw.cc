@@ -1,5 +1,6 @@
-// AdamW: several steps against a float64 reference of the formula in ops.h, with weight decay and grad_scale;
-// every buffer must be f32 (16-bit parameters step through their f32 master copy).
+// AdamW: several steps against a float64 reference of the formula in ops.h, with weight decay and grad_scale,
+// decoupled (AdamW) and as L2 regularisation (Adam); every buffer must be f32 (16-bit parameters step through
+// their f32 master copy).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +15,8 @@ using testing::randn;
 using testing::rel_error;
 using testing::to_double;
 
-TEST(OpsAdamW, StepsMatchDoubleReference) {
+// Four steps of the op and of the float64 formula from the same start; returns the op's final weights.
+std::vector<double> steps_against_reference(bool decoupled) {
   device::CpuDevice dev;
   const int64_t n = 103;
   AdamWParams hp;
@@ -24,10 +26,12 @@ TEST(OpsAdamW, StepsMatchDoubleReference) {
   hp.eps = 1e-6f;
   hp.weight_decay = 0.1f;
   hp.grad_scale = 0.25f;
+  hp.decoupled = decoupled;
   Tensor param = randn(dev, {n}, 1);  // (n)
   Tensor m = Tensor::zeros({n}, DType::F32, dev, "m");
   Tensor v = Tensor::zeros({n}, DType::F32, dev, "v");
   std::vector<double> p = to_double(param), md(n, 0.0), vd(n, 0.0);
+  const double wd = hp.weight_decay;
   for (int64_t step = 1; step <= 4; ++step) {
     Tensor grad = randn(dev, {n}, 10 + step, 2.0f);  // (n), a fresh gradient each step
     const auto g = to_double(grad);
@@ -35,16 +39,26 @@ TEST(OpsAdamW, StepsMatchDoubleReference) {
     adamw_step(param, grad, m, v, hp);
     const double b1 = hp.beta1, b2 = hp.beta2;
     for (int64_t i = 0; i < n; ++i) {
-      const double gi = g[i] * hp.grad_scale;
+      // L2: the decay joins the (scaled) gradient before the moments; decoupled: it is applied to the weight.
+      const double gi = g[i] * hp.grad_scale + (decoupled ? 0.0 : wd * p[i]);
       md[i] = b1 * md[i] + (1 - b1) * gi;
       vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
       const double m_hat = md[i] / (1 - std::pow(b1, step)), v_hat = vd[i] / (1 - std::pow(b2, step));
-      p[i] -= double(hp.lr) * (m_hat / (std::sqrt(v_hat) + hp.eps) + double(hp.weight_decay) * p[i]);
+      p[i] -= double(hp.lr) * (m_hat / (std::sqrt(v_hat) + hp.eps) + (decoupled ? wd * p[i] : 0.0));
     }
-    EXPECT_LT(rel_error(to_double(param), p), 1e-6) << "step " << step;
-    EXPECT_LT(rel_error(to_double(m), md), 1e-6) << "step " << step;
-    EXPECT_LT(rel_error(to_double(v), vd), 1e-6) << "step " << step;
+    EXPECT_LT(rel_error(to_double(param), p), 1e-6) << "step " << step << (decoupled ? " (AdamW)" : " (L2)");
+    EXPECT_LT(rel_error(to_double(m), md), 1e-6) << "step " << step << (decoupled ? " (AdamW)" : " (L2)");
+    EXPECT_LT(rel_error(to_double(v), vd), 1e-6) << "step " << step << (decoupled ? " (AdamW)" : " (L2)");
   }
+  return to_double(param);
+}
+
+TEST(OpsAdamW, StepsMatchDoubleReference) { steps_against_reference(/*decoupled=*/true); }
+
+TEST(OpsAdamW, L2StepsMatchDoubleReference) {
+  const std::vector<double> l2 = steps_against_reference(/*decoupled=*/false);
+  // The two modes must differ by more than the tolerance above, or the comparison would prove nothing.
+  EXPECT_GT(rel_error(l2, steps_against_reference(/*decoupled=*/true)), 1e-3);
 }
 
 TEST(OpsAdamW, MismatchedSizesAndStepZeroThrow) {

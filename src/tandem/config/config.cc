@@ -1,13 +1,16 @@
-// Reading a config file, applying "a.b=value" overrides, and the typed TrainConfig view.
-// The schema (keys, types, defaults) is in schema.cc and batch arithmetic in batch.cc.
+// Reading a config file (refusing repeated keys), applying "a.b=value" overrides, and the typed TrainConfig
+// view with the lines to tell the user once. The schema (keys, types, defaults) is in schema.cc and batch
+// arithmetic in batch.cc.
 #include "tandem/config/config.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
+#include "tandem/config/auto_values.h"
 #include "tandem/config/fields.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
@@ -81,17 +84,62 @@ void apply_override(Json& cfg, const std::string& assignment) {
   (*node)[parts.back()] = std::move(value);
 }
 
-Json load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  const std::string text = read_file(path);
-  Json cfg;
+Json parse_config_text(const std::string& text, const std::string& source) {
+  // The parser reports each object's keys as it meets them; a stack of open objects and arrays gives the
+  // dotted path of each (array elements as [i]).
+  struct Open {
+    bool object;
+    std::string path;
+    std::set<std::string> keys;
+    std::string key;   // the object's latest key
+    size_t index = 0;  // the array's next element
+  };
+  std::vector<Open> open;
+  const auto inner_path = [&]() -> std::string {
+    if (open.empty()) return "";
+    const Open& o = open.back();
+    if (o.object) return o.path.empty() ? o.key : o.path + "." + o.key;
+    return o.path + "[" + std::to_string(o.index) + "]";
+  };
+  const auto element_done = [&] {
+    if (!open.empty() && !open.back().object) ++open.back().index;
+  };
+  const Json::parser_callback_t track = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        open.push_back({event == Json::parse_event_t::object_start, inner_path(), {}, "", 0});
+        break;
+      case Json::parse_event_t::key:
+        open.back().key = parsed.get<std::string>();
+        if (!open.back().keys.insert(open.back().key).second)
+          TANDEM_FAIL(source, ": key '", inner_path(),
+                      "' appears twice in the same object; JSON readers keep only the last, so remove one of them");
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        open.pop_back();
+        element_done();
+        break;
+      case Json::parse_event_t::value:
+        element_done();
+        break;
+    }
+    return true;
+  };
   try {
-    cfg = Json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    return Json::parse(text, track, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const Json::parse_error& e) {
     std::string detail = e.what();
     const size_t syntax = detail.find("syntax error");
     if (syntax != std::string::npos) detail = detail.substr(syntax);
-    TANDEM_FAIL("config file '", path, "' is not valid JSON: ", position(text, e.byte), ": ", detail);
+    TANDEM_FAIL(source, " is not valid JSON: ", position(text, e.byte), ": ", detail);
   }
+}
+
+Json load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::string text = read_file(path);
+  Json cfg = parse_config_text(text, "config file '" + path + "'");
   if (!cfg.is_object()) TANDEM_FAIL("config file '", path, "' must hold a JSON object {...}, got ", show(cfg));
   for (const auto& o : overrides) apply_override(cfg, o);
   try {
@@ -103,7 +151,8 @@ Json load_config(const std::string& path, const std::vector<std::string>& overri
 
 TrainConfig parse(const Json& validated_cfg, int64_t dp) {
   // validate() is idempotent and cheap; running it again keeps parse() safe on a hand-built config.
-  const Json cfg = validate(validated_cfg);
+  std::vector<std::string> no_effect;
+  const Json cfg = validate(validated_cfg, no_effect);
   TrainConfig tc;
   tc.batch = resolve_batch(cfg, dp);
   tc.data_parallel = dp;
@@ -114,13 +163,20 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
   const Json& opt = cfg.at("optimizer");
   const Json& op = opt.at("params");
   tc.optimizer = {opt.at("type").get<std::string>(), op.at("lr").get<double>(),  op.at("betas")[0].get<double>(),
-                  op.at("betas")[1].get<double>(),   op.at("eps").get<double>(), op.at("weight_decay").get<double>()};
+                  op.at("betas")[1].get<double>(),   op.at("eps").get<double>(), op.at("weight_decay").get<double>(),
+                  op.at("adam_w_mode").get<bool>()};
 
+  // A Constant schedule has no params; the others have every default written by validate().
   const Json& sch = cfg.at("scheduler");
   const Json& sp = sch.at("params");
-  tc.scheduler = {sch.at("type").get<std::string>(), sp.value("warmup_num_steps", int64_t{0}),
-                  sp.value("warmup_min_lr", 0.0),    sp.value("total_num_steps", tc.steps),
-                  sp.value("warmup_min_ratio", 0.0), sp.value("cos_min_ratio", 0.1)};
+  tc.scheduler = {sch.at("type").get<std::string>(),
+                  sp.value("warmup_num_steps", int64_t{0}),
+                  sp.value("warmup_min_lr", 0.0),
+                  sp.value("total_num_steps", tc.steps),
+                  sp.value("warmup_min_ratio", 0.0),
+                  sp.value("cos_min_ratio", 1e-4),
+                  sp.value("warmup_type", std::string("log")),
+                  sp.value("warmup_max_lr", tc.optimizer.lr)};
 
   tc.gradient_clipping = cfg.at("gradient_clipping").get<double>();
   tc.zero_stage = cfg.at("zero_optimization").at("stage").get<int64_t>();
@@ -146,6 +202,21 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
     tc.device_memory_bytes = dm.is_string() ? parse_bytes(dm.get<std::string>()) : dm.get<uint64_t>();
   }
   tc.raw = cfg;
+  tc.raw.erase(kAutoRecord);
+
+  tc.no_effect_keys = no_effect;
+  const std::string autos = auto_line(cfg, tc.batch);
+  if (!autos.empty()) tc.notices.push_back(autos);
+  if (!no_effect.empty()) {
+    std::string line = "warning: these DeepSpeed keys have no effect in Tandem:";
+    for (size_t i = 0; i < no_effect.size(); ++i) line += (i ? ", " : " ") + no_effect[i];
+    tc.notices.push_back(line + " (docs/deepspeed.md)");
+  }
+  // As in DeepSpeed, a warmup schedule's warmup_max_lr is the peak and the optimizer's own rate goes unused.
+  if (sp.contains("warmup_max_lr") && tc.scheduler.peak_lr != tc.optimizer.lr)
+    tc.notices.push_back("warning: optimizer.params.lr (" + show(op.at("lr")) +
+                         ") is not used: " + "scheduler.params.warmup_max_lr (" + show(sp.at("warmup_max_lr")) +
+                         ") is the schedule's peak, as in DeepSpeed");
   return tc;
 }
 

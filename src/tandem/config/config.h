@@ -15,12 +15,19 @@ using Json = nlohmann::json;
 // overrides in order, validates and fills defaults.
 Json load_config(const std::string& path, const std::vector<std::string>& overrides);
 
+// Parses JSON text the way config files are read: comments allowed, and a key written twice in one object
+// refused naming its dotted path (JSON parsers keep the last one silently). `source` names the text in
+// messages, e.g. "config file 'a.json'".
+Json parse_config_text(const std::string& text, const std::string& source);
+
 // Applies one "a.b.c=value" assignment, creating missing objects on the way. The value is read as JSON when
 // it parses as JSON (numbers, true, [1,2], {"x":1}), otherwise it is taken as a string.
 void apply_override(Json& cfg, const std::string& assignment);
 
-// Checks every key against the schema (an unknown key names its dotted path and the nearest valid key),
-// checks types and ranges and returns the config with every default filled in.
+// Checks every key against the schema (an unknown key names its dotted path and the nearest valid key, of
+// Tandem's and DeepSpeed's), checks types and ranges and returns the config with every default filled in.
+// DeepSpeed keys Tandem does not act on are accepted or refused as docs/deepspeed.md says; "auto" values are
+// resolved where the Hugging Face Trainer fills them (and recorded under "auto_resolved").
 Json validate(Json cfg);
 
 struct BatchSizes {
@@ -34,20 +41,23 @@ struct BatchSizes {
 BatchSizes resolve_batch(const Json& cfg, int64_t dp);
 
 struct OptimizerConfig {
-  std::string type;  // "AdamW" or "Adam" (Adam is AdamW with weight_decay forced to 0)
+  std::string type;  // "AdamW" or "Adam"
   double lr;
   double beta1, beta2;
   double eps;
   double weight_decay;
+  bool adam_w_mode;  // true: decoupled decay (AdamW; always for type AdamW); false: L2, added to the gradient
 };
 
 struct SchedulerConfig {
-  std::string type;  // "Constant", "WarmupLR" or "WarmupCosineLR"
+  std::string type;  // "Constant", "WarmupLR", "WarmupDecayLR" or "WarmupCosineLR"
   int64_t warmup_num_steps;
-  double warmup_min_lr;     // WarmupLR
-  int64_t total_num_steps;  // WarmupCosineLR
+  double warmup_min_lr;     // WarmupLR, WarmupDecayLR
+  int64_t total_num_steps;  // WarmupDecayLR, WarmupCosineLR
   double warmup_min_ratio;  // WarmupCosineLR
   double cos_min_ratio;     // WarmupCosineLR
+  std::string warmup_type;  // "log" or "linear"
+  double peak_lr;           // scheduler.params.warmup_max_lr when given, else optimizer.params.lr
 };
 
 struct Fp16Config {
@@ -82,8 +92,10 @@ struct TrainConfig {
   Json data;               // the validated "data" object
   Json parallel;           // null when absent, "auto", or the validated object
   CheckpointConfig checkpoint;
-  uint64_t device_memory_bytes;  // 0 = no budget
-  Json raw;                      // the whole validated config, for saving next to checkpoints
+  uint64_t device_memory_bytes;             // 0 = no budget
+  Json raw;                                 // the whole validated config, for saving next to checkpoints
+  std::vector<std::string> no_effect_keys;  // DeepSpeed keys present that change nothing in Tandem, sorted
+  std::vector<std::string> notices;         // lines to print once before training: "auto" values, keys of no effect
 };
 
 // The typed view of a config that validate() returned, with batch sizes resolved for `dp` data-parallel ranks.

@@ -64,28 +64,35 @@ Fields::Fields(Json& obj, std::string path) : obj_(obj), path_(std::move(path)) 
 }
 
 void Fields::only(const std::vector<std::string>& allowed, const std::vector<std::string>& elsewhere,
-                  const std::string& variant) const {
+                  const std::string& variant, const std::vector<std::string>& deepspeed) const {
+  const auto listed = [](const std::vector<std::string>& keys, const std::string& key) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
   for (const auto& [key, value] : obj_.items()) {
-    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    if (listed(allowed, key) || listed(deepspeed, key)) continue;
     if (std::find(elsewhere.begin(), elsewhere.end(), key) != elsewhere.end())
       TANDEM_FAIL("unknown key '", path(key), "' for ", variant, ": only another type uses it; remove it",
                   allowed.empty() ? std::string() : " (valid keys here: " + join(allowed, ", ") + ")");
     // Case differences cost less than other edits so that "LR" finds "lr" before any two-letter key.
     const std::string* best = nullptr;
     size_t best_dist = std::numeric_limits<size_t>::max();
-    for (const auto& candidate : allowed) {
-      const size_t d = lower(key) == lower(candidate) ? 0 : edit_distance(key, candidate);
-      if (d < best_dist) best_dist = d, best = &candidate;
+    for (const auto* keys : {&allowed, &deepspeed}) {
+      for (const auto& candidate : *keys) {
+        const size_t d = lower(key) == lower(candidate) ? 0 : edit_distance(key, candidate);
+        if (d < best_dist) best_dist = d, best = &candidate;
+      }
     }
+    // Tandem's keys are listed; DeepSpeed's, dozens at some levels, are only pointed to.
+    const std::string more = deepspeed.empty() ? "" : "; DeepSpeed's keys here are listed in docs/deepspeed.md";
     const size_t near_enough = std::max<size_t>(2, key.size() / 2);
     if (best && best_dist <= near_enough)
       TANDEM_FAIL("unknown key '", path(key), "': did you mean '", path(*best),
-                  "'? (valid keys here: ", join(allowed, ", "), ")");
-    if (allowed.empty())
+                  "'? (valid keys here: ", allowed.empty() ? join(deepspeed, ", ") : join(allowed, ", "), more, ")");
+    if (allowed.empty() && deepspeed.empty())
       TANDEM_FAIL("unknown key '", path(key), "': '", path_, "' takes no keys", variant.empty() ? "" : " for ", variant,
                   "; remove it");
     TANDEM_FAIL("unknown key '", path(key), "': valid keys", path_.empty() ? "" : " in '" + path_ + "'", " are ",
-                join(allowed, ", "));
+                allowed.empty() ? join(deepspeed, ", ") : join(allowed, ", "), more);
   }
 }
 

@@ -23,14 +23,17 @@ class Fields {
   // `obj` must be an object (throws otherwise); `path` is its dotted path ("" for the top level).
   Fields(Json& obj, std::string path);
 
-  // Throws for the first key not in `allowed`, naming its full path and the nearest allowed key.
+  // Throws for the first key not in `allowed` or `deepspeed`, naming its full path and the nearest of both.
   // `elsewhere` lists keys valid in another variant of this object (e.g. the other model type) so the
   // message can say why they are not accepted here; `variant` names the variant in use ("model type 'gpt'").
+  // `deepspeed` lists DeepSpeed's keys accepted here (and reserved ones), which the caller checks
+  // (deepspeed_keys.h); they are suggested but not listed as valid.
   void only(const std::vector<std::string>& allowed, const std::vector<std::string>& elsewhere = {},
-            const std::string& variant = "") const;
+            const std::string& variant = "", const std::vector<std::string>& deepspeed = {}) const;
 
   bool has(const std::string& key) const { return obj_.contains(key); }
   std::string path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const std::string& path() const { return path_; }  // "" for the top level
 
   // Each getter checks the type and range, writes the default back when the key is absent and `def` is
   // given, and throws "missing required key" when absent without a default.
@@ -59,5 +62,8 @@ class Fields {
 
 // Reads an integer (or an integral float such as 1e6) from `value`; nullopt when it is neither.
 std::optional<int64_t> as_integer(const Json& value);
+
+// validate() that also gives the paths of the DeepSpeed keys present that have no effect in Tandem, sorted.
+Json validate(Json cfg, std::vector<std::string>& no_effect);
 
 }  // namespace tandem::config

@@ -1,12 +1,18 @@
 // The config schema: which keys exist at each level, their types, ranges and defaults (validate()).
-// Batch-size arithmetic is in batch.cc; reading files, overrides and the typed view are in config.cc.
+// DeepSpeed's keys that Tandem does not read are judged by deepspeed_keys.cc, "auto" values by
+// auto_values.cc; batch-size arithmetic is in batch.cc; reading files, overrides and the typed view are in
+// config.cc.
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "tandem/config/auto_values.h"
 #include "tandem/config/config.h"
+#include "tandem/config/deepspeed_keys.h"
 #include "tandem/config/fields.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
@@ -51,13 +57,52 @@ std::vector<std::string> merged(std::initializer_list<std::vector<std::string>> 
   return out;
 }
 
-void validate_optimizer(Json& obj) {
+// Fields::only for an object of Tandem's schema that also accepts the DeepSpeed keys catalogued there: each
+// of those is judged (a refused one throws; a no-effect one is added to `no_effect`). `reserved` keys are
+// accepted without being listed as valid ones; their own check is elsewhere.
+void only_with_deepspeed(Fields& f, const std::vector<std::string>& own, std::vector<std::string>& no_effect,
+                         const std::vector<std::string>& elsewhere = {}, const std::string& variant = "",
+                         const std::vector<std::string>& reserved = {}) {
+  const std::vector<std::string> deepspeed = minus(deepspeed_extras(f.path()), merged({own, elsewhere}));
+  f.only(own, elsewhere, variant, merged({deepspeed, reserved}));
+  for (const std::string& key : deepspeed)
+    if (f.has(key)) check_deepspeed_key(f.path(key), f.raw(key), no_effect);
+}
+
+// An optimizer or scheduler type DeepSpeed has and Tandem does not is refused by name.
+void refuse_deepspeed_type(Fields& f, const std::string& key) {
+  if (!f.has(key) || !f.raw(key).is_string()) return;
+  const std::string why = deepspeed_type_refusal(f.path(key), f.raw(key).get<std::string>());
+  if (!why.empty()) TANDEM_FAIL(f.path(key), " ", show(f.raw(key)), ": ", why);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// DeepSpeed's WarmupLR and WarmupDecayLR peak at scheduler.params.warmup_max_lr. When optimizer.params.lr is
+// not given, it is that peak too, so that only a user's own, differing lr is reported as unused.
+double default_lr(const Json& cfg) {
+  const auto s = cfg.find("scheduler");
+  if (s == cfg.end() || !s->is_object()) return 1e-3;
+  const auto type = s->find("type"), params = s->find("params");
+  if (type == s->end() || !type->is_string() || params == s->end() || !params->is_object()) return 1e-3;
+  const std::string t = lower(type->get<std::string>());
+  const auto peak = params->find("warmup_max_lr");
+  if ((t != "warmuplr" && t != "warmupdecaylr") || peak == params->end() || !peak->is_number()) return 1e-3;
+  const double lr = peak->get<double>();
+  return std::isfinite(lr) && lr >= 0 ? lr : 1e-3;
+}
+
+void validate_optimizer(Json& obj, double lr, std::vector<std::string>& no_effect) {
   Fields o(obj, "optimizer");
-  o.only({"type", "params"});
+  only_with_deepspeed(o, {"type", "params"}, no_effect);
+  refuse_deepspeed_type(o, "type");
   const std::string type = o.choice("type", "AdamW", {"AdamW", "Adam"});
   Fields p(o.object("params"), "optimizer.params");
-  p.only({"lr", "betas", "eps", "weight_decay"});
-  p.number("lr", 1e-3, 0.0);
+  only_with_deepspeed(p, {"lr", "betas", "eps", "weight_decay", "adam_w_mode"}, no_effect);
+  p.number("lr", lr, 0.0);
   if (!p.has("betas")) p.raw("betas") = Json::array({0.9, 0.999});
   const Json& betas = p.raw("betas");
   const auto beta_ok = [](const Json& b) { return b.is_number() && b.get<double>() >= 0 && b.get<double>() < 1; };
@@ -65,43 +110,63 @@ void validate_optimizer(Json& obj) {
     p.fail_type("betas", "a pair [beta1, beta2] of numbers in [0, 1), e.g. [0.9, 0.999]");
   p.number("eps", 1e-8, 0.0, std::numeric_limits<double>::infinity(), /*min_exclusive=*/true);
   p.number("weight_decay", 0.0, 0.0);
-  // Adam is AdamW without decay, by definition here; the value a DeepSpeed config carries is overridden.
-  if (type == "Adam") p.raw("weight_decay") = 0.0;
+  // DeepSpeed's Adam decouples the decay too unless adam_w_mode is false (L2); its AdamW always does.
+  const bool decoupled = p.boolean("adam_w_mode", true);
+  if (type == "AdamW" && !decoupled)
+    TANDEM_FAIL(
+        "optimizer.params.adam_w_mode is false but optimizer.type is \"AdamW\", whose weight decay is always "
+        "decoupled: for Adam with L2 regularisation (the decay added to the gradient) set optimizer.type to "
+        "\"Adam\", otherwise remove adam_w_mode");
 }
 
-void validate_scheduler(Json& obj, int64_t steps) {
+// DeepSpeed's schedules with its parameters and defaults (warmup 1000 steps, "log" warmup, cosine floor 1e-4);
+// the ends of the decays default to the run's steps.
+void validate_scheduler(Json& obj, int64_t steps, std::vector<std::string>& no_effect) {
   Fields s(obj, "scheduler");
   s.only({"type", "params"});
-  const std::string type = s.choice("type", "Constant", {"Constant", "WarmupLR", "WarmupCosineLR"});
+  refuse_deepspeed_type(s, "type");
+  const std::string type = s.choice("type", "Constant", {"Constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
   Fields p(s.object("params"), "scheduler.params");
-  const std::vector<std::string> warmup = {"warmup_num_steps", "warmup_min_lr"};
-  const std::vector<std::string> cosine = {"warmup_num_steps", "total_num_steps", "warmup_min_ratio", "cos_min_ratio"};
+  const std::vector<std::string> warmup = {"warmup_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_type"};
+  const std::vector<std::string> decay = merged({warmup, {"total_num_steps"}});
+  const std::vector<std::string> cosine = {"warmup_num_steps", "total_num_steps", "warmup_min_ratio", "cos_min_ratio",
+                                           "warmup_type"};
+  const std::vector<std::string> all = merged({decay, cosine});
   const std::string variant = "scheduler type '" + type + "'";
   if (type == "Constant") {
-    p.only({}, merged({warmup, cosine}), variant);
-  } else if (type == "WarmupLR") {
-    p.only(warmup, minus(cosine, warmup), variant);
-    p.integer("warmup_num_steps", 0, 0);
-    p.number("warmup_min_lr", 0.0, 0.0);
-  } else {
-    p.only(cosine, minus(warmup, cosine), variant);
-    const int64_t warm = p.integer("warmup_num_steps", 0, 0);
-    const int64_t total = p.integer("total_num_steps", steps, 1);
-    p.number("warmup_min_ratio", 0.0, 0.0, 1.0);
-    p.number("cos_min_ratio", 0.1, 0.0, 1.0);
-    if (warm > total)
-      TANDEM_FAIL("scheduler.params.warmup_num_steps (", warm, ") exceeds scheduler.params.total_num_steps (", total,
-                  "): lower the warmup or raise total_num_steps");
+    p.only({}, all, variant);
+    return;
   }
+  const std::vector<std::string>& own = type == "WarmupLR" ? warmup : type == "WarmupDecayLR" ? decay : cosine;
+  only_with_deepspeed(p, own, no_effect, minus(all, own), variant);
+  const bool warm_given = p.has("warmup_num_steps");
+  const int64_t warm = p.integer("warmup_num_steps", 1000, 0);
+  p.choice("warmup_type", "log", {"log", "linear"});
+  if (type == "WarmupCosineLR") {
+    p.number("warmup_min_ratio", 0.0, 0.0, 1.0);
+    p.number("cos_min_ratio", 1e-4, 0.0, 1.0);
+  } else {
+    p.number("warmup_min_lr", 0.0, 0.0);
+    if (p.has("warmup_max_lr")) p.number("warmup_max_lr", std::nullopt, 0.0);
+  }
+  if (type == "WarmupLR") return;
+  const bool total_given = p.has("total_num_steps");
+  const int64_t total = p.integer("total_num_steps", steps, 1);
+  if (warm > total)
+    TANDEM_FAIL("scheduler.params.warmup_num_steps (", warm, warm_given ? "" : ", DeepSpeed's default",
+                ") exceeds scheduler.params.total_num_steps (", total, total_given ? "" : ", the run's steps",
+                "): lower the warmup or raise total_num_steps");
 }
 
-void validate_precision(Fields& top) {
+void validate_precision(Fields& top, std::vector<std::string>& no_effect) {
   Fields z(top.object("zero_optimization"), "zero_optimization");
-  z.only({"stage"});
+  only_with_deepspeed(z, {"stage"}, no_effect);
   z.integer("stage", 0, 0, 3);
 
   Fields h(top.object("fp16"), "fp16");
-  h.only({"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"});
+  only_with_deepspeed(
+      h, {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"},
+      no_effect);
   const bool fp16 = h.boolean("enabled", false);
   h.number("loss_scale", 0.0, 0.0);
   h.integer("initial_scale_power", 16, 0, 126);  // 2^127 would overflow fp32
@@ -110,7 +175,7 @@ void validate_precision(Fields& top) {
   h.number("min_loss_scale", 1.0, 0.0, std::numeric_limits<double>::infinity(), /*min_exclusive=*/true);
 
   Fields b(top.object("bf16"), "bf16");
-  b.only({"enabled"});
+  only_with_deepspeed(b, {"enabled"}, no_effect);
   const bool bf16 = b.boolean("enabled", false);
   if (fp16 && bf16)
     TANDEM_FAIL(
@@ -227,28 +292,38 @@ void validate_device_memory(Fields& top) {
 
 }  // namespace
 
-Json validate(Json cfg) {
+Json validate(Json cfg, std::vector<std::string>& no_effect) {
+  no_effect.clear();
   Fields top(cfg, "");
-  top.only(top_keys());
+  resolve_auto(cfg);
+  only_with_deepspeed(top, top_keys(), no_effect, {}, "", {kAutoRecord});
   for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"})
     if (top.has(key)) top.integer(key, std::nullopt, 1);
   const int64_t steps = top.integer("steps", 100, 1);
   top.integer("seed", 1234, 0);
   top.integer("steps_per_print", 1, 1);
-  validate_optimizer(top.object("optimizer"));
-  validate_scheduler(top.object("scheduler"), steps);
+  const double lr = default_lr(cfg);
+  validate_optimizer(top.object("optimizer"), lr, no_effect);
+  validate_scheduler(top.object("scheduler"), steps, no_effect);
   top.number("gradient_clipping", 0.0, 0.0);
-  validate_precision(top);
+  validate_precision(top, no_effect);
   validate_model(top);
   validate_data(top);
   validate_parallel(top);
   Fields c(top.object("checkpoint"), "checkpoint");
-  c.only({"every", "keep", "at_end"});
+  only_with_deepspeed(c, {"every", "keep", "at_end"}, no_effect);
   c.integer("every", 0, 0);
   c.integer("keep", 3, 1);
   c.boolean("at_end", true);
   validate_device_memory(top);
+  check_auto(cfg);
+  std::sort(no_effect.begin(), no_effect.end());
   return cfg;
+}
+
+Json validate(Json cfg) {
+  std::vector<std::string> no_effect;
+  return validate(std::move(cfg), no_effect);
 }
 
 }  // namespace tandem::config

@@ -115,10 +115,13 @@ void fill(const Tensor& x, float value);
 // AdamW (Loshchilov & Hutter) on flat fp32 buffers of equal numel, one step, `step` counted from 1:
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p),
 // m_hat = m / (1 - b1^step), v_hat = v / (1 - b2^step). grad is read as grad * grad_scale.
+// With decoupled = false it is Adam with L2 regularisation instead: g = grad * grad_scale + wd p feeds the
+// moments and p -= lr m_hat / (sqrt(v_hat) + eps) (DeepSpeed's Adam with adam_w_mode false, torch's Adam).
 struct AdamWParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   int64_t step = 1;
   float grad_scale = 1.0f;
+  bool decoupled = true;
 };
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
 

@@ -1,3 +1,4 @@
+// One AdamW step over every segment: the op per segment, with decay only where the segment allows it.
 #include "tandem/optim/adamw.h"
 
 #include "tandem/ops/ops.h"
@@ -21,6 +22,7 @@ void AdamW::step(float lr, float grad_scale) {
     p.beta2 = cfg_.beta2;
     p.eps = cfg_.eps;
     p.weight_decay = s.decay ? cfg_.weight_decay : 0.0f;
+    p.decoupled = cfg_.decoupled;
     p.step = step_;
     p.grad_scale = grad_scale;
     ops::adamw_step(s.value, s.grad, m_[i], v_[i], p);

@@ -1,5 +1,6 @@
-// AdamW over segments of flat fp32 buffers: fp32 moments, decoupled weight decay applied only to the
-// parameters marked `decay`. A segment is the unit a ZeRO shard later owns; here it is one parameter.
+// AdamW over segments of flat fp32 buffers: fp32 moments, weight decay (decoupled, or as L2 regularisation
+// for DeepSpeed's Adam with adam_w_mode false) applied only to the parameters marked `decay`. A segment is the
+// unit a ZeRO shard later owns; here it is one parameter.
 #pragma once
 
 #include <string>
@@ -11,6 +12,7 @@ namespace tandem::optim {
 
 struct AdamWConfig {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  bool decoupled = true;  // false: the decay is added to the gradient before the moments (L2)
 };
 
 // One contiguous run of parameters the optimizer updates, with its moments.

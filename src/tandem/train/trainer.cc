@@ -25,7 +25,8 @@ namespace {
 optim::ScheduleConfig schedule_config(const config::TrainConfig& c) {
   optim::ScheduleConfig s;
   s.type = c.scheduler.type;
-  s.lr = c.optimizer.lr;
+  s.lr = c.scheduler.peak_lr;
+  s.warmup_type = c.scheduler.warmup_type;
   s.warmup_steps = c.scheduler.warmup_num_steps;
   s.warmup_min_lr = c.scheduler.warmup_min_lr;
   s.total_steps = c.scheduler.total_num_steps;
@@ -41,6 +42,7 @@ optim::AdamWConfig adamw_config(const config::TrainConfig& c) {
   a.beta2 = static_cast<float>(c.optimizer.beta2);
   a.eps = static_cast<float>(c.optimizer.eps);
   a.weight_decay = static_cast<float>(c.optimizer.weight_decay);
+  a.decoupled = c.optimizer.adam_w_mode;
   return a;
 }
 

@@ -1,5 +1,6 @@
-// CPU AdamW: one decoupled-weight-decay Adam step over flat fp32 buffers (param, grad, m, v).
-// Elementwise, so any split over threads gives the same bits.
+// CPU AdamW: one Adam step over flat fp32 buffers (param, grad, m, v), with decoupled weight decay or with
+// L2 regularisation (the decay added to the gradient). Elementwise, so any split over threads gives the same
+// bits.
 #include <cmath>
 
 #include "tandem/ops/cpu/cpu_ops.h"
@@ -22,10 +23,12 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
   // Bias corrections in double: beta2^step stays close to 1 for thousands of steps, where float loses digits.
   const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta1), p.step)));
   const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta2), p.step)));
-  const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay, gs = p.grad_scale;
+  const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, gs = p.grad_scale;
+  // One of the two is the decay, the other zero: decoupled from the moments (AdamW), or into the gradient (L2).
+  const float wd = p.decoupled ? p.weight_decay : 0.0f, l2 = p.decoupled ? 0.0f : p.weight_decay;
 #pragma omp parallel for schedule(static) if (worth_parallel(n, kAdamWCost))
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gs;
+    const float gi = g[i] * gs + l2 * w[i];
     m1[i] = b1 * m1[i] + (1.0f - b1) * gi;
     m2[i] = b2 * m2[i] + (1.0f - b2) * gi * gi;
     const float m_hat = m1[i] * inv_bc1, v_hat = m2[i] * inv_bc2;

@@ -1,5 +1,6 @@
-// CUDA AdamW: one fused decoupled-weight-decay Adam step over flat fp32 buffers (param, grad, m, v).
-// Elementwise, grid-stride, float4 packs when all four buffers allow them; same formula as ops/cpu/adamw.cc.
+// CUDA AdamW: one fused Adam step over flat fp32 buffers (param, grad, m, v), with decoupled weight decay or
+// with L2 regularisation. Elementwise, grid-stride, float4 packs when all four buffers allow them; same formula
+// as ops/cpu/adamw.cc.
 #include <cmath>
 
 #include "tandem/ops/cuda/cuda_ops.h"
@@ -10,11 +11,12 @@ namespace tandem::ops::cuda {
 namespace {
 
 struct AdamWScalars {
-  float b1, b2, lr, eps, wd, gs, inv_bc1, inv_bc2;
+  float b1, b2, lr, eps, gs, inv_bc1, inv_bc2;
+  float wd, l2;  // one of the two is the decay, the other zero: decoupled (AdamW) or into the gradient (L2)
 };
 
 __device__ __forceinline__ void adamw_one(float& w, float g, float& m1, float& m2, const AdamWScalars& s) {
-  const float gi = g * s.gs;
+  const float gi = g * s.gs + s.l2 * w;
   m1 = s.b1 * m1 + (1.0f - s.b1) * gi;
   m2 = s.b2 * m2 + (1.0f - s.b2) * gi * gi;
   const float m_hat = m1 * s.inv_bc1, v_hat = m2 * s.inv_bc2;
@@ -63,7 +65,8 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
   s.b2 = p.beta2;
   s.lr = p.lr;
   s.eps = p.eps;
-  s.wd = p.weight_decay;
+  s.wd = p.decoupled ? p.weight_decay : 0.0f;
+  s.l2 = p.decoupled ? 0.0f : p.weight_decay;
   s.gs = p.grad_scale;
   s.inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta1), p.step)));
   s.inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta2), p.step)));
