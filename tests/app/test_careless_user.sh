@@ -42,6 +42,38 @@ heads that do not divide dim|tiny.json --set model.heads=3
 an override without '='|tiny.json --set steps
 CASES
 
+# --- DeepSpeed's getting-started config, a model and data added: trains as it stands on 4 processes, and as 4 as 2
+cat >ds.json <<'JSON'
+{
+  "train_batch_size": 8,
+  "gradient_accumulation_steps": 1,
+  "optimizer": { "type": "Adam", "params": { "lr": 0.00015, "weight_decay": 0.01 } },
+  "fp16": { "enabled": true },
+  "zero_optimization": {
+    "stage": 2,
+    "allgather_partitions": true,
+    "allgather_bucket_size": 5e8,
+    "overlap_comm": true,
+    "reduce_scatter": true,
+    "reduce_bucket_size": 5e8,
+    "contiguous_gradients": true
+  },
+  "model": { "type": "gpt", "vocab_size": 64, "seq_len": 16, "dim": 32, "layers": 4, "heads": 4 },
+  "data": { "type": "synthetic" },
+  "steps": 3
+}
+JSON
+run 120 "$tandem" train -n 4 ds.json --out ds4
+[ $rc -eq 0 ] && [ "$(grep -c '^warning: these DeepSpeed keys have no effect in Tandem: ' out)" -eq 1 ] &&
+  grep -q "allgather_bucket_size.*overlap_comm.*reduce_bucket_size" out && grep -q "ZeRO stage 2, f16 compute" out &&
+  grep -q "done: 3 steps" out
+check "DeepSpeed's getting-started config trains on 4 processes, its no-effect keys named in one warning" $?   "$(grep -E '^warning|^error|model:|done' out)"
+run 120 "$tandem" train -n 4 ds.json --out ds22 --set 'parallel={"virtual_gpus": 2, "pipeline": 2}' \
+  --set gradient_accumulation_steps=2
+[ $rc -eq 0 ] && grep -q "dp 2 x pp 2 x tp 1 (4 devices as 2 virtual GPUs of 2), ZeRO stage 2" out &&
+  grep -q "done: 3 steps" out
+check "... and as 4 devices used as 2 virtual GPUs of 2" $? "$(grep -E '^error|model:|done' out)"
+
 # --- run folders: a new one per run, never another run's
 mkdir fresh && cd fresh || exit 1
 run 60 "$tandem" train ../tiny.json
