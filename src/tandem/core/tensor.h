@@ -54,6 +54,11 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device& device() const;
 
+  // Whether both view the same storage (the same allocation), and that allocation's start and size.
+  bool shares_storage(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
+  const void* allocation() const { return storage_ ? storage_->data() : nullptr; }
+  size_t allocation_bytes() const { return storage_ ? storage_->bytes() : 0; }
+
   // The same elements under another shape of equal numel.
   Tensor view(const Shape& shape) const;
   // Elements [begin, begin + count) of the flattened tensor, as a tensor of `shape` (numel == count).

@@ -25,11 +25,13 @@ void* AccountedDevice::allocate(size_t bytes, std::string_view what) {
     peak_ = live_;
     at_peak_ = live_by_;
     peak_label_ = label_;
+    peak_live_mbs_ = live_mbs_;
   }
   if (live_ > window_peak_) {
     window_peak_ = live_;
     window_at_peak_ = live_by_;
     window_peak_label_ = label_;
+    window_peak_live_mbs_ = live_mbs_;
   }
   return p;
 }
@@ -60,11 +62,19 @@ void AccountedDevice::reset_peak() {
   peak_ = live_;
   at_peak_ = live_by_;
   peak_label_ = label_;
+  peak_live_mbs_ = live_mbs_;
 }
 
 Breakdown AccountedDevice::live() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_by_;
+}
+
+MemoryPurpose AccountedDevice::purpose_of(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = held_.find(const_cast<void*>(ptr));
+  TANDEM_CHECK(it != held_.end(), "purpose_of memory ", name(), " does not hold");
+  return it->second.purpose;
 }
 
 Breakdown AccountedDevice::at_peak() const {
@@ -77,9 +87,25 @@ std::string AccountedDevice::peak_label() const {
   return peak_label_;
 }
 
-void AccountedDevice::set_label(std::string label) {
+int AccountedDevice::peak_live_micro_batches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_live_mbs_;
+}
+
+void AccountedDevice::set_label(std::string label, int live_micro_batches) {
   std::lock_guard<std::mutex> lock(mu_);
   label_ = std::move(label);
+  live_mbs_ = live_micro_batches;
+}
+
+std::string AccountedDevice::label() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return label_;
+}
+
+int AccountedDevice::live_micro_batches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_mbs_;
 }
 
 void AccountedDevice::start_window() {
@@ -87,6 +113,7 @@ void AccountedDevice::start_window() {
   window_peak_ = live_;
   window_at_peak_ = live_by_;
   window_peak_label_ = label_;
+  window_peak_live_mbs_ = live_mbs_;
 }
 
 uint64_t AccountedDevice::window_peak() const {
@@ -102,6 +129,11 @@ Breakdown AccountedDevice::window_at_peak() const {
 std::string AccountedDevice::window_peak_label() const {
   std::lock_guard<std::mutex> lock(mu_);
   return window_peak_label_;
+}
+
+int AccountedDevice::window_peak_live_micro_batches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return window_peak_live_mbs_;
 }
 
 std::string AccountedDevice::describe_largest_locked(int count) const {

@@ -31,11 +31,17 @@ class AccountedDevice : public Device {
   void set_budget(uint64_t bytes) { budget_ = bytes; }
   void reset_peak();  // peak := live
 
-  Breakdown live() const;     // live bytes by purpose
-  Breakdown at_peak() const;  // what was live at the peak
-  // The label set when the peak was reached (set_label), e.g. "backward of micro-batch 3, at blocks.2 backward".
+  Breakdown live() const;                           // live bytes by purpose
+  MemoryPurpose purpose_of(const void* ptr) const;  // of the live allocation at `ptr`
+  Breakdown at_peak() const;                        // what was live at the peak
+  // What the device is doing, for the planner's account of its peak: a label ("backward of micro-batch 3, at
+  // blocks.2 backward") and how many micro-batches' activations are held; the peak keeps the values set when it
+  // was reached.
+  void set_label(std::string label, int live_micro_batches);
+  std::string label() const;
+  int live_micro_batches() const;
   std::string peak_label() const;
-  void set_label(std::string label);
+  int peak_live_micro_batches() const;
 
   // A second watermark that start_window() resets without touching the device's peak: the highest point since,
   // and what was live then (the planner measures one action at a time with it).
@@ -43,6 +49,7 @@ class AccountedDevice : public Device {
   uint64_t window_peak() const;
   Breakdown window_at_peak() const;
   std::string window_peak_label() const;
+  int window_peak_live_micro_batches() const;
 
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;
@@ -63,6 +70,7 @@ class AccountedDevice : public Device {
   uint64_t live_ = 0, peak_ = 0, window_peak_ = 0;
   Breakdown live_by_, at_peak_, window_at_peak_;
   std::string label_, peak_label_, window_peak_label_;
+  int live_mbs_ = 0, peak_live_mbs_ = 0, window_peak_live_mbs_ = 0;
   std::unordered_map<void*, Held> held_;  // live allocations
 };
 

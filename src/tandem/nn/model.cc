@@ -32,6 +32,7 @@ int64_t Model::num_parameters() const {
 
 void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first) {
   TANDEM_CHECK(value.dtype() == DType::F32, "initial values are drawn in fp32, got ", dtype_name(value.dtype()));
+  if (!value.device().holds_data()) return;  // a counting device: nothing to draw into
   // Drawn on the host and copied, so any device gets the same numbers.
   std::vector<float> v(static_cast<size_t>(value.numel()));
   const int64_t n = value.numel();

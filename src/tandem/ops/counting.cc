@@ -27,13 +27,16 @@ double tensor_bytes(const T&) {
   return 0.0;
 }
 
-const Tensor* first_tensor() { return nullptr; }
-template <class A, class... Rest>
-const Tensor* first_tensor(const A& a, const Rest&... rest) {
-  if constexpr (std::is_same_v<A, Tensor>)
-    return &a;
-  else
-    return first_tensor(rest...);
+const Tensor* tensor_ptr(const Tensor& t) { return &t; }
+template <class T>
+const Tensor* tensor_ptr(const T&) {
+  return nullptr;
+}
+template <class... A>
+const Tensor* first_tensor(const A&... a) {
+  const Tensor* t = nullptr;
+  ((t = t ? t : tensor_ptr(a)), ...);
+  return t;
 }
 
 // Causal attention on qkv (B, T, 3C): q k^T and p v, B H T^2 D multiply-adds each, half of them masked.

@@ -1,5 +1,7 @@
 #include "tandem/parallel/pipeline/executor.h"
 
+#include <string>
+
 namespace tandem::parallel::pipeline {
 
 namespace {
@@ -23,6 +25,7 @@ PipelineExecutor::PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::
     for (size_t l = s_.chunks[c].first; l < s_.chunks[c].second; ++l) shape = model_.layers()[l]->output_shape(shape);
     out_shapes_.push_back(shape);
   }
+  runner_ = std::make_unique<ChunkRunner>(model_, s_.virtual_stages, s_.recompute, hooks_, device_);
 }
 
 // The kind is the lowest bit: communicators may route activations and gradients on separate channels.
@@ -32,8 +35,7 @@ int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
 
 void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
                            const std::function<void(const Tensor&, const Tensor&)>& loss) {
-  std::map<int, Tensor> input, output, grad, input_grad;  // by key(mb, chunk)
-  std::map<int, std::vector<nn::Saved>> saved;
+  std::map<int, Tensor> input, output, grad, input_grad;                 // by key(mb, chunk)
   std::vector<std::pair<std::unique_ptr<comm::Request>, Tensor>> sends;  // kept alive until complete
   auto take = [](std::map<int, Tensor>& m, int k, const char* what) {
     auto it = m.find(k);
@@ -43,12 +45,27 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
     return t;
   };
 
+  device::CountingDevice* counting = device::as_counting(device_);
+  action_work_.clear();
   for (const Action& a : s_.actions) {
     const int k = key(a.micro_batch, a.chunk);
     const int stage = stage_of(a.chunk);
     const LayerRange range = s_.chunks[a.chunk];
+    device::WorkLog before;
+    if (counting) {
+      // The planner's account of its peak says which action it was in and how many micro-batches were held.
+      const bool fwd = a.kind == ActionKind::Forward;
+      std::string label = (fwd                              ? "forward"
+                           : a.kind == ActionKind::Backward ? "backward"
+                                                            : action_kind_name(a.kind)) +
+                          std::string(" of micro-batch ") + std::to_string(a.micro_batch);
+      if (s_.virtual_stages > 1) label += " (chunk " + std::to_string(a.chunk) + ")";
+      counting->set_label(label, static_cast<int>(runner_->held()) + (fwd ? 1 : 0));
+      before = counting->work();
+    }
     switch (a.kind) {
       case ActionKind::RecvActivation: {
+        const PurposeScope scope(device_, MemoryPurpose::Communication);
         Tensor t = Tensor::empty(in_shapes_[a.chunk], s_.activation_dtype, device_, "received activation");
         pp_.recv(t, a.peer, tag(kActivation, stage, a.micro_batch));
         input[k] = t;
@@ -56,10 +73,18 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
       }
       case ActionKind::Forward: {
         MicroBatch mb;
-        if (stage == 0 || stage == total_stages_ - 1) mb = batch(a.micro_batch);
+        if (stage == 0 || stage == total_stages_ - 1) {
+          const PurposeScope scope(device_, MemoryPurpose::Other);
+          mb = batch(a.micro_batch);
+        }
         Tensor x = stage == 0 ? mb.inputs : take(input, k, "input activation");
-        Tensor y = model_.forward_range(range.first, range.second, x, saved[k], s_.recompute, hooks_);
+        Tensor y;
+        {
+          const PurposeScope scope(device_, MemoryPurpose::Activations);
+          y = runner_->forward(range, a.chunk, k, x);
+        }
         if (stage == total_stages_ - 1) {
+          const PurposeScope scope(device_, MemoryPurpose::Transient);
           loss(y, mb.targets);  // y now holds d(loss)/d(logits)
           grad[k] = y;
         } else if (a.chunk + 1 < s_.virtual_stages && s_.pp == 1) {
@@ -75,6 +100,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
         break;
       }
       case ActionKind::RecvGradient: {
+        const PurposeScope scope(device_, MemoryPurpose::Communication);
         Tensor t = Tensor::empty(out_shapes_[a.chunk], s_.activation_dtype, device_, "received gradient");
         pp_.recv(t, a.peer, tag(kGradient, stage, a.micro_batch));
         grad[k] = t;
@@ -82,8 +108,11 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
       }
       case ActionKind::Backward: {
         Tensor dy = take(grad, k, "output gradient");
-        Tensor dx = model_.backward_range(range.first, range.second, dy, saved[k], s_.recompute, hooks_);
-        saved.erase(k);
+        Tensor dx;
+        {
+          const PurposeScope scope(device_, MemoryPurpose::Transient);
+          dx = runner_->backward(range, a.chunk, k, dy);
+        }
         if (stage == 0) break;
         if (a.chunk > 0 && s_.pp == 1)
           grad[key(a.micro_batch, a.chunk - 1)] = dx;
@@ -97,9 +126,10 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
         break;
       }
     }
+    if (counting) action_work_.push_back({a, counting->work() - before});
   }
   for (auto& [req, t] : sends) req->wait();
-  TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && saved.empty(),
+  TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && runner_->held() == 0,
                "pipeline executor: the schedule left tensors behind");
 }
 

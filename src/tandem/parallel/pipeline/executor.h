@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/device/counting_device.h"
 #include "tandem/nn/model.h"
+#include "tandem/parallel/pipeline/chunk_runner.h"
 #include "tandem/parallel/pipeline/partition.h"
 #include "tandem/parallel/pipeline/schedule.h"
 
@@ -36,8 +38,18 @@ class PipelineExecutor {
 
   // Runs the step. `batch(mb)` gives micro-batch mb (called on the first and last stages only).
   // `loss(logits, targets)` (last stage only) accumulates the loss and overwrites logits with their gradient.
+  // Allocations are accounted as pipeline buffers (receives), activations (forward), transients (backward, the
+  // loss) and other (the batch).
   void run(const std::function<MicroBatch(int)>& batch,
            const std::function<void(const Tensor& logits, const Tensor& targets)>& loss);
+
+  // On a counting device: the work each action of the last run recorded, in schedule order (for the planner's
+  // time model). Empty on other devices.
+  struct ActionWork {
+    Action action;
+    device::WorkLog work;
+  };
+  const std::vector<ActionWork>& action_work() const { return action_work_; }
 
  private:
   int stage_of(int chunk) const { return global_stage(s_.pp_rank, chunk, s_.pp); }
@@ -51,6 +63,8 @@ class PipelineExecutor {
   Device& device_;
   int total_stages_;
   std::vector<Shape> in_shapes_, out_shapes_;  // per chunk
+  std::unique_ptr<ChunkRunner> runner_;
+  std::vector<ActionWork> action_work_;
 };
 
 }  // namespace tandem::parallel::pipeline

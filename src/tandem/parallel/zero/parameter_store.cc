@@ -46,6 +46,7 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     // shard otherwise.
     const int64_t m0 = stage_ == 0 ? 0 : s0, mn = stage_ == 0 ? u->shard * dp_size : u->shard;
     const bool alias = compute_ == DType::F32 && stage_ < 3;
+    PurposeScope as_parameters(device_, MemoryPurpose::Parameters);
     if (stage_ < 3) {
       u->values = Tensor::zeros({u->shard * dp_size}, compute_, device_, u->label + " parameters");
       point_values(*u, u->values);
@@ -59,6 +60,7 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
         nn::initialize_parameter(*u->params[i], u->master.flat_slice(a - m0, b - a, {b - a}), seed, a - u->offsets[i]);
     }
     if (stage_ == 3) release_values(*u);
+    PurposeScope as_gradients(device_, MemoryPurpose::Gradients);
     if (stage_ <= 1) {
       u->grads = Tensor::zeros({u->shard * dp_size}, DType::F32, device_, u->label + " gradients");
       point_grads(*u, u->grads);
@@ -80,7 +82,10 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     unit_of_layer_[layer] = static_cast<int>(units_.size());
     units_.push_back(std::move(u));
   }
-  adamw_ = std::make_unique<optim::AdamW>(std::move(segments), adamw);
+  {
+    PurposeScope as_optimizer(device_, MemoryPurpose::Optimizer);
+    adamw_ = std::make_unique<optim::AdamW>(std::move(segments), adamw);
+  }
   refresh_values();
 }
 
@@ -107,6 +112,7 @@ void ParameterStore::point_grads(Unit& u, const Tensor& full) {
 
 void ParameterStore::gather_values(Unit& u) {
   if (u.values.defined()) return;
+  PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
   u.values = Tensor::empty({u.shard * dp_.size()}, compute_, device_, u.label + " gathered parameters");
   // Gather in the compute dtype: half the bytes of the fp32 master when computing in bf16 or f16.
   const Tensor own = u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
@@ -154,6 +160,7 @@ void ParameterStore::before_backward(size_t layer) {
   Unit& u = unit(layer);
   if (stage_ == 3) gather_values(u);
   if (stage_ >= 2) {
+    PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
     u.grads = Tensor::zeros({u.shard * dp_.size()}, DType::F32, device_, u.label + " gradients");
     point_grads(u, u.grads);
   }
@@ -162,6 +169,7 @@ void ParameterStore::before_backward(size_t layer) {
 void ParameterStore::after_backward(size_t layer) {
   Unit& u = unit(layer);
   if (stage_ >= 2) {
+    PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
     Tensor reduced = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");  // (shard)
     dp_.reduce_scatter(u.grads, reduced);
     ops::axpy(1.0f, reduced, u.grad_shard);

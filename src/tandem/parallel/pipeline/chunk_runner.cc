@@ -1,0 +1,280 @@
+#include "tandem/parallel/pipeline/chunk_runner.h"
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "tandem/device/counting_device.h"
+
+namespace tandem::parallel::pipeline {
+
+using device::Breakdown;
+using device::CountingDevice;
+
+// One call's effect on the device's accounts, relative to where the call started.
+struct ChunkRunner::Effect {
+  Breakdown peak;        // at the call's highest point
+  Breakdown end;         // when it returned (the output included)
+  device::WorkLog work;  // the work it recorded
+  std::string where;     // ", at blocks.3 forward": the layer running at the highest point
+  bool has_out = false;  // the output: forward's y, backward's dx (undefined for a chunk that takes tokens)
+  Shape out_shape;
+  DType out_dtype = DType::F32;
+  MemoryPurpose out_purpose = MemoryPurpose::Other;
+  int64_t out_bytes = 0;
+  bool keeps_input = false;  // forward: what it keeps for backward includes its input (checkpointing keeps it)
+  MemoryPurpose in_purpose = MemoryPurpose::Other;
+  int64_t in_bytes = 0;
+  bool operator==(const Effect&) const = default;
+};
+
+struct ChunkRunner::Memo {
+  std::optional<Effect> forward, backward;  // the last effect of each
+  bool forward_repeats = false, backward_repeats = false;
+  bool unusable = false;    // an effect a replay cannot reproduce: this chunk always runs for real
+  bool replayable = false;  // both repeat and the backward's effect fits what a replayed forward leaves
+};
+
+// What one micro-batch's forward left for its backward: the layers' own Saved when run for real; when replayed,
+// blocks of bytes by purpose (and the input, when the forward keeps it).
+struct ChunkRunner::Held {
+  std::vector<nn::Saved> saved;
+  std::vector<std::shared_ptr<Storage>> ghosts;
+  Breakdown ghost_bytes;
+  Tensor input;
+  bool replayed = false;
+};
+
+namespace {
+
+// Labels the device "<action>, at <layer> forward|backward" around each layer (the action's label is the
+// device's when the call starts), then runs the engine's hooks.
+class LabellingHooks final : public nn::Model::LayerHooks {
+ public:
+  LabellingHooks(nn::Model& model, nn::Model::LayerHooks* inner, CountingDevice& device)
+      : model_(model), inner_(inner), device_(device), action_(device.label()), live_(device.live_micro_batches()) {}
+  ~LabellingHooks() override { device_.set_label(action_, live_); }
+  LabellingHooks(const LabellingHooks&) = delete;
+  LabellingHooks& operator=(const LabellingHooks&) = delete;
+
+  void before_forward(size_t i) override {
+    label(i, " forward");
+    if (inner_) inner_->before_forward(i);
+  }
+  void after_forward(size_t i) override {
+    if (inner_) inner_->after_forward(i);
+  }
+  void before_backward(size_t i) override {
+    label(i, " backward");
+    if (inner_) inner_->before_backward(i);
+  }
+  void after_backward(size_t i) override {
+    if (inner_) inner_->after_backward(i);
+  }
+
+ private:
+  void label(size_t i, const char* what) {
+    nn::Layer& l = *model_.layers()[i];
+    std::string name = l.name();
+    if (name.empty()) name = l.parameters().empty() ? "layer " + std::to_string(i) : l.parameters().front()->name;
+    device_.set_label(action_ + ", at " + name + what, live_);
+  }
+
+  nn::Model& model_;
+  nn::Model::LayerHooks* inner_;
+  CountingDevice& device_;
+  std::string action_;
+  int live_;
+};
+
+Breakdown elementwise_min(const Breakdown& a, const Breakdown& b) {
+  Breakdown r;
+  for (size_t i = 0; i < r.bytes.size(); ++i) r.bytes[i] = std::min(a.bytes[i], b.bytes[i]);
+  return r;
+}
+Breakdown positive_part(const Breakdown& a) {
+  Breakdown r;
+  for (size_t i = 0; i < r.bytes.size(); ++i) r.bytes[i] = std::max<int64_t>(a.bytes[i], 0);
+  return r;
+}
+bool non_negative(const Breakdown& a) {
+  return std::all_of(a.bytes.begin(), a.bytes.end(), [](int64_t b) { return b >= 0; });
+}
+
+// Allocates `b` on the device, one block per purpose, into `blocks`.
+void allocate_blocks(CountingDevice& d, const Breakdown& b, std::vector<std::shared_ptr<Storage>>& blocks) {
+  for (size_t i = 0; i < b.bytes.size(); ++i) {
+    if (b.bytes[i] <= 0) continue;
+    const PurposeScope scope(d, static_cast<MemoryPurpose>(i));
+    blocks.push_back(std::make_shared<Storage>(d, static_cast<size_t>(b.bytes[i]), "replayed"));
+  }
+}
+
+void visit_saved(const nn::Saved& s, const std::function<void(const Tensor&)>& fn) {
+  for (const Tensor& t : s.tensors) fn(t);
+  for (const nn::Saved& c : s.children) visit_saved(c, fn);
+}
+
+}  // namespace
+
+// Runs `call` and writes its effect on `d`'s accounts into `e`, its output described; returns the output.
+template <class Call>
+Tensor ChunkRunner::measure(CountingDevice& d, Effect& e, Call&& call) {
+  const Breakdown start = d.live();
+  const device::WorkLog work = d.work();
+  const std::string action = d.label();
+  d.start_window();
+  Tensor out = call();
+  e.peak = d.window_at_peak() - start;
+  e.end = d.live() - start;
+  e.work = d.work() - work;
+  const std::string at = d.window_peak_label();
+  e.where = at.size() > action.size() && at.compare(0, action.size(), action) == 0 ? at.substr(action.size()) : "";
+  e.has_out = out.defined();
+  if (e.has_out) {
+    e.out_shape = out.shape();
+    e.out_dtype = out.dtype();
+    e.out_purpose = d.purpose_of(out.allocation());
+    e.out_bytes = static_cast<int64_t>(out.allocation_bytes());
+  }
+  return out;
+}
+
+ChunkRunner::ChunkRunner(nn::Model& model, int chunks, bool recompute, nn::Model::LayerHooks* hooks, Device& device)
+    : model_(model), recompute_(recompute), hooks_(hooks), device_(device) {
+  if (device.kind() == DeviceKind::Counting)
+    for (int c = 0; c < chunks; ++c) memo_.push_back(std::make_unique<Memo>());
+}
+
+ChunkRunner::~ChunkRunner() = default;
+
+Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const Tensor& x) {
+  TANDEM_CHECK(!held_.count(key), "chunk runner: key ", key, " is already held");
+  auto h = std::make_unique<Held>();
+  CountingDevice* d = memo_.empty() ? nullptr : device::as_counting(device_);
+  Tensor y;
+  if (!d) {
+    y = model_.forward_range(range.first, range.second, x, h->saved, recompute_, hooks_);
+  } else if (Memo& m = *memo_.at(static_cast<size_t>(chunk)); m.replayable) {
+    // Replay: first the part of the end state that was held at the highest point, then the rest of that point,
+    // released again, then the remainder of the end state and the output. The device passes through the same
+    // highest point, by purpose, and ends where the real call ended.
+    const Effect& f = *m.forward;
+    Breakdown rest = f.end;
+    rest[f.out_purpose] -= f.out_bytes;
+    const Breakdown a = positive_part(elementwise_min(f.peak, rest));
+    const std::string action = d->label();
+    d->set_label(action + f.where, d->live_micro_batches());
+    allocate_blocks(*d, a, h->ghosts);
+    {
+      std::vector<std::shared_ptr<Storage>> spike;
+      allocate_blocks(*d, f.peak - a, spike);
+    }
+    allocate_blocks(*d, rest - a, h->ghosts);
+    d->set_label(action, d->live_micro_batches());
+    h->ghost_bytes = rest;
+    {
+      const PurposeScope scope(*d, f.out_purpose);
+      y = Tensor::empty(f.out_shape, f.out_dtype, *d, "output (replayed)");
+    }
+    if (f.keeps_input) h->input = x;
+    d->work() += f.work;
+    h->replayed = true;
+  } else {
+    Effect e;
+    {
+      LabellingHooks labels(model_, hooks_, *d);
+      y = measure(*d, e,
+                  [&] { return model_.forward_range(range.first, range.second, x, h->saved, recompute_, &labels); });
+    }
+    // A replay holds the output apart from what was kept, so the two must not share memory; it can keep the
+    // input, which must then be one whole allocation.
+    bool aliased = y.defined() && static_cast<int64_t>(y.nbytes()) != e.out_bytes;
+    for (const nn::Saved& s : h->saved)
+      visit_saved(s, [&](const Tensor& t) {
+        if (y.defined() && t.shares_storage(y)) aliased = true;
+        if (t.shares_storage(x)) e.keeps_input = true;
+      });
+    if (e.keeps_input) {
+      e.in_purpose = d->purpose_of(x.allocation());
+      e.in_bytes = static_cast<int64_t>(x.allocation_bytes());
+      aliased = aliased || static_cast<int64_t>(x.nbytes()) != e.in_bytes;
+    }
+    Breakdown rest = e.end;
+    if (e.has_out) rest[e.out_purpose] -= e.out_bytes;
+    if (aliased || !non_negative(rest) || !non_negative(e.peak)) m.unusable = true;
+    m.forward_repeats = m.forward && *m.forward == e;
+    m.forward = std::move(e);
+  }
+  held_[key] = std::move(h);
+  return y;
+}
+
+Tensor ChunkRunner::backward(const LayerRange& range, int chunk, int key, const Tensor& dy) {
+  const auto it = held_.find(key);
+  TANDEM_CHECK(it != held_.end(), "chunk runner: no forward kept for key ", key);
+  std::unique_ptr<Held> h = std::move(it->second);
+  held_.erase(it);
+  CountingDevice* d = memo_.empty() ? nullptr : device::as_counting(device_);
+  if (!d) return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, hooks_);
+  Memo& m = *memo_.at(static_cast<size_t>(chunk));
+  Tensor dx;
+  if (h->replayed) {
+    // Lower what is lower at the highest point, rise to it, then release everything kept and make the output.
+    const Effect& b = *m.backward;
+    const Breakdown lower = positive_part(Breakdown{} - b.peak);
+    const std::string action = d->label();
+    d->set_label(action + b.where, d->live_micro_batches());
+    std::vector<std::shared_ptr<Storage>> kept;
+    for (size_t i = 0; i < lower.bytes.size(); ++i) {
+      if (lower.bytes[i] == 0) continue;
+      const auto purpose = static_cast<MemoryPurpose>(i);
+      h->ghosts.erase(
+          std::remove_if(h->ghosts.begin(), h->ghosts.end(),
+                         [&](const std::shared_ptr<Storage>& s) { return d->purpose_of(s->data()) == purpose; }),
+          h->ghosts.end());
+      Breakdown remains;
+      remains[purpose] = h->ghost_bytes[purpose] - lower[purpose];
+      allocate_blocks(*d, remains, kept);
+    }
+    {
+      std::vector<std::shared_ptr<Storage>> spike;
+      allocate_blocks(*d, positive_part(b.peak), spike);
+    }
+    d->set_label(action, d->live_micro_batches());
+    kept.clear();
+    h.reset();
+    if (b.has_out) {
+      const PurposeScope scope(*d, b.out_purpose);
+      dx = Tensor::empty(b.out_shape, b.out_dtype, *d, "input gradient (replayed)");
+    }
+    d->work() += b.work;
+    return dx;
+  }
+  Effect e;
+  {
+    LabellingHooks labels(model_, hooks_, *d);
+    dx = measure(*d, e,
+                 [&] { return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, &labels); });
+  }
+  m.backward_repeats = m.backward && *m.backward == e;
+  m.backward = std::move(e);
+  if (m.forward_repeats && m.backward_repeats && !m.unusable && !m.replayable) {
+    // A replayed forward leaves `rest` (and the input, when kept); the backward's effect must start from exactly
+    // that: what it lowers at its highest point comes out of `rest`, and it ends with all of it released and its
+    // own output made.
+    const Effect& f = *m.forward;
+    const Effect& b = *m.backward;
+    Breakdown rest = f.end;
+    if (f.has_out) rest[f.out_purpose] -= f.out_bytes;
+    Breakdown expected_end = Breakdown{} - rest;
+    if (f.keeps_input) expected_end[f.in_purpose] -= f.in_bytes;
+    if (b.has_out) expected_end[b.out_purpose] += b.out_bytes;
+    m.replayable = non_negative(rest - positive_part(Breakdown{} - b.peak)) && expected_end == b.end;
+    if (!m.replayable) m.unusable = true;
+  }
+  return dx;
+}
+
+}  // namespace tandem::parallel::pipeline
