@@ -1,12 +1,10 @@
 // ops_check: every CUDA op against the CPU op on the same inputs, for each dtype, then timings of the main ops.
 // Inputs are Philox normals rounded to the dtype under test, so both sides see identical values; the CPU runs in f32.
 // CUDA outputs are poisoned first (bytes 0xFF: NaN in f32, bf16 and f16), so an element the op forgot to write
-// fails the check. The error is ||gpu - cpu|| / ||cpu|| over all elements, against a bound per dtype:
-//   f32 1e-5  (both sides fp32; only the summation orders differ),
-//   bf16 2e-2 (8 significant bits: storage rounding alone is ~4e-3 per element, fused kernels round more inside),
-//   f16 5e-3  (11 significant bits: ~5e-4 per element),
-// and 1e-9 for sum_squares, whose inputs are identical and which sums in double on both sides.
+// fails the check. The error is ||gpu - cpu|| / ||cpu|| over all elements, against the bound of tolerances.h
+// for the dtype (f32, bf16, f16), for sum_squares, or exact. ctest runs it as the test cuda_ops_check (label gpu).
 // Usage: ops_check [--no-bench] [--filter=<substring of the op name>]. Exit status 1 when any row fails.
+//        ops_check --print-tolerances: the table of tolerances.h, one "name bound" a line (needs no GPU).
 #include <cuda_runtime_api.h>
 #include <omp.h>
 
@@ -30,6 +28,7 @@
 #include "tandem/ops/cpu/cpu_ops.h"
 #include "tandem/ops/cuda/attention_plain.h"
 #include "tandem/ops/cuda/cuda_ops.h"
+#include "tolerances.h"
 
 namespace tandem {
 namespace {
@@ -44,11 +43,11 @@ const std::vector<DType> kFloatTypes = {DType::F32, DType::BF16, DType::F16};
 double bound_for(DType t) {
   switch (t) {
     case DType::F32:
-      return 1e-5;
+      return gpu_check::kOpF32;
     case DType::BF16:
-      return 2e-2;
+      return gpu_check::kOpBf16;
     default:
-      return 5e-3;
+      return gpu_check::kOpF16;
   }
 }
 
@@ -311,8 +310,8 @@ void check_elementwise(Suite& s) {
       });
     }
   }
-  // Casts: the exact conversion of the host's rounding functions (round to nearest even), so the bound is the
-  // target dtype's although the error should be 0.
+  // Casts: the exact conversion of the host's rounding functions (round to nearest even), so the error should be
+  // 0; the bound is a fraction of the target dtype's.
   const int64_t n = (1 << 20) + 1;
   for (DType from : kFloatTypes) {
     for (DType to : kFloatTypes) {
@@ -323,7 +322,7 @@ void check_elementwise(Suite& s) {
         s.poison(y);
         gpu::cast(x.gpu, y);
         s.row("cast", name, dims({n}), rel_error(y.to_host_floats(), rounded(x.cpu.to_host_floats(), to)),
-              bound_for(to) * 0.01);
+              bound_for(to) * gpu_check::kOpCastFraction);
       });
     }
   }
@@ -409,7 +408,7 @@ void check_embedding(Suite& s) {
         gpu::embedding_backward(ids.gpu, dy.gpu, before, c.start, vocab);
         const std::vector<float> a = dtable.gpu.to_host_floats(), b = before.to_host_floats();
         const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-        s.row("embedding_backward bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, 0.0);
+        s.row("embedding_backward bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, gpu_check::kOpExact);
       });
     }
     for (const auto& [b, tt, tmax, c] : std::vector<std::array<int64_t, 4>>{{3, 5, 7, 9}, {2, 1024, 1024, 1600}}) {
@@ -480,7 +479,7 @@ void check_attention(Suite& s) {
           run(again);
           const bool same = std::memcmp(dqkv.gpu.to_host_floats().data(), again.to_host_floats().data(),
                                         static_cast<size_t>(again.numel()) * sizeof(float)) == 0;
-          s.row(bwd + " bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, 0.0);
+          s.row(bwd + " bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, gpu_check::kOpExact);
         });
       }
     }
@@ -581,7 +580,7 @@ void check_reduce_and_adamw(Suite& s) {
         auto x = s.make({n}, t, 90);
         const double want = cpu::sum_squares(x.cpu);
         const double got = gpu::sum_squares(x.gpu);
-        s.row("sum_squares", dtype_name(t), dims({n}), std::abs(got - want) / want, 1e-9);
+        s.row("sum_squares", dtype_name(t), dims({n}), std::abs(got - want) / want, gpu_check::kOpSumSquares);
       });
     }
     s.run("sum_squares inf", dtype_name(t), dims({1000}), [&] {
@@ -589,7 +588,7 @@ void check_reduce_and_adamw(Suite& s) {
       v[517] = INFINITY;
       auto x = s.from_values({1000}, t, v);
       const double got = gpu::sum_squares(x.gpu);
-      s.row("sum_squares inf", dtype_name(t), dims({1000}), std::isinf(got) ? 0.0 : 1.0, 0.0);
+      s.row("sum_squares inf", dtype_name(t), dims({1000}), std::isinf(got) ? 0.0 : 1.0, gpu_check::kOpExact);
     });
   }
   for (int64_t n : {int64_t{7}, int64_t{(1 << 20) + 5}}) {
@@ -628,7 +627,8 @@ void check_deferred_errors(Suite& s) {
       message = e.what();
     }
     const bool ok = message.find("99") != std::string::npos && message.find("row 2") != std::string::npos;
-    s.row("deferred error: embedding id", "bf16", dims({4, 8}), ok ? 0.0 : 1.0, 0.0, message.substr(0, 80));
+    s.row("deferred error: embedding id", "bf16", dims({4, 8}), ok ? 0.0 : 1.0, gpu_check::kOpExact,
+          message.substr(0, 80));
     s.dev().synchronize();  // the slot was cleared: no second throw
   });
   s.run("deferred error: target", "f32", dims({3, 5}), [&] {
@@ -644,7 +644,7 @@ void check_deferred_errors(Suite& s) {
       message = e.what();
     }
     const bool ok = message.find("-4") != std::string::npos;
-    s.row("deferred error: target", "f32", dims({3, 5}), ok ? 0.0 : 1.0, 0.0, message.substr(0, 80));
+    s.row("deferred error: target", "f32", dims({3, 5}), ok ? 0.0 : 1.0, gpu_check::kOpExact, message.substr(0, 80));
   });
 }
 
@@ -759,8 +759,11 @@ int run(int argc, char** argv) {
       do_bench = false;
     } else if (arg.rfind("--filter=", 0) == 0) {
       filter = arg.substr(9);
+    } else if (arg == "--print-tolerances" && argc == 2) {
+      for (const gpu_check::Tolerance& t : gpu_check::kTolerances) std::printf("%s %g  %s\n", t.name, t.bound, t.why);
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: ops_check [--no-bench] [--filter=<op substring>]\n");
+      std::fprintf(stderr, "usage: ops_check [--no-bench] [--filter=<op substring>] | ops_check --print-tolerances\n");
       return 2;
     }
   }

@@ -1,7 +1,9 @@
 // Equivalence across layouts: every layout of TANDEM_TEST_WORLD processes trains the same function as one
-// device. For gpt and mlp, per-step losses over 5 steps and the final parameters must match the
-// single-device run within 1e-5 relative, under every ZeRO stage (dp > 1), every schedule (pp > 1), with and
-// without activation checkpointing. Also the memory claim of ZeRO-3. Run under mpirun -np TANDEM_TEST_WORLD.
+// device. For gpt and mlp, per-step losses over 5 steps, the first step's gradient norm and the final
+// parameters must match the single-device run within 1e-5 relative, under every ZeRO stage (dp > 1), every
+// schedule (pp > 1), with and without activation checkpointing; a representative set of layouts also in bf16
+// against the single-device bf16 run, within the measured bounds kBf16 and kBf16Tp. Also the memory claim of
+// ZeRO-3. Run under mpirun -np TANDEM_TEST_WORLD.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +26,7 @@ struct Case {
   std::string schedule;
   int virtual_stages;
   bool checkpointing;
+  bool bf16 = false;  // compute in bf16 (fp32 master weights), against the single-device bf16 run
 };
 
 // Enough layers for 4 stages x 2 virtual stages: gpt has embedding + 6 blocks + head, mlp has 8 linears.
@@ -35,6 +38,7 @@ std::string case_name(const Case& c) {
   os << c.model << "_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_zero" << c.zero;
   if (c.pp > 1) os << "_" << c.schedule << (c.virtual_stages > 1 ? "_v" + std::to_string(c.virtual_stages) : "");
   if (c.checkpointing) os << "_recompute";
+  if (c.bf16) os << "_bf16";
   return os.str();
 }
 
@@ -54,6 +58,23 @@ std::vector<Case> cases() {
             out.push_back(
                 {model, dp, pp, tp, zero, schedule, std::string(schedule) == "interleaved" ? 2 : 1, recompute});
         }
+  // bf16: each layout family once (dp under ZeRO 1 and 3, pp 1F1B, tp, dp x pp, dp x tp under ZeRO 3,
+  // interleaved pp x tp with recomputation; all three axes on 8 processes).
+  std::vector<Case> bf16;
+  if (world == 4)
+    for (const char* model : {"gpt", "mlp"})
+      bf16.insert(bf16.end(), {{model, 4, 1, 1, 1, "1f1b", 1, false},
+                               {model, 4, 1, 1, 3, "1f1b", 1, false},
+                               {model, 1, 4, 1, 0, "1f1b", 1, false},
+                               {model, 1, 1, 4, 0, "1f1b", 1, false},
+                               {model, 2, 2, 1, 1, "1f1b", 1, false},
+                               {model, 2, 1, 2, 3, "1f1b", 1, false},
+                               {model, 1, 2, 2, 0, "interleaved", 2, true}});
+  if (world == 8) bf16 = {{"gpt", 2, 2, 2, 1, "1f1b", 1, false}, {"mlp", 2, 2, 2, 3, "gpipe", 1, false}};
+  for (Case& c : bf16) {
+    c.bf16 = true;
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -78,7 +99,7 @@ Json base_config(const std::string& model) {
 }
 
 struct Result {
-  std::vector<double> losses;
+  std::vector<double> losses, grad_norms;
   std::map<std::string, std::vector<float>> params;
   uint64_t peak_bytes = 0;
 };
@@ -91,17 +112,25 @@ Result train(const Json& cfg_json, layout::Groups* groups) {
   Result r;
   for (const auto& m : trainer.run()) {
     r.losses.push_back(m.loss);
+    r.grad_norms.push_back(m.grad_norm);
     r.peak_bytes = m.peak_bytes;
   }
   r.params = trainer.engine().collect_parameters();
   return r;
 }
 
-// The single-device run of each model, computed once on rank 0.
-const Result& reference(const std::string& model) {
-  static std::map<std::string, Result> cache;
-  auto it = cache.find(model);
-  if (it == cache.end()) it = cache.emplace(model, train(base_config(model), nullptr)).first;
+Json case_base_config(const std::string& model, bool bf16) {
+  Json cfg = base_config(model);
+  if (bf16) cfg["bf16"] = {{"enabled", true}};
+  return cfg;
+}
+
+// The single-device run of each model and precision, computed once on rank 0.
+const Result& reference(const std::string& model, bool bf16) {
+  static std::map<std::pair<std::string, bool>, Result> cache;
+  auto it = cache.find({model, bf16});
+  if (it == cache.end())
+    it = cache.emplace(std::make_pair(model, bf16), train(case_base_config(model, bf16), nullptr)).first;
   return it->second;
 }
 
@@ -114,11 +143,34 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
+// How far a layout may be from one device, relative: the first step's loss and gradient norm (the initial
+// weights, so forward and backward alone), any step's loss, any one parameter tensor after the last step,
+// and all parameters as one vector.
+struct Bounds {
+  double first_loss, first_grad_norm, loss, tensor, all;
+};
+const Bounds kF32 = {1e-5, 1e-5, 1e-5, 1e-4, 1e-5};
+// bf16 (fp32 master weights, moments and gradient reduction) against the single-device bf16 run. Measured
+// over every layout of the fp32 matrix run in bf16 (156 cases on 4 and 8 processes), the largest differences:
+//                         first loss  first grad norm  any loss  a tensor  all parameters
+//   without tp (dp, pp)      1.1e-7        6.6e-10       1.6e-4    4.3e-2      1.6e-3
+//   with tp                  4.7e-6        1.1e-3        3.3e-3    1.3e-1      2.5e-2
+// Without tp each sample's bf16 arithmetic is the one device's; only the order of fp32 sums differs (the loss
+// over micro-batches, gradients over dp), so the first step agrees to fp32 rounding (the fp32 cases reach
+// 4.9e-8 on the gradient norm). With tp each slot's partial result (proj, out, the embedding; the input
+// gradients in backward) is rounded to bf16 before the slots are summed: one more bf16 rounding, ~1e-3 of
+// the gradient. Later steps drift further: early AdamW steps are about lr * sign(gradient), so an element
+// whose gradient is near zero (the key bias above: exactly zero) steps +-lr by rounding noise, and at
+// lr 1e-2 the weights part by a few lr. The bounds sit 2-5x above the measurements, except the first gradient
+// norm without tp: 2x the fp32 cases' 4.9e-8, which have the same cause.
+const Bounds kBf16 = {5e-7, 1e-7, 5e-4, 0.1, 5e-3};
+const Bounds kBf16Tp = {2e-5, 3e-3, 1e-2, 0.3, 7.5e-2};
+
 class Equivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
   const Case& c = GetParam();
-  Json cfg = base_config(c.model);
+  Json cfg = case_base_config(c.model, c.bf16);
   cfg["zero_optimization"] = {{"stage", c.zero}};
   cfg["parallel"] = {{"virtual_gpus", c.dp},
                      {"pipeline", c.pp},
@@ -130,31 +182,48 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
   layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp});
   const Result got = train(cfg, &groups);
 
+  const Bounds b = !c.bf16 ? kF32 : c.tp > 1 ? kBf16Tp : kBf16;
   double failures = 0;
   if (testing::mpi_world().rank() == 0) {
-    const Result& want = reference(c.model);
+    const Result& want = reference(c.model, c.bf16);
     EXPECT_EQ(got.losses.size(), want.losses.size());
+    double first_loss = 1, first_grad_norm = 1, worst_loss = 0, worst_tensor = 0;
+    if (!got.losses.empty() && !want.losses.empty()) {
+      first_loss = std::fabs(got.losses[0] - want.losses[0]) / std::fabs(want.losses[0]);
+      first_grad_norm = std::fabs(got.grad_norms[0] - want.grad_norms[0]) / std::fabs(want.grad_norms[0]);
+    }
+    EXPECT_LE(first_loss, b.first_loss) << "step 1 (the initial weights): loss";
+    EXPECT_LE(first_grad_norm, b.first_grad_norm) << "step 1 (the initial weights): gradient norm";
+    failures += (first_loss > b.first_loss) + (first_grad_norm > b.first_grad_norm);
     for (size_t i = 0; i < std::min(got.losses.size(), want.losses.size()); ++i) {
       const double r = std::fabs(got.losses[i] - want.losses[i]) / std::fabs(want.losses[i]);
-      EXPECT_LE(r, 1e-5) << "step " << i + 1 << ": " << got.losses[i] << " vs one device " << want.losses[i];
-      failures += r > 1e-5;
+      EXPECT_LE(r, b.loss) << "step " << i + 1 << ": " << got.losses[i] << " vs one device " << want.losses[i];
+      failures += r > b.loss;
+      worst_loss = std::max(worst_loss, r);
     }
-    // The parameters as one vector within 1e-5; each tensor within 1e-4, so a wrong tensor cannot hide in the
-    // whole (small tensors such as LayerNorm biases start at zero, so rounding weighs more in their own norm).
+    // The parameters as one vector within 1e-5 (fp32); each tensor within 1e-4, so a wrong tensor cannot hide
+    // in the whole (small tensors such as LayerNorm biases start at zero, so rounding weighs more in their own
+    // norm).
     EXPECT_EQ(got.params.size(), want.params.size());
     std::vector<float> all_got, all_want;
     for (const auto& [name, values] : want.params) {
       const auto it = got.params.find(name);
       ASSERT_NE(it, got.params.end()) << name;
       const double r = rel(it->second, values);
-      EXPECT_LE(r, 1e-4) << name;
-      failures += r > 1e-4;
+      EXPECT_LE(r, b.tensor) << name;
+      failures += r > b.tensor;
+      worst_tensor = std::max(worst_tensor, r);
       all_got.insert(all_got.end(), it->second.begin(), it->second.end());
       all_want.insert(all_want.end(), values.begin(), values.end());
     }
     const double r = rel(all_got, all_want);
-    EXPECT_LE(r, 1e-5) << "all parameters";
-    failures += r > 1e-5;
+    EXPECT_LE(r, b.all) << "all parameters";
+    failures += r > b.all;
+    if (c.bf16)
+      std::printf(
+          "[bf16] %s against one device: first loss %.1e, first gradient norm %.1e, any loss %.1e, a tensor "
+          "%.1e, all %.1e\n",
+          case_name(c).c_str(), first_loss, first_grad_norm, worst_loss, worst_tensor, r);
   }
   // Every rank reports rank 0's verdict, so the job's exit code is the same everywhere.
   failures = groups.world->all_reduce_scalar(failures);

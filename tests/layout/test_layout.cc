@@ -1,0 +1,348 @@
+// Tests of layout.h in one process: the rank map (the formula, the round trip for every rank of every layout
+// up to 12 devices, the 8-device table of docs/architecture.md), resolve_parallel (what it derives from the
+// world size, its defaults, each refusal word for word), validate_for_model's refusals, describe_rank_map's
+// text and the single-process Groups. Groups over MPI are in test_groups.cc.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tandem/layout/groups.h"
+#include "tandem/layout/layout.h"
+#include "test_util.h"
+
+namespace tandem::layout {
+namespace {
+
+using config::Json;
+using tandem::testing::error_of;
+
+// Every (dp, pp, tp) whose product is at most `max_world`.
+std::vector<Layout> layouts_up_to(int max_world) {
+  std::vector<Layout> out;
+  for (int dp = 1; dp <= max_world; ++dp)
+    for (int pp = 1; dp * pp <= max_world; ++pp)
+      for (int tp = 1; dp * pp * tp <= max_world; ++tp) out.push_back(Layout{dp, pp, tp});
+  return out;
+}
+
+// ---- Layout and the rank map ----
+
+TEST(Layout, SizesAndName) {
+  const Layout l{2, 3, 4};
+  EXPECT_EQ(l.world(), 24);
+  EXPECT_EQ(l.vgpu_size(), 12);
+  EXPECT_EQ(l.str(), "dp 2 x pp 3 x tp 4");
+  EXPECT_EQ(Layout{}.str(), "dp 1 x pp 1 x tp 1");
+  EXPECT_EQ(Layout{}.world(), 1);
+}
+
+// docs/architecture.md: 8 devices as dp 2 x pp 2 x tp 2.
+TEST(RankMap, EightDevicesAsDocumented) {
+  const Layout l{2, 2, 2};
+  const std::array<int, 8> vgpu = {0, 0, 0, 0, 1, 1, 1, 1};
+  const std::array<int, 8> stage = {0, 0, 1, 1, 0, 0, 1, 1};
+  const std::array<int, 8> slot = {0, 1, 0, 1, 0, 1, 0, 1};
+  for (int r = 0; r < 8; ++r) {
+    const Coord c = coord_of(l, r);
+    EXPECT_EQ(c.dp, vgpu[r]) << "rank " << r;
+    EXPECT_EQ(c.pp, stage[r]) << "rank " << r;
+    EXPECT_EQ(c.tp, slot[r]) << "rank " << r;
+    EXPECT_EQ(rank_of(l, Coord{vgpu[r], stage[r], slot[r]}), r);
+  }
+}
+
+// rank = tp_rank + tp * (pp_rank + pp * dp_rank): coordinates in range, the formula, the round trip, and
+// every coordinate reached once, for every layout of up to 12 devices.
+TEST(RankMap, RoundTripForEveryRankOfEveryLayout) {
+  const std::vector<Layout> all = layouts_up_to(12);
+  ASSERT_EQ(all.size(), 74u);  // the ordered factorisations into three of each n <= 12
+  for (const Layout& l : all) {
+    std::set<std::array<int, 3>> seen;
+    for (int r = 0; r < l.world(); ++r) {
+      const Coord c = coord_of(l, r);
+      ASSERT_TRUE(c.dp >= 0 && c.dp < l.dp && c.pp >= 0 && c.pp < l.pp && c.tp >= 0 && c.tp < l.tp)
+          << l.str() << " rank " << r << " -> (" << c.dp << ", " << c.pp << ", " << c.tp << ")";
+      EXPECT_EQ(c.tp + l.tp * (c.pp + l.pp * c.dp), r) << l.str();
+      EXPECT_EQ(rank_of(l, c), r) << l.str();
+      seen.insert({c.dp, c.pp, c.tp});
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), l.world()) << l.str();
+  }
+}
+
+// The devices of one virtual GPU are neighbours, tensor-parallel peers nearest of all.
+TEST(RankMap, VirtualGpusAndTensorSlotsAreContiguous) {
+  const Layout l{3, 2, 4};
+  for (int r = 0; r < l.world(); ++r) {
+    EXPECT_EQ(coord_of(l, r).dp, r / 8) << "rank " << r;
+    EXPECT_EQ(rank_of(l, Coord{coord_of(l, r).dp, coord_of(l, r).pp, 0}), r - r % 4) << "rank " << r;
+  }
+  EXPECT_EQ(rank_of(l, Coord{2, 1, 3}), 23);
+  EXPECT_EQ(rank_of(l, Coord{1, 0, 2}), 10);
+}
+
+TEST(RankMap, RankOutsideTheLayoutIsRefused) {
+  EXPECT_HAS(error_of([] { coord_of(Layout{2, 2, 2}, 8); }), "rank 8 outside dp 2 x pp 2 x tp 2");
+  EXPECT_HAS(error_of([] { coord_of(Layout{2, 2, 2}, -1); }), "rank -1 outside dp 2 x pp 2 x tp 2");
+}
+
+TEST(RankMap, DescribeRankMapText) {
+  EXPECT_EQ(describe_rank_map(Layout{2, 2, 2}, "cpu:"),
+            "  rank 0 -> vgpu 0, stage 0, tp slot 0, device cpu:0\n"
+            "  rank 1 -> vgpu 0, stage 0, tp slot 1, device cpu:1\n"
+            "  rank 2 -> vgpu 0, stage 1, tp slot 0, device cpu:2\n"
+            "  rank 3 -> vgpu 0, stage 1, tp slot 1, device cpu:3\n"
+            "  rank 4 -> vgpu 1, stage 0, tp slot 0, device cpu:4\n"
+            "  rank 5 -> vgpu 1, stage 0, tp slot 1, device cpu:5\n"
+            "  rank 6 -> vgpu 1, stage 1, tp slot 0, device cpu:6\n"
+            "  rank 7 -> vgpu 1, stage 1, tp slot 1, device cpu:7\n");
+  EXPECT_EQ(describe_rank_map(Layout{}, "cuda:"), "  rank 0 -> vgpu 0, stage 0, tp slot 0, device cuda:0\n");
+  EXPECT_EQ(describe_rank_map(Layout{1, 3, 1}, "cuda:"),
+            "  rank 0 -> vgpu 0, stage 0, tp slot 0, device cuda:0\n"
+            "  rank 1 -> vgpu 0, stage 1, tp slot 0, device cuda:1\n"
+            "  rank 2 -> vgpu 0, stage 2, tp slot 0, device cuda:2\n");
+}
+
+TEST(Groups, SingleProcessGroupsAreThisRankAlone) {
+  const Groups g = make_single_process_groups();
+  EXPECT_EQ(g.layout.world(), 1);
+  EXPECT_EQ(g.rank, 0);
+  for (comm::Communicator* c : {g.world.get(), g.dp.get(), g.pp.get(), g.tp.get()}) {
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->size(), 1) << c->name();
+    EXPECT_EQ(c->rank(), 0) << c->name();
+    EXPECT_EQ(c->world_ranks(), std::vector<int>{0}) << c->name();
+    EXPECT_EQ(c->all_reduce_scalar(2.5), 2.5) << c->name();
+  }
+  EXPECT_EQ(g.world->name(), "world");
+  EXPECT_EQ(g.dp->name(), "dp");
+  EXPECT_EQ(g.pp->name(), "pp");
+  EXPECT_EQ(g.tp->name(), "tp");
+}
+
+// ---- resolve_parallel: derivations and defaults ----
+
+Layout layout_for(const std::string& parallel, int world) {
+  return resolve_parallel(Json::parse(parallel), world).layout;
+}
+
+void expect_layout(const Layout& got, int dp, int pp, int tp) {
+  EXPECT_EQ(got.dp, dp) << got.str();
+  EXPECT_EQ(got.pp, pp) << got.str();
+  EXPECT_EQ(got.tp, tp) << got.str();
+}
+
+TEST(ResolveParallel, DefaultsWithoutAParallelObject) {
+  const ParallelPlan p = resolve_parallel(Json(), 1);
+  expect_layout(p.layout, 1, 1, 1);
+  EXPECT_EQ(p.schedule, "1f1b");
+  EXPECT_EQ(p.virtual_stages, 1);
+  EXPECT_FALSE(p.activation_checkpointing);
+  EXPECT_TRUE(p.stages.empty());
+  EXPECT_EQ(p.timeout_s, 300);
+}
+
+// Nothing said: every process is a virtual GPU of one device.
+TEST(ResolveParallel, NothingGivenIsDataParallelOverTheWorld) {
+  expect_layout(resolve_parallel(Json(), 6).layout, 6, 1, 1);
+  expect_layout(layout_for("{}", 4), 4, 1, 1);
+  expect_layout(layout_for(R"({"schedule": "gpipe"})", 8), 8, 1, 1);
+}
+
+// A virtual GPU is a pipeline unless told otherwise.
+TEST(ResolveParallel, OnlyVirtualGpusGivenMakesEachOneAPipeline) {
+  expect_layout(layout_for(R"({"virtual_gpus": 2})", 8), 2, 4, 1);
+  expect_layout(layout_for(R"({"virtual_gpus": 4})", 8), 4, 2, 1);
+  expect_layout(layout_for(R"({"virtual_gpus": 8})", 8), 8, 1, 1);
+  expect_layout(layout_for(R"({"virtual_gpus": 1})", 3), 1, 3, 1);
+}
+
+TEST(ResolveParallel, TheMissingAxisIsDerived) {
+  // dp left out: the virtual GPU as given, as many as the world holds.
+  expect_layout(layout_for(R"({"pipeline": 2})", 8), 4, 2, 1);
+  expect_layout(layout_for(R"({"tensor": 4})", 8), 2, 1, 4);
+  expect_layout(layout_for(R"({"pipeline": 2, "tensor": 2})", 8), 2, 2, 2);
+  expect_layout(layout_for(R"({"pipeline": 3, "tensor": 2})", 12), 2, 3, 2);
+  // dp given with one of pp, tp: the other fills the world.
+  expect_layout(layout_for(R"({"virtual_gpus": 2, "pipeline": 2})", 8), 2, 2, 2);
+  expect_layout(layout_for(R"({"virtual_gpus": 2, "pipeline": 1})", 8), 2, 1, 4);
+  expect_layout(layout_for(R"({"virtual_gpus": 2, "tensor": 2})", 8), 2, 2, 2);
+  expect_layout(layout_for(R"({"virtual_gpus": 1, "tensor": 4})", 8), 1, 2, 4);
+  // All three given.
+  expect_layout(layout_for(R"({"virtual_gpus": 2, "pipeline": 3, "tensor": 2})", 12), 2, 3, 2);
+  expect_layout(layout_for(R"({"virtual_gpus": 1, "pipeline": 1, "tensor": 1})", 1), 1, 1, 1);
+  // null counts as left out for the value.
+  expect_layout(layout_for(R"({"tensor": null})", 4), 4, 1, 1);
+}
+
+TEST(ResolveParallel, ScheduleVirtualStagesCheckpointingStagesAndTimeout) {
+  ParallelPlan p = resolve_parallel(Json::parse(R"({"pipeline": 2, "schedule": "interleaved"})"), 2);
+  EXPECT_EQ(p.schedule, "interleaved");
+  EXPECT_EQ(p.virtual_stages, 2);  // interleaving's default
+  p = resolve_parallel(Json::parse(R"({"pipeline": 2, "schedule": "interleaved", "virtual_stages": 3})"), 2);
+  EXPECT_EQ(p.virtual_stages, 3);
+  p = resolve_parallel(Json::parse(R"({"pipeline": 2, "schedule": "gpipe", "virtual_stages": 1})"), 2);
+  EXPECT_EQ(p.schedule, "gpipe");
+  EXPECT_EQ(p.virtual_stages, 1);
+  p = resolve_parallel(Json::parse(R"({"activation_checkpointing": true, "timeout_s": 45.5})"), 1);
+  EXPECT_TRUE(p.activation_checkpointing);
+  EXPECT_EQ(p.timeout_s, 45.5);
+  EXPECT_EQ(p.schedule, "1f1b");
+  p = resolve_parallel(Json::parse(R"({"pipeline": 2, "stages": [[0, 1], [2, 5]]})"), 2);
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 1}, {2, 5}};
+  EXPECT_EQ(p.stages, want);
+}
+
+// ---- resolve_parallel: refusals, word for word ----
+
+std::string resolve_error(const std::string& parallel, int world) {
+  return error_of([&] { resolve_parallel(Json::parse(parallel), world); });
+}
+
+TEST(ResolveParallel, LayoutOfAnotherSizeSaysWhichNToRunWith) {
+  EXPECT_EQ(resolve_error(R"({"virtual_gpus": 2, "pipeline": 2})", 3),
+            "the layout dp 2 x pp 2 x tp 1 needs 4 devices but the job has 3 processes: run with -n 4 or change "
+            "parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
+  EXPECT_EQ(resolve_error(R"({"virtual_gpus": 2, "pipeline": 2, "tensor": 2})", 4),
+            "the layout dp 2 x pp 2 x tp 2 needs 8 devices but the job has 4 processes: run with -n 8 or change "
+            "parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
+  EXPECT_EQ(resolve_error(R"({"virtual_gpus": 3})", 4),
+            "the layout dp 3 x pp 1 x tp 1 needs 3 devices but the job has 4 processes: run with -n 3 or change "
+            "parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
+  EXPECT_EQ(resolve_error(R"({"virtual_gpus": 2, "tensor": 3})", 8),
+            "the layout dp 2 x pp 1 x tp 3 needs 6 devices but the job has 8 processes: run with -n 6 or change "
+            "parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
+}
+
+TEST(ResolveParallel, VirtualGpuThatDoesNotDivideTheWorldIsRefused) {
+  EXPECT_EQ(resolve_error(R"({"pipeline": 3})", 4),
+            "a virtual GPU of pipeline 3 x tensor 1 = 3 devices does not divide the 4 processes of this job: run "
+            "with -n 3 (or a multiple of it) or change parallel.pipeline / parallel.tensor");
+  EXPECT_EQ(resolve_error(R"({"pipeline": 2, "tensor": 2})", 1),
+            "a virtual GPU of pipeline 2 x tensor 2 = 4 devices does not divide the 1 process of this job: run "
+            "with -n 4 (or a multiple of it) or change parallel.pipeline / parallel.tensor");
+}
+
+TEST(ResolveParallel, BadValuesAreRefused) {
+  EXPECT_EQ(resolve_error(R"({"pipeline": 0})", 1), "parallel.pipeline must be a positive integer, got 0");
+  EXPECT_EQ(resolve_error(R"({"tensor": -2})", 1), "parallel.tensor must be a positive integer, got -2");
+  EXPECT_EQ(resolve_error(R"({"virtual_gpus": 1.5})", 1), "parallel.virtual_gpus must be a positive integer, got 1.5");
+  EXPECT_EQ(resolve_error(R"({"virtual_gpus": "2"})", 2),
+            "parallel.virtual_gpus must be a positive integer, got \"2\"");
+  EXPECT_EQ(resolve_error(R"({"pipeline": 2, "schedule": "zero-bubble"})", 2),
+            "parallel.schedule 'zero-bubble' is not one of gpipe, 1f1b, interleaved");
+  EXPECT_EQ(resolve_error(R"({"pipeline": 2, "virtual_stages": 2})", 2),
+            "parallel.virtual_stages 2 needs \"schedule\": \"interleaved\"");
+  EXPECT_EQ(resolve_error(R"({"pipeline": 2, "schedule": "interleaved", "virtual_stages": 0})", 2),
+            "parallel.virtual_stages must be a positive integer, got 0");
+  EXPECT_EQ(resolve_error(R"({"pipeline": 2, "stages": [[0, 1, 2], [3, 5]]})", 2),
+            "parallel.stages must be a list of [first, last] block ranges, got [0,1,2]");
+  EXPECT_EQ(resolve_error(R"({"pipeline": 2, "stages": [4, 5]})", 2),
+            "parallel.stages must be a list of [first, last] block ranges, got 4");
+}
+
+TEST(ResolveParallel, AutoNeedsThePlanner) {
+  EXPECT_EQ(error_of([] { resolve_parallel(Json("auto"), 2); }),
+            "\"parallel\": \"auto\" needs the planner; give the layout explicitly, e.g. {\"virtual_gpus\": 2, "
+            "\"pipeline\": 2}");
+}
+
+// ---- validate_for_model ----
+
+Json gpt(int layers, int heads, int vocab) {
+  return Json{{"type", "gpt"}, {"vocab_size", vocab}, {"seq_len", 16},
+              {"dim", 32},     {"layers", layers},    {"heads", heads}};
+}
+
+Json mlp(std::vector<int> sizes) { return Json{{"type", "mlp"}, {"sizes", sizes}}; }
+
+ParallelPlan plan_of(int dp, int pp, int tp, const std::string& extra = "{}") {
+  Json p = Json::parse(extra);
+  p["virtual_gpus"] = dp;
+  p["pipeline"] = pp;
+  p["tensor"] = tp;
+  return resolve_parallel(p, dp * pp * tp);
+}
+
+std::string model_error(const ParallelPlan& plan, const Json& model, int64_t micro_batches = 4) {
+  return error_of([&] { validate_for_model(plan, model, micro_batches); });
+}
+
+TEST(ValidateForModel, FittingLayoutsPass) {
+  EXPECT_NO_THROW(validate_for_model(plan_of(2, 2, 2), gpt(6, 4, 64), 4));
+  EXPECT_NO_THROW(validate_for_model(plan_of(1, 4, 1), gpt(2, 4, 64), 1));  // 2 blocks + embedding + head
+  EXPECT_NO_THROW(validate_for_model(plan_of(1, 1, 4), gpt(1, 4, 64), 1));
+  EXPECT_NO_THROW(validate_for_model(plan_of(1, 2, 1, R"({"stages": [[0, 1], [2, 5]]})"), gpt(6, 4, 64), 1));
+  EXPECT_NO_THROW(validate_for_model(plan_of(1, 2, 1, R"({"schedule": "interleaved"})"), gpt(6, 4, 64), 4));
+  EXPECT_NO_THROW(validate_for_model(plan_of(1, 1, 1, R"({"schedule": "interleaved"})"), gpt(6, 4, 64), 3));
+  // An unpaired last linear is replicated, so its width need not divide tp.
+  EXPECT_NO_THROW(validate_for_model(plan_of(1, 1, 4), mlp({24, 32, 30, 10}), 1));
+  EXPECT_NO_THROW(validate_for_model(plan_of(1, 3, 1), mlp({4, 8, 8, 3}), 1));
+}
+
+TEST(ValidateForModel, HeadsAndVocabularyMustSplitOverTensor) {
+  EXPECT_EQ(model_error(plan_of(1, 1, 3), gpt(2, 4, 66)),
+            "model.heads 4 is not divisible by parallel.tensor 3: each tensor-parallel slot holds whole heads; "
+            "choose a tensor width that divides 4");
+  EXPECT_EQ(model_error(plan_of(1, 1, 2), gpt(2, 4, 65)),
+            "model.vocab_size 65 is not divisible by parallel.tensor 2: pad the vocabulary to a multiple of 2 "
+            "(e.g. 66)");
+  EXPECT_EQ(model_error(plan_of(2, 1, 4), gpt(2, 8, 50257)),
+            "model.vocab_size 50257 is not divisible by parallel.tensor 4: pad the vocabulary to a multiple of 4 "
+            "(e.g. 50260)");
+}
+
+TEST(ValidateForModel, TooFewLayersForThePipeline) {
+  EXPECT_EQ(model_error(plan_of(1, 5, 1), gpt(2, 4, 64)),
+            "model.layers 2 (plus the embedding and the head) cannot fill 5 pipeline stages (pipeline 5 x "
+            "virtual_stages 1): use fewer stages or more layers");
+  EXPECT_EQ(model_error(plan_of(1, 3, 1, R"({"schedule": "interleaved"})"), gpt(3, 4, 64), 6),
+            "model.layers 3 (plus the embedding and the head) cannot fill 6 pipeline stages (pipeline 3 x "
+            "virtual_stages 2): use fewer stages or more layers");
+  EXPECT_EQ(model_error(plan_of(1, 3, 1), mlp({4, 8, 3})),
+            "the mlp has 2 layers, too few for 3 pipeline stages: use fewer stages");
+}
+
+TEST(ValidateForModel, StageMapsMustCoverTheBlocksInOrder) {
+  const Json m = gpt(6, 4, 64);
+  EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"stages": [[0, 5]]})"), m),
+            "parallel.stages lists 1 stages but the layout has 2");
+  EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"schedule": "interleaved", "stages": [[0, 2], [3, 5]]})"), m),
+            "parallel.stages lists 2 stages but the layout has 4");
+  EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"stages": [[0, 1], [3, 5]]})"), m),
+            "parallel.stages must cover blocks 0..5 in order with contiguous, non-empty ranges; the range [3, 5] "
+            "does not follow 1");
+  EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"stages": [[1, 2], [3, 5]]})"), m),
+            "parallel.stages must cover blocks 0..5 in order with contiguous, non-empty ranges; the range [1, 2] "
+            "does not follow -1");
+  EXPECT_EQ(model_error(plan_of(1, 3, 1, R"({"stages": [[0, 1], [2, 1], [2, 5]]})"), m),
+            "parallel.stages must cover blocks 0..5 in order with contiguous, non-empty ranges; the range [2, 1] "
+            "does not follow 1");
+  EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"stages": [[0, 1], [2, 4]]})"), m),
+            "parallel.stages covers blocks 0..4 but the model has 6 blocks");
+  EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"stages": [[0, 3], [4, 5]]})"), mlp({4, 8, 8, 3})),
+            "parallel.stages applies to gpt blocks; mlp stages are balanced");
+}
+
+TEST(ValidateForModel, MlpWidthsMustSplitOverTensor) {
+  EXPECT_EQ(model_error(plan_of(1, 1, 4), mlp({24, 30, 32, 10})),
+            "mlp width sizes[1] = 30 is not divisible by parallel.tensor 4");
+  // Linears 0 and 1 pair up, as do 2 and 3: the width between the pair (sizes[3]) is split too.
+  EXPECT_EQ(model_error(plan_of(1, 1, 4), mlp({24, 32, 32, 30, 10})),
+            "mlp width sizes[3] = 30 is not divisible by parallel.tensor 4");
+}
+
+TEST(ValidateForModel, InterleavingNeedsMicroBatchesInMultiplesOfThePipeline) {
+  EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"schedule": "interleaved"})"), gpt(6, 4, 64), 3),
+            "the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here 3) to be a "
+            "multiple of parallel.pipeline 2");
+  EXPECT_EQ(model_error(plan_of(1, 4, 1, R"({"schedule": "interleaved"})"), mlp({4, 8, 8, 8, 8, 8, 8, 8, 3}), 6),
+            "the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here 6) to be a "
+            "multiple of parallel.pipeline 4");
+}
+
+}  // namespace
+}  // namespace tandem::layout
