@@ -1,5 +1,6 @@
 #include "tandem/layout/groups.h"
 
+#include "tandem/comm/stand_in.h"
 #include "tandem/core/error.h"
 
 namespace tandem::layout {
@@ -18,6 +19,19 @@ Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout) {
   g.tp = world.split(c.dp * layout.pp + c.pp, c.tp, "tp(" + at_dp + "," + at_pp + ")");
   g.pp = world.split(c.dp * layout.tp + c.tp, c.pp, "pp(" + at_dp + "," + at_tp + ")");
   g.dp = world.split(c.pp * layout.tp + c.tp, c.dp, "dp(" + at_pp + "," + at_tp + ")");
+  return g;
+}
+
+Groups make_stand_in_groups(const Layout& l, int rank) {
+  using device::CommAxis;
+  Groups g;
+  g.layout = l;
+  g.coord = coord_of(l, rank);
+  g.rank = rank;
+  g.world = std::make_unique<comm::StandInCommunicator>("world", CommAxis::World, rank, l.world());
+  g.dp = std::make_unique<comm::StandInCommunicator>("dp", CommAxis::Dp, g.coord.dp, l.dp);
+  g.pp = std::make_unique<comm::StandInCommunicator>("pp", CommAxis::Pp, g.coord.pp, l.pp);
+  g.tp = std::make_unique<comm::StandInCommunicator>("tp", CommAxis::Tp, g.coord.tp, l.tp);
   return g;
 }
 

@@ -27,6 +27,8 @@ struct Groups {
 Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout);
 // One process, no MPI: every group is this rank alone.
 Groups make_single_process_groups();
+// World rank `rank` of `layout` played alone: every group a stand-in (comm/stand_in.h) of the layout's sizes.
+Groups make_stand_in_groups(const Layout& layout, int rank);
 
 // The same groups as make_groups, each carrying CUDA tensors through NCCL (bootstrapped over its MPI group,
 // which still carries scalars). Built only with the CUDA backend.
