@@ -200,7 +200,7 @@ tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_
   o.dtype_bytes = cfg.at("bf16").value("enabled", false) || cfg.at("fp16").value("enabled", false) ? 2 : 4;
   o.global_batch = plan::global_batch_of(cfg);
   o.device_memory = cfg.contains("device_memory") ? config::parse(cfg, 1).device_memory_bytes : gpu_memory;
-  const plan::SearchResult r = plan::search_layouts(cfg.at("model"), o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(cfg.at("model")), o);
   if (r.fit.empty())
     TANDEM_FAIL("\"parallel\": \"auto\" found no layout of ", world, " devices that fits",
                 r.no_fit.empty() ? std::string()

@@ -70,24 +70,24 @@ int run_plan_command(const PlanArgs& a) {
   opt.default_micro = cfg.value("train_micro_batch_size_per_gpu", int64_t{1});
   const config::Json& model = cfg.at("model");
 
-  plan::MemoryModel memory(model);
-  const plan::ModelInfo& info = memory.model(1);
+  plan::MemoryModel memory(plan::planned_model(model));
+  const plan::PlannedModel& info = memory.model();
   const std::string budget = opt.device_memory ? format_bytes(opt.device_memory) : "unlimited memory";
   std::printf("model: %s, %.3gB parameters; global batch %lld sample%s", info.type.c_str(),
-              static_cast<double>(info.logical_parameters) / 1e9, static_cast<long long>(opt.global_batch),
+              static_cast<double>(memory.logical_parameters()) / 1e9, static_cast<long long>(opt.global_batch),
               opt.global_batch == 1 ? "" : "s");
-  if (info.type == "gpt") std::printf(" of %lld tokens", static_cast<long long>(info.seq_len));
+  if (info.rows_per_sample > 1) std::printf(" of %lld tokens", static_cast<long long>(info.rows_per_sample));
   std::printf("\n%d device%s (%d node%s) of %s; compute %s; rates '%s'\n", opt.devices, opt.devices == 1 ? "" : "s",
               opt.nodes, opt.nodes == 1 ? "" : "s", budget.c_str(), half ? "bf16" : "fp32", opt.rates.name.c_str());
 
   if (!a.explain.empty()) {
     const plan::Setup setup = plan::parse_candidate(a.explain, opt);
-    layout::validate_for_model(setup.plan, model, setup.micro_batches);
+    if (info.validate) info.validate(setup.plan, setup.micro_batches);
     const plan::Candidate c = plan::evaluate(memory, setup, opt);
     std::printf("\n%s", plan::format_explain(c, opt).c_str());
     return 0;
   }
-  const plan::SearchResult result = plan::search_layouts(model, opt);
+  const plan::SearchResult result = plan::search_layouts(info, opt);
   std::printf("%lld layouts (dp x pp x tp), %zu candidates predicted\n\n", static_cast<long long>(result.layouts),
               result.fit.size() + result.no_fit.size());
   std::printf("%s", plan::format_table(result, opt, a.top).c_str());

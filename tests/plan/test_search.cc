@@ -37,7 +37,7 @@ TEST(Search, ALayerLargerThanADeviceNeedsTensorParallelism) {
   const uint64_t budget = 60ull << 20;
   ASSERT_GT(int64_t{2048} * 8192 * 4, static_cast<int64_t>(budget));
   const auto o = options(8, budget, 8);
-  const plan::SearchResult r = plan::search_layouts(model, o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
   print("one layer over a device's memory", r, o);
   ASSERT_FALSE(r.fit.empty());
   for (const auto& c : r.fit) EXPECT_GE(c.setup.plan.layout.tp, 2) << c.name();
@@ -55,7 +55,7 @@ TEST(Search, StateThatOnlyFitsShardedNeedsZero) {
   const Json model = {{"type", "mlp"}, {"sizes", {1024, 1024}}};
   const int64_t P = 1024 * 1024 + 1024;
   const auto o = options(2, static_cast<uint64_t>(15 * P), 2);
-  const plan::SearchResult r = plan::search_layouts(model, o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
   print("training state that fits only sharded", r, o);
   ASSERT_FALSE(r.fit.empty());
   for (const auto& c : r.fit) {
@@ -77,7 +77,7 @@ TEST(Search, SeventyBClassOnEightH200sFitsOnlyDividedEightWays) {
   auto o = options(8, 141ull << 30, plan::global_batch_of(cfg));
   o.rates = plan::builtin_rates("h200");
   o.dtype_bytes = 2;
-  const plan::SearchResult r = plan::search_layouts(cfg.at("model"), o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(cfg.at("model")), o);
   print("70B-class on 8 x H200", r, o);
   ASSERT_FALSE(r.fit.empty());
   bool tp8 = false;
@@ -89,7 +89,7 @@ TEST(Search, SeventyBClassOnEightH200sFitsOnlyDividedEightWays) {
   EXPECT_EQ(r.fit.front().setup.zero_stage, 3);  // the fastest: ZeRO-3 (tp 8's all-reduces cost more)
   // On 4 devices nothing fits: the state alone is 4 x 60.8 GiB per device even fully sharded.
   o.devices = 4;
-  const plan::SearchResult four = plan::search_layouts(cfg.at("model"), o);
+  const plan::SearchResult four = plan::search_layouts(plan::planned_model(cfg.at("model")), o);
   EXPECT_TRUE(four.fit.empty());
   EXPECT_GT(four.no_fit.front().memory.peak(), int64_t{243} << 30);
 }
@@ -99,7 +99,7 @@ TEST(Search, WithRoomAndFastLinksPlainDataParallelismWins) {
   auto o = options(4, 0, 16);
   o.rates.dp_bus_bw = o.rates.tp_bus_bw = o.rates.pp_p2p_bw = 1e15;
   o.rates.latency_s = 1e-9;
-  const plan::SearchResult r = plan::search_layouts(model, o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
   ASSERT_FALSE(r.fit.empty());
   EXPECT_TRUE(r.no_fit.empty());  // no budget: everything fits
   const plan::Candidate& best = r.fit.front();
@@ -113,7 +113,7 @@ TEST(Search, NothingFitsSaysHowMuchMemoryItWouldNeed) {
   const Json model = {{"type", "gpt"}, {"vocab_size", 1024}, {"seq_len", 64},
                       {"dim", 128},    {"layers", 2},        {"heads", 4}};
   const auto o = options(2, 1 << 20, 4);  // 1 MiB: the parameters alone are more
-  const plan::SearchResult r = plan::search_layouts(model, o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
   print("nothing fits", r, o);
   EXPECT_TRUE(r.fit.empty());
   ASSERT_FALSE(r.no_fit.empty());
@@ -145,50 +145,59 @@ TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
 
 TEST(TimeModel, BubbleFollowsTheSchedule) {
   const Json model = {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 64}, {"layers", 6}, {"heads", 4}};
-  plan::MemoryModel mm(model);
+  plan::MemoryModel mm(plan::planned_model(model));
   plan::Setup s;
   s.plan.layout = {1, 4, 1};
   s.micro_batches = 8;
-  const plan::TimePrediction gpipe_like = plan::predict_time(mm, s, plan::builtin_rates("cpu"));
+  const plan::TimePrediction gpipe_like = plan::predict_time(mm, mm.predict(s), s, plan::builtin_rates("cpu"));
   EXPECT_NEAR(gpipe_like.bubble_fraction, 3.0 / 11.0, 1e-12);  // (pp - 1) / (m + pp - 1)
   s.plan.schedule = "interleaved";
   s.plan.virtual_stages = 2;
-  const plan::TimePrediction inter = plan::predict_time(mm, s, plan::builtin_rates("cpu"));
+  const plan::TimePrediction inter = plan::predict_time(mm, mm.predict(s), s, plan::builtin_rates("cpu"));
   EXPECT_NEAR(inter.bubble_fraction, 1.5 / 9.5, 1e-12);  // the fill divided by v
   s.plan.layout = {4, 1, 1};
   s.plan.virtual_stages = 1;
   s.micro_batches = 2;
-  EXPECT_EQ(plan::predict_time(mm, s, plan::builtin_rates("cpu")).bubble_fraction, 0.0);
+  EXPECT_EQ(plan::predict_time(mm, mm.predict(s), s, plan::builtin_rates("cpu")).bubble_fraction, 0.0);
 }
 
 TEST(TimeModel, ModelFlopsAreSixNPlusTwelveLdTPerToken) {
   const Json model = {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 64}, {"layers", 2}, {"heads", 4}};
-  plan::MemoryModel mm(model);
+  plan::MemoryModel mm(plan::planned_model(model));
   plan::Setup s;
   s.micro_batch = 4;
-  const plan::TimePrediction t = plan::predict_time(mm, s, plan::builtin_rates("cpu"));
-  const double n = static_cast<double>(mm.model(1).logical_parameters);
+  const plan::TimePrediction t = plan::predict_time(mm, mm.predict(s), s, plan::builtin_rates("cpu"));
+  const double n = static_cast<double>(mm.logical_parameters());
   EXPECT_DOUBLE_EQ(t.model_flops_per_step, 4 * 32 * (6 * n + 12.0 * 2 * 64 * 32));
   EXPECT_NEAR(t.tokens_per_s, 4 * 32 / t.step_s, 1e-9 * t.tokens_per_s);
 }
 
-// The per-op cost is paid once per op per micro-batch, however small: the same batch in 8 micro-batches pays it
-// 8 times, in one micro-batch once.
-TEST(TimeModel, OpOverheadIsPaidPerMicroBatch) {
+// The per-op cost is paid once per op the engine runs, however small: the same batch in 8 micro-batches runs each
+// micro-batch's ops 8 times (the optimizer's once a step either way), and the step time follows the op count.
+TEST(TimeModel, OpOverheadIsPaidPerOpRun) {
   const Json model = {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 64}, {"layers", 2}, {"heads", 4}};
-  plan::MemoryModel mm(model);
+  plan::MemoryModel mm(plan::planned_model(model));
   plan::Rates free_ops = plan::builtin_rates("cpu"), costly_ops = free_ops;
   costly_ops.op_overhead_s = 1e-3;
   plan::Setup one, eight;
   one.micro_batch = 8;
   eight.micro_batch = 1;
   eight.micro_batches = 8;
-  const double extra_one =
-      plan::predict_time(mm, one, costly_ops).step_s - plan::predict_time(mm, one, free_ops).step_s;
-  const double extra_eight =
-      plan::predict_time(mm, eight, costly_ops).step_s - plan::predict_time(mm, eight, free_ops).step_s;
-  EXPECT_GT(extra_one, 3 * 4 * 1e-3);  // at least a few ops in each of 4 layers, forward and backward
-  EXPECT_NEAR(extra_eight, 8 * extra_one, 1e-9);
+  auto ops = [&](const plan::MemoryPrediction& p, bool actions) {
+    double n = 0;
+    for (const auto& a : p.work.at(0).actions) n += a.work.ops;
+    return actions ? n : p.work.at(0).end.ops;
+  };
+  const plan::MemoryPrediction p1 = mm.predict(one), p8 = mm.predict(eight);
+  EXPECT_EQ(ops(p8, true), 8 * ops(p1, true));
+  EXPECT_EQ(ops(p8, false), ops(p1, false));
+  EXPECT_GT(ops(p1, true), 2 * 2 * 10);  // some ten ops in each of 2 blocks, forward and backward
+  for (const auto* p : {&p1, &p8}) {
+    const plan::Setup& s = p == &p1 ? one : eight;
+    const double extra =
+        plan::predict_time(mm, *p, s, costly_ops).step_s - plan::predict_time(mm, *p, s, free_ops).step_s;
+    EXPECT_NEAR(extra, 1e-3 * (ops(*p, true) + ops(*p, false)), 1e-9);
+  }
 }
 
 TEST(Rates, BuiltInsAndFilesRoundTrip) {

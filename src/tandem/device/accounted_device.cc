@@ -21,7 +21,7 @@ void* AccountedDevice::allocate(size_t bytes, std::string_view what) {
   held_.emplace(p, Held{bytes, purpose_, name_holders_ ? std::string(what) : std::string()});
   live_ += bytes;
   live_by_[purpose_] += static_cast<int64_t>(bytes);
-  if (live_ > peak_) {
+  if (live_ > peak_ && !peak_suspended_) {
     peak_ = live_;
     at_peak_ = live_by_;
     peak_label_ = label_;
@@ -106,6 +106,11 @@ std::string AccountedDevice::label() const {
 int AccountedDevice::live_micro_batches() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_mbs_;
+}
+
+void AccountedDevice::suspend_peak(bool suspended) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_suspended_ = suspended;
 }
 
 void AccountedDevice::start_window() {

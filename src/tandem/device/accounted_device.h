@@ -43,6 +43,10 @@ class AccountedDevice : public Device {
   std::string peak_label() const;
   int peak_live_micro_batches() const;
 
+  // While suspended, allocations move the live counts and the window but not the device's peak: the planner
+  // probes a chunk's behaviour with allocations the step it accounts does not make.
+  void suspend_peak(bool suspended);
+
   // A second watermark that start_window() resets without touching the device's peak: the highest point since,
   // and what was live then (the planner measures one action at a time with it).
   void start_window();
@@ -66,6 +70,7 @@ class AccountedDevice : public Device {
   mutable std::mutex mu_;
   uint64_t budget_;
   bool name_holders_;
+  bool peak_suspended_ = false;
   MemoryPurpose purpose_ = MemoryPurpose::Other;
   uint64_t live_ = 0, peak_ = 0, window_peak_ = 0;
   Breakdown live_by_, at_peak_, window_at_peak_;

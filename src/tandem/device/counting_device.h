@@ -55,6 +55,9 @@ class CountingDevice final : public AccountedDevice {
 
   WorkLog& work() { return work_; }
   const WorkLog& work() const { return work_; }
+  // Chunk calls accounted from a probed effect instead of run (parallel/pipeline/chunk_runner.h).
+  void count_replay() { ++replays_; }
+  int64_t replays() const { return replays_; }
   // True the first time it is asked: the planned backend's fixed workspaces are taken then, and kept.
   bool take_fixed_once() { return !std::exchange(fixed_taken_, true); }
 
@@ -69,6 +72,7 @@ class CountingDevice final : public AccountedDevice {
   uintptr_t next_;  // the next address handed out: distinct, aligned ranges, so overlap checks still work
   WorkLog work_;
   bool fixed_taken_ = false;
+  int64_t replays_ = 0;
 };
 
 // The CountingDevice behind `device`, or null when it is another kind.

@@ -1,7 +1,6 @@
 #include "tandem/nn/model.h"
 
 #include <algorithm>
-#include <set>
 #include <vector>
 
 #include "tandem/core/philox.h"
@@ -10,10 +9,10 @@ namespace tandem::nn {
 
 Layer& Model::add(std::unique_ptr<Layer> layer) {
   TANDEM_CHECK(!materialized(), "add layers before materialize()");
+  for (Parameter* p : layer->parameters())
+    if (!parameter_names_.insert(p->name).second)
+      TANDEM_FAIL("two parameters are both named '", p->name, "': rename a layer");
   layers_.push_back(std::move(layer));
-  std::set<std::string> names;
-  for (Parameter* p : parameters())
-    if (!names.insert(p->name).second) TANDEM_FAIL("two parameters are both named '", p->name, "': rename a layer");
   return *layers_.back();
 }
 

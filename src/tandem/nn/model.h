@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "tandem/nn/layer.h"
@@ -64,8 +66,9 @@ class Model {
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
-  Tensor values_;  // (P) fp32
-  Tensor grads_;   // (P) fp32
+  std::unordered_set<std::string> parameter_names_;  // every parameter's, to refuse a repeated one
+  Tensor values_;                                    // (P) fp32
+  Tensor grads_;                                     // (P) fp32
   bool vocab_parallel_logits_ = false;
 };
 

@@ -76,6 +76,11 @@ class Engine {
   int loss_scale_overflows_left() const { return overflows_left_; }
   // "stage 0: layers 0..6 (wte.weight .. blocks.5)" for every global stage of the pipeline.
   std::string describe_stages() const;
+  // This rank's chunks, by chunk index, and on a counting device the work each action of the last step recorded.
+  const std::vector<pipeline::LayerRange>& chunks() const { return chunks_; }
+  const std::vector<pipeline::PipelineExecutor::ActionWork>& last_step_actions() const {
+    return executor_->action_work();
+  }
 
  private:
   EngineConfig cfg_;

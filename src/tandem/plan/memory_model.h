@@ -1,24 +1,24 @@
 // MemoryModel: each device's peak bytes for a model, a layout and a training setup, broken down by what holds
-// them. It replays the engine rather than estimating it: the same model factory, the same pipeline partition
-// (balance_by_parameters / gpt_stage_map), the same schedule actions (build_schedule), ZeRO's units padded to a
-// multiple of dp as ParameterStore pads them, and every layer's allocations in code order (shadow.h). A rank's
-// peak is what it holds all step (parameters, gradients, optimizer state) plus the highest point of its
-// schedule, where each Forward / Backward action adds one micro-batch's replayed cost.
+// them, found by running the engine: for each pipeline position it builds the real parallel::Engine of one rank
+// on a counting device (device/counting_device.h) with stand-in groups (comm/stand_in.h) and runs one step's
+// schedule. Every allocation the engine, its layers and the planned backend's kernels make is accounted as it is
+// made; nothing here knows what a layer allocates. The same run records the work of every action (the time
+// model's input, time_model.h).
 #pragma once
 
-#include <map>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "tandem/device/breakdown.h"
+#include "tandem/device/counting_device.h"
 #include "tandem/layout/layout.h"
-#include "tandem/parallel/pipeline/partition.h"
-#include "tandem/plan/breakdown.h"
-#include "tandem/plan/model_info.h"
-#include "tandem/plan/shadow.h"
+#include "tandem/parallel/pipeline/executor.h"
+#include "tandem/plan/planned_model.h"
 
 namespace tandem::plan {
+
+// Which op implementations' scratch the run accounts (ops/cpu or ops/cuda).
+enum class Backend { Cpu, Cuda };
 
 // Everything besides the model that decides a device's bytes.
 struct Setup {
@@ -26,9 +26,8 @@ struct Setup {
   int zero_stage = 0;         // 0-3; 0 whatever is asked when dp == 1 (as ParameterStore does)
   int64_t micro_batch = 1;    // samples per micro-batch on one virtual GPU
   int64_t micro_batches = 1;  // per step (gradient accumulation steps)
-  // Compute dtype of activations and of the weights layers read: 4 (fp32, what the engine runs today) or 2
-  // (bf16 / fp16). Master values, gradients and AdamW moments stay fp32 either way (ops.h's contract); a 2-byte
-  // compute dtype adds a working copy of the weights in it, and ZeRO-3 gathers that copy.
+  // Compute dtype of activations and of the weights layers read: 4 (fp32) or 2 (bf16 / fp16). Master values,
+  // gradients and AdamW moments stay fp32 either way (ops.h's contract).
   int dtype_bytes = 4;
   Backend backend = Backend::Cpu;
   int cpu_threads = 1;  // OpenMP threads per process (CPU attention scratch is per thread)
@@ -38,41 +37,50 @@ struct Setup {
 struct RankMemory {
   int dp_rank = 0, pp_rank = 0;
   int64_t peak = 0;
-  Breakdown at_peak;                        // what is live at the peak, by term
-  Breakdown resident;                       // held all step: parameters, gradients, optimizer state, fixed workspaces
+  device::Breakdown at_peak;                // what is live at the peak, by purpose
+  device::Breakdown resident;               // held all step: what the engine holds once built
   std::string when;                         // "backward of micro-batch 3 (chunk 0), at blocks.2 backward"
-  int live_micro_batches = 0;               // micro-batches whose activations are held at the peak (this one included)
+  int live_micro_batches = 0;               // micro-batches whose activations are held at the peak
   int activation_bound = 0;                 // the schedule's bound on it (pipeline::activation_bound)
-  int64_t activations_per_micro_batch = 0;  // what one micro-batch leaves held from forward to backward
-  int64_t largest_transient = 0;            // the most held as Transient inside one action
+  int64_t activations_per_micro_batch = 0;  // activations at the peak over the micro-batches held then
   std::string layers;                       // "layers 0..7 (embedding .. blocks.6)" for each chunk
+};
+
+// The work one pipeline position's step recorded: each action of its schedule, then the end of the step
+// (gradient reduction, norm, optimizer).
+struct RankWork {
+  std::vector<parallel::pipeline::PipelineExecutor::ActionWork> actions;
+  device::WorkLog end;
 };
 
 struct MemoryPrediction {
   layout::Layout layout;
   std::vector<RankMemory> ranks;  // index dp_rank * pp + pp_rank
+  std::vector<RankWork> work;     // by pp rank (dp rank 0; every replica does the same work)
+  // The engine was built but no step run: its resident state alone is over the budget asked about, so each
+  // rank's peak is its resident state (a lower bound) and there is no work to price.
+  bool resident_only = false;
   const RankMemory& of_rank(int world_rank) const;
   const RankMemory& worst() const;
   int64_t peak() const { return worst().peak; }
 };
 
-// Holds the built models (one per tp width) and their partitions so a search can ask many setups cheaply.
 class MemoryModel {
  public:
-  // `model_cfg`: the config's "model" object (gpt or mlp).
-  explicit MemoryModel(config::Json model_cfg);
+  explicit MemoryModel(PlannedModel model);
 
-  MemoryPrediction predict(const Setup& setup);
+  // `every_replica`: build every dp rank's engine too (they differ only in the optimizer state of the shard each
+  // owns, by padding); otherwise dp rank 0, which owns the most, stands for all. `budget` (0: none): a rank whose
+  // engine holds more once built cannot fit, and no step is run (MemoryPrediction::resident_only).
+  MemoryPrediction predict(const Setup& setup, bool every_replica = false, uint64_t budget = 0);
 
-  const ModelInfo& model(int tp);
-  // The engine's chunks (global pipeline stages) for this plan.
-  const std::vector<parallel::pipeline::LayerRange>& chunks(const layout::ParallelPlan& plan);
+  const PlannedModel& model() const { return model_; }
+  // Parameters of the whole model (every tp slot together).
+  int64_t logical_parameters();
 
  private:
-  config::Json cfg_;
-  std::map<int, std::unique_ptr<ModelInfo>> models_;
-  std::map<std::pair<int, int>, std::vector<parallel::pipeline::LayerRange>> balanced_;  // by (tp, chunks)
-  std::vector<parallel::pipeline::LayerRange> mapped_;  // scratch for an explicit stage map
+  PlannedModel model_;
+  int64_t logical_parameters_ = -1;
 };
 
 }  // namespace tandem::plan

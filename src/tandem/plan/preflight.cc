@@ -40,16 +40,16 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   s.dtype_bytes = options.dtype_bytes ? options.dtype_bytes : (cfg.bf16 || cfg.fp16.enabled ? 2 : 4);
   s.backend = options.backend;
   s.cpu_threads = options.cpu_threads > 0 ? options.cpu_threads : omp_get_max_threads();
-  MemoryModel model(cfg.model);
+  MemoryModel model(planned_model(cfg.model));
 
   PreflightResult r;
-  r.memory = model.predict(s);
+  r.memory = model.predict(s, /*every_replica=*/true);
   r.peak = r.memory.peak();
   for (int rank = 0; rank < plan.layout.world(); ++rank) r.per_rank.push_back(r.memory.of_rank(rank).peak);
   r.budget = cfg.device_memory_bytes ? cfg.device_memory_bytes : options.device_free_bytes;
   const char* budget_name = cfg.device_memory_bytes ? "\"device_memory\" " : "the GPU's free memory, ";
   r.fits = r.budget == 0 || r.peak <= static_cast<int64_t>(r.budget);
-  r.time = predict_time(model, s, builtin_rates(s.backend == Backend::Cuda ? "h200" : "cpu"));
+  r.time = predict_time(model, r.memory, s, builtin_rates(s.backend == Backend::Cuda ? "h200" : "cpu"));
   r.line = "predicted peak per device: " + bytes_str(r.peak);
   if (r.budget)
     r.line += (cfg.device_memory_bytes ? " (budget " : " (free on the GPU ") +
@@ -73,7 +73,7 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
     opt.dtype_bytes = s.dtype_bytes;
     opt.cpu_threads = s.cpu_threads;
     opt.global_batch = cfg.batch.global;
-    const SearchResult found = search_layouts(cfg.model, opt);
+    const SearchResult found = search_layouts(model.model(), opt);
     if (!found.fit.empty()) {
       const Candidate& best = found.fit.front();
       os << " On " << opt.devices << " device" << (opt.devices == 1 ? "" : "s") << ", " << best.name()

@@ -44,9 +44,10 @@ std::vector<int> divisors(int64_t n) {
   return d;
 }
 
-bool valid_for_model(const layout::ParallelPlan& plan, const config::Json& model, int64_t m) {
+bool valid_for_model(const layout::ParallelPlan& plan, const PlannedModel& model, int64_t m) {
+  if (!model.validate) return true;
   try {
-    layout::validate_for_model(plan, model, m);
+    model.validate(plan, m);
     return true;
   } catch (const Error&) {
     return false;
@@ -80,27 +81,27 @@ std::string why_not_fits(const MemoryPrediction& memory, uint64_t budget) {
     os << "resident state alone is " << bytes_str(w.resident.total()) << " (" << w.resident.describe() << ")";
     return os.str();
   }
-  const Breakdown step = w.at_peak - w.resident;
-  const Term t = step.largest();
-  os << term_name(t) << " " << bytes_str(step[t]) << " push it " << bytes_str(over) << " over, at " << w.when;
+  const device::Breakdown step = w.at_peak - w.resident;
+  const MemoryPurpose t = step.largest();
+  os << purpose_name(t) << " " << bytes_str(step[t]) << " push it " << bytes_str(over) << " over, at " << w.when;
   return os.str();
 }
 
 Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions& opt) {
   Candidate c;
   c.setup = setup;
-  c.memory = memory.predict(setup);
-  c.time = predict_time(memory, setup, opt.rates, opt.nodes);
+  c.memory = memory.predict(setup, false, opt.device_memory);
+  if (!c.memory.resident_only) c.time = predict_time(memory, c.memory, setup, opt.rates, opt.nodes);
   c.fits = opt.device_memory == 0 || c.memory.peak() <= static_cast<int64_t>(opt.device_memory);
   if (!c.fits) c.why_not = why_not_fits(c.memory, opt.device_memory);
   return c;
 }
 
-SearchResult search_layouts(const config::Json& model_cfg, const SearchOptions& opt) {
+SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt) {
   TANDEM_CHECK(opt.devices >= 1 && opt.nodes >= 1 && opt.devices % opt.nodes == 0, "planner: ", opt.devices,
                " devices do not split evenly over ", opt.nodes, " nodes");
   const int per_node = opt.devices / opt.nodes;
-  MemoryModel memory(model_cfg);
+  MemoryModel memory(model);
   SearchResult result;
   Setup base;
   base.dtype_bytes = opt.dtype_bytes;
@@ -119,7 +120,7 @@ SearchResult search_layouts(const config::Json& model_cfg, const SearchOptions& 
           plan.layout = layout::Layout{dp, pp, tp};
           plan.schedule = v > 1 ? "interleaved" : "1f1b";
           plan.virtual_stages = v;
-          if (!valid_for_model(plan, model_cfg, m)) continue;
+          if (!valid_for_model(plan, model, m)) continue;
           for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
             for (bool ckpt : {false, true}) {
               Setup s = base;
@@ -138,8 +139,11 @@ SearchResult search_layouts(const config::Json& model_cfg, const SearchOptions& 
     if (a.time.tokens_per_s != b.time.tokens_per_s) return a.time.tokens_per_s > b.time.tokens_per_s;
     return a.memory.peak() < b.memory.peak();
   });
-  std::stable_sort(result.no_fit.begin(), result.no_fit.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.memory.peak() < b.memory.peak(); });
+  // Smallest peak first; those whose resident state alone is over the budget (their peak a lower bound) last.
+  std::stable_sort(result.no_fit.begin(), result.no_fit.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.memory.resident_only != b.memory.resident_only) return b.memory.resident_only;
+    return a.memory.peak() < b.memory.peak();
+  });
   return result;
 }
 
@@ -226,7 +230,8 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
     std::snprintf(line, sizeof line, "%3zu  %-17s  %-14s  %4d  %-4s  %-11s  %11s  %-4s  %-9s %s\n", i, lay.c_str(),
                   schedule_label(c.setup.plan).c_str(), l.dp > 1 ? c.setup.zero_stage : 0,
                   c.setup.plan.activation_checkpointing ? "on" : "off", mb.c_str(), bytes_str(c.memory.peak()).c_str(),
-                  c.fits ? "yes" : "no", rate_str(c.time.tokens_per_s).c_str(), seconds_str(c.time.step_s).c_str());
+                  c.fits ? "yes" : "no", c.memory.resident_only ? "-" : rate_str(c.time.tokens_per_s).c_str(),
+                  c.memory.resident_only ? "-" : seconds_str(c.time.step_s).c_str());
     os << line;
   };
   for (size_t i = 0; i < std::min(top, r.fit.size()); ++i) row(i + 1, r.fit[i]);
@@ -262,16 +267,15 @@ std::string format_explain(const Candidate& c, const SearchOptions& opt) {
   os << (c.fits ? ", fits" : ", does NOT fit") << ")\n";
   os << "  worst device: stage " << w.pp_rank << " of replica " << w.dp_rank << ", " << w.layers << "\n";
   os << "  its peak comes in the " << w.when << "\n";
-  for (int i = 0; i < kTerms; ++i) {
-    const Term t = static_cast<Term>(i);
+  for (int i = 0; i < kMemoryPurposes; ++i) {
+    const auto t = static_cast<MemoryPurpose>(i);
     char line[160];
-    std::snprintf(line, sizeof line, "    %-22s %12s   (held all step: %s)\n", term_name(t),
+    std::snprintf(line, sizeof line, "    %-22s %12s   (held all step: %s)\n", purpose_name(t),
                   bytes_str(w.at_peak[t]).c_str(), bytes_str(w.resident[t]).c_str());
     os << line;
   }
   os << "  activations: " << bytes_str(w.activations_per_micro_batch) << " per micro-batch x " << w.live_micro_batches
      << " live at the peak (the schedule's bound on this rank: " << w.activation_bound << ")\n";
-  os << "  largest transient inside one forward or backward: " << bytes_str(w.largest_transient) << "\n";
   if (!c.fits) os << "  over budget: " << c.why_not << "\n";
   os << "  every device:\n";
   for (const RankMemory& r : c.memory.ranks) {

@@ -43,7 +43,7 @@ struct SearchResult {
 // Every dp x pp x tp = devices (tp within a node, heads / vocabulary / widths divisible), ZeRO 0-3 (0 only when
 // dp == 1), activation checkpointing off and on, every micro-batch size that divides the global batch per
 // replica, 1F1B and (pp > 1, m a multiple of pp) interleaved with v = 2.
-SearchResult search_layouts(const config::Json& model_cfg, const SearchOptions& opt);
+SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt);
 
 Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions& opt);
 

@@ -1,14 +1,12 @@
-// TimeModel: one training step's predicted time and throughput for a setup, from the work each rank does
-// (FLOPs and bytes of its chunks, per micro-batch), the pipeline bubble of its schedule, and the
-// communication the engine issues, all turned into seconds by Rates.
+// TimeModel: one training step's predicted time and throughput for a setup, from the work the engine recorded
+// when the memory model ran it on the counting device (each action's FLOPs, bytes, op count and collective bus
+// bytes, memory_model.h), priced with Rates, and the pipeline bubble of its schedule.
 //
 // Overlap assumption: none. Every collective and pipeline receive in Tandem blocks the rank that issues it
 // (tp sums inside layers, ZeRO gathers in the layer hooks, the end-of-step gradient reduction after the
 // pipeline drains), so compute and communication add up. A later engine that overlaps them will run faster
 // than predicted, never slower.
 #pragma once
-
-#include <string>
 
 #include "tandem/plan/memory_model.h"
 #include "tandem/plan/rates.h"
@@ -18,28 +16,25 @@ namespace tandem::plan {
 struct TimePrediction {
   double step_s = 0;
   double samples_per_s = 0;
-  double tokens_per_s = 0;     // tokens (gpt) or samples (mlp) per second, the whole job
-  const char* unit = "tok/s";  // what tokens_per_s counts: "tok/s" (gpt) or "samples/s" (mlp)
+  double tokens_per_s = 0;         // loss rows (tokens for a language model, samples otherwise) per second
+  const char* unit = "samples/s";  // what tokens_per_s counts: "tok/s" or "samples/s"
   // Where the step goes, for the slowest pipeline rank (seconds per step).
-  double compute_s = 0;        // forward, backward and recomputation: matmuls and elementwise traffic
+  double compute_s = 0;        // forward, backward and recomputation: products, attention, elementwise traffic
   double bubble_s = 0;         // pipeline fill and drain: (pp - 1) / v micro-batch times
   double tp_s = 0;             // tensor-parallel all-reduces
   double pp_s = 0;             // activations and gradients between stages
   double dp_s = 0;             // ZeRO / data-parallel collectives (per layer at stages 2-3, at the end at 0-2)
-  double optimizer_s = 0;      // AdamW over the owned elements
+  double optimizer_s = 0;      // the end of the step besides its collectives: the norm and AdamW
   double bubble_fraction = 0;  // (pp - 1) / (m + pp - 1), divided by v when interleaved
-  // Model FLOPs as the project counts them: (6 N + 12 L d T) per token for gpt (N every parameter, L blocks, d
-  // dim, T sequence), 6 N per sample for an mlp; per step, and per device-second at the predicted speed.
+  // Model FLOPs as the project counts them: 6 N per loss row plus the model's extra (12 L d T per token for a
+  // gpt); per step, and per device-second at the predicted speed.
   double model_flops_per_step = 0;
   double model_flops_per_device_s = 0;
 };
 
 // `nodes`: the world's devices split evenly over this many hosts; a group whose ranks sit on two hosts uses
 // the inter-node rates.
-TimePrediction predict_time(MemoryModel& memory, const Setup& setup, const Rates& rates, int nodes = 1);
-
-// Forward FLOPs of one layer for one micro-batch of `micro` samples on one tp slot (backward: 2x for matmuls,
-// 2.5x for attention).
-double layer_forward_flops(const ModelInfo& model, const LayerInfo& layer, int64_t micro);
+TimePrediction predict_time(MemoryModel& memory, const MemoryPrediction& prediction, const Setup& setup,
+                            const Rates& rates, int nodes = 1);
 
 }  // namespace tandem::plan

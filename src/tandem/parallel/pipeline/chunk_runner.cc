@@ -30,10 +30,9 @@ struct ChunkRunner::Effect {
 };
 
 struct ChunkRunner::Memo {
-  std::optional<Effect> forward, backward;  // the last effect of each
-  bool forward_repeats = false, backward_repeats = false;
-  bool unusable = false;    // an effect a replay cannot reproduce: this chunk always runs for real
-  bool replayable = false;  // both repeat and the backward's effect fits what a replayed forward leaves
+  bool probed = false;
+  bool replayable = false;  // the effects repeat and fit together: every call of this chunk is replayed
+  Effect forward, backward;
 };
 
 // What one micro-batch's forward left for its backward: the layers' own Saved when run for real; when replayed,
@@ -149,18 +148,119 @@ ChunkRunner::ChunkRunner(nn::Model& model, int chunks, bool recompute, nn::Model
 
 ChunkRunner::~ChunkRunner() = default;
 
+// Before the first forward of a chunk: forward then backward on the same input, again and again until two
+// rounds have the same effects (a first round may differ: a backend takes its workspaces with its first op), with
+// the device's peak suspended and the work they record taken back: the step being accounted does not make them.
+// The effects can then stand for every call of the chunk when a replay can reproduce them.
+void ChunkRunner::probe(CountingDevice& d, Memo& m, const LayerRange& range, const Tensor& x) {
+  constexpr int kMaxRounds = 4;
+  m.probed = true;
+  const device::WorkLog work = d.work();
+  const std::string label = d.label();
+  const int live = d.live_micro_batches();
+  d.suspend_peak(true);
+  std::optional<Effect> last_f, last_b;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    // The round runs on a fresh input like x, held by nothing but what the forward keeps: in the step only the
+    // kept state holds the input, and when a layer lets it go before the backward's highest point matters.
+    Tensor input;
+    {
+      const PurposeScope scope(d, d.purpose_of(x.allocation()));
+      input = Tensor::empty(x.shape(), x.dtype(), d, "probe input");
+    }
+    Held h;
+    Effect f, b;
+    Tensor y = measure_forward(d, f, range, input, h);
+    if (!replayable_forward(d, f, input, y, h)) break;
+    input = Tensor();
+    measure_backward(d, b, range, y, h);
+    y = Tensor();
+    if (last_f && *last_f == f && *last_b == b) {
+      m.forward = f;
+      m.backward = b;
+      m.replayable = fits(f, b);
+      break;
+    }
+    last_f = std::move(f);
+    last_b = std::move(b);
+  }
+  d.suspend_peak(false);
+  d.work() = work;
+  d.set_label(label, live);
+}
+
+Tensor ChunkRunner::measure_forward(CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& x, Held& h) {
+  const PurposeScope scope(d, MemoryPurpose::Activations);
+  LabellingHooks labels(model_, hooks_, d);
+  return measure(d, e,
+                 [&] { return model_.forward_range(range.first, range.second, x, h.saved, recompute_, &labels); });
+}
+
+Tensor ChunkRunner::measure_backward(CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& dy, Held& h) {
+  const PurposeScope scope(d, MemoryPurpose::Transient);
+  LabellingHooks labels(model_, hooks_, d);
+  return measure(d, e,
+                 [&] { return model_.backward_range(range.first, range.second, dy, h.saved, recompute_, &labels); });
+}
+
+// A replay holds the output apart from what was kept, so the two must not share memory; it can keep the input,
+// which must then be one whole allocation. Fills in whether the forward keeps its input.
+bool ChunkRunner::replayable_forward(CountingDevice& d, Effect& f, const Tensor& x, const Tensor& y, const Held& h) {
+  bool aliased = y.defined() && static_cast<int64_t>(y.nbytes()) != f.out_bytes;
+  for (const nn::Saved& s : h.saved)
+    visit_saved(s, [&](const Tensor& t) {
+      if (y.defined() && t.shares_storage(y)) aliased = true;
+      if (t.shares_storage(x)) f.keeps_input = true;
+    });
+  if (f.keeps_input) {
+    f.in_purpose = d.purpose_of(x.allocation());
+    f.in_bytes = static_cast<int64_t>(x.allocation_bytes());
+    aliased = aliased || static_cast<int64_t>(x.nbytes()) != f.in_bytes;
+  }
+  Breakdown rest = f.end;
+  if (f.has_out) rest[f.out_purpose] -= f.out_bytes;
+  return !aliased && non_negative(rest) && non_negative(f.peak);
+}
+
+// What a replayed backward releases before its highest point in purpose `p`: the kept input first when the
+// effect lowers that purpose by at least its bytes, then ghosts for the rest. Returns the ghost bytes to release.
+int64_t ChunkRunner::ghost_lowering(const Effect& f, const Breakdown& lower, size_t p, bool& release_input) {
+  release_input = f.keeps_input && static_cast<size_t>(f.in_purpose) == p && lower.bytes[p] >= f.in_bytes;
+  return lower.bytes[p] - (release_input ? f.in_bytes : 0);
+}
+
+// A replayed forward leaves `rest` and, when the forward keeps it, its input; the backward's effect must start from
+// exactly that: what it lowers at its highest point comes out of those, and it ends with all of them released and
+// its own output made.
+bool ChunkRunner::fits(const Effect& f, const Effect& b) {
+  Breakdown rest = f.end;
+  if (f.has_out) rest[f.out_purpose] -= f.out_bytes;
+  Breakdown expected_end = Breakdown{} - rest;
+  if (f.keeps_input) expected_end[f.in_purpose] -= f.in_bytes;
+  if (b.has_out) expected_end[b.out_purpose] += b.out_bytes;
+  const Breakdown lower = positive_part(Breakdown{} - b.peak);
+  for (size_t p = 0; p < lower.bytes.size(); ++p) {
+    bool release_input = false;
+    if (ghost_lowering(f, lower, p, release_input) > rest.bytes[p]) return false;
+  }
+  return expected_end == b.end;
+}
+
 Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const Tensor& x) {
   TANDEM_CHECK(!held_.count(key), "chunk runner: key ", key, " is already held");
   auto h = std::make_unique<Held>();
   CountingDevice* d = memo_.empty() ? nullptr : device::as_counting(device_);
+  Memo* m = d ? memo_.at(static_cast<size_t>(chunk)).get() : nullptr;
+  if (m && !m->probed) probe(*d, *m, range, x);
   Tensor y;
-  if (!d) {
+  if (!m || !m->replayable) {
+    const PurposeScope scope(device_, MemoryPurpose::Activations);
     y = model_.forward_range(range.first, range.second, x, h->saved, recompute_, hooks_);
-  } else if (Memo& m = *memo_.at(static_cast<size_t>(chunk)); m.replayable) {
+  } else {
     // Replay: first the part of the end state that was held at the highest point, then the rest of that point,
     // released again, then the remainder of the end state and the output. The device passes through the same
     // highest point, by purpose, and ends where the real call ended.
-    const Effect& f = *m.forward;
+    const Effect& f = m->forward;
     Breakdown rest = f.end;
     rest[f.out_purpose] -= f.out_bytes;
     const Breakdown a = positive_part(elementwise_min(f.peak, rest));
@@ -180,32 +280,8 @@ Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const T
     }
     if (f.keeps_input) h->input = x;
     d->work() += f.work;
+    d->count_replay();
     h->replayed = true;
-  } else {
-    Effect e;
-    {
-      LabellingHooks labels(model_, hooks_, *d);
-      y = measure(*d, e,
-                  [&] { return model_.forward_range(range.first, range.second, x, h->saved, recompute_, &labels); });
-    }
-    // A replay holds the output apart from what was kept, so the two must not share memory; it can keep the
-    // input, which must then be one whole allocation.
-    bool aliased = y.defined() && static_cast<int64_t>(y.nbytes()) != e.out_bytes;
-    for (const nn::Saved& s : h->saved)
-      visit_saved(s, [&](const Tensor& t) {
-        if (y.defined() && t.shares_storage(y)) aliased = true;
-        if (t.shares_storage(x)) e.keeps_input = true;
-      });
-    if (e.keeps_input) {
-      e.in_purpose = d->purpose_of(x.allocation());
-      e.in_bytes = static_cast<int64_t>(x.allocation_bytes());
-      aliased = aliased || static_cast<int64_t>(x.nbytes()) != e.in_bytes;
-    }
-    Breakdown rest = e.end;
-    if (e.has_out) rest[e.out_purpose] -= e.out_bytes;
-    if (aliased || !non_negative(rest) || !non_negative(e.peak)) m.unusable = true;
-    m.forward_repeats = m.forward && *m.forward == e;
-    m.forward = std::move(e);
   }
   held_[key] = std::move(h);
   return y;
@@ -216,64 +292,48 @@ Tensor ChunkRunner::backward(const LayerRange& range, int chunk, int key, const 
   TANDEM_CHECK(it != held_.end(), "chunk runner: no forward kept for key ", key);
   std::unique_ptr<Held> h = std::move(it->second);
   held_.erase(it);
-  CountingDevice* d = memo_.empty() ? nullptr : device::as_counting(device_);
-  if (!d) return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, hooks_);
-  Memo& m = *memo_.at(static_cast<size_t>(chunk));
-  Tensor dx;
-  if (h->replayed) {
-    // Lower what is lower at the highest point, rise to it, then release everything kept and make the output.
-    const Effect& b = *m.backward;
-    const Breakdown lower = positive_part(Breakdown{} - b.peak);
-    const std::string action = d->label();
-    d->set_label(action + b.where, d->live_micro_batches());
-    std::vector<std::shared_ptr<Storage>> kept;
-    for (size_t i = 0; i < lower.bytes.size(); ++i) {
-      if (lower.bytes[i] == 0) continue;
-      const auto purpose = static_cast<MemoryPurpose>(i);
-      h->ghosts.erase(
-          std::remove_if(h->ghosts.begin(), h->ghosts.end(),
-                         [&](const std::shared_ptr<Storage>& s) { return d->purpose_of(s->data()) == purpose; }),
-          h->ghosts.end());
-      Breakdown remains;
-      remains[purpose] = h->ghost_bytes[purpose] - lower[purpose];
-      allocate_blocks(*d, remains, kept);
-    }
-    {
-      std::vector<std::shared_ptr<Storage>> spike;
-      allocate_blocks(*d, positive_part(b.peak), spike);
-    }
-    d->set_label(action, d->live_micro_batches());
-    kept.clear();
-    h.reset();
-    if (b.has_out) {
-      const PurposeScope scope(*d, b.out_purpose);
-      dx = Tensor::empty(b.out_shape, b.out_dtype, *d, "input gradient (replayed)");
-    }
-    d->work() += b.work;
-    return dx;
+  if (!h->replayed) {
+    const PurposeScope scope(device_, MemoryPurpose::Transient);
+    return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, hooks_);
   }
-  Effect e;
+  // Lower what is lower at the highest point, rise to it, then release everything kept and make the output.
+  CountingDevice& d = *device::as_counting(device_);
+  const Effect& b = memo_.at(static_cast<size_t>(chunk))->backward;
+  const Breakdown lower = positive_part(Breakdown{} - b.peak);
+  const std::string action = d.label();
+  d.set_label(action + b.where, d.live_micro_batches());
+  const Effect& f = memo_.at(static_cast<size_t>(chunk))->forward;
+  std::vector<std::shared_ptr<Storage>> kept;
+  for (size_t i = 0; i < lower.bytes.size(); ++i) {
+    if (lower.bytes[i] == 0) continue;
+    bool release_input = false;
+    const int64_t ghost = ghost_lowering(f, lower, i, release_input);
+    if (release_input) h->input = Tensor();
+    if (ghost == 0) continue;
+    const auto purpose = static_cast<MemoryPurpose>(i);
+    h->ghosts.erase(
+        std::remove_if(h->ghosts.begin(), h->ghosts.end(),
+                       [&](const std::shared_ptr<Storage>& s) { return d.purpose_of(s->data()) == purpose; }),
+        h->ghosts.end());
+    Breakdown remains;
+    remains[purpose] = h->ghost_bytes[purpose] - ghost;
+    allocate_blocks(d, remains, kept);
+    h->ghost_bytes[purpose] = remains[purpose];
+  }
   {
-    LabellingHooks labels(model_, hooks_, *d);
-    dx = measure(*d, e,
-                 [&] { return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, &labels); });
+    std::vector<std::shared_ptr<Storage>> spike;
+    allocate_blocks(d, positive_part(b.peak), spike);
   }
-  m.backward_repeats = m.backward && *m.backward == e;
-  m.backward = std::move(e);
-  if (m.forward_repeats && m.backward_repeats && !m.unusable && !m.replayable) {
-    // A replayed forward leaves `rest` (and the input, when kept); the backward's effect must start from exactly
-    // that: what it lowers at its highest point comes out of `rest`, and it ends with all of it released and its
-    // own output made.
-    const Effect& f = *m.forward;
-    const Effect& b = *m.backward;
-    Breakdown rest = f.end;
-    if (f.has_out) rest[f.out_purpose] -= f.out_bytes;
-    Breakdown expected_end = Breakdown{} - rest;
-    if (f.keeps_input) expected_end[f.in_purpose] -= f.in_bytes;
-    if (b.has_out) expected_end[b.out_purpose] += b.out_bytes;
-    m.replayable = non_negative(rest - positive_part(Breakdown{} - b.peak)) && expected_end == b.end;
-    if (!m.replayable) m.unusable = true;
+  d.set_label(action, d.live_micro_batches());
+  kept.clear();
+  h.reset();
+  Tensor dx;
+  if (b.has_out) {
+    const PurposeScope scope(d, b.out_purpose);
+    dx = Tensor::empty(b.out_shape, b.out_dtype, d, "input gradient (replayed)");
   }
+  d.work() += b.work;
+  d.count_replay();
   return dx;
 }
 

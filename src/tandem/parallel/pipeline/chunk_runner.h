@@ -1,10 +1,12 @@
 // ChunkRunner: one chunk's forward or backward for one micro-batch, and what each forward keeps for its backward,
 // by key. The executor owns the order of the actions; the runner owns their state.
-// On a counting device (the planner's) the runner runs a chunk's layers for real until its forward and its
-// backward each have the same effect twice in a row (the same bytes by purpose at the call's highest point and at
-// its end, the same work, the same output) and the two effects fit together; from then on it replays that effect
-// on the device's accounts without running the layers. A step of hundreds of micro-batches then costs the planner a
-// few of them, and what it measures is still the engine's own behaviour.
+// Forward runs under the activations purpose, backward under transients (what the accounts call them).
+// On a counting device (the planner's) the runner first probes each chunk: forward then backward on the chunk's
+// first input, for real, until two rounds have the same effect (the same bytes by purpose at each call's highest
+// point and at its end, the same work, the same output), with the device's peak suspended. When a replay can
+// reproduce those effects, every call of the chunk in the step is replayed on the device's accounts without
+// running the layers: a step of hundreds of micro-batches costs the planner a few of them, and what it accounts is
+// still the engine's own behaviour. Otherwise the chunk runs for real.
 #pragma once
 
 #include <map>
@@ -37,6 +39,12 @@ class ChunkRunner {
   struct Held;
   template <class Call>
   static Tensor measure(device::CountingDevice& d, Effect& e, Call&& call);
+  void probe(device::CountingDevice& d, Memo& m, const LayerRange& range, const Tensor& x);
+  Tensor measure_forward(device::CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& x, Held& h);
+  Tensor measure_backward(device::CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& dy, Held& h);
+  static bool replayable_forward(device::CountingDevice& d, Effect& f, const Tensor& x, const Tensor& y, const Held& h);
+  static bool fits(const Effect& f, const Effect& b);
+  static int64_t ghost_lowering(const Effect& f, const device::Breakdown& lower, size_t purpose, bool& release_input);
 
   nn::Model& model_;
   bool recompute_;

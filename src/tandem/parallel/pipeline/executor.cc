@@ -78,11 +78,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
           mb = batch(a.micro_batch);
         }
         Tensor x = stage == 0 ? mb.inputs : take(input, k, "input activation");
-        Tensor y;
-        {
-          const PurposeScope scope(device_, MemoryPurpose::Activations);
-          y = runner_->forward(range, a.chunk, k, x);
-        }
+        Tensor y = runner_->forward(range, a.chunk, k, x);
         if (stage == total_stages_ - 1) {
           const PurposeScope scope(device_, MemoryPurpose::Transient);
           loss(y, mb.targets);  // y now holds d(loss)/d(logits)
@@ -108,11 +104,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
       }
       case ActionKind::Backward: {
         Tensor dy = take(grad, k, "output gradient");
-        Tensor dx;
-        {
-          const PurposeScope scope(device_, MemoryPurpose::Transient);
-          dx = runner_->backward(range, a.chunk, k, dy);
-        }
+        Tensor dx = runner_->backward(range, a.chunk, k, dy);
         if (stage == 0) break;
         if (a.chunk > 0 && s_.pp == 1)
           grad[key(a.micro_batch, a.chunk - 1)] = dx;
