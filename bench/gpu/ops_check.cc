@@ -5,7 +5,7 @@
 //   f32 1e-5  (both sides fp32; only the summation orders differ),
 //   bf16 2e-2 (8 significant bits: storage rounding alone is ~4e-3 per element, fused kernels round more inside),
 //   f16 5e-3  (11 significant bits: ~5e-4 per element),
-// and 1e-9 for sum_squares, whose inputs are identical and which sums in double on both sides.
+// and 1e-9 for sum_squares and sum_squares_total, whose inputs are identical and which sum in double on both sides.
 // Usage: ops_check [--no-bench] [--filter=<substring of the op name>]. Exit status 1 when any row fails.
 #include <cuda_runtime_api.h>
 #include <omp.h>
@@ -584,6 +584,28 @@ void check_reduce_and_adamw(Suite& s) {
         s.row("sum_squares", dtype_name(t), dims({n}), std::abs(got - want) / want, 1e-9);
       });
     }
+    // A list of every size above and an empty tensor: the CPU's double sum, and the bits of the loop over the
+    // single-tensor op (the same adds in the same order, on the device instead of the host).
+    s.run("sum_squares_total", dtype_name(t), "4 tensors", [&] {
+      std::vector<Tensor> cpu_list, gpu_list;
+      uint64_t seed = 92;
+      for (int64_t n : {int64_t{1000}, int64_t{0}, int64_t{10'000'019}, int64_t{1}}) {
+        auto x = s.make({n}, t, seed++);
+        cpu_list.push_back(x.cpu);
+        gpu_list.push_back(x.gpu);
+      }
+      const double want = cpu::sum_squares_total(cpu_list);
+      const double got = gpu::sum_squares_total(gpu_list);
+      s.row("sum_squares_total", dtype_name(t), "4 tensors", std::abs(got - want) / want, 1e-9);
+      double loop = 0;
+      for (const Tensor& x : gpu_list) loop += gpu::sum_squares(x);
+      s.row("sum_squares_total = loop, bitwise", dtype_name(t), "4 tensors", got == loop ? 0.0 : 1.0, 0.0);
+      std::vector<float> v = normals(1000, 93);
+      v[3] = INFINITY;
+      gpu_list.push_back(s.from_values({1000}, t, v).gpu);
+      s.row("sum_squares_total inf", dtype_name(t), "5 tensors",
+            std::isinf(gpu::sum_squares_total(gpu_list)) ? 0.0 : 1.0, 0.0);
+    });
     s.run("sum_squares inf", dtype_name(t), dims({1000}), [&] {
       std::vector<float> v = normals(1000, 91);
       v[517] = INFINITY;
@@ -747,6 +769,23 @@ void bench(CudaDevice& dev) {
     print("adamw f32 (195M parameters)", ms, 7.0 * n * 4, "GB/s");
     const double ss = median_ms(dev, [&] { gpu::sum_squares(g); });
     print("sum_squares f32 (195M) incl. sync", ss, 1.0 * n * 4, "GB/s");
+  }
+  {
+    // The gradient norm's segments of 12 blocks of the 1.64B model (d1600): 144 segments, 369M f32 values, summed
+    // one sync per segment (the loop the engine ran) and with one sync for all.
+    const int64_t d = 1600;
+    std::vector<Tensor> segments;
+    for (int block = 0; block < 12; ++block)
+      for (int64_t n : {d, d, 3 * d * d, 3 * d, d * d, d, d, d, 4 * d * d, 4 * d, 4 * d * d, d})
+        segments.push_back(Tensor::zeros({n}, DType::F32, dev, "segment"));
+    double bytes = 0;
+    for (const Tensor& g : segments) bytes += static_cast<double>(g.nbytes());
+    const double loop = median_ms(dev, [&] {
+      for (const Tensor& g : segments) gpu::sum_squares(g);
+    });
+    print("sum_squares, 144 segments, a sync each", loop, bytes, "GB/s");
+    const double total = median_ms(dev, [&] { gpu::sum_squares_total(segments); });
+    print("sum_squares_total, 144 segments, one sync", total, bytes, "GB/s");
   }
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tandem/core/tensor.h"
 
@@ -69,6 +70,7 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
                                  const Tensor& loss_sum),                                                          \
     (row_max, target_logit, lse, loss_sum))                                                                        \
   X(double, sum_squares, (const Tensor& x), (x))                                                                   \
+  X(double, sum_squares_total, (const std::vector<Tensor>& xs), (xs))                                              \
   X(void, adamw_step, (const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,                  \
                        const AdamWParams& p),                                                                      \
     (param, grad, m, v, p))

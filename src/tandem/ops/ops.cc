@@ -423,6 +423,20 @@ double sum_squares(const Tensor& x) {
   return backend_of("sum_squares", x).sum_squares(x);
 }
 
+double sum_squares_total(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return 0.0;
+  const char* op = "sum_squares_total";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    TANDEM_CHECK(x.defined(), op, ": tensor ", i, " of ", xs.size(), " is undefined");
+    TANDEM_CHECK(&x.device() == &xs[0].device(), op, ": tensor ", i, " is on ", x.device().name(), " and tensor 0 on ",
+                 xs[0].device().name(), "; one call sums the tensors of one device");
+    TANDEM_CHECK(is_float(x.dtype()), op, ": tensor ", i, " ", shape_str(x.shape()), " holds ", dtype_name(x.dtype()),
+                 ", not a float dtype (f32, bf16 or f16)");
+  }
+  return backend_of(op, xs[0]).sum_squares_total(xs);
+}
+
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
   check_devices("adamw_step", param, grad, m, v);
   // Master weights, fp32 gradients and moments: a 16-bit parameter is updated through its f32 master copy.
