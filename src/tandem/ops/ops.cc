@@ -203,6 +203,25 @@ void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   return backend_of("gelu_backward", dx).gelu_backward(x, dy, dx);
 }
 
+void bias_gelu_forward(const Tensor& x, const Tensor& bias, const Tensor& y) {
+  const char* op = "bias_gelu_forward";
+  check_devices(op, y, x, bias);
+  check_compute(op, {{"x", x}, {"bias", bias}, {"y", y}});
+  check_same_shape(op, "x", x, "y", y);
+  check_channels(op, "bias", bias, x);
+  return backend_of(op, y).bias_gelu_forward(x, bias, y);
+}
+
+void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx) {
+  const char* op = "bias_gelu_backward";
+  check_devices(op, dx, x, bias, dy);
+  check_compute(op, {{"x", x}, {"bias", bias}, {"dy", dy}, {"dx", dx}});
+  check_same_shape(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dx", dx);
+  check_channels(op, "bias", bias, x);
+  return backend_of(op, dx).bias_gelu_backward(x, bias, dy, dx);
+}
+
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
                        const Tensor& rstd, float eps) {
   check_devices("layernorm_forward", y, x, gamma, beta, mean, rstd);

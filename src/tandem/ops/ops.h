@@ -50,6 +50,11 @@ void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(const Tensor& x, const Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
+// GELU of a biased input in one pass: y (N, C) = gelu(x + bias), x (N, C), bias (C) broadcast over rows. The sum is
+// rounded to X before the GELU, so y is exactly what add_bias then gelu_forward give, for one read of x instead of
+// two reads and a write. dx (N, C) = dy * gelu'(x + bias), with the same rounded sum.
+void bias_gelu_forward(const Tensor& x, const Tensor& bias, const Tensor& y);
+void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx);
 
 // LayerNorm over the last dim: x (N, C), gamma/beta (C), y (N, C); saves mean (N) and rstd (N)
 // (rstd = 1 / sqrt(var + eps), biased variance as PyTorch).
