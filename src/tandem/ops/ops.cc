@@ -1,6 +1,6 @@
 // The op front end: checks every call's shapes and dtypes against the contract in ops.h, then calls the op in the
-// table (backend.h) of the device kind: ops/cpu, ops/cuda or the counting backend. Data-dependent checks (ids in
-// range) live in the backends.
+// table (backend.h) of the device kind: ops/cpu, ops/cuda or the counting backend (while profiling, the timed copies
+// of the first two: profile.h). Data-dependent checks (ids in range) live in the backends.
 #include "tandem/ops/ops.h"
 
 #include <climits>
@@ -10,6 +10,7 @@
 
 #include "tandem/ops/backend.h"
 #include "tandem/ops/op_util.h"
+#include "tandem/ops/profile.h"
 
 namespace tandem::ops {
 namespace {
@@ -32,14 +33,15 @@ void check_devices(const char* op, const Tensor& first, const Rest&... rest) {
   (same(rest), ...);
 }
 
-// The backend of `t`'s device kind; every call names the same function of each (op_list.h).
+// The backend of `t`'s device kind; every call names the same function of each (op_list.h). While the op profile is
+// on (profile.h), CPU and CUDA calls go through its timed tables.
 const Backend& backend_of(const char* op, const Tensor& t) {
   switch (t.device().kind()) {
     case DeviceKind::Cpu:
-      return cpu::backend();
+      return profile::enabled() ? profile::cpu_backend() : cpu::backend();
     case DeviceKind::Cuda:
 #ifdef TANDEM_WITH_CUDA
-      return cuda::backend();
+      return profile::enabled() ? profile::cuda_backend() : cuda::backend();
 #else
       break;
 #endif

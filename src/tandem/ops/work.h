@@ -1,5 +1,6 @@
 // The work of one op call, from its arguments alone: FLOPs of matrix products and attention, bytes read and written
-// by every other op. The counting backend (counting.cc) adds it to a device's WorkLog.
+// by every other op. The counting backend (counting.cc) adds it to a device's WorkLog; the op profile (profile.h)
+// turns it into achieved TFLOP/s or GB/s.
 #pragma once
 
 #include <tuple>
