@@ -2,6 +2,10 @@
 NAME/metrics.jsonl its steps) the measured tokens/s, model TFLOP/s per GPU and peak GiB per GPU beside the
 planner's predictions printed by the preflight, with the errors; for each torch_*.log the reference script's
 RESULT line. Writes OUT/results.json. Usage: python3 bench/run_summary.py OUT_DIR
+With --speed (bench/gpu_speed.sh's folder): one row per model, Tandem (tandem_KEY) beside PyTorch compiled and eager
+(torch_KEY_compile, torch_KEY_eager), the ratio to compiled, model TFLOP/s per GPU as a fraction of the bf16 GEMM
+peak that a --probe run measured, and peak GiB; writes OUT/speed.json.
+Usage: python3 bench/run_summary.py --speed OUT_DIR
 """
 import glob, json, os, re, statistics, sys
 
@@ -42,6 +46,52 @@ def tandem_run(out, name):
     return e
 
 
+def torch_result(out, name):
+    try:
+        m = re.search(r"^RESULT (.*)$", open(f"{out}/{name}.log").read(), re.M)
+    except OSError:
+        return {"error": "not run"}
+    return json.loads(m.group(1)) if m else {"error": "no RESULT line"}
+
+
+def speed(out):
+    results = {name: torch_result(out, name) for name in
+               (os.path.basename(p)[:-4] for p in sorted(glob.glob(f"{out}/torch_*.log")))}
+    peak = next((r["gemm_bf16_tflops"] for r in results.values() if r.get("gemm_bf16_tflops")), None)
+    print("bf16 GEMM peak (PyTorch, 8192^3): " + (f"{peak:.0f} TFLOP/s" if peak else "not measured"))
+
+    def cell(v, fmt, width):
+        return format(v, fmt).rjust(width) if isinstance(v, (int, float)) else str(v or "-").rjust(width)
+
+    head = (f"{'model':13s} {'Tandem':>8s} {'eager':>8s} {'compiled':>8s} {'T/comp':>6s} | {'TFLOP/s per GPU':>23s} "
+            f"| {'of GEMM peak':>17s} | {'peak GiB':>20s}")
+    print(head)
+    print(f"{'':13s} {'tok/s':>8s} {'tok/s':>8s} {'tok/s':>8s} {'':6s} | {'Tandem eager compiled':>23s} "
+          f"| {'Tandem compiled':>17s} | {'Tandem eager compiled':>20s}")
+    rows = {}
+    configs = {m.group(1): p for p in glob.glob(f"{out}/tandem_*.json")
+               if (m := re.fullmatch(r"tandem_(\w+)\.json", os.path.basename(p)))}
+    for key in sorted(configs, key=lambda k: os.path.getmtime(configs[k])):  # in the order they ran
+        t = tandem_run(out, "tandem_" + key) if os.path.exists(f"{out}/tandem_{key}.log") else {"error": "not run"}
+        e, c = results.get(f"torch_{key}_eager", {}), results.get(f"torch_{key}_compile", {})
+        ratio = t.get("tokens_per_s") / c["tokens_per_s"] if t.get("tokens_per_s") and c.get("tokens_per_s") else None
+        frac = lambda tf: tf / peak if tf and peak else None
+        rows[key] = {"model": t.get("model"), "tandem": t, "torch_eager": e, "torch_compile": c,
+                     "ratio_to_compiled": ratio, "gemm_peak_tflops": peak}
+        print(f"{(t.get('model') or key):13s} {cell(t.get('tokens_per_s'), '.0f', 8)} "
+              f"{cell(e.get('tokens_per_s'), '.0f', 8)} {cell(c.get('tokens_per_s'), '.0f', 8)} "
+              f"{cell(ratio, '.3f', 6)} | {cell(t.get('tflops_per_gpu'), '.1f', 7)} "
+              f"{cell(e.get('model_tflops_per_gpu'), '.1f', 7)} {cell(c.get('model_tflops_per_gpu'), '.1f', 7)} "
+              f"| {cell(frac(t.get('tflops_per_gpu')), '.1%', 8)} {cell(frac(c.get('model_tflops_per_gpu')), '.1%', 8)} "
+              f"| {cell(t.get('peak_gib_per_gpu'), '.2f', 6)} {cell(e.get('peak_mem_GiB'), '.2f', 6)} "
+              f"{cell(c.get('peak_mem_GiB'), '.2f', 6)}")
+        for label, r in (("Tandem", t), ("eager", e), ("compiled", c)):
+            if r.get("error"):
+                print(f"  {label}: {r['error']}")
+    json.dump(rows, open(f"{out}/speed.json", "w"), indent=1)
+    return all(r["tandem"].get("tokens_per_s") for r in rows.values())
+
+
 def main(out):
     res = {}
     for log in sorted(glob.glob(f"{out}/*.log")):
@@ -71,4 +121,6 @@ def main(out):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--speed":
+        sys.exit(0 if speed(sys.argv[2]) else 1)
     main(sys.argv[1])

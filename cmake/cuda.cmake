@@ -120,6 +120,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/embedding.cu
   ${_tandem_ops}/gemm.cc
   ${_tandem_ops}/layernorm.cu
+  ${_tandem_ops}/op_timer.cc
   ${_tandem_ops}/reduce.cu)
 target_include_directories(tandem_ops_cuda PUBLIC ${_tandem_root}/src)
 # nvrtc: cudnn-frontend compiles some of its engines at run time.

@@ -248,6 +248,27 @@ void check_elementwise(Suite& s) {
         s.compare("bias_backward", t, shape, db.gpu, db.cpu);
       });
     }
+    // GELU of a biased input: 13 columns take the scalar path, 6400 (the 1.64B model's fc width) the packed one.
+    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {2048, 6400}}) {
+      const std::string shape = dims({n, c});
+      s.run("bias_gelu_forward", tn, shape, [&] {
+        auto x = s.make({n, c}, t, 14, 2.0f);
+        auto bias = s.make({c}, t, 15, 0.5f);
+        auto y = s.output({n, c}, t);
+        cpu::bias_gelu_forward(x.cpu, bias.cpu, y.cpu);
+        gpu::bias_gelu_forward(x.gpu, bias.gpu, y.gpu);
+        s.compare("bias_gelu_forward", t, shape, y.gpu, y.cpu);
+      });
+      s.run("bias_gelu_backward", tn, shape, [&] {
+        auto x = s.make({n, c}, t, 16, 2.0f);
+        auto bias = s.make({c}, t, 17, 0.5f);
+        auto dy = s.make({n, c}, t, 18);
+        auto dx = s.output({n, c}, t);
+        cpu::bias_gelu_backward(x.cpu, bias.cpu, dy.cpu, dx.cpu);
+        gpu::bias_gelu_backward(x.gpu, bias.gpu, dy.gpu, dx.gpu);
+        s.compare("bias_gelu_backward", t, shape, dx.gpu, dx.cpu);
+      });
+    }
     for (int64_t n : {int64_t{5}, int64_t{(1 << 20) + 3}}) {
       const std::string shape = dims({n});
       auto unary = [&](const char* op, auto cpu_fn, auto gpu_fn) {
@@ -583,6 +604,29 @@ void check_reduce_and_adamw(Suite& s) {
         s.row("sum_squares", dtype_name(t), dims({n}), std::abs(got - want) / want, gpu_check::kOpSumSquares);
       });
     }
+    // A list of every size above and an empty tensor: the CPU's double sum, and the bits of the loop over the
+    // single-tensor op (the same adds in the same order, on the device instead of the host).
+    s.run("sum_squares_total", dtype_name(t), "4 tensors", [&] {
+      std::vector<Tensor> cpu_list, gpu_list;
+      uint64_t seed = 92;
+      for (int64_t n : {int64_t{1000}, int64_t{0}, int64_t{10'000'019}, int64_t{1}}) {
+        auto x = s.make({n}, t, seed++);
+        cpu_list.push_back(x.cpu);
+        gpu_list.push_back(x.gpu);
+      }
+      const double want = cpu::sum_squares_total(cpu_list);
+      const double got = gpu::sum_squares_total(gpu_list);
+      s.row("sum_squares_total", dtype_name(t), "4 tensors", std::abs(got - want) / want, gpu_check::kOpSumSquares);
+      double loop = 0;
+      for (const Tensor& x : gpu_list) loop += gpu::sum_squares(x);
+      s.row("sum_squares_total = loop, bitwise", dtype_name(t), "4 tensors", got == loop ? 0.0 : 1.0,
+            gpu_check::kOpExact);
+      std::vector<float> v = normals(1000, 93);
+      v[3] = INFINITY;
+      gpu_list.push_back(s.from_values({1000}, t, v).gpu);
+      s.row("sum_squares_total inf", dtype_name(t), "5 tensors",
+            std::isinf(gpu::sum_squares_total(gpu_list)) ? 0.0 : 1.0, gpu_check::kOpExact);
+    });
     s.run("sum_squares inf", dtype_name(t), dims({1000}), [&] {
       std::vector<float> v = normals(1000, 91);
       v[517] = INFINITY;
@@ -747,6 +791,41 @@ void bench(CudaDevice& dev) {
     print("adamw f32 (195M parameters)", ms, 7.0 * n * 4, "GB/s");
     const double ss = median_ms(dev, [&] { gpu::sum_squares(g); });
     print("sum_squares f32 (195M) incl. sync", ss, 1.0 * n * 4, "GB/s");
+  }
+  {
+    // The gradient norm's segments of 12 blocks of the 1.64B model (d1600): 144 segments, 369M f32 values, summed
+    // one sync per segment (the loop the engine ran) and with one sync for all.
+    const int64_t d = 1600;
+    std::vector<Tensor> segments;
+    for (int block = 0; block < 12; ++block)
+      for (int64_t n : {d, d, 3 * d * d, 3 * d, d * d, d, d, d, 4 * d * d, 4 * d, 4 * d * d, d})
+        segments.push_back(Tensor::zeros({n}, DType::F32, dev, "segment"));
+    double bytes = 0;
+    for (const Tensor& g : segments) bytes += static_cast<double>(g.nbytes());
+    const double loop = median_ms(dev, [&] {
+      for (const Tensor& g : segments) gpu::sum_squares(g);
+    });
+    print("sum_squares, 144 segments, a sync each", loop, bytes, "GB/s");
+    const double total = median_ms(dev, [&] { gpu::sum_squares_total(segments); });
+    print("sum_squares_total, 144 segments, one sync", total, bytes, "GB/s");
+  }
+  {
+    // fc's bias and GELU on the 1.64B model's micro-batch of 8: two passes, then one.
+    const int64_t N = 8192, C = 6400;
+    Tensor h = Tensor::empty({N, C}, bf, dev, "h"), y = Tensor::empty({N, C}, bf, dev, "y");
+    Tensor bias = Tensor::empty({C}, bf, dev, "bias"), dy = Tensor::empty({N, C}, bf, dev, "dy");
+    gpu::fill(h, 0.1f);
+    gpu::fill(bias, 0.01f);
+    gpu::fill(dy, 0.01f);
+    const double two = median_ms(dev, [&] {
+      gpu::add_bias(h, bias);
+      gpu::gelu_forward(h, y);
+    });
+    print("add_bias + gelu_forward bf16 (8192 x 6400)", two, 4.0 * N * C * 2, "GB/s");
+    const double one = median_ms(dev, [&] { gpu::bias_gelu_forward(h, bias, y); });
+    print("bias_gelu_forward bf16 (8192 x 6400)", one, 2.0 * N * C * 2, "GB/s");
+    const double back = median_ms(dev, [&] { gpu::bias_gelu_backward(h, bias, dy, y); });
+    print("bias_gelu_backward bf16 (8192 x 6400)", back, 3.0 * N * C * 2, "GB/s");
   }
 }
 

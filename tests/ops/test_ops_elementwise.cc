@@ -323,8 +323,66 @@ TEST_P(OpsElementwiseDtypes, BiasBackwardIsBitIdenticalAcrossThreadCounts) {
   EXPECT_TRUE(testing::bit_equal(db[0], db[1]));
 }
 
+// The biased GELU is gelu(x + bias) against float64 (forward, and backward by finite differences in x), and gives
+// exactly the bits of add_bias followed by gelu_forward / gelu_backward: fusing the passes changes no result.
+TEST_P(OpsElementwiseDtypes, BiasGeluMatchesDoubleAndTheTwoPasses) {
+  const DType dtype = GetParam();
+  device::CpuDevice dev;
+  testing::ThreadCountGuard guard;
+  for (const Shape& shape : {Shape{3, kN, kC}, Shape{64, 1031}}) {  // small, and large enough for the parallel path
+    const int64_t c = shape.back();
+    Tensor x = randn_as(dev, shape, 31, dtype, 2.0f);  // (..., C)
+    Tensor b = randn_as(dev, {c}, 32, dtype, 0.5f);    // (C)
+    Tensor dy = randn_as(dev, shape, 33, dtype);       // (..., C)
+    const int64_t rows = x.numel() / c;
+    const Tensor x2 = x.view({rows, c}), dy2 = dy.view({rows, c});
+    // The two passes: biased = round(x + b), then the GELU of it.
+    Tensor biased = testing::copy_of(dev, x2);
+    add_bias(biased, b);
+    Tensor y_two = Tensor::empty({rows, c}, dtype, dev, "y (two passes)");
+    gelu_forward(biased, y_two);
+    Tensor dx_two = Tensor::empty({rows, c}, dtype, dev, "dx (two passes)");
+    gelu_backward(biased, dy2, dx_two);
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      Tensor y = Tensor::empty({rows, c}, dtype, dev, "y");
+      bias_gelu_forward(x2, b, y);
+      EXPECT_TRUE(testing::bit_equal(y, y_two)) << shape_str(shape) << " threads " << threads;
+      Tensor dx = Tensor::empty({rows, c}, dtype, dev, "dx");
+      bias_gelu_backward(x2, b, dy2, dx);
+      EXPECT_TRUE(testing::bit_equal(dx, dx_two)) << shape_str(shape) << " threads " << threads;
+    }
+    // Against float64 on the rounded sum (what the op sees after its one rounding).
+    const auto bv = values(biased);
+    std::vector<double> want(bv.size());
+    for (size_t i = 0; i < bv.size(); ++i) want[i] = gelu_ref(bv[i]);
+    EXPECT_LT(rel_error(values(y_two), want), tolerance(dtype, 1e-6));
+    if (dtype == DType::F32 && x.numel() < 1000) {
+      // d/dx of sum(dy * gelu(x + b)) by central differences in double (quadratic in the size: the small shape).
+      const auto bd = values(b);
+      auto f = [&](const std::vector<double>& in) {
+        std::vector<double> out(in.size());
+        for (size_t i = 0; i < in.size(); ++i) out[i] = gelu_ref(in[i] + bd[i % static_cast<size_t>(c)]);
+        return out;
+      };
+      Tensor dx = Tensor::empty({rows, c}, dtype, dev, "dx");
+      bias_gelu_backward(x2, b, dy2, dx);
+      EXPECT_LT(rel_error(values(dx), numeric_grad(f, values(x2), values(dy2))), 1e-5);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, OpsElementwiseDtypes, ::testing::ValuesIn(testing::compute_dtypes()),
                          testing::dtype_label);
+
+TEST(OpsBiasGelu, ShapesAndDtypesChecked) {
+  device::CpuDevice dev;
+  const Tensor x = randn(dev, {4, 3}, 1), y = randn(dev, {4, 3}, 2), b = randn(dev, {3}, 3);
+  EXPECT_HAS(testing::error_of([&] { bias_gelu_forward(x, randn(dev, {4}, 4), y); }), "bias_gelu_forward: bias");
+  EXPECT_HAS(testing::error_of([&] { bias_gelu_forward(x, b, randn(dev, {3, 4}, 5)); }), "differ in shape");
+  EXPECT_HAS(testing::error_of([&] { bias_gelu_backward(x, randn_as(dev, {3}, 6, DType::BF16), y, y); }), "bf16");
+  EXPECT_HAS(testing::error_of([&] { bias_gelu_backward(x, b, randn(dev, {4, 4}, 7), y); }), "bias_gelu_backward");
+}
 
 // Each op names itself and the dtypes in conflict; the always-f32 outputs refuse 16-bit buffers.
 TEST(OpsElementwise, RefusedDtypesThrowNamingThem) {

@@ -1,8 +1,10 @@
-// sum_squares against a float64 sum in every float dtype, bit-identical across thread counts, inf and NaN kept.
+// sum_squares against a float64 sum in every float dtype, bit-identical across thread counts, inf and NaN kept;
+// sum_squares_total as the host loop over sum_squares, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "ops_test_util.h"
 #include "tandem/ops/op_util.h"
@@ -72,6 +74,43 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, OpsSumSquaresDtypes, ::testing::ValuesIn(testin
 TEST(OpsSumSquares, IntegerTensorThrows) {
   device::CpuDevice dev;
   EXPECT_THROW(sum_squares(Tensor::zeros({4}, DType::I32, dev, "i32")), Error);
+}
+
+// The global gradient norm's sum: the same double as adding each tensor's sum_squares in list order, whatever the
+// sizes and dtypes (an empty tensor adds 0), and near the float64 sum of every stored value.
+TEST(OpsSumSquaresTotal, IsTheHostLoopBitForBit) {
+  device::CpuDevice dev;
+  std::vector<Tensor> xs;
+  int64_t seed = 40;
+  for (int64_t n : {1000, 1, 0, 270001, 13, 65}) {
+    for (DType t : testing::compute_dtypes()) xs.push_back(testing::randn_as(dev, {n}, ++seed, t, 0.01f * n + 1));
+  }
+  double loop = 0, want = 0;
+  for (const Tensor& x : xs) {
+    loop += sum_squares(x);
+    for (double v : testing::values(x)) want += v * v;
+  }
+  const double total = sum_squares_total(xs);
+  EXPECT_EQ(total, loop);
+  EXPECT_NEAR(total, want, 1e-12 * want);
+  EXPECT_EQ(sum_squares_total({}), 0.0);
+  EXPECT_EQ(sum_squares_total({xs[0]}), sum_squares(xs[0]));
+}
+
+TEST(OpsSumSquaresTotal, InfAndNanPropagate) {
+  device::CpuDevice dev;
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor fine = randn(dev, {100}, 1);
+  EXPECT_EQ(sum_squares_total({fine, testing::from_double(dev, {2}, {1.0, inf}), fine}), inf);
+  EXPECT_TRUE(std::isnan(sum_squares_total({fine, testing::from_double(dev, {1}, {std::nan("")})})));
+}
+
+TEST(OpsSumSquaresTotal, RefusesMixedDevicesUndefinedAndIntegerTensors) {
+  device::CpuDevice dev, other;
+  const Tensor x = randn(dev, {4}, 1);
+  EXPECT_HAS(testing::error_of([&] { sum_squares_total({x, randn(other, {4}, 2)}); }), "one device");
+  EXPECT_HAS(testing::error_of([&] { sum_squares_total({x, Tensor()}); }), "tensor 1 of 2 is undefined");
+  EXPECT_HAS(testing::error_of([&] { sum_squares_total({x, Tensor::zeros({4}, DType::I32, dev, "i32")}); }), "i32");
 }
 
 }  // namespace

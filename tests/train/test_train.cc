@@ -1,5 +1,5 @@
 // End-to-end training on one device: the loss falls (synthetic classes, real text), resume is bit-exact,
-// and bad checkpoints and budgets are refused with their messages.
+// bad checkpoints and budgets are refused with their messages, and the op profile covers a run.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tandem/config/config.h"
+#include "tandem/ops/profile.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::train {
@@ -174,6 +175,40 @@ TEST(Train, Fp16OverflowSkipsAndBacksOff) {
   EXPECT_LT(m.back().loss_scale, std::ldexp(1.0, 32));
   EXPECT_FALSE(m.back().skipped);
   EXPECT_LT(m.back().loss, m.front().loss - 0.3);
+}
+
+// The op profile over a whole run: the same losses as without it, a row per op that ran (one sum_squares_total per
+// step for the gradient norm, fc's bias inside the GELU's pass), and the step's time split between ops and the rest.
+TEST(Train, OpProfileChangesNoLossAndCoversTheStep) {
+  Json cfg = tiny_gpt_config(4);
+  cfg["bf16"] = {{"enabled", true}};
+  const auto plain = train(cfg, "");
+  ops::profile::reset();
+  ops::profile::set_enabled(true);
+  const auto timed = train(cfg, "");
+  ops::profile::set_enabled(false);
+  const ops::profile::Summary s = ops::profile::summary();
+  ops::profile::reset();
+  ASSERT_EQ(timed.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(timed[i].loss, plain[i].loss) << "step " << i + 1;
+    EXPECT_EQ(timed[i].grad_norm, plain[i].grad_norm) << "step " << i + 1;
+  }
+  EXPECT_EQ(s.steps_run, 4);
+  EXPECT_EQ(s.steps, 2);
+  auto calls = [&](const std::string& op) {
+    for (const auto& r : s.ops)
+      if (r.op == op && r.detail.empty()) return r.calls;
+    return 0.0;
+  };
+  EXPECT_EQ(calls("sum_squares_total"), 1);  // the gradient norm: one wait for all segments
+  EXPECT_EQ(calls("sum_squares"), 0);
+  EXPECT_EQ(calls("bias_gelu_forward"), 2 * 2);  // 2 blocks x 2 micro-batches
+  EXPECT_EQ(calls("gelu_forward"), 0);
+  EXPECT_EQ(calls("add_bias"), 2 * 2 * 3);  // qkv, proj and out of each block
+  EXPECT_GT(calls("matmul"), 0);
+  EXPECT_GT(s.op_ms(), 0);
+  EXPECT_GE(s.step_ms, s.op_ms());
 }
 
 TEST(Train, BudgetTooSmallNamesTheNumbers) {

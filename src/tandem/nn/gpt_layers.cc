@@ -43,7 +43,7 @@ GptBlock::GptBlock(int index, int64_t dim, int heads, TpSlot tp)
       proj_(child_name("proj"), dim, dim, true, Split::Row, tp),
       ln2_(child_name("ln2"), dim),
       fc_(child_name("fc"), dim, 4 * dim, true, Split::Column, tp),
-      gelu_(child_name("gelu"), ActivationKind::Gelu),
+      gelu_(child_name("gelu"), ActivationKind::Gelu, fc_.defer_bias()),  // fc's bias added in the GELU's pass
       out_(child_name("out"), 4 * dim, dim, true, Split::Row, tp) {
   TANDEM_CHECK(heads > 0 && dim % heads == 0, "dim ", dim, " is not a multiple of heads ", heads);
   TANDEM_CHECK(heads % tp.size == 0, "heads ", heads, " over ", tp.size, " tensor-parallel slots");

@@ -26,7 +26,8 @@ class GptEmbedding final : public Layer {
   Parameter* wpe_;  // (T_max, C)
 };
 
-// x + attn(ln1(x)), then + mlp(ln2(.)); attn = proj(causal_attention(qkv(.))), mlp = out(gelu(fc(.))).
+// x + attn(ln1(x)), then + mlp(ln2(.)); attn = proj(causal_attention(qkv(.))), mlp = out(gelu(fc(.))), fc's bias
+// added in the GELU's pass (bias_gelu_forward).
 // Parameters "blocks.<i>.{ln1,qkv,proj,ln2,fc,out}.{weight,bias}".
 // Tensor-parallel: qkv and fc are column-parallel (slot i owns heads [i H/tp, (i+1) H/tp) and 4C/tp MLP
 // columns), proj and out row-parallel; LayerNorms are replicated.

@@ -32,6 +32,12 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool
   }
 }
 
+Parameter* Linear::defer_bias() {
+  TANDEM_CHECK(bias_, name(), ": no bias to defer");
+  bias_deferred_ = true;
+  return bias_;
+}
+
 Shape Linear::output_shape(const Shape& in) const {
   Shape s = in;
   s.back() = out_;
@@ -43,7 +49,7 @@ Tensor Linear::forward(const Tensor& x, Saved& saved) {
   Tensor y = Tensor::empty(output_shape(x.shape()), x.dtype(), x.device(), name() + " output");  // (..., out)
   ops::matmul(x, weight_->value, y, false, true);
   if (split_ == Split::Row) tp_.sum(y);  // partial products of the input slices
-  if (bias_) ops::add_bias(y.view({y.numel() / out_, out_}), bias_->value);
+  if (bias_ && !bias_deferred_) ops::add_bias(y.view({y.numel() / out_, out_}), bias_->value);
   saved.tensors = {x};
   return y;
 }

@@ -26,12 +26,18 @@ class Linear final : public Layer {
   int64_t in_features() const { return in_; }    // this slot's input width
   int64_t out_features() const { return out_; }  // this slot's output width
 
+  // Leaves the bias add to the layer that follows, which folds it into its own pass (GptBlock's GELU: one pass over
+  // the (B, T, 4C) activation instead of two), and returns the bias. Forward then returns x W^T without it;
+  // backward still accumulates the bias gradient (dy is the same for the sum with or without the bias).
+  Parameter* defer_bias();
+
  private:
   int64_t in_, out_;
   Split split_;
   TpSlot tp_;
   Parameter* weight_;  // (out_local, in_local)
   Parameter* bias_;    // (out_local) or null
+  bool bias_deferred_ = false;
 };
 
 }  // namespace tandem::nn

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tandem/core/tensor.h"
 
@@ -35,6 +36,9 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
   X(void, relu_backward, (const Tensor& x, const Tensor& dy, const Tensor& dx), (x, dy, dx))                       \
   X(void, gelu_forward, (const Tensor& x, const Tensor& y), (x, y))                                                \
   X(void, gelu_backward, (const Tensor& x, const Tensor& dy, const Tensor& dx), (x, dy, dx))                       \
+  X(void, bias_gelu_forward, (const Tensor& x, const Tensor& bias, const Tensor& y), (x, bias, y))                 \
+  X(void, bias_gelu_backward, (const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx),           \
+    (x, bias, dy, dx))                                                                                             \
   X(void, layernorm_forward, (const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,           \
                               const Tensor& mean, const Tensor& rstd, float eps),                                  \
     (x, gamma, beta, y, mean, rstd, eps))                                                                          \
@@ -69,6 +73,7 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
                                  const Tensor& loss_sum),                                                          \
     (row_max, target_logit, lse, loss_sum))                                                                        \
   X(double, sum_squares, (const Tensor& x), (x))                                                                   \
+  X(double, sum_squares_total, (const std::vector<Tensor>& xs), (xs))                                              \
   X(void, adamw_step, (const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,                  \
                        const AdamWParams& p),                                                                      \
     (param, grad, m, v, p))

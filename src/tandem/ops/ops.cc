@@ -1,6 +1,6 @@
 // The op front end: checks every call's shapes and dtypes against the contract in ops.h, then calls the op in the
-// table (backend.h) of the device kind: ops/cpu, ops/cuda or the counting backend. Data-dependent checks (ids in
-// range) live in the backends.
+// table (backend.h) of the device kind: ops/cpu, ops/cuda or the counting backend (while profiling, the timed copies
+// of the first two: profile.h). Data-dependent checks (ids in range) live in the backends.
 #include "tandem/ops/ops.h"
 
 #include <climits>
@@ -10,6 +10,7 @@
 
 #include "tandem/ops/backend.h"
 #include "tandem/ops/op_util.h"
+#include "tandem/ops/profile.h"
 
 namespace tandem::ops {
 namespace {
@@ -32,14 +33,15 @@ void check_devices(const char* op, const Tensor& first, const Rest&... rest) {
   (same(rest), ...);
 }
 
-// The backend of `t`'s device kind; every call names the same function of each (op_list.h).
+// The backend of `t`'s device kind; every call names the same function of each (op_list.h). While the op profile is
+// on (profile.h), CPU and CUDA calls go through its timed tables.
 const Backend& backend_of(const char* op, const Tensor& t) {
   switch (t.device().kind()) {
     case DeviceKind::Cpu:
-      return cpu::backend();
+      return profile::enabled() ? profile::cpu_backend() : cpu::backend();
     case DeviceKind::Cuda:
 #ifdef TANDEM_WITH_CUDA
-      return cuda::backend();
+      return profile::enabled() ? profile::cuda_backend() : cuda::backend();
 #else
       break;
 #endif
@@ -201,6 +203,25 @@ void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   check_same_shape("gelu_backward", "x", x, "dy", dy);
   check_same_shape("gelu_backward", "x", x, "dx", dx);
   return backend_of("gelu_backward", dx).gelu_backward(x, dy, dx);
+}
+
+void bias_gelu_forward(const Tensor& x, const Tensor& bias, const Tensor& y) {
+  const char* op = "bias_gelu_forward";
+  check_devices(op, y, x, bias);
+  check_compute(op, {{"x", x}, {"bias", bias}, {"y", y}});
+  check_same_shape(op, "x", x, "y", y);
+  check_channels(op, "bias", bias, x);
+  return backend_of(op, y).bias_gelu_forward(x, bias, y);
+}
+
+void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx) {
+  const char* op = "bias_gelu_backward";
+  check_devices(op, dx, x, bias, dy);
+  check_compute(op, {{"x", x}, {"bias", bias}, {"dy", dy}, {"dx", dx}});
+  check_same_shape(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dx", dx);
+  check_channels(op, "bias", bias, x);
+  return backend_of(op, dx).bias_gelu_backward(x, bias, dy, dx);
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
@@ -421,6 +442,20 @@ double sum_squares(const Tensor& x) {
   check_devices("sum_squares", x);
   check_compute("sum_squares", {{"x", x}});
   return backend_of("sum_squares", x).sum_squares(x);
+}
+
+double sum_squares_total(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return 0.0;
+  const char* op = "sum_squares_total";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    TANDEM_CHECK(x.defined(), op, ": tensor ", i, " of ", xs.size(), " is undefined");
+    TANDEM_CHECK(&x.device() == &xs[0].device(), op, ": tensor ", i, " is on ", x.device().name(), " and tensor 0 on ",
+                 xs[0].device().name(), "; one call sums the tensors of one device");
+    TANDEM_CHECK(is_float(x.dtype()), op, ": tensor ", i, " ", shape_str(x.shape()), " holds ", dtype_name(x.dtype()),
+                 ", not a float dtype (f32, bf16 or f16)");
+  }
+  return backend_of(op, xs[0]).sum_squares_total(xs);
 }
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {

@@ -2,7 +2,7 @@
 // Each op checks shapes and dtypes and dispatches on the tensors' device (CPU: OpenBLAS and OpenMP, in
 // ops/cpu; CUDA: cuBLASLt, cuDNN and our kernels, in ops/cuda). Ops never allocate their outputs unless they
 // say so; scratch goes through the device allocator. Ops never wait for the device (no host syncs) except
-// the two that return a host value (sum_squares, and none other).
+// the two that return a host value (sum_squares and sum_squares_total, once per call).
 // Gradient outputs named d* are overwritten unless the comment says "accumulates" (+=).
 // Legend: N rows (tokens), K/M/C channels, V vocabulary, B batch, T time, H heads, D head dim (C = H*D).
 //
@@ -14,10 +14,12 @@
 //     add_positions_backward: dpos f32. attention: lse f32.
 //   - cross entropy: logits and dlogits in X; row_max, target_logit, sum_exp, lse, losses, loss_sum f32.
 //   - adamw_step: every tensor f32 (master weights, fp32 gradients, moments).
-//   - sum_squares: any float dtype. cast: any float dtype to any float dtype. axpy, add, scale, fill: one dtype.
+//   - sum_squares, sum_squares_total: any float dtype. cast: any float dtype to any float dtype.
+//   - axpy, add, scale, fill: one dtype.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tandem/core/tensor.h"
 
@@ -48,6 +50,11 @@ void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(const Tensor& x, const Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
+// GELU of a biased input in one pass: y (N, C) = gelu(x + bias), x (N, C), bias (C) broadcast over rows. The sum is
+// rounded to X before the GELU, so y is exactly what add_bias then gelu_forward give, for one read of x instead of
+// two reads and a write. dx (N, C) = dy * gelu'(x + bias), with the same rounded sum.
+void bias_gelu_forward(const Tensor& x, const Tensor& bias, const Tensor& y);
+void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx);
 
 // LayerNorm over the last dim: x (N, C), gamma/beta (C), y (N, C); saves mean (N) and rstd (N)
 // (rstd = 1 / sqrt(var + eps), biased variance as PyTorch).
@@ -108,6 +115,10 @@ void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, con
 // Sum of squares of x, accumulated in double (for global-norm clipping). Waits for the device; inf or NaN
 // in x gives inf or NaN (the fp16 overflow check reads it).
 double sum_squares(const Tensor& x);
+// The sum of sum_squares(x) over the tensors of xs, added in list order in double: the same value as that loop on
+// the host, with one wait for the device instead of one per tensor (the global gradient norm over hundreds of
+// parameter segments). Every tensor on one device, each of any float dtype; an empty list gives 0.
+double sum_squares_total(const std::vector<Tensor>& xs);
 
 // x = value, every element.
 void fill(const Tensor& x, float value);

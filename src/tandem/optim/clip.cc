@@ -6,11 +6,7 @@
 
 namespace tandem::optim {
 
-double sum_of_squares(const std::vector<Tensor>& grads) {
-  double s = 0;
-  for (const Tensor& g : grads) s += ops::sum_squares(g);
-  return s;
-}
+double sum_of_squares(const std::vector<Tensor>& grads) { return ops::sum_squares_total(grads); }
 
 float clip_coefficient(double global_norm, double max_norm) {
   if (max_norm <= 0) return 1.0f;

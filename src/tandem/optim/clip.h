@@ -8,7 +8,7 @@
 
 namespace tandem::optim {
 
-// Sum of squares over the tensors, in double.
+// Sum of squares over the tensors, in double, the tensors' sums added in order (one wait for the device).
 double sum_of_squares(const std::vector<Tensor>& grads);
 // min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 (clipping off).
 float clip_coefficient(double global_norm, double max_norm);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tandem/core/units.h"
+#include "tandem/ops/profile.h"
 #include "tandem/optim/schedule.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/model_factory.h"
@@ -223,6 +224,10 @@ void Trainer::setup() {
     if (l.pp > 1)
       std::printf("  schedule: %s, %lld micro-batches per step\n", plan_.schedule.c_str(),
                   static_cast<long long>(b.accum));
+    if (ops::profile::enabled())
+      std::printf(
+          "op profile on (TANDEM_PROFILE): every op is timed, the table follows the run; the timing slows "
+          "the steps, so take speeds from a run without it\n");
     std::fflush(stdout);
   }
 }
@@ -305,6 +310,7 @@ void Trainer::report(int64_t last_step) {
                 format_bytes(static_cast<uint64_t>(peaks[r])).c_str(), r + 1 < l.world() ? "," : "");
   if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
   std::printf("\n");
+  if (ops::profile::enabled()) std::printf("%s", ops::profile::table(ops::profile::summary(), "rank 0").c_str());
   std::fflush(stdout);
 }
 
@@ -347,6 +353,8 @@ StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
         return parallel::pipeline::MicroBatch{inputs, targets};
       },
       static_cast<float>(lr), rows);
+  // The profile waits here for the step's queued op timings, so this step's time includes its last kernels.
+  if (ops::profile::enabled()) ops::profile::end_step(t0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   StepMetrics m;

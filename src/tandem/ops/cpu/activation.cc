@@ -1,5 +1,6 @@
-// CPU activations: ReLU and tanh-approximated GELU, forward and backward, over f32, bf16 and f16 storage with
-// fp32 math. Elementwise, so any split over threads gives the same bits, and in-place use is safe.
+// CPU activations: ReLU and tanh-approximated GELU, forward and backward, and GELU of a biased input, over f32, bf16
+// and f16 storage with fp32 math. Elementwise, so any split over threads gives the same bits, and in-place use is
+// safe.
 #include <cmath>
 
 #include "tandem/ops/cpu/cpu_ops.h"
@@ -18,6 +19,20 @@ constexpr float kGeluA = 0.044715f;
 inline float gelu_gate(float v) {
   const float u = kGeluK * (v + kGeluA * v * v * v);
   return 1.0f / (1.0f + std::exp(-2.0f * u));
+}
+
+// d/dv of v s(u): s + v ds/du du/dv, with ds/du = 2 s (1 - s) (that is (1 - tanh^2) / 2) and du/dv = K (1 + 3 A v^2).
+inline float gelu_slope(float v) {
+  const float s = gelu_gate(v);
+  return s + 2.0f * v * s * (1.0f - s) * kGeluK * (1.0f + 3.0f * kGeluA * v * v);
+}
+
+// v rounded to the storage type T and widened again: what a store then a load gives.
+template <class T>
+inline float rounded(float v) {
+  T t[1];
+  store(t, 0, v);
+  return load(t, 0);
 }
 
 template <class T>
@@ -62,13 +77,39 @@ void gelu_backward_kernel(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   T* out = elems<T>(dx);      // (n)
 #pragma omp parallel for schedule(static) if (worth_parallel(n, kTranscendentalCost))
   for (int64_t i = 0; i < n; ++i) {
-    const float v = load(in, i);
-    const float s = gelu_gate(v);
-    // d/dv of v s(u): s + v ds/du du/dv, with ds/du = 2 s (1 - s) (that is (1 - tanh^2) / 2) and
-    // du/dv = K (1 + 3 A v^2).
-    const float local = s + 2.0f * v * s * (1.0f - s) * kGeluK * (1.0f + 3.0f * kGeluA * v * v);
-    store(out, i, load(g, i) * local);
+    store(out, i, load(g, i) * gelu_slope(load(in, i)));
   }
+}
+
+// y (N, C) = gelu(x + bias) with the sum rounded to T first, as add_bias stores it.
+template <class T>
+void bias_gelu_forward_kernel(const Tensor& x, const Tensor& bias, const Tensor& y) {
+  const int64_t n = rows_of(x), c = cols_of(x);
+  const T* in = elems<T>(x);    // (N, C)
+  const T* b = elems<T>(bias);  // (C)
+  T* out = elems<T>(y);         // (N, C)
+#pragma omp parallel for schedule(static) if (worth_parallel(n * c, kTranscendentalCost))
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      const float v = rounded<T>(load(in, i * c + j) + load(b, j));
+      store(out, i * c + j, v * gelu_gate(v));
+    }
+}
+
+// dx (N, C) = dy * gelu'(x + bias), the sum rounded as in forward.
+template <class T>
+void bias_gelu_backward_kernel(const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx) {
+  const int64_t n = rows_of(x), c = cols_of(x);
+  const T* in = elems<T>(x);    // (N, C)
+  const T* b = elems<T>(bias);  // (C)
+  const T* g = elems<T>(dy);    // (N, C)
+  T* out = elems<T>(dx);        // (N, C)
+#pragma omp parallel for schedule(static) if (worth_parallel(n * c, kTranscendentalCost))
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      const int64_t k = i * c + j;
+      store(out, k, load(g, k) * gelu_slope(rounded<T>(load(in, k) + load(b, j))));
+    }
 }
 
 }  // namespace
@@ -87,6 +128,14 @@ void gelu_forward(const Tensor& x, const Tensor& y) {
 
 void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   visit_float(x.dtype(), [&](auto t) { gelu_backward_kernel<decltype(t)>(x, dy, dx); });
+}
+
+void bias_gelu_forward(const Tensor& x, const Tensor& bias, const Tensor& y) {
+  visit_float(x.dtype(), [&](auto t) { bias_gelu_forward_kernel<decltype(t)>(x, bias, y); });
+}
+
+void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx) {
+  visit_float(x.dtype(), [&](auto t) { bias_gelu_backward_kernel<decltype(t)>(x, bias, dy, dx); });
 }
 
 }  // namespace tandem::ops::cpu

@@ -1,5 +1,5 @@
 // CPU reductions: sum_squares of f32, bf16 or f16 elements, in double, with a summation order fixed by the
-// tensor's size alone.
+// tensor's size alone; sum_squares_total adds those of a list in list order.
 // A fixed number of chunks (not one per thread) keeps the result bit-identical across thread counts.
 #include <algorithm>
 
@@ -48,6 +48,12 @@ double sum_squares_kernel(const Tensor& x) {
 
 double sum_squares(const Tensor& x) {
   return visit_float(x.dtype(), [&](auto t) { return sum_squares_kernel<decltype(t)>(x); });
+}
+
+double sum_squares_total(const std::vector<Tensor>& xs) {
+  double total = 0.0;  // in list order, as a caller's loop over sum_squares adds them
+  for (const Tensor& x : xs) total += sum_squares(x);
+  return total;
 }
 
 }  // namespace tandem::ops::cpu

@@ -1,4 +1,5 @@
-// CUDA elementwise ops: bias add and its column reduction, add, axpy, scale, ReLU, GELU, casts and fill.
+// CUDA elementwise ops: bias add and its column reduction, add, axpy, scale, ReLU, GELU, GELU of a biased input,
+// casts and fill.
 // One grid-stride map kernel serves the pointwise ops, with 16-byte packs when every pointer allows it. No
 // __restrict__ on the map pointers: out may be one of the inputs (in-place add, axpy, scale), and each element is
 // read before it is written by the same thread, so that is safe.
@@ -129,6 +130,68 @@ __global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, i
   }
 }
 
+// out (N, C) = op(x + bias, g): the sum rounded to T first (as add_bias stores it), then op in fp32 with g's
+// element (g null: 0). Packed when C is a whole number of packs, so a pack never straddles two rows. out may be x or
+// g (each element is read before the same thread writes it).
+template <class T, class Op, bool kVector>
+__global__ void bias_map_kernel(const T* x, const T* bias, const T* g, T* out, int64_t n, int64_t c, Op op) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (kVector) {
+    constexpr int P = kPack<T>;
+    const auto* px = reinterpret_cast<const Pack<T>*>(x);
+    const auto* pb = reinterpret_cast<const Pack<T>*>(bias);
+    const auto* pg = reinterpret_cast<const Pack<T>*>(g);
+    auto* po = reinterpret_cast<Pack<T>*>(out);
+    const int64_t packs = n / P, row_packs = c / P;
+    for (int64_t i = tid; i < packs; i += stride) {
+      const Pack<T> v = px[i];
+      const Pack<T> w = pb[i % row_packs];
+      Pack<T> d;
+      if (pg) d = pg[i];
+      Pack<T> z;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float pre = to_f32(from_f32<T>(to_f32(v.v[k]) + to_f32(w.v[k])));
+        z.v[k] = from_f32<T>(op(pre, pg ? to_f32(d.v[k]) : 0.0f));
+      }
+      po[i] = z;
+    }
+  } else {
+    for (int64_t i = tid; i < n; i += stride) {
+      const float pre = to_f32(from_f32<T>(to_f32(x[i]) + to_f32(bias[i % c])));
+      out[i] = from_f32<T>(op(pre, g ? to_f32(g[i]) : 0.0f));
+    }
+  }
+}
+
+template <class Op>
+void bias_map(const char* name, const Tensor& x, const Tensor& bias, const Tensor* g, const Tensor& out, Op op) {
+  check_float(name, "x", x);
+  check_dtype(name, "bias", bias, x.dtype());
+  check_dtype(name, "out", out, x.dtype());
+  if (g) check_dtype(name, "dy", *g, x.dtype());
+  const int64_t n = x.numel(), c = cols_of(x);
+  if (n == 0 || c == 0) return;
+  device::CudaDevice& dev = cuda_device(out);
+  dispatch_float(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* pb = bias.data<T>();
+    const T* pg = g ? g->data<T>() : nullptr;
+    T* po = out.data<T>();
+    const bool vector =
+        c % kPack<T> == 0 && aligned16(px) && aligned16(pb) && (pg == nullptr || aligned16(pg)) && aligned16(po);
+    if (vector) {
+      bias_map_kernel<T, Op, true>
+          <<<grid_for(dev, n / kPack<T>), kThreads, 0, dev.compute_stream()>>>(px, pb, pg, po, n, c, op);
+    } else {
+      bias_map_kernel<T, Op, false><<<grid_for(dev, n), kThreads, 0, dev.compute_stream()>>>(px, pb, pg, po, n, c, op);
+    }
+    TANDEM_CUDA_CHECK_LAUNCH();
+  });
+}
+
 template <class T>
 struct BiasGradValue {  // f(r, c) for the column sum: dy[r, c]
   const T* dy;
@@ -197,6 +260,14 @@ void gelu_forward(const Tensor& x, const Tensor& y) { unary("gelu_forward", x, y
 
 void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   binary("gelu_backward", x, dy, dx, GeluBackwardOp{});
+}
+
+void bias_gelu_forward(const Tensor& x, const Tensor& bias, const Tensor& y) {
+  bias_map("bias_gelu_forward", x, bias, nullptr, y, GeluOp{});
+}
+
+void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx) {
+  bias_map("bias_gelu_backward", x, bias, &dy, dx, GeluBackwardOp{});
 }
 
 void cast(const Tensor& src, const Tensor& dst) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "tandem/ops/ops.h"
 
@@ -194,18 +195,19 @@ void ParameterStore::reduce_gradients() {
 
 double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
   if (stage_ == 0 && dp_.rank() != 0) return 0.0;  // every dp rank holds the same reduced gradients
-  double s = 0;
+  std::vector<Tensor> counted;
   size_t seg = 0;
   const auto& segments = adamw_->segments();
   for (const auto& u : units_)
     for (nn::Parameter* p : u->params) {
       // Segments follow the units' parameters in order; a parameter may have no segment on this rank.
       while (seg < segments.size() && segments[seg].name == p->name) {
-        if (count_replicated || p->shard.sharded()) s += ops::sum_squares(segments[seg].grad);
+        if (count_replicated || p->shard.sharded()) counted.push_back(segments[seg].grad);
         ++seg;
       }
     }
-  return s;
+  // One wait for the device, not one per segment; the segments' sums are added in this order as before.
+  return ops::sum_squares_total(counted);
 }
 
 void ParameterStore::optimizer_step(float lr, float grad_scale) {

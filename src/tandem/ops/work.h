@@ -1,0 +1,80 @@
+// The work of one op call, from its arguments alone: FLOPs of matrix products and attention, bytes read and written
+// by every other op. The counting backend (counting.cc) adds it to a device's WorkLog; the op profile (profile.h)
+// turns it into achieved TFLOP/s or GB/s.
+#pragma once
+
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "tandem/ops/backend.h"
+#include "tandem/ops/op_util.h"
+
+namespace tandem::ops {
+
+struct OpWork {
+  double gemm_flops = 0;       // matmul with 16-bit operands
+  double gemm_flops_fp32 = 0;  // matmul with fp32 operands
+  double attention_flops = 0;  // causal attention, forward and backward
+  double bytes = 0;            // every other op
+  double flops() const { return gemm_flops + gemm_flops_fp32 + attention_flops; }
+};
+
+namespace work_detail {
+
+inline double tensor_bytes(const Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; }
+inline double tensor_bytes(const std::vector<Tensor>& ts) {
+  double s = 0;
+  for (const Tensor& t : ts) s += tensor_bytes(t);
+  return s;
+}
+template <class T>
+double tensor_bytes(const T&) {
+  return 0.0;
+}
+
+// Causal attention on qkv (B, T, 3C): q k^T and p v, B H T^2 D multiply-adds each, half of them masked.
+inline double attention_forward_flops(const Tensor& qkv) {
+  const double b = static_cast<double>(qkv.dim(0)), t = static_cast<double>(qkv.dim(1));
+  return 2.0 * b * t * t * static_cast<double>(qkv.dim(2) / 3);
+}
+
+}  // namespace work_detail
+
+// The first tensor among an op's arguments (the first element of a tensor list counts), or null.
+inline const Tensor* first_tensor() { return nullptr; }
+template <class A, class... Rest>
+const Tensor* first_tensor(const A& a, const Rest&... rest) {
+  if constexpr (std::is_same_v<A, Tensor>) {
+    return &a;
+  } else if constexpr (std::is_same_v<A, std::vector<Tensor>>) {
+    return a.empty() ? first_tensor(rest...) : &a.front();
+  } else {
+    return first_tensor(rest...);
+  }
+}
+
+// Products and attention by their FLOPs, AdamW by the 28 bytes per element it moves (reads value, gradient and
+// moments, writes value and moments), every other op by the bytes of its tensors, each read or written once.
+template <OpId id, class... A>
+OpWork work_of(const A&... a) {
+  OpWork w;
+  if constexpr (id == OpId::matmul) {
+    const auto& [x, y, c, trans_a, trans_b, beta] = std::tie(a...);
+    const double m = static_cast<double>(rows_of(c)), n = static_cast<double>(cols_of(c));
+    const double k = static_cast<double>(trans_a ? rows_of(x) : cols_of(x));
+    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = 2.0 * m * n * k;
+  } else if constexpr (id == OpId::attention_forward) {
+    w.attention_flops = work_detail::attention_forward_flops(std::get<0>(std::tie(a...)));
+  } else if constexpr (id == OpId::attention_backward) {
+    // dV, dP, dQ, dK and the recomputed scores: 2.5 times the forward's products.
+    w.attention_flops = 2.5 * work_detail::attention_forward_flops(std::get<0>(std::tie(a...)));
+  } else if constexpr (id == OpId::adamw_step) {
+    w.bytes = 28.0 * static_cast<double>(std::get<0>(std::tie(a...)).numel());
+  } else {
+    w.bytes = (0.0 + ... + work_detail::tensor_bytes(a));
+  }
+  return w;
+}
+
+}  // namespace tandem::ops
