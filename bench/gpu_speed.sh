@@ -10,6 +10,8 @@
 #   GPU_SPEED_TORCH_STEPS (default 3): PyTorch's timed steps after its 3 warm-up steps;
 #   GPU_SPEED_BUDGET_S (default 520): a run starts only when it fits in what is left of this, so the whole call
 #   ends in time; a run that does not fit is reported as skipped.
+#   GPU_SPEED_MODELS (default "1b6 d2048 6b9"): which of the three models run; GPU_SPEED_EAGER=0 leaves out the
+#   eager PyTorch runs (compiled is PyTorch's best configuration and the one the ratio is taken against).
 set -u
 bin="$1"
 anchor="$2"
@@ -18,6 +20,8 @@ source "$(dirname "$0")/gpu_env.sh" "$out"
 steps="${GPU_SPEED_STEPS:-5}"
 torch_steps="${GPU_SPEED_TORCH_STEPS:-3}"
 budget="${GPU_SPEED_BUDGET_S:-520}"
+models=" ${GPU_SPEED_MODELS:-1b6 d2048 6b9} "
+eager="${GPU_SPEED_EAGER:-1}"
 started=$(date +%s)
 status=0
 
@@ -63,25 +67,34 @@ torch() {  # NAME LIMIT_S ARGS...
   run "$name" "$limit" torchrun --standalone --nproc_per_node=1 "$anchor" --mode single --steps "$torch_steps" "$@"
 }
 
-echo "== gpt d1600 L48 h25 (1.64B), micro 8 x 2"
-tandem_config profile_1b6 1600 48 25 8
-TANDEM_PROFILE=1 tandem profile_1b6 90
-tandem_config tandem_1b6 1600 48 25 8
-tandem tandem_1b6 90
-torch torch_1b6_compile 150 --dim 1600 --layers 48 --heads 25 --micro 8 --accum 2 --compile --probe
-torch torch_1b6_eager 60 --dim 1600 --layers 48 --heads 25 --micro 8 --accum 2
+probe=--probe  # the first PyTorch run measures the GEMM peak
+if [[ $models == *" 1b6 "* ]]; then
+  echo "== gpt d1600 L48 h25 (1.64B), micro 8 x 2"
+  tandem_config profile_1b6 1600 48 25 8
+  TANDEM_PROFILE=1 tandem profile_1b6 90
+  tandem_config tandem_1b6 1600 48 25 8
+  tandem tandem_1b6 90
+  torch torch_1b6_compile 150 --dim 1600 --layers 48 --heads 25 --micro 8 --accum 2 --compile $probe
+  probe=
+  [ "$eager" = 0 ] || torch torch_1b6_eager 60 --dim 1600 --layers 48 --heads 25 --micro 8 --accum 2
+fi
 
-echo "== gpt d2048 L24 h16, micro 8 x 2"
-tandem_config tandem_d2048 2048 24 16 8
-tandem tandem_d2048 80
-torch torch_d2048_compile 120 --dim 2048 --layers 24 --heads 16 --micro 8 --accum 2 --compile
-torch torch_d2048_eager 60 --dim 2048 --layers 24 --heads 16 --micro 8 --accum 2
+if [[ $models == *" d2048 "* ]]; then
+  echo "== gpt d2048 L24 h16, micro 8 x 2"
+  tandem_config tandem_d2048 2048 24 16 8
+  tandem tandem_d2048 80
+  torch torch_d2048_compile 120 --dim 2048 --layers 24 --heads 16 --micro 8 --accum 2 --compile $probe
+  probe=
+  [ "$eager" = 0 ] || torch torch_d2048_eager 60 --dim 2048 --layers 24 --heads 16 --micro 8 --accum 2
+fi
 
-echo "== gpt d4096 L32 h32 (6.86B), micro 4 x 4"
-tandem_config tandem_6b9 4096 32 32 4
-tandem tandem_6b9 110
-torch torch_6b9_compile 150 --dim 4096 --layers 32 --heads 32 --micro 4 --accum 4 --compile
-torch torch_6b9_eager 70 --dim 4096 --layers 32 --heads 32 --micro 4 --accum 4
+if [[ $models == *" 6b9 "* ]]; then
+  echo "== gpt d4096 L32 h32 (6.86B), micro 4 x 4"
+  tandem_config tandem_6b9 4096 32 32 4
+  tandem tandem_6b9 110
+  torch torch_6b9_compile 150 --dim 4096 --layers 32 --heads 32 --micro 4 --accum 4 --compile $probe
+  [ "$eager" = 0 ] || torch torch_6b9_eager 70 --dim 4096 --layers 32 --heads 32 --micro 4 --accum 4
+fi
 
 echo "== speed ($(($(date +%s) - started)) s)"
 python3 "$(dirname "$0")/run_summary.py" --speed "$out" || status=1
