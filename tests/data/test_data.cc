@@ -215,6 +215,60 @@ TEST_F(DataFiles, FileErrors) {
              "yields token sequences, but the model takes feature vectors");
 }
 
+// llm.c's token files: the header gives the width (magic 20240520 version 1: uint16; 20240801 version 7: uint32)
+// and the count; windows read the tokens after it; a wrong version or a count that does not match the size is
+// refused.
+TEST_F(DataFiles, LlmcTokenFiles) {
+  auto header = [](int32_t magic, int32_t version, int32_t count) {
+    std::vector<int32_t> h(256, 0);
+    h[0] = magic;
+    h[1] = version;
+    h[2] = count;
+    std::string bytes;
+    for (int32_t v : h)
+      for (int b = 0; b < 4; ++b) bytes += static_cast<char>((static_cast<uint32_t>(v) >> (8 * b)) & 0xff);
+    return bytes;
+  };
+  std::vector<uint16_t> ids16(100);
+  std::vector<uint32_t> ids32(100);
+  for (size_t i = 0; i < ids16.size(); ++i) {
+    ids16[i] = static_cast<uint16_t>(i * 7 % 1000);
+    ids32[i] = static_cast<uint32_t>(70000 + i);
+  }
+  const std::string raw16 = write_tokens("raw16.bin", ids16), raw32 = write_tokens("raw32.bin", ids32);
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string f16 = write("gpt2.bin", header(20240520, 1, 100) + slurp(raw16));
+  const std::string f32 = write("llama3.bin", header(20240801, 7, 100) + slurp(raw32));
+  // data.dtype is left at its uint16 default for the Llama 3 file: the header says uint32.
+  const auto d16 = make_dataset(config::Json{{"type", "tokens"}, {"path", f16}}, gpt_io(99, 1000), 1);
+  const auto d32 = make_dataset(config::Json{{"type", "tokens"}, {"path", f32}}, gpt_io(99, 80000), 1);
+  EXPECT_EQ(d16->describe(), "tokens '" + f16 + "': 1.2 KiB, 100 uint16 tokens (llm.c format), vocab 1,000");
+  EXPECT_EQ(d32->describe(), "tokens '" + f32 + "': 1.4 KiB, 100 uint32 tokens (llm.c format), vocab 80,000");
+  // One window of seq_len + 1 = 100 tokens: the whole file after the header.
+  const Batch b16 = d16->batch(0, 0, 1, cpu_), b32 = d32->batch(0, 0, 1, cpu_);
+  for (int64_t k = 0; k < 99; ++k) {
+    EXPECT_EQ(b16.inputs.i32()[k], static_cast<int32_t>(ids16[static_cast<size_t>(k)]));
+    EXPECT_EQ(b16.targets.i32()[k], static_cast<int32_t>(ids16[static_cast<size_t>(k + 1)]));
+    EXPECT_EQ(b32.inputs.i32()[k], static_cast<int32_t>(ids32[static_cast<size_t>(k)]));
+  }
+  EXPECT_EQ(d32->first_invalid(0, 1), -1);
+  EXPECT_EQ(d32->scanned_bytes(), 400u);
+
+  const std::string bad_version = write("v2.bin", header(20240520, 2, 100) + slurp(raw16));
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "tokens"}, {"path", bad_version}}, gpt_io(8, 1000), 1);
+             }),
+             "has llm.c's magic 20240520 but version 2, not the version 1 this magic comes with");
+  const std::string truncated = write("short.bin", header(20240520, 1, 120) + slurp(raw16));
+  EXPECT_HAS(error_of([&] {
+               make_dataset(config::Json{{"type", "tokens"}, {"path", truncated}}, gpt_io(8, 1000), 1);
+             }),
+             "(llm.c format) says it holds 120 tokens (1,264 bytes with its header) but has 1,224 bytes");
+}
+
 // The one scan before training: each part finds only its own first bad id, across block boundaries, for uint16
 // and uint32 files; text files with a full byte vocabulary need no scan.
 TEST_F(DataFiles, FirstInvalidTokenByPart) {

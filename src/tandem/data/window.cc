@@ -1,5 +1,7 @@
 // Datasets of token windows cut from one memory-mapped file: raw bytes ("text") or little-endian uint16 /
-// uint32 token ids ("tokens"). Tokenisation is not done here; a tokens file is already tokenised.
+// uint32 token ids ("tokens"), either raw or in llm.c's format (a header of 256 int32: magic, version, token count;
+// 20240520 / 1 for uint16 GPT-2 tokens, 20240801 / 7 for uint32 Llama 3 tokens). Tokenisation is not done here
+// (tools/prepare_data.py writes such files).
 #include <algorithm>
 
 #include "tandem/core/units.h"
@@ -22,8 +24,9 @@ class WindowDataset final : public Dataset {
         seq_len_(seq_len),
         vocab_(vocab),
         seed_(seed) {
-    const size_t bytes = file_.size();
-    if (bytes == 0) TANDEM_FAIL(what_, " '", path_, "' is empty: data.path must name a file with training data");
+    if (kind_ == "tokens") read_llmc_header();
+    const size_t bytes = file_.size() - header_bytes_;
+    if (file_.size() == 0) TANDEM_FAIL(what_, " '", path_, "' is empty: data.path must name a file with training data");
     if (bytes % static_cast<size_t>(element_size_) != 0)
       TANDEM_FAIL(what_, " '", path_, "' has ", group_digits(static_cast<int64_t>(bytes)), " bytes, not a multiple of ",
                   element_size_, " (data.dtype ", dtype_text(),
@@ -78,7 +81,8 @@ class WindowDataset final : public Dataset {
 
   std::string describe_invalid(int64_t index) const override {
     return what_ + " '" + path_ + "': token id " + std::to_string(raw_token(index)) + " at index " +
-           group_digits(index) + " (byte offset " + group_digits(index * element_size_) + ") is >= model.vocab_size " +
+           group_digits(index) + " (byte offset " +
+           group_digits(static_cast<int64_t>(header_bytes_) + index * element_size_) + ") is >= model.vocab_size " +
            std::to_string(vocab_) +
            ": raise model.vocab_size or check data.dtype and the tokenizer that wrote the file";
   }
@@ -92,15 +96,47 @@ class WindowDataset final : public Dataset {
     if (kind_ == "text")
       return "text '" + path_ + "': " + format_bytes(file_.size()) + ", " + group_digits(bytes) + " bytes, vocab 256";
     return "tokens '" + path_ + "': " + format_bytes(file_.size()) + ", " + group_digits(tokens_) + " " + dtype_text() +
-           " tokens, vocab " + group_digits(vocab_);
+           " tokens" + (header_bytes_ ? " (llm.c format)" : "") + ", vocab " + group_digits(vocab_);
   }
 
  private:
   std::string dtype_text() const { return element_size_ == 1 ? "uint8" : element_size_ == 2 ? "uint16" : "uint32"; }
 
+  // An llm.c header, when the file starts with one: its magic and version give the token width, its count must
+  // match the file's size. A raw file that happened to begin with a known magic would also have to carry the
+  // right version and count, which is as good as impossible.
+  void read_llmc_header() {
+    constexpr size_t kHeaderBytes = 256 * 4;
+    if (file_.size() < kHeaderBytes) return;
+    int32_t h[3];
+    for (int i = 0; i < 3; ++i) {
+      const uint8_t* p = file_.data() + 4 * i;
+      h[i] = static_cast<int32_t>(p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24);
+    }
+    int width = 0;
+    if (h[0] == 20240520) width = 2;  // GPT-2 tokens, uint16
+    if (h[0] == 20240801) width = 4;  // Llama 3 tokens, uint32
+    if (width == 0) return;
+    const int want_version = width == 2 ? 1 : 7;
+    if (h[1] != want_version)
+      TANDEM_FAIL(what_, " '", path_, "' has llm.c's magic ", h[0], " but version ", h[1], ", not the version ",
+                  want_version,
+                  " this magic comes with: the file is of a format Tandem does not "
+                  "read; write it again with tools/prepare_data.py");
+    const int64_t count = h[2];
+    const int64_t expected = static_cast<int64_t>(kHeaderBytes) + count * width;
+    if (count < 0 || expected != static_cast<int64_t>(file_.size()))
+      TANDEM_FAIL(what_, " '", path_, "' (llm.c format) says it holds ", group_digits(count), " tokens (",
+                  group_digits(expected), " bytes with its header) but has ",
+                  group_digits(static_cast<int64_t>(file_.size())),
+                  " bytes: the file is truncated or was written by another tool");
+    header_bytes_ = kHeaderBytes;
+    element_size_ = width;
+  }
+
   // Token `index`, read little-endian whatever the host.
   uint32_t raw_token(int64_t index) const {
-    const uint8_t* p = file_.data() + index * element_size_;
+    const uint8_t* p = file_.data() + header_bytes_ + index * element_size_;
     uint32_t id = p[0];
     if (element_size_ >= 2) id |= static_cast<uint32_t>(p[1]) << 8;
     if (element_size_ == 4) id |= static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
@@ -109,11 +145,11 @@ class WindowDataset final : public Dataset {
 
   // The largest id among tokens [lo, hi).
   uint32_t block_max(int64_t lo, int64_t hi) const {
-    const uint8_t* p = file_.data();
+    const uint8_t* p = file_.data() + header_bytes_;
     if (element_size_ == 1) return *std::max_element(p + lo, p + hi);
     if (element_size_ == 2 && little_endian()) {
       uint16_t m = 0;
-      const auto* t = reinterpret_cast<const uint16_t*>(p);  // mmap is page-aligned, so 2-byte aligned
+      const auto* t = reinterpret_cast<const uint16_t*>(p);  // page-aligned map, 1024-byte header: aligned
       for (int64_t i = lo; i < hi; ++i) m = std::max(m, t[i]);
       return m;
     }
@@ -150,6 +186,7 @@ class WindowDataset final : public Dataset {
   int64_t vocab_;
   uint64_t seed_;
   int64_t tokens_ = 0;
+  size_t header_bytes_ = 0;  // 1024 for an llm.c file, else 0
 };
 
 }  // namespace
