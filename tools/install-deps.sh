@@ -19,12 +19,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# A Python for the interchange tests (numpy and safetensors from PyPI), kept under build/.
+# A Python for the interchange tests and tools/prepare_data.py (numpy, safetensors and tokenizers from PyPI), kept
+# under build/.
 cd "$(dirname "$0")/.."
-if ! build/pyvenv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
-  echo "installing numpy and safetensors into build/pyvenv"
+if ! build/pyvenv/bin/python -c "import numpy, safetensors, tokenizers" 2>/dev/null; then
+  echo "installing numpy, safetensors and tokenizers into build/pyvenv"
   python3 -m venv build/pyvenv
-  build/pyvenv/bin/python -m pip install --quiet --disable-pip-version-check numpy safetensors
+  build/pyvenv/bin/python -m pip install --quiet --disable-pip-version-check numpy safetensors tokenizers
 fi
 
 # With the CUDA toolkit present: cudnn-frontend's headers (header-only, from PyPI) for cuDNN's fused attention;
