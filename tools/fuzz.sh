@@ -22,7 +22,7 @@ need() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 }
-need clang cmake nlohmann-json3-dev zlib1g-dev
+need clang cmake nlohmann-json3-dev zlib1g-dev libomp-dev
 # Debian 12 ships libFuzzer and the sanitizer runtimes apart from clang, as libclang-rt-<major>-dev.
 major=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -1)
 if apt-cache show "libclang-rt-$major-dev" >/dev/null 2>&1; then need "libclang-rt-$major-dev"; fi
