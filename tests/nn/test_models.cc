@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "tandem/core/philox.h"
@@ -135,6 +136,46 @@ TEST(GradCheck, Gpt) {
   Tensor x = random_tokens(dev, {2, 5}, 13, 7);
   Tensor y = random_tokens(dev, {10}, 13, 8);
   check_directional_derivatives(m, x, y);
+}
+
+// The head tied to the embedding: one parameter fewer (V x C), the head reads the table's memory, and the table's
+// gradient is the sum of the untied model's two gradients (table and head) at the same weights.
+TEST(Gpt, TiedEmbeddingsShareValueAndSumGradients) {
+  device::CpuDevice dev;
+  const GptConfig untied_config{13, 6, 12, 2, 3};
+  GptConfig tied_config = untied_config;
+  tied_config.tie_word_embeddings = true;
+  EXPECT_EQ(gpt_parameter_count(tied_config), gpt_parameter_count(untied_config) - 13 * 12);
+  Model untied = build_gpt(untied_config), tied = build_gpt(tied_config);
+  EXPECT_EQ(tied.num_parameters(), gpt_parameter_count(tied_config));
+  ASSERT_EQ(tied.replicas().size(), 1u);
+  EXPECT_EQ(tied.replicas()[0]->name, "wte.weight");  // the head's weight: a replica of the table
+  untied.materialize(dev, 3);
+  tied.materialize(dev, 3);
+  std::map<std::string, Parameter*> u, t;
+  for (Parameter* p : untied.parameters()) u[p->name] = p;
+  for (Parameter* p : tied.parameters()) t[p->name] = p;
+  EXPECT_EQ(t.size() + 1, u.size());
+  EXPECT_FALSE(t.count("head.weight"));
+  EXPECT_EQ(tied.replicas()[0]->value.raw(), t.at("wte.weight")->value.raw());
+  for (auto& [name, p] : t) {
+    testing::fill_normal(p->value, tandem::hash_name(name), 0.3f);
+    std::memcpy(u.at(name)->value.raw(), p->value.raw(), p->value.nbytes());
+  }
+  std::memcpy(u.at("head.weight")->value.raw(), t.at("wte.weight")->value.raw(), t.at("wte.weight")->value.nbytes());
+  Tensor x = random_tokens(dev, {2, 5}, 13, 7);
+  Tensor y = random_tokens(dev, {10}, 13, 8);
+  untied.zero_grad();
+  tied.zero_grad();
+  EXPECT_EQ(loss_of(untied, x, y, true), loss_of(tied, x, y, true));
+  for (auto& [name, p] : t) {
+    const Tensor& g = p->grad;
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      float want = u.at(name)->grad.f32()[i];
+      if (name == "wte.weight") want += u.at("head.weight")->grad.f32()[i];
+      ASSERT_NEAR(g.f32()[i], want, 1e-6f * (1 + std::fabs(want))) << name << " element " << i;
+    }
+  }
 }
 
 TEST(ActivationCheckpointing, SameGradientsAndLessMemory) {

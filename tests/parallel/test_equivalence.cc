@@ -21,7 +21,7 @@ namespace {
 using config::Json;
 
 struct Case {
-  std::string model;  // "gpt" | "mlp"
+  std::string model;  // "gpt" | "gpt_tied" (head tied to the embedding) | "mlp"
   int dp, pp, tp, zero;
   std::string schedule;
   int virtual_stages;
@@ -71,6 +71,17 @@ std::vector<Case> cases() {
                                {model, 2, 1, 2, 3, "1f1b", 1, false},
                                {model, 1, 2, 2, 0, "interleaved", 2, true}});
   if (world == 8) bf16 = {{"gpt", 2, 2, 2, 1, "1f1b", 1, false}, {"mlp", 2, 2, 2, 3, "gpipe", 1, false}};
+  // The head tied to the embedding: both uses on one rank (dp, tp), or on the first and last of 2 and 4 stages, the
+  // gradient summed between them (interleaved too: chunk 0 and the last chunk), under every ZeRO stage.
+  std::vector<Case> tied;
+  if (world == 4)
+    tied = {{"gpt_tied", 4, 1, 1, 0, "1f1b", 1, false},       {"gpt_tied", 4, 1, 1, 3, "1f1b", 1, false},
+            {"gpt_tied", 1, 1, 4, 0, "1f1b", 1, false},       {"gpt_tied", 1, 4, 1, 0, "1f1b", 1, false},
+            {"gpt_tied", 1, 4, 1, 0, "interleaved", 2, true}, {"gpt_tied", 2, 2, 1, 1, "gpipe", 1, false},
+            {"gpt_tied", 2, 2, 1, 2, "1f1b", 1, true},        {"gpt_tied", 2, 2, 1, 3, "1f1b", 1, false},
+            {"gpt_tied", 1, 2, 2, 0, "1f1b", 1, false},       {"gpt_tied", 2, 1, 2, 3, "1f1b", 1, false}};
+  if (world == 8) tied = {{"gpt_tied", 2, 2, 2, 0, "1f1b", 1, false}, {"gpt_tied", 2, 2, 2, 3, "interleaved", 2, true}};
+  out.insert(out.end(), tied.begin(), tied.end());
   for (Case& c : bf16) {
     c.bf16 = true;
     out.push_back(c);
@@ -88,8 +99,9 @@ Json base_config(const std::string& model) {
               {"seed", 11},
               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}, {"eps", 1e-6}}}}},
               {"gradient_clipping", 1.0}};
-  if (model == "gpt") {
+  if (model == "gpt" || model == "gpt_tied") {
     cfg["model"] = {{"type", "gpt"}, {"vocab_size", 64}, {"seq_len", 16}, {"dim", 32}, {"layers", 6}, {"heads", 4}};
+    if (model == "gpt_tied") cfg["model"]["tie_word_embeddings"] = true;
     cfg["data"] = {{"type", "synthetic"}};
   } else {
     cfg["model"] = {{"type", "mlp"}, {"sizes", {24, 32, 32, 32, 32, 32, 32, 32, 10}}, {"activation", "gelu"}};

@@ -40,7 +40,9 @@ std::vector<std::string> top_keys() {
           "device_memory"};
 }
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
-std::vector<std::string> gpt_keys() { return {"type", "vocab_size", "seq_len", "dim", "layers", "heads"}; }
+std::vector<std::string> gpt_keys() {
+  return {"type", "vocab_size", "seq_len", "dim", "layers", "heads", "tie_word_embeddings"};
+}
 
 std::vector<std::string> minus(const std::vector<std::string>& all, const std::vector<std::string>& drop) {
   std::vector<std::string> out;
@@ -212,6 +214,7 @@ void validate_model(Fields& top) {
     m.integer("layers", std::nullopt, 1, int64_t{1} << 16);
     const int64_t dim = m.integer("dim", std::nullopt, 1, int64_t{1} << 20);
     const int64_t heads = m.integer("heads", std::nullopt, 1, int64_t{1} << 16);
+    m.boolean("tie_word_embeddings", false);
     if (dim % heads != 0) {
       int64_t divisor = 1;  // the divisor of dim nearest to heads, to suggest
       for (int64_t d = 1; d <= dim; ++d)

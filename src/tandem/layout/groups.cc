@@ -19,6 +19,8 @@ Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout) {
   g.tp = world.split(c.dp * layout.pp + c.pp, c.tp, "tp(" + at_dp + "," + at_pp + ")");
   g.pp = world.split(c.dp * layout.tp + c.tp, c.pp, "pp(" + at_dp + "," + at_tp + ")");
   g.dp = world.split(c.pp * layout.tp + c.tp, c.dp, "dp(" + at_pp + "," + at_tp + ")");
+  const bool end_stage = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
+  g.tied = world.split(end_stage ? c.dp * layout.tp + c.tp : -1, c.pp, "tied(" + at_dp + "," + at_tp + ")");
   return g;
 }
 
@@ -32,6 +34,8 @@ Groups make_stand_in_groups(const Layout& l, int rank) {
   g.dp = std::make_unique<comm::StandInCommunicator>("dp", CommAxis::Dp, g.coord.dp, l.dp);
   g.pp = std::make_unique<comm::StandInCommunicator>("pp", CommAxis::Pp, g.coord.pp, l.pp);
   g.tp = std::make_unique<comm::StandInCommunicator>("tp", CommAxis::Tp, g.coord.tp, l.tp);
+  if (l.pp > 1 && (g.coord.pp == 0 || g.coord.pp == l.pp - 1))
+    g.tied = std::make_unique<comm::StandInCommunicator>("tied", CommAxis::Pp, g.coord.pp == 0 ? 0 : 1, 2);
   return g;
 }
 

@@ -2,6 +2,7 @@
 //   tp: the tensor-parallel slots of one stage of one virtual GPU (neighbouring ranks)
 //   pp: the stages of one virtual GPU at one tp slot
 //   dp: the same (stage, tp slot) in every virtual GPU: the ZeRO / gradient-reduction group
+//   tied: the first and last stage of one virtual GPU at one tp slot (tied embedding and head)
 #pragma once
 
 #include <memory>
@@ -21,6 +22,9 @@ struct Groups {
   Coord coord;
   int rank = 0;
   std::unique_ptr<comm::Communicator> world, dp, pp, tp;
+  // The first and the last pipeline stage of one virtual GPU at one tp slot, which both hold a tied parameter's
+  // uses (embedding and head): null unless pp > 1 and this rank is on one of them.
+  std::unique_ptr<comm::Communicator> tied;
 };
 
 // Every rank of the MPI world calls this with the same layout.

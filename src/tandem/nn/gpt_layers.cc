@@ -91,8 +91,10 @@ Tensor GptBlock::backward(const Tensor& dy, Saved& saved) {
   return dx;
 }
 
-GptHead::GptHead(int64_t dim, int64_t vocab_size, TpSlot tp)
-    : Layer(""), lnf_("lnf", dim), head_("head", dim, vocab_size, false, Split::Column, tp) {
+GptHead::GptHead(int64_t dim, int64_t vocab_size, TpSlot tp, bool tied)
+    : Layer(""),
+      lnf_("lnf", dim),
+      head_("head", dim, vocab_size, false, Split::Column, tp, 1, tied ? "wte.weight" : "") {
   add_child(lnf_);
   add_child(head_);
 }

@@ -51,10 +51,11 @@ class GptBlock final : public Layer {
 
 // logits (B, T, V) = head(lnf(x)); "lnf.{weight,bias}", "head.weight" (V, C), no bias. Tensor-parallel: the
 // head is column-parallel and each slot returns its vocabulary slice (B, T, V / tp) for the
-// vocabulary-parallel loss.
+// vocabulary-parallel loss. `tied`: the head reads the embedding's "wte.weight" (a replica of it) instead of a
+// weight of its own, as GPT-2 does.
 class GptHead final : public Layer {
  public:
-  GptHead(int64_t dim, int64_t vocab_size, TpSlot tp = {});
+  GptHead(int64_t dim, int64_t vocab_size, TpSlot tp = {}, bool tied = false);
   Tensor forward(const Tensor& x, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override;
   Shape output_shape(const Shape& in) const override { return head_.output_shape(in); }

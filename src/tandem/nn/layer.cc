@@ -32,4 +32,12 @@ Parameter& Layer::add_sharded_parameter(const std::string& local, Shape global_s
   return *params_.back();
 }
 
+Parameter& Layer::add_replica_parameter(const std::string& logical_name, Shape global_shape, Shape local_shape,
+                                        Shard shard, bool decay) {
+  Parameter& p = add_sharded_parameter("", std::move(global_shape), std::move(local_shape), shard, Init::Normal, decay);
+  p.name = logical_name;
+  p.replica = true;
+  return p;
+}
+
 }  // namespace tandem::nn

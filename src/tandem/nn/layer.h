@@ -23,6 +23,11 @@ struct Parameter {
   Init init = Init::Normal;
   float stddev = 0.02f;  // for Init::Normal
   bool decay = true;     // weight decay applies (matrices, embeddings), not to biases and norm gains
+  // A second use of a parameter another layer declares under the same name (tied weights: a head that reads the
+  // embedding's table). It holds the same values and its gradient is summed with the original's: on one device
+  // the two are one buffer; when they sit on two pipeline stages, each stage keeps a copy and the gradients are
+  // summed between them every step (parallel::ParameterStore). Checkpoints and exports hold the original only.
+  bool replica = false;
   Tensor value;
   Tensor grad;
 };
@@ -63,6 +68,10 @@ class Layer {
   // `global_shape` with the split dim divided.
   Parameter& add_sharded_parameter(const std::string& local, Shape global_shape, Shape local_shape, Shard shard,
                                    Init init, bool decay);
+  // Declares a replica (see Parameter::replica) of the parameter `logical_name` (its full name, not under this
+  // layer's), holding part `shard` of its `global_shape` as the original does.
+  Parameter& add_replica_parameter(const std::string& logical_name, Shape global_shape, Shape local_shape, Shard shard,
+                                   bool decay);
   // Registers a member layer so its parameters are listed after this layer's own.
   void add_child(Layer& child) { children_.push_back(&child); }
   // A child's name under this layer: "<layer name>.<local>".

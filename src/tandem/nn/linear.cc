@@ -5,11 +5,19 @@
 namespace tandem::nn {
 
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool bias, Split split, TpSlot tp,
-               int fused)
+               int fused, const std::string& tied_to)
     : Layer(std::move(name)), in_(in_features), out_(out_features), split_(tp.active() ? split : Split::None), tp_(tp) {
   const int parts = tp_.size;
+  // The weight, as its own parameter or as a replica of `tied_to` split the same way.
+  auto weight = [&](Shape global, Shape local, Shard shard) -> Parameter* {
+    if (!tied_to.empty()) return &add_replica_parameter(tied_to, std::move(global), std::move(local), shard, true);
+    return &add_sharded_parameter("weight", std::move(global), std::move(local), shard, Init::Normal, true);
+  };
+  TANDEM_CHECK(tied_to.empty() || split_ != Split::Row, this->name(), ": a tied weight is split by rows or not at all");
   if (split_ == Split::None) {
-    weight_ = &add_parameter("weight", {out_, in_}, Init::Normal, true);
+    Shard whole;
+    whole.split = out_ * in_;
+    weight_ = weight({out_, in_}, {out_, in_}, whole);
     bias_ = bias ? &add_parameter("bias", {out_}, Init::Zeros, false) : nullptr;
     return;
   }
@@ -18,8 +26,7 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool
                  parts);
     out_ = out_features / parts;
     const int64_t block = out_features / fused;  // rows of one fused projection
-    weight_ = &add_sharded_parameter("weight", {out_features, in_}, {out_, in_},
-                                     Shard{fused, block, in_, tp.rank, parts}, Init::Normal, true);
+    weight_ = weight({out_features, in_}, {out_, in_}, Shard{fused, block, in_, tp.rank, parts});
     bias_ = bias ? &add_sharded_parameter("bias", {out_features}, {out_}, Shard{fused, block, 1, tp.rank, parts},
                                           Init::Zeros, false)
                  : nullptr;

@@ -14,9 +14,10 @@ enum class Split { None, Column, Row };
 class Linear final : public Layer {
  public:
   // `fused` > 1 (column split only): the outputs are `fused` stacked projections (q, k, v) and each is split
-  // separately, so every slot holds its rows of each.
+  // separately, so every slot holds its rows of each. `tied_to`: the weight is a replica of that parameter (a head
+  // tied to the embedding table: Parameter::replica), which must be split as this weight is.
   Linear(std::string name, int64_t in_features, int64_t out_features, bool bias = true, Split split = Split::None,
-         TpSlot tp = {}, int fused = 1);
+         TpSlot tp = {}, int fused = 1, const std::string& tied_to = "");
 
   // x (..., in_local) -> y (..., out_local)
   Tensor forward(const Tensor& x, Saved& saved) override;

@@ -9,9 +9,26 @@ namespace tandem::nn {
 
 Layer& Model::add(std::unique_ptr<Layer> layer) {
   TANDEM_CHECK(!materialized(), "add layers before materialize()");
-  for (Parameter* p : layer->parameters())
-    if (!parameter_names_.insert(p->name).second)
-      TANDEM_FAIL("two parameters are both named '", p->name, "': rename a layer");
+  for (Parameter* p : layer->parameters()) {
+    const auto it = originals_.find(p->name);
+    if (p->replica) {
+      // A replica follows its original, and holds what the original holds.
+      if (it == originals_.end())
+        TANDEM_FAIL("'", p->name,
+                    "' is tied to a parameter no earlier layer declares: add the layer that owns it first");
+      const Parameter& o = *it->second;
+      const bool whole = o.shard.parts == 1 && p->shard.parts == 1;  // one shard, however it is spelt
+      TANDEM_CHECK(o.global_shape == p->global_shape && o.shape == p->shape && o.shard.part == p->shard.part &&
+                       o.shard.parts == p->shard.parts &&
+                       (whole || (o.shard.outer == p->shard.outer && o.shard.split == p->shard.split &&
+                                  o.shard.inner == p->shard.inner)),
+                   "replica of '", p->name, "' is ", shape_str(p->shape), " of ", shape_str(p->global_shape),
+                   ", its original ", shape_str(o.shape), " of ", shape_str(o.global_shape));
+      continue;
+    }
+    if (it != originals_.end()) TANDEM_FAIL("two parameters are both named '", p->name, "': rename a layer");
+    originals_.emplace(p->name, p);
+  }
   layers_.push_back(std::move(layer));
   return *layers_.back();
 }
@@ -19,7 +36,16 @@ Layer& Model::add(std::unique_ptr<Layer> layer) {
 std::vector<Parameter*> Model::parameters() const {
   std::vector<Parameter*> out;
   for (const auto& l : layers_)
-    for (Parameter* p : l->parameters()) out.push_back(p);
+    for (Parameter* p : l->parameters())
+      if (!p->replica) out.push_back(p);
+  return out;
+}
+
+std::vector<Parameter*> Model::replicas() const {
+  std::vector<Parameter*> out;
+  for (const auto& l : layers_)
+    for (Parameter* p : l->parameters())
+      if (p->replica) out.push_back(p);
   return out;
 }
 
@@ -67,6 +93,12 @@ void Model::materialize(Device& device, uint64_t seed) {
     p->grad = grads_.flat_slice(offset, n, p->shape);
     initialize_parameter(*p, p->value, seed);
     offset += n;
+  }
+  // A tied replica is its original's buffer: one value, one gradient both uses add into.
+  for (Parameter* r : replicas()) {
+    const Parameter& o = *originals_.at(r->name);
+    r->value = o.value;
+    r->grad = o.grad;
   }
 }
 

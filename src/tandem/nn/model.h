@@ -5,7 +5,7 @@
 
 #include <memory>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "tandem/nn/layer.h"
@@ -26,7 +26,10 @@ class Model {
   }
 
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  // Every parameter once: the originals, in layer order (replicas of tied ones left out: see replicas()).
   std::vector<Parameter*> parameters() const;
+  // The replicas of tied parameters (Parameter::replica), in layer order.
+  std::vector<Parameter*> replicas() const;
   int64_t num_parameters() const;
 
   // Allocates the flat value and gradient buffers on `device` (through its budget), points every parameter
@@ -66,9 +69,9 @@ class Model {
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::unordered_set<std::string> parameter_names_;  // every parameter's, to refuse a repeated one
-  Tensor values_;                                    // (P) fp32
-  Tensor grads_;                                     // (P) fp32
+  std::unordered_map<std::string, Parameter*> originals_;  // by name: a repeated name is refused, a replica checked
+  Tensor values_;                                          // (P) fp32
+  Tensor grads_;                                           // (P) fp32
   bool vocab_parallel_logits_ = false;
 };
 

@@ -26,13 +26,14 @@ Model build_gpt(const GptConfig& cfg, TpSlot tp) {
   Model model;
   model.emplace<GptEmbedding>(cfg.vocab_size, cfg.seq_len, cfg.dim, tp);
   for (int64_t i = 0; i < cfg.layers; ++i) model.emplace<GptBlock>(static_cast<int>(i), cfg.dim, cfg.heads, tp);
-  model.emplace<GptHead>(cfg.dim, cfg.vocab_size, tp);
+  model.emplace<GptHead>(cfg.dim, cfg.vocab_size, tp, cfg.tie_word_embeddings);
   model.set_vocab_parallel_logits(tp.active());
   return model;
 }
 
 int64_t gpt_parameter_count(const GptConfig& c) {
-  return 2 * c.vocab_size * c.dim + c.seq_len * c.dim + c.layers * (12 * c.dim * c.dim + 13 * c.dim) + 2 * c.dim;
+  return (c.tie_word_embeddings ? 1 : 2) * c.vocab_size * c.dim + c.seq_len * c.dim +
+         c.layers * (12 * c.dim * c.dim + 13 * c.dim) + 2 * c.dim;
 }
 
 }  // namespace tandem::nn

@@ -19,13 +19,15 @@ struct MlpConfig {
 Model build_mlp(const MlpConfig& cfg, TpSlot tp = {});
 
 // GPT-2 style: the same function as the PyTorch reference (pre-LN, learned positions, fused qkv with bias,
-// GELU-tanh MLP of 4*dim, final LN, untied head without bias).
+// GELU-tanh MLP of 4*dim, final LN, head without bias: its own weight, or with tie_word_embeddings the embedding
+// table, as Hugging Face's GPT-2).
 struct GptConfig {
   int64_t vocab_size = 0, seq_len = 0, dim = 0, layers = 0;
   int heads = 0;
+  bool tie_word_embeddings = false;
 };
 Model build_gpt(const GptConfig& cfg, TpSlot tp = {});
-// V*C + T*C + L*(12 C^2 + 13 C) + 2C + V*C, computed without building the model.
+// V*C + T*C + L*(12 C^2 + 13 C) + 2C (+ V*C untied), computed without building the model.
 int64_t gpt_parameter_count(const GptConfig& cfg);
 
 }  // namespace tandem::nn

@@ -27,7 +27,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
   }
   store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.adamw,
-                                            cfg.compute);
+                                            cfg.compute, groups.tied.get());
   if (cfg.loss_scaling.enabled) {
     loss_scale_ = cfg.loss_scaling.static_scale > 0 ? cfg.loss_scaling.static_scale
                                                     : std::ldexp(1.0, cfg.loss_scaling.initial_scale_power);
@@ -74,6 +74,7 @@ StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_
         nn::cross_entropy_loss(logits, targets, loss_normalizer, loss_sum, loss_tp, scale);
       });
   store_->reduce_gradients();
+  store_->tie_gradients();
 
   StepResult r;
   r.loss_scale = loss_scale_;

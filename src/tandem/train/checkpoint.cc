@@ -155,7 +155,9 @@ std::string save_checkpoint(const std::string& root, int64_t step, parallel::Eng
   config::Json pieces = config::Json::object();
   engine.store().visit_owned(
       [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor& m, const Tensor& v) {
-        if ((replicated_state && groups.coord.dp != 0) || (!p.shard.sharded() && groups.coord.tp != 0)) return;
+        // Once per logical element: not a tied replica (its original is saved where it lives).
+        if (p.replica || (replicated_state && groups.coord.dp != 0) || (!p.shard.sharded() && groups.coord.tp != 0))
+          return;
         const std::string key = p.name + "@" + std::to_string(p.shard.part) + ":" + std::to_string(offset);
         pieces[key] = {{"name", p.name},
                        {"shape", p.global_shape},

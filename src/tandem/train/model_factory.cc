@@ -12,6 +12,7 @@ nn::GptConfig gpt_config(const config::Json& m) {
   g.dim = m.at("dim").get<int64_t>();
   g.layers = m.at("layers").get<int64_t>();
   g.heads = m.at("heads").get<int>();
+  g.tie_word_embeddings = m.value("tie_word_embeddings", false);
   return g;
 }
 }  // namespace

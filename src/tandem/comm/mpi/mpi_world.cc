@@ -38,7 +38,8 @@ MpiWorld::~MpiWorld() {
 
 std::unique_ptr<Communicator> MpiWorld::split(int color, int key, const std::string& name) {
   MPI_Comm comm = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm), "MPI_Comm_split", name);
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &comm), "MPI_Comm_split", name);
+  if (comm == MPI_COMM_NULL) return nullptr;  // not a member
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return std::make_unique<MpiCommunicator>(*this, comm, name);
 }

@@ -28,7 +28,8 @@ class MpiWorld {
   void set_timeout_s(double t) { timeout_s_ = t; }
 
   // Every rank calls with its color; ranks of one color form a group ordered by key. `name` must be the
-  // same on every member (it identifies the group in watchdog messages).
+  // same on every member (it identifies the group in watchdog messages). A negative color: this rank joins no
+  // group, and gets null.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
   std::unique_ptr<Communicator> world();
 

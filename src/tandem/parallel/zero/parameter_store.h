@@ -12,6 +12,9 @@
 // Mixed precision: the values layers read are in the compute dtype (f32, bf16 or f16); the optimizer
 // updates fp32 master values (the same memory as the values when computing in fp32, a separate fp32 copy of
 // the owned part otherwise); gradients are accumulated and reduced in fp32.
+// Tied parameters (nn::Parameter::replica): each is a unit of its own; on a rank that holds both of its uses
+// (embedding and head) they share that unit; on two pipeline stages each keeps a copy, sharded alike, and
+// tie_gradients() sums the two gradients over the tied group so both copies take the same update.
 // It is the model's LayerHooks: the pipeline executor calls it around every layer.
 #pragma once
 
@@ -29,8 +32,11 @@ class ParameterStore final : public nn::Model::LayerHooks {
  public:
   // `layers`: the model layers this rank holds, in order. Initialises every parameter from the seed
   // (each rank draws only what it keeps, so the values equal the single-device run's).
+  // `tied`: the group of the first and last pipeline stages (layout::Groups::tied), needed when a tied parameter's
+  // uses sit on both.
   ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp, Device& device,
-                 uint64_t seed, optim::AdamWConfig adamw, DType compute = DType::F32);
+                 uint64_t seed, optim::AdamWConfig adamw, DType compute = DType::F32,
+                 comm::Communicator* tied = nullptr);
   ~ParameterStore() override;
 
   int zero_stage() const { return stage_; }
@@ -40,6 +46,8 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void begin_step();
   // Reduces gradients over dp (stages 0 and 1: all of them; 2 and 3: already done per unit).
   void reduce_gradients();
+  // After reduce_gradients: sums the gradients of tied parameters whose two uses sit on two pipeline stages.
+  void tie_gradients();
   // Sum of squares of the gradients this rank is responsible for counting: its owned shard (stage >= 1) or,
   // at stage 0, everything on dp rank 0 only; parameters replicated over tp only when `count_replicated`.
   double grad_sum_of_squares(bool count_replicated) const;
@@ -65,7 +73,10 @@ class ParameterStore final : public nn::Model::LayerHooks {
 
  private:
   struct Unit;
-  Unit& unit(size_t layer);
+  // Builds the unit of `params` (used by `layer`), its buffers and its optimizer segments; returns its index.
+  int add_unit(size_t layer, std::vector<nn::Parameter*> params, std::string label, uint64_t seed,
+               std::vector<optim::Segment>& segments);
+  const std::vector<int>& units_of(size_t layer) const;
   void point_values(Unit& u, const Tensor& full);
   void point_grads(Unit& u, const Tensor& full);
   void gather_values(Unit& u);
@@ -77,9 +88,12 @@ class ParameterStore final : public nn::Model::LayerHooks {
   int stage_;
   DType compute_;
   comm::Communicator& dp_;
+  comm::Communicator* tied_;
   Device& device_;
   std::vector<std::unique_ptr<Unit>> units_;
-  std::vector<int> unit_of_layer_;  // index into units_, -1 for layers this rank does not hold
+  std::vector<std::vector<int>> units_of_layer_;  // indices into units_; empty for layers without parameters
+  std::vector<bool> held_;                        // by layer: on this rank
+  std::vector<nn::Parameter*> segment_param_;     // the parameter of each optimizer segment
   std::unique_ptr<optim::AdamW> adamw_;
 };
 
