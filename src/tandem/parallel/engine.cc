@@ -50,38 +50,52 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
 }
 
-StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, float lr,
-                        double loss_normalizer) {
-  const auto& c = groups_.coord;
+// Micro-batch mb of this virtual GPU's share of the global batch; float inputs (mlp features) enter in the compute
+// dtype, token ids stay i32.
+pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb) {
   const int64_t per_replica = cfg_.micro_batch * cfg_.micro_batches;
-  store_->begin_step();
+  pipeline::MicroBatch b = batch(groups_.coord.dp * per_replica + mb * cfg_.micro_batch, cfg_.micro_batch);
+  if (b.inputs.dtype() != DType::I32 && b.inputs.dtype() != cfg_.compute) {
+    Tensor cast = Tensor::empty(b.inputs.shape(), cfg_.compute, device_, "inputs (compute dtype)");
+    ops::cast(b.inputs, cast);
+    b.inputs = cast;
+  }
+  return b;
+}
+
+double Engine::run_schedule(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer,
+                            bool forward_only) {
+  const auto& c = groups_.coord;
   const nn::TpSlot loss_tp =
       model_.vocab_parallel_logits() ? nn::TpSlot{c.tp, groups_.layout.tp, tp_reducer_.get()} : nn::TpSlot{};
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, device_, "step loss sum");  // (1), summed on the device
-  const auto scale = static_cast<float>(loss_scale_);
-  executor_->run(
-      [&](int mb) {
-        pipeline::MicroBatch b = batch(c.dp * per_replica + mb * cfg_.micro_batch, cfg_.micro_batch);
-        // Float inputs (mlp features) enter in the compute dtype; token ids stay i32.
-        if (b.inputs.dtype() != DType::I32 && b.inputs.dtype() != cfg_.compute) {
-          Tensor cast = Tensor::empty(b.inputs.shape(), cfg_.compute, device_, "inputs (compute dtype)");
-          ops::cast(b.inputs, cast);
-          b.inputs = cast;
-        }
-        return b;
-      },
-      [&](const Tensor& logits, const Tensor& targets) {
-        nn::cross_entropy_loss(logits, targets, loss_normalizer, loss_sum, loss_tp, scale);
-      });
-  store_->reduce_gradients();
-  store_->tie_gradients();
+  const auto scale = static_cast<float>(forward_only ? 1.0 : loss_scale_);
+  executor_->run([&](int mb) { return micro_batch(batch, mb); },
+                 [&](const Tensor& logits, const Tensor& targets) {
+                   nn::cross_entropy_loss(logits, targets, loss_normalizer, loss_sum, loss_tp, scale);
+                 },
+                 forward_only);
+  if (!forward_only) {
+    store_->reduce_gradients();
+    store_->tie_gradients();
+  }
+  // Every tp slot of the last stage computed the same loss: count it once per virtual GPU. This read and the
+  // gradient norm's are the step's only waits for the device.
+  const double local_loss = c.tp == 0 ? static_cast<double>(loss_sum.to_host_floats()[0]) : 0.0;
+  return groups_.world->all_reduce_scalar(local_loss);
+}
 
+double Engine::evaluate(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer) {
+  return run_schedule(batch, loss_normalizer, true);
+}
+
+StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, float lr,
+                        double loss_normalizer) {
+  const auto& c = groups_.coord;
+  store_->begin_step();
   StepResult r;
   r.loss_scale = loss_scale_;
-  // Every tp slot of the last stage computed the same loss: count it once per virtual GPU. These two reads
-  // are the step's only waits for the device.
-  const double local_loss = c.tp == 0 ? static_cast<double>(loss_sum.to_host_floats()[0]) : 0.0;
-  r.loss_sum = groups_.world->all_reduce_scalar(local_loss);
+  r.loss_sum = run_schedule(batch, loss_normalizer, false);
   r.grad_norm = std::sqrt(groups_.world->all_reduce_scalar(store_->grad_sum_of_squares(c.tp == 0))) / loss_scale_;
   if (cfg_.loss_scaling.enabled && !std::isfinite(r.grad_norm)) {
     r.skipped = true;  // the same verdict on every rank: the norm was reduced over the world

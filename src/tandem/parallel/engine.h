@@ -62,6 +62,11 @@ class Engine {
   StepResult step(const std::function<pipeline::MicroBatch(int64_t first, int64_t count)>& batch, float lr,
                   double loss_normalizer);
 
+  // The loss of the model as it stands on one global batch, with no update: the step's schedule, forward actions
+  // only. Returns the loss summed over the batch (divided by `loss_normalizer`), the same on every rank.
+  double evaluate(const std::function<pipeline::MicroBatch(int64_t first, int64_t count)>& batch,
+                  double loss_normalizer);
+
   // Every parameter's full logical tensor, assembled from all ranks' pieces (tp slots, pipeline stages,
   // ZeRO shards) and returned on every rank. Collective over the world; holds the whole model on every
   // rank, so it is for tests and small models.
@@ -83,6 +88,11 @@ class Engine {
   }
 
  private:
+  pipeline::MicroBatch micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb);
+  // Runs the schedule over one global batch and returns the loss sum; with `forward_only` nothing is kept.
+  double run_schedule(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer,
+                      bool forward_only);
+
   EngineConfig cfg_;
   layout::Groups& groups_;
   Device& device_;

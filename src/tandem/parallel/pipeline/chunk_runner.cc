@@ -287,6 +287,12 @@ Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const T
   return y;
 }
 
+Tensor ChunkRunner::forward_only(const LayerRange& range, const Tensor& x) {
+  const PurposeScope scope(device_, MemoryPurpose::Activations);
+  std::vector<nn::Saved> saved;
+  return model_.forward_range(range.first, range.second, x, saved, recompute_, hooks_);
+}
+
 Tensor ChunkRunner::backward(const LayerRange& range, int chunk, int key, const Tensor& dy) {
   const auto it = held_.find(key);
   TANDEM_CHECK(it != held_.end(), "chunk runner: no forward kept for key ", key);

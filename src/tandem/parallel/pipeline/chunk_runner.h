@@ -30,6 +30,8 @@ class ChunkRunner {
   Tensor forward(const LayerRange& range, int chunk, int key, const Tensor& x);
   // d(input) from d(output), releasing what was kept under `key`; undefined when the chunk takes tokens.
   Tensor backward(const LayerRange& range, int chunk, int key, const Tensor& dy);
+  // y = the chunk's layers on x, keeping nothing (evaluation): what the layers save is dropped as the call returns.
+  Tensor forward_only(const LayerRange& range, const Tensor& x);
   // Keys whose backward has not run yet.
   size_t held() const { return held_.size(); }
 

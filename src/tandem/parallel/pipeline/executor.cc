@@ -34,7 +34,7 @@ int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
 }
 
 void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
-                           const std::function<void(const Tensor&, const Tensor&)>& loss) {
+                           const std::function<void(const Tensor&, const Tensor&)>& loss, bool forward_only) {
   std::map<int, Tensor> input, output, grad, input_grad;                 // by key(mb, chunk)
   std::vector<std::pair<std::unique_ptr<comm::Request>, Tensor>> sends;  // kept alive until complete
   auto take = [](std::map<int, Tensor>& m, int k, const char* what) {
@@ -48,6 +48,9 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
   device::CountingDevice* counting = device::as_counting(device_);
   action_work_.clear();
   for (const Action& a : s_.actions) {
+    const bool gradient_action =
+        a.kind == ActionKind::RecvGradient || a.kind == ActionKind::Backward || a.kind == ActionKind::SendGradient;
+    if (forward_only && gradient_action) continue;
     const int k = key(a.micro_batch, a.chunk);
     const int stage = stage_of(a.chunk);
     const LayerRange range = s_.chunks[a.chunk];
@@ -78,11 +81,11 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
           mb = batch(a.micro_batch);
         }
         Tensor x = stage == 0 ? mb.inputs : take(input, k, "input activation");
-        Tensor y = runner_->forward(range, a.chunk, k, x);
+        Tensor y = forward_only ? runner_->forward_only(range, x) : runner_->forward(range, a.chunk, k, x);
         if (stage == total_stages_ - 1) {
           const PurposeScope scope(device_, MemoryPurpose::Transient);
           loss(y, mb.targets);  // y now holds d(loss)/d(logits)
-          grad[k] = y;
+          if (!forward_only) grad[k] = y;
         } else if (a.chunk + 1 < s_.virtual_stages && s_.pp == 1) {
           input[key(a.micro_batch, a.chunk + 1)] = y;  // the next stage is this rank's next chunk
         } else {

@@ -40,8 +40,10 @@ class PipelineExecutor {
   // `loss(logits, targets)` (last stage only) accumulates the loss and overwrites logits with their gradient.
   // Allocations are accounted as pipeline buffers (receives), activations (forward), transients (backward, the
   // loss) and other (the batch).
+  // `forward_only` (evaluation): the schedule's forward actions alone, in its order, keeping no activations;
+  // `loss` then still sees every micro-batch's logits, and what it writes into them is dropped.
   void run(const std::function<MicroBatch(int)>& batch,
-           const std::function<void(const Tensor& logits, const Tensor& targets)>& loss);
+           const std::function<void(const Tensor& logits, const Tensor& targets)>& loss, bool forward_only = false);
 
   // On a counting device: the work each action of the last run recorded, in schedule order (for the planner's
   // time model). Empty on other devices.
