@@ -138,22 +138,6 @@ int launch_with_mpirun(int argc, char** argv, int n) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
 
-// Memory on `gpu` the run may plan for when the config sets no "device_memory": what is free now, less what
-// NCCL's communicators and the CUDA libraries take outside Tandem's accounting (about 2 GiB on an H200).
-uint64_t usable_gpu_memory(tandem::device::AccountedDevice* gpu) {
-#ifdef TANDEM_WITH_CUDA
-  if (!gpu) return 0;
-  static_cast<tandem::device::CudaDevice&>(*gpu).make_current();
-  size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
-  const uint64_t reserve = uint64_t{2} << 30;
-  return free > reserve ? free - reserve : 1;
-#else
-  (void)gpu;
-  return 0;
-#endif
-}
-
 // The planner's prediction before anything is allocated: printed, and a refusal when it cannot fit.
 void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan, bool on_gpu,
                uint64_t gpu_memory, bool print) {
@@ -233,7 +217,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   job.agreed([&] {
     cfg = config::load_config(a.config, a.overrides);
     gpu = make_device(a.device);
-    gpu_memory = usable_gpu_memory(gpu.get());
+    gpu_memory = gpu ? gpu->plannable_bytes() : 0;
   });
   // Every rank plans with the smallest GPU memory of the job, so all choose the same layout.
   gpu_memory = static_cast<uint64_t>(job.min(static_cast<double>(gpu_memory)));

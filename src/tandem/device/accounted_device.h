@@ -29,6 +29,9 @@ class AccountedDevice : public Device {
   uint64_t peak_bytes() const;
   uint64_t budget_bytes() const { return budget_; }
   void set_budget(uint64_t bytes) { budget_ = bytes; }
+  // Bytes a run may plan to hold on this device when no budget is set: 0 when the device sets no limit of its own
+  // (host memory); a GPU's memory less what the libraries beside it need.
+  virtual uint64_t plannable_bytes() const { return 0; }
   void reset_peak();  // peak := live
 
   Breakdown live() const;                           // live bytes by purpose

@@ -39,10 +39,15 @@ bool Arena::grow(size_t need) {
   size_t bytes = round_up(wanted, policy_.block_granularity);
   void* base = reserve_(bytes);
   if (!base) {
-    // The big reservation did not fit: give back the idle blocks and ask for just this request.
+    // The big reservation did not fit: give back the idle blocks and ask again, then for 7/8 of it at a time down to
+    // just this request. The largest block that can be had keeps later requests from falling between blocks.
     trim();
-    bytes = round_up(need, policy_.block_granularity);
+    const size_t least = round_up(need, policy_.block_granularity);
     base = reserve_(bytes);
+    while (!base && bytes > least) {
+      bytes = std::max(least, round_up(bytes / 8 * 7, policy_.block_granularity));
+      base = reserve_(bytes);
+    }
     if (!base) return false;
   }
   TANDEM_CHECK(reinterpret_cast<uintptr_t>(base) % policy_.alignment == 0, "arena block at ", base,

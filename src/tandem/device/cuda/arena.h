@@ -42,7 +42,8 @@ class Arena {
   Arena& operator=(const Arena&) = delete;
 
   // A range of at least `bytes` bytes (0 counts as 1), or nullptr when no block has room and reserve() failed
-  // even after the wholly free blocks were given back.
+  // even after the wholly free blocks were given back. When the block it wants cannot be had, it takes the largest
+  // of 7/8, (7/8)^2, ... of it that can, and at least the request.
   void* allocate(size_t bytes);
   // Returns a range from allocate() to the free list; the memory stays reserved. Unknown pointers throw.
   void release(void* ptr);

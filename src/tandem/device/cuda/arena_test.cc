@@ -191,6 +191,18 @@ TEST(Arena, OnFailureTrimsAndRetriesWithTheExactRequest) {
   arena.release(c);
 }
 
+TEST(Arena, TakesTheLargestBlockItCanWhenTheFirstDoesNotFit) {
+  FakeMemory mem;
+  mem.limit = 60 << 10;
+  Arena arena(small_policy(), mem.reserve(), mem.unreserve());
+  void* a = arena.allocate(1024);  // 64 KiB do not fit; 7/8 of them (56 KiB) do
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(arena.stats().blocks, 1u);
+  EXPECT_EQ(arena.stats().reserved_bytes, 56u << 10);
+  EXPECT_EQ(mem.reserve_calls, (std::vector<size_t>{64 << 10, 64 << 10, 56 << 10}));
+  arena.release(a);
+}
+
 TEST(Arena, ReleasingAnUnknownPointerThrows) {
   FakeMemory mem;
   Arena arena(small_policy(), mem.reserve(), mem.unreserve());

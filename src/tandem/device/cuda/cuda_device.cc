@@ -1,6 +1,7 @@
 // CudaDevice: arena-backed allocation, stream-ordered byte moves, stream ordering helpers and the deferred-error slot.
 #include "tandem/device/cuda/cuda_device.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -79,11 +80,11 @@ namespace {
 
 constexpr size_t kGiB = size_t{1} << 30;
 
-ArenaPolicy policy_for(uint64_t budget_bytes) {
+ArenaPolicy policy_for(uint64_t first_block_bytes) {
   ArenaPolicy p;
   p.alignment = 256;
   p.block_granularity = size_t{2} << 20;
-  p.first_block_bytes = budget_bytes > 0 ? static_cast<size_t>(budget_bytes) : kGiB;
+  p.first_block_bytes = std::max<size_t>(static_cast<size_t>(first_block_bytes), kGiB);
   p.min_block_bytes = kGiB;
   return p;
 }
@@ -113,8 +114,8 @@ CudaDevice::CudaDevice(int index, uint64_t budget_bytes) : AccountedDevice(budge
   error_host_ = PinnedBuffer(sizeof(DeferredError));
   std::memset(error_host_.data(), 0, sizeof(DeferredError));
   arena_ = std::make_unique<Arena>(
-      policy_for(budget_bytes), [this](size_t bytes) { return reserve_block(bytes); },
-      [this](void* base) { unreserve_block(base); });
+      policy_for(budget_bytes > 0 ? budget_bytes : plannable_bytes()),
+      [this](size_t bytes) { return reserve_block(bytes); }, [this](void* base) { unreserve_block(base); });
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(compute_));
 }
 
@@ -131,6 +132,23 @@ CudaDevice::~CudaDevice() {
 }
 
 void CudaDevice::make_current() const { TANDEM_CUDA_CHECK(cudaSetDevice(index_)); }
+
+uint64_t CudaDevice::plannable_bytes() const {
+  make_current();
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  uint64_t unused = 0;
+  if (arena_) {
+    std::lock_guard<std::mutex> lock(arena_mu_);
+    const ArenaStats st = arena_->stats();
+    unused = st.reserved_bytes - st.used_bytes;
+  }
+  const uint64_t available = free + unused;
+  return available > kLibraryReserve ? available - kLibraryReserve : 1;
+}
 
 void* CudaDevice::reserve_block(size_t bytes) {
   make_current();
