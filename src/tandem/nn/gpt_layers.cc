@@ -78,15 +78,13 @@ Tensor GptBlock::backward(const Tensor& dy, Saved& saved) {
   Tensor g = out_.backward(dy, saved.children[kOut]);
   g = gelu_.backward(g, saved.children[kGelu]);
   g = fc_.backward(g, saved.children[kFc]);
-  Tensor dx1 = ln2_.backward(g, saved.children[kLn2]);  // (B, T, C)
-  ops::add(dx1, dy, dx1);
+  Tensor dx1 = ln2_.backward_add(g, dy, saved.children[kLn2]);  // (B, T, C): dy + ln2'(g), one pass
   // Attention branch: dx = dx1 + ln1'(qkv'(attention'(proj'(dx1))))
   Tensor datt = proj_.backward(dx1, saved.children[kProj]);                                   // (B, T, C)
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, T, 3C)
   ops::attention_backward(qkv, heads_, att, lse, datt, dqkv);
   saved.tensors.clear();
-  Tensor dx = ln1_.backward(qkv_.backward(dqkv, saved.children[kQkv]), saved.children[kLn1]);
-  ops::add(dx, dx1, dx);
+  Tensor dx = ln1_.backward_add(qkv_.backward(dqkv, saved.children[kQkv]), dx1, saved.children[kLn1]);
   saved.clear();
   return dx;
 }

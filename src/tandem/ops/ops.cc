@@ -254,6 +254,26 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   return backend_of("layernorm_backward", dx).layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
 }
 
+void layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                            const Tensor& rstd, const Tensor& dres, const Tensor& dx, const Tensor& dgamma,
+                            const Tensor& dbeta) {
+  const char* op = "layernorm_backward_add";
+  check_devices(op, dx, dy, x, gamma, mean, rstd, dres, dgamma, dbeta);
+  check_compute(op, {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"dres", dres}, {"dx", dx}});
+  for (const auto& [name, t] : {Named{"mean", mean}, {"rstd", rstd}, {"dgamma", dgamma}, {"dbeta", dbeta}})
+    check_f32(op, name, t);
+  check_same_shape(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dx", dx);
+  check_same_shape(op, "x", x, "dres", dres);
+  check_channels(op, "gamma", gamma, x);
+  check_channels(op, "dgamma", dgamma, x);
+  check_channels(op, "dbeta", dbeta, x);
+  check_per_row(op, "mean", mean, x);
+  check_per_row(op, "rstd", rstd, x);
+  TANDEM_CHECK(!overlaps(dx, dres), op, ": dx ", shape_str(dx.shape()), " shares memory with dres");
+  return backend_of(op, dx).layernorm_backward_add(dy, x, gamma, mean, rstd, dres, dx, dgamma, dbeta);
+}
+
 namespace {
 // ids (N) index rows of a table (V_local, C); y or dy is (N, C) read as rows. Forward reads the table and writes y
 // in the compute dtype; backward reads dy in it and accumulates into an f32 dtable.

@@ -63,6 +63,13 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 // dx (N, C) overwritten; dgamma, dbeta (C) accumulate.
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+// The same with a residual gradient added: dx = (layernorm_backward's dx) + dres, dres (N, C) in X; dgamma and dbeta
+// accumulate as there. The input gradient of a pre-LayerNorm residual block (the LayerNorm branch's plus the skip's)
+// in one pass: on the CPU exactly layernorm_backward then add(dx, dres, dx); on CUDA the sum is formed in fp32 and
+// rounded once. dx may share memory with dy, not with dres.
+void layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                            const Tensor& rstd, const Tensor& dres, const Tensor& dx, const Tensor& dgamma,
+                            const Tensor& dbeta);
 
 // Embedding lookup: ids (N) i32 in [0, V), table (V, C), y (N, C). An id out of range throws Error.
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y);

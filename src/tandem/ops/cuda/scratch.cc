@@ -3,6 +3,7 @@
 // workspace (both vary with the library version; a few MiB at model shapes).
 #include "tandem/ops/backend.h"
 #include "tandem/ops/cuda/workspace.h"
+#include "tandem/ops/op_util.h"
 
 namespace tandem::ops::cuda {
 namespace {
@@ -19,6 +20,22 @@ int64_t embedding_backward_scratch(const ScratchContext&, const Tensor& ids, con
   return 3 * ids.numel() * 4;
 }
 
+// column_sum.cuh: the partial sums of the bias gradient, (slices, C) f32.
+int64_t bias_backward_scratch(const ScratchContext&, const Tensor& dy, const Tensor&) {
+  return column_sum_scratch_bytes(1, rows_of(dy), cols_of(dy), static_cast<int64_t>(dtype_size(dy.dtype())));
+}
+
+// layernorm.cu: the partial sums of dgamma and dbeta.
+int64_t layernorm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&, const Tensor&,
+                                   const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  return layernorm_backward_scratch_bytes(rows_of(x), cols_of(x), static_cast<int64_t>(dtype_size(x.dtype())));
+}
+int64_t layernorm_backward_add_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&,
+                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&) {
+  return layernorm_backward_scratch_bytes(rows_of(x), cols_of(x), static_cast<int64_t>(dtype_size(x.dtype())));
+}
+
 }  // namespace
 
 const Scratch& scratch() {
@@ -26,6 +43,9 @@ const Scratch& scratch() {
     Scratch s;
     s.attention_backward = &attention_backward_scratch;
     s.embedding_backward = &embedding_backward_scratch;
+    s.bias_backward = &bias_backward_scratch;
+    s.layernorm_backward = &layernorm_backward_scratch;
+    s.layernorm_backward_add = &layernorm_backward_add_scratch;
     s.fixed = kGemmWorkspaceBytes;
     return s;
   }();
