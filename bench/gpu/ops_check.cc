@@ -28,6 +28,7 @@
 #include "tandem/ops/cpu/cpu_ops.h"
 #include "tandem/ops/cuda/attention_plain.h"
 #include "tandem/ops/cuda/cuda_ops.h"
+#include "tandem/ops/cuda/gemm_stats.h"
 #include "tolerances.h"
 
 namespace tandem {
@@ -232,6 +233,59 @@ void check_matmul(Suite& s) {
       });
     }
   }
+}
+
+// The linear layer's ops: the product with the bias (and residual) in cuBLASLt's epilogue, and the weight gradient
+// with the bias gradient from the same product. Odd small shapes in every combination of the optional terms, then
+// the 1.64B's layers at its micro-batch of 8 (8192 rows): qkv (1600 -> 4800), proj (1600 -> 1600, with the
+// residual), fc (1600 -> 6400, its bias left to the GELU), out (6400 -> 1600, with the residual).
+void check_linear(Suite& s) {
+  struct Case {
+    int64_t n, in, out;
+    bool bias, residual;
+  };
+  const std::vector<Case> cases = {
+      {37, 53, 29, false, false},     {37, 53, 29, true, false},        {37, 53, 29, false, true},
+      {37, 53, 29, true, true},       {64, 128, 96, true, true},        {8192, 1600, 4800, true, false},
+      {8192, 1600, 1600, true, true}, {8192, 1600, 6400, false, false}, {8192, 6400, 1600, true, true}};
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      const std::string shape = dims({c.n, c.in, c.out}) + (c.bias ? " bias" : "") + (c.residual ? " res" : "");
+      s.run("linear_forward", dtype_name(t), shape, [&] {
+        auto x = s.make({c.n, c.in}, t, 120);
+        auto w = s.make({c.out, c.in}, t, 121, 0.05f);
+        auto bias = s.make({c.out}, t, 122);
+        auto res = s.make({c.n, c.out}, t, 123);
+        auto y = s.output({c.n, c.out}, t);
+        const Tensor none;
+        cpu::linear_forward(x.cpu, w.cpu, c.bias ? bias.cpu : none, c.residual ? res.cpu : none, y.cpu);
+        gpu::linear_forward(x.gpu, w.gpu, c.bias ? bias.gpu : none, c.residual ? res.gpu : none, y.gpu);
+        s.compare("linear_forward", t, shape, y.gpu, y.cpu);
+      });
+      // The weight gradient into f32 (the training case) and, on the small shapes, into the compute dtype.
+      for (bool f32_grad : {true, false}) {
+        if (!f32_grad && (c.n > 64 || t == DType::F32)) continue;
+        const std::string wshape = dims({c.n, c.in, c.out}) + (c.bias ? " dbias" : "") + (f32_grad ? " dW32" : "");
+        s.run("linear_weight_grad", dtype_name(t), wshape, [&] {
+          auto dy = s.make({c.n, c.out}, t, 124);
+          auto x = s.make({c.n, c.in}, t, 125);
+          auto dw = s.make({c.out, c.in}, f32_grad ? DType::F32 : t, 126);  // accumulates
+          auto db = s.make({c.out}, DType::F32, 127);                       // accumulates
+          const Tensor none;
+          cpu::linear_weight_grad(dy.cpu, x.cpu, dw.cpu, c.bias ? db.cpu : none);
+          gpu::linear_weight_grad(dy.gpu, x.gpu, dw.gpu, c.bias ? db.gpu : none);
+          s.compare("linear_weight_grad dweight", t, wshape, dw.gpu, dw.cpu);
+          if (c.bias) s.compare("linear_weight_grad dbias", t, wshape, db.gpu, db.cpu);
+        });
+      }
+    }
+  }
+  // Which path the products took: an epilogue cuBLASLt has no algorithm for falls back to separate passes (correct
+  // either way; slower).
+  const gpu::EpilogueCounts e = gpu::epilogue_counts(s.dev());
+  std::printf("cuBLASLt epilogue plans: %lld bias, %lld bias gradient; %lld fell back to separate passes\n",
+              static_cast<long long>(e.bias), static_cast<long long>(e.bias_grad),
+              static_cast<long long>(e.unsupported));
 }
 
 void check_elementwise(Suite& s) {
@@ -891,6 +945,32 @@ void bench(CudaDevice& dev) {
     print("bias_backward bf16 (8192 x 6400)", bb, 1.0 * N * F * 2, "GB/s");
   }
   {
+    // The 1.64B's out layer (6400 -> 1600, micro-batch 8): product, bias and residual as three ops, then as one;
+    // its weight gradient with the bias gradient as two ops, then as one.
+    const int64_t N = 8192, K = 6400, M = 1600;
+    Tensor x = Tensor::empty({N, K}, bf, dev, "x"), w = Tensor::empty({M, K}, bf, dev, "w");
+    Tensor bias = Tensor::empty({M}, bf, dev, "bias"), res = Tensor::empty({N, M}, bf, dev, "res");
+    Tensor y = Tensor::empty({N, M}, bf, dev, "y"), dy = Tensor::empty({N, M}, bf, dev, "dy");
+    Tensor dw = Tensor::zeros({M, K}, DType::F32, dev, "dw"), db = Tensor::zeros({M}, DType::F32, dev, "db");
+    for (const Tensor* t : {&x, &w, &bias, &res, &dy}) gpu::fill(*t, 0.01f);
+    const double flops = 2.0 * N * K * M;
+    const double three = median_ms(dev, [&] {
+      gpu::matmul(x, w, y, false, true, 0.0f);
+      gpu::add_bias(y, bias);
+      gpu::add(y, res, y);
+    });
+    print("matmul + add_bias + add (8192x1600x6400)", three, flops, "TFLOP/s");
+    const double one = median_ms(dev, [&] { gpu::linear_forward(x, w, bias, res, y); });
+    print("linear_forward, bias and residual (same)", one, flops, "TFLOP/s");
+    const double two = median_ms(dev, [&] {
+      gpu::matmul(dy, x, dw, true, false, 1.0f);
+      gpu::bias_backward(dy, db);
+    });
+    print("matmul + bias_backward (dW 1600x6400, 8192)", two, flops, "TFLOP/s");
+    const double fused = median_ms(dev, [&] { gpu::linear_weight_grad(dy, x, dw, db); });
+    print("linear_weight_grad with dbias (same)", fused, flops, "TFLOP/s");
+  }
+  {
     // fc's bias and GELU on the 1.64B model's micro-batch of 8: two passes, then one.
     const int64_t N = 8192, C = 6400;
     Tensor h = Tensor::empty({N, C}, bf, dev, "h"), y = Tensor::empty({N, C}, bf, dev, "y");
@@ -934,6 +1014,7 @@ int run(int argc, char** argv) {
   std::printf("%-34s %-10s %-26s %11s %9s  %s\n", "op", "dtype", "shape", "rel error", "bound", "result");
   Suite s(host, dev, filter);
   check_matmul(s);
+  check_linear(s);
   check_elementwise(s);
   check_layernorm(s);
   check_embedding(s);

@@ -62,12 +62,10 @@ Tensor GptBlock::forward(const Tensor& x, Saved& saved) {
   Tensor att = Tensor::empty({B, T, c_local}, x.dtype(), x.device(), name() + " attention output");  // (B, T, C/tp)
   Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, x.device(), name() + " attention lse");     // (B, H, T)
   ops::attention_forward(qkv, heads_, att, lse);
-  Tensor x1 = proj_.forward(att, saved.children[kProj]);  // (B, T, C)
-  ops::add(x1, x, x1);
+  Tensor x1 = proj_.forward_add(att, x, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass
   Tensor h = fc_.forward(ln2_.forward(x1, saved.children[kLn2]), saved.children[kFc]);  // (B, T, 4C)
   h = gelu_.forward(h, saved.children[kGelu]);
-  Tensor y = out_.forward(h, saved.children[kOut]);  // (B, T, C)
-  ops::add(y, x1, y);
+  Tensor y = out_.forward_add(h, x1, saved.children[kOut]);  // (B, T, C): x1 + out(h)
   saved.tensors = {qkv, att, lse};
   return y;
 }
