@@ -28,6 +28,7 @@
 #include "tandem/ops/cpu/cpu_ops.h"
 #include "tandem/ops/cuda/attention_plain.h"
 #include "tandem/ops/cuda/cuda_ops.h"
+#include "tandem/ops/cuda/gemm_stats.h"
 #include "tolerances.h"
 
 namespace tandem {
@@ -98,6 +99,12 @@ double rel_error(const std::vector<float>& got, const std::vector<float>& want) 
   }
   if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
   return std::sqrt(num) / std::sqrt(den);
+}
+
+// Bitwise equality of two tensors of one shape and dtype.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to_host_floats(), y = b.to_host_floats();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }
 
 // ---- the harness ----
@@ -228,10 +235,66 @@ void check_matmul(Suite& s) {
   }
 }
 
+// The linear layer's ops: the product with the bias (and residual) in cuBLASLt's epilogue, and the weight gradient
+// with the bias gradient from the same product. Odd small shapes in every combination of the optional terms, then
+// the 1.64B's layers at its micro-batch of 8 (8192 rows): qkv (1600 -> 4800), proj (1600 -> 1600, with the
+// residual), fc (1600 -> 6400, its bias left to the GELU), out (6400 -> 1600, with the residual).
+void check_linear(Suite& s) {
+  struct Case {
+    int64_t n, in, out;
+    bool bias, residual;
+  };
+  const std::vector<Case> cases = {
+      {37, 53, 29, false, false},     {37, 53, 29, true, false},        {37, 53, 29, false, true},
+      {37, 53, 29, true, true},       {64, 128, 96, true, true},        {8192, 1600, 4800, true, false},
+      {8192, 1600, 1600, true, true}, {8192, 1600, 6400, false, false}, {8192, 6400, 1600, true, true}};
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      const std::string shape = dims({c.n, c.in, c.out}) + (c.bias ? " bias" : "") + (c.residual ? " res" : "");
+      s.run("linear_forward", dtype_name(t), shape, [&] {
+        auto x = s.make({c.n, c.in}, t, 120);
+        auto w = s.make({c.out, c.in}, t, 121, 0.05f);
+        auto bias = s.make({c.out}, t, 122);
+        auto res = s.make({c.n, c.out}, t, 123);
+        auto y = s.output({c.n, c.out}, t);
+        const Tensor none;
+        cpu::linear_forward(x.cpu, w.cpu, c.bias ? bias.cpu : none, c.residual ? res.cpu : none, y.cpu);
+        gpu::linear_forward(x.gpu, w.gpu, c.bias ? bias.gpu : none, c.residual ? res.gpu : none, y.gpu);
+        s.compare("linear_forward", t, shape, y.gpu, y.cpu);
+      });
+      // The weight gradient into f32 (the training case) and, on the small shapes, into the compute dtype.
+      for (bool f32_grad : {true, false}) {
+        if (!f32_grad && (c.n > 64 || t == DType::F32)) continue;
+        const std::string wshape = dims({c.n, c.in, c.out}) + (c.bias ? " dbias" : "") + (f32_grad ? " dW32" : "");
+        s.run("linear_weight_grad", dtype_name(t), wshape, [&] {
+          auto dy = s.make({c.n, c.out}, t, 124);
+          auto x = s.make({c.n, c.in}, t, 125);
+          auto dw = s.make({c.out, c.in}, f32_grad ? DType::F32 : t, 126);  // accumulates
+          auto db = s.make({c.out}, DType::F32, 127);                       // accumulates
+          const Tensor none;
+          cpu::linear_weight_grad(dy.cpu, x.cpu, dw.cpu, c.bias ? db.cpu : none);
+          gpu::linear_weight_grad(dy.gpu, x.gpu, dw.gpu, c.bias ? db.gpu : none);
+          s.compare("linear_weight_grad dweight", t, wshape, dw.gpu, dw.cpu);
+          if (c.bias) s.compare("linear_weight_grad dbias", t, wshape, db.gpu, db.cpu);
+        });
+      }
+    }
+  }
+  // Which path the products took: an epilogue cuBLASLt has no algorithm for falls back to separate passes (correct
+  // either way; slower).
+  const gpu::EpilogueCounts e = gpu::epilogue_counts(s.dev());
+  std::printf("cuBLASLt epilogue plans: %lld bias, %lld bias gradient; %lld fell back to separate passes\n",
+              static_cast<long long>(e.bias), static_cast<long long>(e.bias_grad),
+              static_cast<long long>(e.unsupported));
+}
+
 void check_elementwise(Suite& s) {
   for (DType t : kFloatTypes) {
     const std::string tn = dtype_name(t);
-    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {2048, 1600}}) {
+    // bias_backward: 13 columns one a thread, the rest in packs; 8192 rows by 1600, 4800 and 6400 are the 1.64B's
+    // proj and out, qkv and fc gradients.
+    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{
+             {7, 13}, {1000, 24}, {2048, 1600}, {8192, 1600}, {8192, 4800}, {8192, 6400}}) {
       const std::string shape = dims({n, c});
       s.run("add_bias", tn, shape, [&] {
         auto y = s.make({n, c}, t, 10);
@@ -243,9 +306,13 @@ void check_elementwise(Suite& s) {
       s.run("bias_backward", tn, shape, [&] {
         auto dy = s.make({n, c}, t, 12);
         auto db = s.make({c}, DType::F32, 13);  // accumulates
+        Tensor again = Tensor::empty({c}, DType::F32, s.dev(), "dbias copy");
+        again.copy_from(db.gpu);
         cpu::bias_backward(dy.cpu, db.cpu);
         gpu::bias_backward(dy.gpu, db.gpu);
         s.compare("bias_backward", t, shape, db.gpu, db.cpu);
+        gpu::bias_backward(dy.gpu, again);
+        s.row("bias_backward bitwise rerun", tn, shape, same_bits(again, db.gpu) ? 0.0 : 1.0, gpu_check::kOpExact);
       });
     }
     // GELU of a biased input: 13 columns take the scalar path, 6400 (the 1.64B model's fc width) the packed one.
@@ -349,15 +416,37 @@ void check_elementwise(Suite& s) {
   }
 }
 
+// LayerNorm. Shapes: 37 columns and a view off the 16-byte grid take the general kernels; the rest the packed ones,
+// across their register layouts (forward 2 to 16 packs a lane; backward 1, 2 or 4 packs a thread: C = 1600 and
+// 4096 in bf16 are the 1.64B's and 6.86B's, 6400 the widest packed backward); 8192 rows are the 1.64B's micro-batch.
 void check_layernorm(Suite& s) {
+  struct Case {
+    int64_t n, c;
+    bool offset;  // every tensor one element off the 16-byte grid
+  };
+  const std::vector<Case> cases = {{5, 37, false},      {7, 64, true},       {33, 64, false},     {37, 200, false},
+                                   {2048, 1600, false}, {8192, 1600, false}, {4096, 4096, false}, {64, 6400, false}};
   for (DType t : kFloatTypes) {
-    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {2048, 1600}}) {
-      const std::string shape = dims({n, c});
+    for (const Case& k : cases) {
+      const int64_t n = k.n, c = k.c, o = k.offset ? 1 : 0;
+      const std::string shape = dims({n, c}) + (k.offset ? " unaligned" : "");
+      // A (rows, cols) view starting o elements into a tensor of rows * cols + o.
+      auto view = [&](const Tensor& whole, int64_t rows, int64_t cols) {
+        return whole.flat_slice(o, rows * cols, rows == 1 ? Shape{cols} : Shape{rows, cols});
+      };
+      auto make = [&](int64_t rows, int64_t cols, DType dt, uint64_t seed, float stddev, float mean = 0.0f) {
+        Suite::Pair p = s.make({rows * cols + o}, dt, seed, stddev, mean);
+        return Suite::Pair{view(p.cpu, rows, cols), view(p.gpu, rows, cols)};
+      };
+      auto output = [&](int64_t rows, int64_t cols, DType dt) {
+        Suite::Pair p = s.output({rows * cols + o}, dt);
+        return Suite::Pair{view(p.cpu, rows, cols), view(p.gpu, rows, cols)};
+      };
       s.run("layernorm_forward", dtype_name(t), shape, [&] {
-        auto x = s.make({n, c}, t, 40, 2.0f, 0.5f);
-        auto gamma = s.make({c}, t, 41, 0.2f, 1.0f);
-        auto beta = s.make({c}, t, 42, 0.2f);
-        auto y = s.output({n, c}, t);
+        auto x = make(n, c, t, 40, 2.0f, 0.5f);
+        auto gamma = make(1, c, t, 41, 0.2f, 1.0f);
+        auto beta = make(1, c, t, 42, 0.2f);
+        auto y = output(n, c, t);
         auto mean = s.output({n}, DType::F32);
         auto rstd = s.output({n}, DType::F32);
         cpu::layernorm_forward(x.cpu, gamma.cpu, beta.cpu, y.cpu, mean.cpu, rstd.cpu, 1e-5f);
@@ -366,26 +455,56 @@ void check_layernorm(Suite& s) {
         s.compare("layernorm_forward mean", t, shape, mean.gpu, mean.cpu);
         s.compare("layernorm_forward rstd", t, shape, rstd.gpu, rstd.cpu);
       });
-      s.run("layernorm_backward", dtype_name(t), shape, [&] {
-        auto x = s.make({n, c}, t, 43, 2.0f, 0.5f);
-        auto gamma = s.make({c}, t, 44, 0.2f, 1.0f);
-        auto beta = s.make({c}, t, 45, 0.2f);
-        auto dy = s.make({n, c}, t, 46);
-        // Statistics from the CPU forward, shared by both sides.
-        Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
-        Tensor mean = Tensor::empty({n}, DType::F32, s.host(), "mean");
-        Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
-        cpu::layernorm_forward(x.cpu, gamma.cpu, beta.cpu, y, mean, rstd, 1e-5f);
-        Tensor mean_g = s.upload(mean, DType::F32), rstd_g = s.upload(rstd, DType::F32);
-        auto dx = s.output({n, c}, t);
-        auto dgamma = s.make({c}, DType::F32, 47);  // accumulate
-        auto dbeta = s.make({c}, DType::F32, 48);
-        cpu::layernorm_backward(dy.cpu, x.cpu, gamma.cpu, mean, rstd, dx.cpu, dgamma.cpu, dbeta.cpu);
-        gpu::layernorm_backward(dy.gpu, x.gpu, gamma.gpu, mean_g, rstd_g, dx.gpu, dgamma.gpu, dbeta.gpu);
-        s.compare("layernorm_backward dx", t, shape, dx.gpu, dx.cpu);
-        s.compare("layernorm_backward dgamma", t, shape, dgamma.gpu, dgamma.cpu);
-        s.compare("layernorm_backward dbeta", t, shape, dbeta.gpu, dbeta.cpu);
-      });
+      for (bool with_res : {false, true}) {
+        const std::string op = with_res ? "layernorm_backward_add" : "layernorm_backward";
+        s.run(op, dtype_name(t), shape, [&] {
+          auto x = make(n, c, t, 43, 2.0f, 0.5f);
+          auto gamma = make(1, c, t, 44, 0.2f, 1.0f);
+          auto beta = make(1, c, t, 45, 0.2f);
+          auto dy = make(n, c, t, 46, 1.0f);
+          auto dres = make(n, c, t, 49, 1.0f);
+          // Statistics from the CPU forward, shared by both sides.
+          Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
+          Tensor mean = Tensor::empty({n}, DType::F32, s.host(), "mean");
+          Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
+          cpu::layernorm_forward(x.cpu, gamma.cpu, beta.cpu, y, mean, rstd, 1e-5f);
+          Tensor mean_g = s.upload(mean, DType::F32), rstd_g = s.upload(rstd, DType::F32);
+          auto dx = output(n, c, t);
+          auto dgamma = s.make({c}, DType::F32, 47);  // accumulate
+          auto dbeta = s.make({c}, DType::F32, 48);
+          Tensor dgamma0 = Tensor::empty({c}, DType::F32, s.dev(), "dgamma copy");
+          Tensor dbeta0 = Tensor::empty({c}, DType::F32, s.dev(), "dbeta copy");
+          dgamma0.copy_from(dgamma.gpu);
+          dbeta0.copy_from(dbeta.gpu);
+          auto run = [&](const Tensor& out, const Tensor& dg, const Tensor& db) {
+            if (with_res) {
+              gpu::layernorm_backward_add(dy.gpu, x.gpu, gamma.gpu, mean_g, rstd_g, dres.gpu, out, dg, db);
+            } else {
+              gpu::layernorm_backward(dy.gpu, x.gpu, gamma.gpu, mean_g, rstd_g, out, dg, db);
+            }
+          };
+          if (with_res) {
+            cpu::layernorm_backward_add(dy.cpu, x.cpu, gamma.cpu, mean, rstd, dres.cpu, dx.cpu, dgamma.cpu, dbeta.cpu);
+          } else {
+            cpu::layernorm_backward(dy.cpu, x.cpu, gamma.cpu, mean, rstd, dx.cpu, dgamma.cpu, dbeta.cpu);
+          }
+          run(dx.gpu, dgamma.gpu, dbeta.gpu);
+          s.compare(op + " dx", t, shape, dx.gpu, dx.cpu);
+          s.compare(op + " dgamma", t, shape, dgamma.gpu, dgamma.cpu);
+          s.compare(op + " dbeta", t, shape, dbeta.gpu, dbeta.cpu);
+          // Determinism: from the same start, the same bits (no atomics in the column sums).
+          auto again = output(n, c, t);
+          run(again.gpu, dgamma0, dbeta0);
+          const bool same =
+              same_bits(again.gpu, dx.gpu) && same_bits(dgamma0, dgamma.gpu) && same_bits(dbeta0, dbeta.gpu);
+          s.row(op + " bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, gpu_check::kOpExact);
+          // In place: dx in dy's memory (the contract allows it).
+          if (!with_res) {
+            gpu::layernorm_backward(dy.gpu, x.gpu, gamma.gpu, mean_g, rstd_g, dy.gpu, dgamma0, dbeta0);
+            s.compare(op + " in place dx", t, shape, dy.gpu, dx.cpu);
+          }
+        });
+      }
     }
   }
 }
@@ -810,6 +929,48 @@ void bench(CudaDevice& dev) {
     print("sum_squares_total, 144 segments, one sync", total, bytes, "GB/s");
   }
   {
+    // The 1.64B's LayerNorm backward with the residual gradient added, and its widest bias gradient.
+    const int64_t N = 8192, C = 1600, F = 6400;
+    Tensor x = Tensor::empty({N, C}, bf, dev, "x"), dy = Tensor::empty({N, C}, bf, dev, "dy");
+    Tensor dres = Tensor::empty({N, C}, bf, dev, "dres"), dx = Tensor::empty({N, C}, bf, dev, "dx");
+    Tensor g = Tensor::empty({C}, bf, dev, "gamma");
+    Tensor mean = Tensor::zeros({N}, DType::F32, dev, "mean"), rstd = Tensor::zeros({N}, DType::F32, dev, "rstd");
+    Tensor dg = Tensor::zeros({C}, DType::F32, dev, "dgamma"), db = Tensor::zeros({C}, DType::F32, dev, "dbeta");
+    for (const Tensor* t : {&x, &dy, &dres, &g}) gpu::fill(*t, 0.5f);
+    const double ln = median_ms(dev, [&] { gpu::layernorm_backward_add(dy, x, g, mean, rstd, dres, dx, dg, db); });
+    print("layernorm_backward_add bf16 (8192 x 1600)", ln, 4.0 * N * C * 2, "GB/s");
+    Tensor h = Tensor::empty({N, F}, bf, dev, "h"), dbias = Tensor::zeros({F}, DType::F32, dev, "dbias");
+    gpu::fill(h, 0.01f);
+    const double bb = median_ms(dev, [&] { gpu::bias_backward(h, dbias); });
+    print("bias_backward bf16 (8192 x 6400)", bb, 1.0 * N * F * 2, "GB/s");
+  }
+  {
+    // The 1.64B's out layer (6400 -> 1600, micro-batch 8): product, bias and residual as three ops, then as one;
+    // its weight gradient with the bias gradient as two ops, then as one.
+    const int64_t N = 8192, K = 6400, M = 1600;
+    Tensor x = Tensor::empty({N, K}, bf, dev, "x"), w = Tensor::empty({M, K}, bf, dev, "w");
+    Tensor bias = Tensor::empty({M}, bf, dev, "bias"), res = Tensor::empty({N, M}, bf, dev, "res");
+    Tensor y = Tensor::empty({N, M}, bf, dev, "y"), dy = Tensor::empty({N, M}, bf, dev, "dy");
+    Tensor dw = Tensor::zeros({M, K}, DType::F32, dev, "dw"), db = Tensor::zeros({M}, DType::F32, dev, "db");
+    for (const Tensor* t : {&x, &w, &bias, &res, &dy}) gpu::fill(*t, 0.01f);
+    const double flops = 2.0 * N * K * M;
+    const double three = median_ms(dev, [&] {
+      gpu::matmul(x, w, y, false, true, 0.0f);
+      gpu::add_bias(y, bias);
+      gpu::add(y, res, y);
+    });
+    print("matmul + add_bias + add (8192x1600x6400)", three, flops, "TFLOP/s");
+    const double one = median_ms(dev, [&] { gpu::linear_forward(x, w, bias, res, y); });
+    print("linear_forward, bias and residual (same)", one, flops, "TFLOP/s");
+    const double two = median_ms(dev, [&] {
+      gpu::matmul(dy, x, dw, true, false, 1.0f);
+      gpu::bias_backward(dy, db);
+    });
+    print("matmul + bias_backward (dW 1600x6400, 8192)", two, flops, "TFLOP/s");
+    const double fused = median_ms(dev, [&] { gpu::linear_weight_grad(dy, x, dw, db); });
+    print("linear_weight_grad with dbias (same)", fused, flops, "TFLOP/s");
+  }
+  {
     // fc's bias and GELU on the 1.64B model's micro-batch of 8: two passes, then one.
     const int64_t N = 8192, C = 6400;
     Tensor h = Tensor::empty({N, C}, bf, dev, "h"), y = Tensor::empty({N, C}, bf, dev, "y");
@@ -853,6 +1014,7 @@ int run(int argc, char** argv) {
   std::printf("%-34s %-10s %-26s %11s %9s  %s\n", "op", "dtype", "shape", "rel error", "bound", "result");
   Suite s(host, dev, filter);
   check_matmul(s);
+  check_linear(s);
   check_elementwise(s);
   check_layernorm(s);
   check_embedding(s);

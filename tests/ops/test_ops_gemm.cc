@@ -1,5 +1,6 @@
 // matmul against a float64 reference: all transpose combinations, beta accumulation, rank-3 views, bad shapes;
-// bf16 and f16 operands with c in the same dtype or f32, and the dtype pairs the contract refuses.
+// bf16 and f16 operands with c in the same dtype or f32, and the dtype pairs the contract refuses. The linear layer's
+// ops (linear_forward, linear_weight_grad) against float64 and, bitwise, against the ops they stand for.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -197,6 +198,134 @@ TEST(OpsMatmul, RefusedDtypesThrowNamingThem) {
   expect_refused(f32, f32, c_of(DType::BF16), "c (4, 4) holds bf16", "f32");
   expect_refused(f32, f32, c_of(DType::I32), "c (4, 4) holds i32", "f32");
   expect_refused(i32, i32, c_of(DType::F32), "a (4, 4) holds i32", "not a compute dtype");
+}
+
+// ---- linear_forward and linear_weight_grad ----
+
+// y (N, out) = x (N, in) W^T + bias + residual in double; empty bias or residual vectors leave the term out.
+std::vector<double> linear_reference(const std::vector<double>& x, const std::vector<double>& w,
+                                     const std::vector<double>& bias, const std::vector<double>& residual, int64_t n,
+                                     int64_t in, int64_t out) {
+  std::vector<double> y = reference(x, w, {}, n, out, in, false, true, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      if (!bias.empty()) y[i * out + j] += bias[j];
+      if (!residual.empty()) y[i * out + j] += residual[i * out + j];
+    }
+  return y;
+}
+
+class OpsLinearDtypes : public ::testing::TestWithParam<DType> {};
+
+// Rank-3 x and y, every combination of the optional bias and residual. The CPU rounds the product, the bias add and
+// the residual add each once (up to 3 roundings): the dtype's bound still holds (each costs at most u, ~0.4u seen).
+TEST_P(OpsLinearDtypes, ForwardMatchesDoubleWithAndWithoutBiasAndResidual) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  const int64_t b = 2, t = 3, in = 13, out = 7, n = b * t;
+  Tensor x = randn_as(dev, {b, t, in}, 1, dt);     // (B, T, in)
+  Tensor w = randn_as(dev, {out, in}, 2, dt);      // (out, in)
+  Tensor bias = randn_as(dev, {out}, 3, dt);       // (out)
+  Tensor res = randn_as(dev, {b, t, out}, 4, dt);  // (B, T, out)
+  for (bool with_bias : {false, true})
+    for (bool with_res : {false, true}) {
+      Tensor y = from_double_as(dev, {b, t, out}, std::vector<double>(n * out, std::nan("")), dt);
+      linear_forward(x, w, with_bias ? bias : Tensor(), with_res ? res : Tensor(), y);
+      const auto want = linear_reference(values(x), values(w), with_bias ? values(bias) : std::vector<double>{},
+                                         with_res ? values(res) : std::vector<double>{}, n, in, out);
+      EXPECT_LT(rel_error(values(y), want), tolerance(dt, 1e-6)) << "bias " << with_bias << " residual " << with_res;
+    }
+}
+
+// The CPU op is matmul, add_bias and add in that order: the same bits (the models' CPU losses do not move).
+TEST_P(OpsLinearDtypes, ForwardIsMatmulThenAddBiasThenAddBitwise) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  const int64_t n = 37, in = 29, out = 19;
+  Tensor x = randn_as(dev, {n, in}, 5, dt), w = randn_as(dev, {out, in}, 6, dt);
+  Tensor bias = randn_as(dev, {out}, 7, dt), res = randn_as(dev, {n, out}, 8, dt);
+  Tensor y = Tensor::empty({n, out}, dt, dev, "y");
+  linear_forward(x, w, bias, res, y);
+  Tensor want = Tensor::empty({n, out}, dt, dev, "want");
+  matmul(x, w, want, false, true);
+  add_bias(want, bias);
+  add(want, res, want);
+  EXPECT_TRUE(testing::bit_equal(y, want));
+}
+
+// dweight += dy^T x and dbias += column sums of dy, both accumulating over what they held; dweight f32 (the
+// training case) or in the compute dtype.
+TEST_P(OpsLinearDtypes, WeightGradAccumulatesProductAndColumnSums) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  const int64_t b = 3, t = 5, in = 11, out = 9, n = b * t;
+  Tensor dy = randn_as(dev, {b, t, out}, 9, dt);  // (B, T, out)
+  Tensor x = randn_as(dev, {b, t, in}, 10, dt);   // (B, T, in)
+  for (DType w_dtype : {DType::F32, dt}) {
+    Tensor dw = randn_as(dev, {out, in}, 11, w_dtype);  // (out, in), accumulates
+    Tensor db = randn(dev, {out}, 12);                  // (out) f32, accumulates
+    const auto dw0 = values(dw), db0 = values(db);
+    linear_weight_grad(dy, x, dw, db);
+    // reference(a = dy as (N, out), b = x as (N, in), trans_a): (out, in) = dy^T x.
+    const auto want_dw = reference(values(dy), values(x), dw0, out, in, n, true, false, 1.0);
+    std::vector<double> want_db = db0;
+    const auto g = values(dy);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < out; ++j) want_db[j] += g[i * out + j];
+    const double tol = w_dtype == DType::F32 ? 1e-5 : tolerance(w_dtype, 1e-5);
+    EXPECT_LT(rel_error(values(dw), want_dw), tol) << dtype_name(w_dtype);
+    EXPECT_LT(rel_error(values(db), want_db), 1e-6) << dtype_name(w_dtype);
+  }
+  // Without a bias only the product accumulates.
+  Tensor dw = randn(dev, {out, in}, 13);
+  const auto dw0 = values(dw);
+  linear_weight_grad(dy, x, dw, Tensor());
+  EXPECT_LT(rel_error(values(dw), reference(values(dy), values(x), dw0, out, in, n, true, false, 1.0)), 1e-5);
+}
+
+// The CPU op is matmul with beta 1 then bias_backward: the same bits.
+TEST_P(OpsLinearDtypes, WeightGradIsMatmulThenBiasBackwardBitwise) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  const int64_t n = 41, in = 23, out = 17;
+  Tensor dy = randn_as(dev, {n, out}, 14, dt), x = randn_as(dev, {n, in}, 15, dt);
+  Tensor dw = randn(dev, {out, in}, 16), db = randn(dev, {out}, 17);
+  Tensor want_dw = testing::copy_of(dev, dw), want_db = testing::copy_of(dev, db);
+  linear_weight_grad(dy, x, dw, db);
+  matmul(dy, x, want_dw, true, false, 1.0f);
+  bias_backward(dy, want_db);
+  EXPECT_TRUE(testing::bit_equal(dw, want_dw));
+  EXPECT_TRUE(testing::bit_equal(db, want_db));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OpsLinearDtypes, ::testing::ValuesIn(testing::compute_dtypes()), testing::dtype_label);
+
+TEST(OpsLinear, BadShapesDtypesAndOverlapsThrowNamingThem) {
+  device::CpuDevice dev;
+  const DType bf = DType::BF16;
+  Tensor x = randn_as(dev, {6, 5}, 1, bf), w = randn_as(dev, {4, 5}, 2, bf), bias = randn_as(dev, {4}, 3, bf);
+  Tensor y = Tensor::empty({6, 4}, bf, dev, "y");
+  linear_forward(x, w, bias, Tensor(), y);  // the accepted form
+  EXPECT_HAS(testing::error_of([&] {
+               linear_forward(x, randn_as(dev, {4, 6}, 4, bf), bias, Tensor(), y);
+             }),
+             "linear_forward: x (6, 5) and weight (4, 6)");
+  EXPECT_HAS(testing::error_of([&] { linear_forward(x, w, randn_as(dev, {5}, 5, bf), Tensor(), y); }), "bias (5)");
+  EXPECT_HAS(testing::error_of([&] { linear_forward(x, w, randn(dev, {4}, 6), Tensor(), y); }), "bias");
+  EXPECT_HAS(testing::error_of([&] { linear_forward(x, w, bias, randn_as(dev, {6, 5}, 7, bf), y); }), "residual");
+  EXPECT_HAS(testing::error_of([&] { linear_forward(x, w, bias, y, y); }), "shares memory with residual");
+  Tensor dw = Tensor::zeros({4, 5}, DType::F32, dev, "dw"), db = Tensor::zeros({4}, DType::F32, dev, "db");
+  Tensor dy = randn_as(dev, {6, 4}, 8, bf);
+  linear_weight_grad(dy, x, dw, db);  // the accepted form
+  EXPECT_HAS(testing::error_of([&] { linear_weight_grad(dy, x, dw, Tensor::zeros({4}, bf, dev, "db")); }), "dbias");
+  EXPECT_HAS(testing::error_of([&] {
+               linear_weight_grad(dy, x, Tensor::zeros({4, 5}, DType::F16, dev, "dw"), db);
+             }),
+             "dweight (4, 5) holds f16");
+  EXPECT_HAS(testing::error_of([&] {
+               linear_weight_grad(dy, randn_as(dev, {7, 5}, 9, bf), dw, db);
+             }),
+             "linear_weight_grad");
 }
 
 }  // namespace

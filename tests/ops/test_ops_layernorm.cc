@@ -1,5 +1,6 @@
 // LayerNorm forward against a float64 reference, backward against finite differences, in f32 and in the 16-bit
-// compute dtypes (statistics and parameter gradients f32); determinism; refused dtypes.
+// compute dtypes (statistics and parameter gradients f32); determinism; refused dtypes. The backward with a residual
+// gradient added (layernorm_backward_add) the same way, and bitwise against layernorm_backward then add.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -202,6 +203,69 @@ TEST_P(OpsLayerNormDtypes, BackwardIsBitIdenticalAcrossThreadCounts) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, OpsLayerNormDtypes, ::testing::ValuesIn(testing::compute_dtypes()),
                          testing::dtype_label);
+
+// dx = LayerNorm'(dy) + dres: the finite-difference gradient plus dres, dgamma and dbeta accumulating as in the plain
+// backward. 16-bit dx gets one more rounding on the CPU (the add): within the dtype's bound.
+TEST_P(OpsLayerNormDtypes, BackwardAddMatchesFiniteDifferencesPlusResidual) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  const int64_t n = 6, c = 37;
+  Tensor x = randn_as(dev, {2, 3, c}, 31, dt);
+  Tensor gamma = randn_as(dev, {c}, 32, dt);
+  Tensor beta = randn_as(dev, {c}, 33, dt);
+  Tensor dy = randn_as(dev, {2, 3, c}, 34, dt);
+  Tensor dres = randn_as(dev, {2, 3, c}, 35, dt);
+  Tensor y = Tensor::empty(x.shape(), dt, dev, "y");
+  Tensor mean = Tensor::empty({2, 3}, DType::F32, dev, "mean");
+  Tensor rstd = Tensor::empty({2, 3}, DType::F32, dev, "rstd");
+  layernorm_forward(x, gamma, beta, y, mean, rstd);
+  Tensor dx = Tensor::empty(x.shape(), dt, dev, "dx");
+  Tensor dgamma = randn(dev, {c}, 36);  // nonzero: accumulates
+  Tensor dbeta = randn(dev, {c}, 37);
+  const auto dgamma0 = to_double(dgamma), dbeta0 = to_double(dbeta);
+  layernorm_backward_add(dy, x, gamma, mean, rstd, dres, dx, dgamma, dbeta);
+  const auto xd = values(x), gd = values(gamma), bd = values(beta), w = values(dy), r = values(dres);
+  auto want_dx = numeric_grad([&](const auto& v) { return reference(v, gd, bd, n, c); }, xd, w);
+  auto want_dg = numeric_grad([&](const auto& v) { return reference(xd, v, bd, n, c); }, gd, w);
+  auto want_db = numeric_grad([&](const auto& v) { return reference(xd, gd, v, n, c); }, bd, w);
+  for (size_t i = 0; i < want_dx.size(); ++i) want_dx[i] += r[i];
+  for (int64_t j = 0; j < c; ++j) {
+    want_dg[j] += dgamma0[j];
+    want_db[j] += dbeta0[j];
+  }
+  EXPECT_LT(rel_error(values(dx), want_dx), tolerance(dt, 1e-4));
+  EXPECT_LT(rel_error(values(dgamma), want_dg), 1e-5);
+  EXPECT_LT(rel_error(values(dbeta), want_db), 1e-5);
+}
+
+// The CPU op is layernorm_backward then add(dx, dres, dx): the same bits, also with dx in dy's memory.
+TEST_P(OpsLayerNormDtypes, BackwardAddIsBackwardThenAddBitwise) {
+  const DType dt = GetParam();
+  device::CpuDevice dev;
+  const int64_t n = 53, c = 70;
+  Tensor x = randn_as(dev, {n, c}, 41, dt), gamma = randn_as(dev, {c}, 42, dt), beta = randn_as(dev, {c}, 43, dt);
+  Tensor dy = randn_as(dev, {n, c}, 44, dt), dres = randn_as(dev, {n, c}, 45, dt);
+  Tensor y = Tensor::empty({n, c}, dt, dev, "y");
+  Tensor mean = Tensor::empty({n}, DType::F32, dev, "mean"), rstd = Tensor::empty({n}, DType::F32, dev, "rstd");
+  layernorm_forward(x, gamma, beta, y, mean, rstd);
+  Tensor want = Tensor::empty({n, c}, dt, dev, "want");
+  Tensor want_dg = Tensor::zeros({c}, DType::F32, dev, "dgamma"),
+         want_db = Tensor::zeros({c}, DType::F32, dev, "dbeta");
+  layernorm_backward(dy, x, gamma, mean, rstd, want, want_dg, want_db);
+  add(want, dres, want);
+  Tensor dx = testing::copy_of(dev, dy);  // dx in dy's memory
+  Tensor dg = Tensor::zeros({c}, DType::F32, dev, "dgamma"), db = Tensor::zeros({c}, DType::F32, dev, "dbeta");
+  layernorm_backward_add(dx, x, gamma, mean, rstd, dres, dx, dg, db);
+  EXPECT_TRUE(testing::bit_equal(dx, want));
+  EXPECT_TRUE(testing::bit_equal(dg, want_dg));
+  EXPECT_TRUE(testing::bit_equal(db, want_db));
+  EXPECT_HAS(testing::error_of([&] { layernorm_backward_add(dy, x, gamma, mean, rstd, dres, dres, dg, db); }),
+             "shares memory with dres");
+  EXPECT_HAS(testing::error_of([&] {
+               layernorm_backward_add(dy, x, gamma, mean, rstd, randn_as(dev, {n, c + 1}, 46, dt), dx, dg, db);
+             }),
+             "dres");
+}
 
 TEST(OpsLayerNorm, RefusedDtypesThrow) {
   device::CpuDevice dev;

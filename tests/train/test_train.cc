@@ -178,7 +178,8 @@ TEST(Train, Fp16OverflowSkipsAndBacksOff) {
 }
 
 // The op profile over a whole run: the same losses as without it, a row per op that ran (one sum_squares_total per
-// step for the gradient norm, fc's bias inside the GELU's pass), and the step's time split between ops and the rest.
+// step for the gradient norm, fc's bias inside the GELU's pass, the other biases and the residual adds inside the
+// products), and the step's time split between ops and the rest.
 TEST(Train, OpProfileChangesNoLossAndCoversTheStep) {
   Json cfg = tiny_gpt_config(4);
   cfg["bf16"] = {{"enabled", true}};
@@ -205,7 +206,13 @@ TEST(Train, OpProfileChangesNoLossAndCoversTheStep) {
   EXPECT_EQ(calls("sum_squares"), 0);
   EXPECT_EQ(calls("bias_gelu_forward"), 2 * 2);  // 2 blocks x 2 micro-batches
   EXPECT_EQ(calls("gelu_forward"), 0);
-  EXPECT_EQ(calls("add_bias"), 2 * 2 * 3);  // qkv, proj and out of each block
+  EXPECT_EQ(calls("add_bias"), 0);                      // every bias added inside its product
+  EXPECT_EQ(calls("linear_forward"), 2 * (2 * 4 + 1));  // qkv, proj, fc, out of each block and the head
+  EXPECT_EQ(calls("add"), 0);                           // the residuals: inside the products and the LayerNorm backward
+  EXPECT_EQ(calls("linear_weight_grad"), 2 * (2 * 4 + 1));  // the same layers' weight (and bias) gradients
+  EXPECT_EQ(calls("bias_backward"), 0);                     // inside linear_weight_grad
+  EXPECT_EQ(calls("layernorm_backward_add"), 2 * 2 * 2);    // ln1 and ln2 of each block, with the skip's gradient
+  EXPECT_EQ(calls("layernorm_backward"), 2);                // the final LayerNorm, once per micro-batch
   EXPECT_GT(calls("matmul"), 0);
   EXPECT_GT(s.op_ms(), 0);
   EXPECT_GE(s.step_ms, s.op_ms());

@@ -62,12 +62,10 @@ Tensor GptBlock::forward(const Tensor& x, Saved& saved) {
   Tensor att = Tensor::empty({B, T, c_local}, x.dtype(), x.device(), name() + " attention output");  // (B, T, C/tp)
   Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, x.device(), name() + " attention lse");     // (B, H, T)
   ops::attention_forward(qkv, heads_, att, lse);
-  Tensor x1 = proj_.forward(att, saved.children[kProj]);  // (B, T, C)
-  ops::add(x1, x, x1);
+  Tensor x1 = proj_.forward_add(att, x, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass
   Tensor h = fc_.forward(ln2_.forward(x1, saved.children[kLn2]), saved.children[kFc]);  // (B, T, 4C)
   h = gelu_.forward(h, saved.children[kGelu]);
-  Tensor y = out_.forward(h, saved.children[kOut]);  // (B, T, C)
-  ops::add(y, x1, y);
+  Tensor y = out_.forward_add(h, x1, saved.children[kOut]);  // (B, T, C): x1 + out(h)
   saved.tensors = {qkv, att, lse};
   return y;
 }
@@ -78,15 +76,13 @@ Tensor GptBlock::backward(const Tensor& dy, Saved& saved) {
   Tensor g = out_.backward(dy, saved.children[kOut]);
   g = gelu_.backward(g, saved.children[kGelu]);
   g = fc_.backward(g, saved.children[kFc]);
-  Tensor dx1 = ln2_.backward(g, saved.children[kLn2]);  // (B, T, C)
-  ops::add(dx1, dy, dx1);
+  Tensor dx1 = ln2_.backward_add(g, dy, saved.children[kLn2]);  // (B, T, C): dy + ln2'(g), one pass
   // Attention branch: dx = dx1 + ln1'(qkv'(attention'(proj'(dx1))))
   Tensor datt = proj_.backward(dx1, saved.children[kProj]);                                   // (B, T, C)
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, T, 3C)
   ops::attention_backward(qkv, heads_, att, lse, datt, dqkv);
   saved.tensors.clear();
-  Tensor dx = ln1_.backward(qkv_.backward(dqkv, saved.children[kQkv]), saved.children[kLn1]);
-  ops::add(dx, dx1, dx);
+  Tensor dx = ln1_.backward_add(qkv_.backward(dqkv, saved.children[kQkv]), dx1, saved.children[kLn1]);
   saved.clear();
   return dx;
 }

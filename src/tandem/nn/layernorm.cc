@@ -30,4 +30,15 @@ Tensor LayerNorm::backward(const Tensor& dy, Saved& saved) {
   return dx;
 }
 
+Tensor LayerNorm::backward_add(const Tensor& dy, const Tensor& dres, Saved& saved) {
+  const Tensor x = saved.tensors.at(0);
+  const int64_t rows = x.numel() / dim_;
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
+  ops::layernorm_backward_add(dy.view({rows, dim_}), x.view({rows, dim_}), weight_->value, saved.tensors.at(1),
+                              saved.tensors.at(2), dres.view({rows, dim_}), dx.view({rows, dim_}), weight_->grad,
+                              bias_->grad);
+  saved.clear();
+  return dx;
+}
+
 }  // namespace tandem::nn

@@ -51,20 +51,29 @@ Shape Linear::output_shape(const Shape& in) const {
   return s;
 }
 
-Tensor Linear::forward(const Tensor& x, Saved& saved) {
+Tensor Linear::forward(const Tensor& x, Saved& saved) { return forward_add(x, Tensor(), saved); }
+
+Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved) {
   TANDEM_CHECK(x.dim(-1) == in_, name(), " expects last dim ", in_, ", got ", shape_str(x.shape()));
   Tensor y = Tensor::empty(output_shape(x.shape()), x.dtype(), x.device(), name() + " output");  // (..., out)
-  ops::matmul(x, weight_->value, y, false, true);
-  if (split_ == Split::Row) tp_.sum(y);  // partial products of the input slices
-  if (bias_ && !bias_deferred_) ops::add_bias(y.view({y.numel() / out_, out_}), bias_->value);
+  const Tensor bias = bias_ && !bias_deferred_ ? bias_->value : Tensor();                        // (out) or none
+  if (split_ == Split::Row) {
+    // Partial products of the input slices: summed over tp first, then the bias and the residual, once.
+    ops::matmul(x, weight_->value, y, false, true);
+    tp_.sum(y);
+    if (bias.defined()) ops::add_bias(y.view({y.numel() / out_, out_}), bias);
+    if (residual.defined()) ops::add(y, residual, y);
+  } else {
+    ops::linear_forward(x, weight_->value, bias, residual, y);
+  }
   saved.tensors = {x};
   return y;
 }
 
 Tensor Linear::backward(const Tensor& dy, Saved& saved) {
-  const Tensor x = saved.tensors.at(0);                                                 // (..., in)
-  ops::matmul(dy, x, weight_->grad, true, false, 1.0f);                                 // dW (out, in) += dy^T x
-  if (bias_) ops::bias_backward(dy.view({dy.numel() / out_, out_}), bias_->grad);       // db (out) += sum dy
+  const Tensor x = saved.tensors.at(0);  // (..., in)
+  // dW (out, in) += dy^T x and db (out) += sum dy, one op.
+  ops::linear_weight_grad(dy, x, weight_->grad, bias_ ? bias_->grad : Tensor());
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");  // (..., in)
   ops::matmul(dy, weight_->value, dx, false, false);
   if (split_ == Split::Column) tp_.sum(dx);  // each slot saw only its output columns

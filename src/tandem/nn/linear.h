@@ -21,6 +21,10 @@ class Linear final : public Layer {
 
   // x (..., in_local) -> y (..., out_local)
   Tensor forward(const Tensor& x, Saved& saved) override;
+  // The same plus a residual (..., out_local) added in the product's pass (a transformer block's skip connection):
+  // y = x W^T + b + residual, what forward then ops::add give. Backward is the same as forward's: the residual's
+  // gradient is the caller's.
+  Tensor forward_add(const Tensor& x, const Tensor& residual, Saved& saved);
   Tensor backward(const Tensor& dy, Saved& saved) override;
   Shape output_shape(const Shape& in) const override;
 

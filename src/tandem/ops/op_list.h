@@ -76,5 +76,14 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
   X(double, sum_squares_total, (const std::vector<Tensor>& xs), (xs))                                              \
   X(void, adamw_step, (const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,                  \
                        const AdamWParams& p),                                                                      \
-    (param, grad, m, v, p))
+    (param, grad, m, v, p))                                                                                        \
+  X(void, layernorm_backward_add, (const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,     \
+                                   const Tensor& rstd, const Tensor& dres, const Tensor& dx, const Tensor& dgamma, \
+                                   const Tensor& dbeta),                                                           \
+    (dy, x, gamma, mean, rstd, dres, dx, dgamma, dbeta))                                                           \
+  X(void, linear_forward, (const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,       \
+                           const Tensor& y),                                                                       \
+    (x, weight, bias, residual, y))                                                                                \
+  X(void, linear_weight_grad, (const Tensor& dy, const Tensor& x, const Tensor& dweight, const Tensor& dbias),     \
+    (dy, x, dweight, dbias))
 // clang-format on

@@ -146,6 +146,65 @@ void bias_backward(const Tensor& dy, const Tensor& dbias) {
   return backend_of("bias_backward", dy).bias_backward(dy, dbias);
 }
 
+namespace {
+// An optional tensor of a call (undefined leaves its term out): when given, on the kind of device of `like`.
+void check_optional_device(const char* op, const char* name, const Tensor& t, const Tensor& like) {
+  if (!t.defined()) return;
+  TANDEM_CHECK(t.device().kind() == like.device().kind(), op, ": ", name, " on ", t.device().name(), " and ",
+               shape_str(like.shape()), " on ", like.device().name());
+}
+
+// x (N, in) and w (out, in) of a linear layer against its output (N, out); 32-bit BLAS dimensions.
+void check_linear(const char* op, const Tensor& x, const Tensor& w, const char* out_name, const Tensor& out) {
+  TANDEM_CHECK(w.rank() == 2 && cols_of(x) == w.dim(1) && rows_of(out) == rows_of(x) && cols_of(out) == w.dim(0), op,
+               ": x ", shape_str(x.shape()), " and weight ", shape_str(w.shape()), " (out, in) do not fit ", out_name,
+               " ", shape_str(out.shape()));
+  for (int64_t d : {rows_of(x), cols_of(x), w.dim(0)})
+    TANDEM_CHECK(d <= INT_MAX, op, ": dimension ", d, " exceeds the 32-bit BLAS interface");
+}
+}  // namespace
+
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                    const Tensor& y) {
+  const char* op = "linear_forward";
+  check_devices(op, y, x, weight);
+  check_optional_device(op, "bias", bias, y);
+  check_optional_device(op, "residual", residual, y);
+  check_compute(op, {{"x", x}, {"weight", weight}, {"y", y}});
+  check_linear(op, x, weight, "y", y);
+  if (bias.defined()) {
+    check_dtype(op, "bias", bias, y.dtype());
+    check_channels(op, "bias", bias, y);
+  }
+  if (residual.defined()) {
+    check_dtype(op, "residual", residual, y.dtype());
+    check_same_shape(op, "residual", residual, "y", y);
+  }
+  for (const auto& [name, t] : {Named{"x", x}, {"weight", weight}, {"bias", bias}, {"residual", residual}})
+    TANDEM_CHECK(!t.defined() || !overlaps(y, t), op, ": y ", shape_str(y.shape()), " shares memory with ", name);
+  return backend_of(op, y).linear_forward(x, weight, bias, residual, y);
+}
+
+void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dweight, const Tensor& dbias) {
+  const char* op = "linear_weight_grad";
+  check_devices(op, dweight, dy, x);
+  check_optional_device(op, "dbias", dbias, dweight);
+  const DType t = check_compute(op, {{"dy", dy}, {"x", x}});
+  TANDEM_CHECK(dweight.dtype() == t || dweight.dtype() == DType::F32, op, ": dweight ", shape_str(dweight.shape()),
+               " holds ", dtype_name(dweight.dtype()), "; with dy and x in ", dtype_name(t), " it must hold ",
+               t == DType::F32 ? "f32" : dtype_name(t) + " or f32");
+  // dweight (out, in) is the weight's shape: x (N, in) against dy (N, out).
+  check_linear(op, x, dweight, "dy", dy);
+  if (dbias.defined()) {
+    check_f32(op, "dbias", dbias);
+    check_channels(op, "dbias", dbias, dy);
+    TANDEM_CHECK(!overlaps(dbias, dweight), op, ": dbias shares memory with dweight");
+  }
+  TANDEM_CHECK(!overlaps(dweight, dy) && !overlaps(dweight, x), op, ": dweight ", shape_str(dweight.shape()),
+               " shares memory with an input");
+  return backend_of(op, dweight).linear_weight_grad(dy, x, dweight, dbias);
+}
+
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_devices("add", out, a, b);
   check_compute("add", {{"a", a}, {"b", b}, {"out", out}});
@@ -252,6 +311,26 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   check_per_row("layernorm_backward", "mean", mean, x);
   check_per_row("layernorm_backward", "rstd", rstd, x);
   return backend_of("layernorm_backward", dx).layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+}
+
+void layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                            const Tensor& rstd, const Tensor& dres, const Tensor& dx, const Tensor& dgamma,
+                            const Tensor& dbeta) {
+  const char* op = "layernorm_backward_add";
+  check_devices(op, dx, dy, x, gamma, mean, rstd, dres, dgamma, dbeta);
+  check_compute(op, {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"dres", dres}, {"dx", dx}});
+  for (const auto& [name, t] : {Named{"mean", mean}, {"rstd", rstd}, {"dgamma", dgamma}, {"dbeta", dbeta}})
+    check_f32(op, name, t);
+  check_same_shape(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dx", dx);
+  check_same_shape(op, "x", x, "dres", dres);
+  check_channels(op, "gamma", gamma, x);
+  check_channels(op, "dgamma", dgamma, x);
+  check_channels(op, "dbeta", dbeta, x);
+  check_per_row(op, "mean", mean, x);
+  check_per_row(op, "rstd", rstd, x);
+  TANDEM_CHECK(!overlaps(dx, dres), op, ": dx ", shape_str(dx.shape()), " shares memory with dres");
+  return backend_of(op, dx).layernorm_backward_add(dy, x, gamma, mean, rstd, dres, dx, dgamma, dbeta);
 }
 
 namespace {

@@ -12,6 +12,7 @@
 //   - matmul: a and b share X; c is X or f32 (weight gradients accumulate into fp32 buffers).
 //   - bias_backward: dbias f32. layernorm: mean, rstd, dgamma, dbeta f32. embedding_backward: dtable f32.
 //     add_positions_backward: dpos f32. attention: lse f32.
+//   - linear_weight_grad: dweight X or f32 (as matmul's c), dbias f32.
 //   - cross entropy: logits and dlogits in X; row_max, target_logit, sum_exp, lse, losses, loss_sum f32.
 //   - adamw_step: every tensor f32 (master weights, fp32 gradients, moments).
 //   - sum_squares, sum_squares_total: any float dtype. cast: any float dtype to any float dtype.
@@ -34,6 +35,17 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
 void add_bias(const Tensor& y, const Tensor& bias);
 // dbias (C) += sum over rows of dy (N, C). Accumulates.
 void bias_backward(const Tensor& dy, const Tensor& dbias);
+
+// A linear layer's forward as one op: y (N, out) = x (N, in) @ weight (out, in)^T + bias (out) + residual (N, out),
+// bias broadcast over rows. bias and residual are optional (an undefined Tensor leaves the term out). y holds what
+// matmul, add_bias and add give, in that order, each rounding to X: on the CPU exactly those ops; on CUDA one
+// cuBLASLt product whose epilogue adds the bias and the residual before rounding once. y shares memory with no input.
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual, const Tensor& y);
+// A linear layer's parameter gradients as one op: dweight (out, in) += dy (N, out)^T @ x (N, in), and, when dbias is
+// defined, dbias (out) += sum over rows of dy. Both accumulate: what matmul with beta 1 and bias_backward give (on
+// CUDA the bias gradient comes out of the same cuBLASLt product, its BGRADB epilogue). dweight shares no memory with
+// dy or x.
+void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dweight, const Tensor& dbias);
 
 // out = a + b, elementwise, same shape. out may alias a or b.
 void add(const Tensor& a, const Tensor& b, const Tensor& out);
@@ -63,6 +75,13 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 // dx (N, C) overwritten; dgamma, dbeta (C) accumulate.
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+// The same with a residual gradient added: dx = (layernorm_backward's dx) + dres, dres (N, C) in X; dgamma and dbeta
+// accumulate as there. The input gradient of a pre-LayerNorm residual block (the LayerNorm branch's plus the skip's)
+// in one pass: on the CPU exactly layernorm_backward then add(dx, dres, dx); on CUDA the sum is formed in fp32 and
+// rounded once. dx may share memory with dy, not with dres.
+void layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                            const Tensor& rstd, const Tensor& dres, const Tensor& dx, const Tensor& dgamma,
+                            const Tensor& dbeta);
 
 // Embedding lookup: ids (N) i32 in [0, V), table (V, C), y (N, C). An id out of range throws Error.
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& y);

@@ -87,6 +87,12 @@ std::string detail_of(const A&... a) {
   if constexpr (id == OpId::matmul) {
     const auto& [x, y, c, trans_a, trans_b, beta] = std::tie(a...);
     return matmul_detail(x, c, trans_a, trans_b);
+  } else if constexpr (id == OpId::linear_forward) {
+    const auto& [x, weight, bias, residual, y] = std::tie(a...);
+    return matmul_detail(x, y, false, true);
+  } else if constexpr (id == OpId::linear_weight_grad) {
+    const auto& [dy, x, dweight, dbias] = std::tie(a...);
+    return matmul_detail(dy, dweight, true, false);
   } else {
     return "";
   }
@@ -287,7 +293,7 @@ std::string table(const Summary& s, const std::string& who) {
   const double pct = s.step_ms > 0 ? 100.0 / s.step_ms : 0.0;
   add("op profile (%s): mean of steps %d-%d of %d, step %.2f ms\n", who.c_str(), s.first + 1, s.steps_run, s.steps_run,
       s.step_ms);
-  out += "  matmul rows: M x N x K, a and b as stored (n) or transposed (t), input -> output dtype\n";
+  out += "  matmul and linear rows: M x N x K, a and b as stored (n) or transposed (t), input -> output dtype\n";
   add("  %-44s %8s %10s %7s  %s\n", "op", "calls", "ms/step", "% step", "rate");
   double calls = 0;
   for (const Row& r : s.ops) {

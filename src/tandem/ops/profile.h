@@ -33,7 +33,7 @@ void reset();
 // One row of the mean step.
 struct Row {
   std::string op;      // op name, e.g. "matmul"
-  std::string detail;  // matmul: "M x N x K, transposes, dtypes"; empty for the op's own row
+  std::string detail;  // matmul, linear_forward, linear_weight_grad: "M x N x K, transposes, dtypes"; else empty
   double calls = 0, ms = 0, flops = 0, bytes = 0;  // per step
 };
 struct Summary {

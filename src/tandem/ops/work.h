@@ -54,8 +54,9 @@ const Tensor* first_tensor(const A& a, const Rest&... rest) {
   }
 }
 
-// Products and attention by their FLOPs, AdamW by the 28 bytes per element it moves (reads value, gradient and
-// moments, writes value and moments), every other op by the bytes of its tensors, each read or written once.
+// Products and attention by their FLOPs (the linear ops also by the bytes of the bias and residual they add),
+// AdamW by the 28 bytes per element it moves (reads value, gradient and moments, writes value and moments), every
+// other op by the bytes of its tensors, each read or written once.
 template <OpId id, class... A>
 OpWork work_of(const A&... a) {
   OpWork w;
@@ -64,6 +65,20 @@ OpWork work_of(const A&... a) {
     const double m = static_cast<double>(rows_of(c)), n = static_cast<double>(cols_of(c));
     const double k = static_cast<double>(trans_a ? rows_of(x) : cols_of(x));
     (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = 2.0 * m * n * k;
+  } else if constexpr (id == OpId::linear_forward) {
+    // The product's FLOPs; the epilogue's reads of bias and residual as bytes.
+    const auto& [x, weight, bias, residual, y] = std::tie(a...);
+    const double flops =
+        2.0 * static_cast<double>(rows_of(y)) * static_cast<double>(cols_of(y)) * static_cast<double>(cols_of(x));
+    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = flops;
+    w.bytes = work_detail::tensor_bytes(bias) + work_detail::tensor_bytes(residual);
+  } else if constexpr (id == OpId::linear_weight_grad) {
+    // The product's FLOPs; the bias gradient is summed from the dy the product reads anyway.
+    const auto& [dy, x, dweight, dbias] = std::tie(a...);
+    const double flops = 2.0 * static_cast<double>(rows_of(dweight)) * static_cast<double>(cols_of(dweight)) *
+                         static_cast<double>(rows_of(x));
+    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = flops;
+    w.bytes = work_detail::tensor_bytes(dbias);
   } else if constexpr (id == OpId::attention_forward) {
     w.attention_flops = work_detail::attention_forward_flops(std::get<0>(std::tie(a...)));
   } else if constexpr (id == OpId::attention_backward) {

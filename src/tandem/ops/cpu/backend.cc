@@ -16,6 +16,8 @@ const Scratch& scratch() {
     s.matmul = &matmul_scratch;
     s.attention_forward = &attention_forward_scratch;
     s.attention_backward = &attention_backward_scratch;
+    s.linear_forward = &linear_forward_scratch;
+    s.linear_weight_grad = &linear_weight_grad_scratch;
     return s;
   }();
   return table;

@@ -21,5 +21,9 @@ int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, 
                                   const Tensor& lse);
 int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
                                    const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
+int64_t linear_forward_scratch(const ScratchContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                               const Tensor& residual, const Tensor& y);
+int64_t linear_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dweight,
+                                   const Tensor& dbias);
 
 }  // namespace tandem::ops::cpu

@@ -1,4 +1,6 @@
-// CPU matrix product: matmul through OpenBLAS cblas_sgemm on the 2-D views of its operands.
+// CPU matrix product: matmul through OpenBLAS cblas_sgemm on the 2-D views of its operands, and the linear layer's
+// ops built from it (linear_forward: the product then add_bias then add; linear_weight_grad: the product then
+// bias_backward), so their results are those ops' bits.
 // OpenBLAS threads partition the output, not the K sum, so results do not depend on its thread count.
 // This OpenBLAS has no bf16 or f16 GEMM: 16-bit a and b are widened into fp32 scratch, the product is formed in
 // fp32 (in c itself when c is f32, else in scratch) and rounded into c once.
@@ -77,6 +79,29 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
               static_cast<int>(n));
   if (c.dtype() != DType::F32)
     visit_float(c.dtype(), [&](auto tag) { narrow(c32.f32(), elems<decltype(tag)>(c), c.numel()); });
+}
+
+int64_t linear_forward_scratch(const ScratchContext& ctx, const Tensor& x, const Tensor& weight, const Tensor&,
+                               const Tensor&, const Tensor& y) {
+  return matmul_scratch(ctx, x, weight, y, false, true, 0.0f);
+}
+
+int64_t linear_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dweight,
+                                   const Tensor&) {
+  return matmul_scratch(ctx, dy, x, dweight, true, false, 1.0f);
+}
+
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                    const Tensor& y) {
+  matmul(x, weight, y, false, true, 0.0f);
+  const Tensor rows = y.view({rows_of(y), cols_of(y)});  // (N, out)
+  if (bias.defined()) add_bias(rows, bias);
+  if (residual.defined()) add(rows, residual.view(rows.shape()), rows);
+}
+
+void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dweight, const Tensor& dbias) {
+  matmul(dy, x, dweight, true, false, 1.0f);
+  if (dbias.defined()) bias_backward(dy.view({rows_of(dy), cols_of(dy)}), dbias);
 }
 
 }  // namespace tandem::ops::cpu

@@ -1,5 +1,6 @@
-// CPU LayerNorm over the last dim: forward (saving mean and rstd per row) and backward, over f32, bf16 and f16
-// x, gamma, beta, y, dy and dx with fp32 math; mean, rstd, dgamma and dbeta are f32 always.
+// CPU LayerNorm over the last dim: forward (saving mean and rstd per row) and backward (plain, or with a residual
+// gradient added: backward then add), over f32, bf16 and f16 x, gamma, beta, y, dy and dx with fp32 math; mean,
+// rstd, dgamma and dbeta are f32 always.
 // Row statistics are summed in double; dgamma/dbeta are column reductions with a fixed summation order.
 #include <algorithm>
 #include <cmath>
@@ -114,6 +115,13 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
   visit_float(x.dtype(), [&](auto t) { backward_kernel<decltype(t)>(dy, x, gamma, mean, rstd, dx, dgamma, dbeta); });
+}
+
+void layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                            const Tensor& rstd, const Tensor& dres, const Tensor& dx, const Tensor& dgamma,
+                            const Tensor& dbeta) {
+  layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  add(dx, dres, dx);
 }
 
 }  // namespace tandem::ops::cpu

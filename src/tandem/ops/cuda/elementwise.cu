@@ -192,13 +192,6 @@ void bias_map(const char* name, const Tensor& x, const Tensor& bias, const Tenso
   });
 }
 
-template <class T>
-struct BiasGradValue {  // f(r, c) for the column sum: dy[r, c]
-  const T* dy;
-  int64_t c;
-  __device__ ColumnValues<1> operator()(int64_t r, int64_t col) const { return {{to_f32(dy[r * c + col])}}; }
-};
-
 template <class TIn, class TOut>
 __global__ void cast_kernel(const TIn* __restrict__ in, TOut* __restrict__ out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -240,7 +233,7 @@ void bias_backward(const Tensor& dy, const Tensor& dbias) {
   const int64_t n = rows_of(dy), c = cols_of(dy);
   dispatch_float(dy.dtype(), "bias_backward", [&](auto tag) {
     using T = decltype(tag);
-    column_sums<1>(dy, BiasGradValue<T>{dy.data<T>(), c}, n, c, dbias.f32(), nullptr);
+    column_sums_of<T>(dy, dy.data<T>(), n, c, dbias.f32());
   });
 }
 

@@ -1,6 +1,11 @@
 // CUDA matrix product through cuBLASLt: a and b in X (f32, bf16, f16), c in X or f32, fp32 accumulation
 // (CUBLAS_COMPUTE_32F, which for f32 inputs is true fp32, not TF32). Descriptors and the chosen algorithm are cached
 // per shape in a per-device context, with one 32 MiB workspace from the device arena.
+// The linear layer's ops use cuBLASLt's epilogues: linear_forward adds the bias (CUBLASLT_EPILOGUE_BIAS) and the
+// residual (as the C operand with beta 1, D being y) before the one rounding; linear_weight_grad takes the bias
+// gradient from the weight gradient's product (CUBLASLT_EPILOGUE_BGRADB: the column sums of dy, which is cuBLASLt's
+// B there, over the product's K = N rows), which cuBLASLt writes rather than adds: into f32 scratch, then added to
+// dbias. Where cuBLASLt has no algorithm with the epilogue, the ops fall back to matmul and the separate passes.
 //
 // Row-major to column-major: cuBLASLt is column-major, and a row-major (r, c) matrix is the column-major (c, r)
 // matrix with the same bytes. So the row-major C = op(a) op(b) is computed as the column-major
@@ -14,6 +19,7 @@
 
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
+#include "tandem/ops/cuda/gemm_stats.h"
 #include "tandem/ops/cuda/workspace.h"
 #include "tandem/ops/op_util.h"
 
@@ -45,14 +51,30 @@ uint32_t alignment_of(const void* p) {
   return align;
 }
 
+// What the product adds in its epilogue.
+enum class Epilogue : int64_t {
+  None = 0,
+  Bias = 1,       // D += bias broadcast over D's columns (our rows): a bias per output feature
+  BiasGradB = 2,  // bias gradient = the sums of cuBLASLt's op(B) over K, one per column of D
+};
+
 // Everything the descriptors and the algorithm choice depend on.
-using PlanKey = std::array<int64_t, 12>;
+using PlanKey = std::array<int64_t, 15>;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our b), B (our a), C = D
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our b), B (our a), C and D
   cublasLtMatmulAlgo_t algo{};
+  bool supported = true;  // false: cuBLASLt has no algorithm for this epilogue (the caller does without it)
 };
+
+void destroy(Plan& p) {
+  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+  if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  p = Plan{};
+}
 
 struct GemmContext {
   explicit GemmContext(device::CudaDevice& dev)
@@ -60,12 +82,7 @@ struct GemmContext {
     TANDEM_CUBLAS_CHECK(cublasLtCreate(&handle));
   }
   ~GemmContext() {
-    for (auto& [key, p] : plans) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.c);
-      cublasLtMatmulDescDestroy(p.op);
-    }
+    for (auto& [key, p] : plans) destroy(p);
     if (handle) cublasLtDestroy(handle);
   }
   GemmContext(const GemmContext&) = delete;
@@ -77,15 +94,24 @@ struct GemmContext {
   std::mutex mu;
 };
 
-// Builds the descriptors for one shape and asks the heuristic for its best algorithm within the workspace.
-Plan make_plan(cublasLtHandle_t handle, const PlanKey& key) {
-  const auto [m, n, k, trans_a, trans_b, ld_a, ld_b, ab_type, c_type, align_a, align_b, align_c] = key;
+// Builds the descriptors for one shape and asks the heuristic for its best algorithm within the workspace. `bias`:
+// the epilogue's vector (its alignment is part of the key; the call sets the pointer each time). Without an
+// epilogue a missing algorithm throws; with one, the plan comes back unsupported.
+Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const void* bias) {
+  const auto [m, n, k, trans_a, trans_b, ld_a, ld_b, ab_type, c_type, align_a, align_b, align_c, align_d, epilogue,
+              align_bias] = key;
   Plan p;
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
   const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const auto ep = static_cast<Epilogue>(epilogue);
+  if (ep != Epilogue::None) {
+    const cublasLtEpilogue_t e = ep == Epilogue::Bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+    TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
+    TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
   // Column-major shapes of the stored bytes: our b is (K, N) row-major = (N, K) column-major, or (K, N) when
   // transposed; our a is (K, M) column-major, or (M, K) when transposed; C is (N, M). Leading dims are the
   // row-major row lengths.
@@ -98,7 +124,7 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key) {
   TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = kWorkspaceBytes;
   const uint32_t aligns[4] = {static_cast<uint32_t>(align_b), static_cast<uint32_t>(align_a),
-                              static_cast<uint32_t>(align_c), static_cast<uint32_t>(align_c)};
+                              static_cast<uint32_t>(align_c), static_cast<uint32_t>(align_d)};
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -111,11 +137,13 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key) {
   if (status == CUBLAS_STATUS_SUCCESS)
     status = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  if ((status != CUBLAS_STATUS_SUCCESS || found == 0) && ep != Epilogue::None) {
+    destroy(p);
+    p.supported = false;
+    return p;
+  }
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.op);
+    destroy(p);
     TANDEM_FAIL("matmul: cuBLASLt has no algorithm for (", m, " x ", k, ") @ (", k, " x ", n, ")",
                 trans_a ? " with a transposed" : "", trans_b ? " with b transposed" : "", ", inputs ",
                 ab_type == CUDA_R_32F    ? "f32"
@@ -125,11 +153,55 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key) {
                 c_type == CUDA_R_32F    ? "f32"
                 : c_type == CUDA_R_16BF ? "bf16"
                                         : "f16",
-                ", operand alignments ", align_a, "/", align_b, "/", align_c,
+                ", operand alignments ", align_a, "/", align_b, "/", align_d,
                 " bytes: ", status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
   }
   p.algo = result.algo;
   return p;
+}
+
+// Queues D = op(a) op(b) + beta C through the plan of this shape and epilogue: C is `c_in` (the residual of
+// linear_forward; it may be d itself, cuBLASLt's in-place form), `bias` the epilogue's vector. m, n, k > 0. Returns
+// false, queuing nothing, when cuBLASLt has no algorithm for the epilogue; without one that throws.
+bool queue_product(device::CudaDevice& dev, const Tensor& a, const Tensor& b, const Tensor& c_in, const Tensor& d,
+                   bool trans_a, bool trans_b, float beta, Epilogue epilogue, const void* bias) {
+  const int64_t m = rows_of(d), n = cols_of(d);
+  const int64_t k = trans_a ? rows_of(a) : cols_of(a);
+  GemmContext& ctx = dev.context<GemmContext>();
+  const PlanKey key{m,
+                    n,
+                    k,
+                    trans_a,
+                    trans_b,
+                    cols_of(a),
+                    cols_of(b),
+                    cuda_type(a.dtype()),
+                    cuda_type(d.dtype()),
+                    alignment_of(a.raw()),
+                    alignment_of(b.raw()),
+                    alignment_of(c_in.raw()),
+                    alignment_of(d.raw()),
+                    static_cast<int64_t>(epilogue),
+                    epilogue == Epilogue::None ? 0 : alignment_of(bias)};
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  auto it = ctx.plans.find(key);
+  if (it == ctx.plans.end()) it = ctx.plans.emplace(key, make_plan(ctx.handle, key, bias)).first;
+  Plan& p = it->second;
+  if (!p.supported) return false;
+  if (epilogue != Epilogue::None)
+    TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  const float alpha = 1.0f;
+  // C and D share one descriptor: the same type and shape (in place when c_in is d, as cuBLASLt requires for that).
+  const cublasStatus_t status =
+      cublasLtMatmul(ctx.handle, p.op, &alpha, b.raw(), p.a, a.raw(), p.b, &beta, c_in.raw(), p.c, d.raw(), p.c,
+                     &p.algo, ctx.workspace.raw(), kWorkspaceBytes, dev.compute_stream());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && epilogue != Epilogue::None) {
+    destroy(p);
+    p.supported = false;  // refused at the call: do without the epilogue from now on
+    return false;
+  }
+  TANDEM_CUBLAS_CHECK(status);
+  return true;
 }
 
 }  // namespace
@@ -152,27 +224,73 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
     }
     return;
   }
+  queue_product(dev, a, b, c, c, trans_a, trans_b, beta, Epilogue::None, nullptr);
+}
+
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                    const Tensor& y) {
+  const char* op = "linear_forward";
+  check_float(op, "x", x);
+  check_dtype(op, "weight", weight, x.dtype());
+  check_dtype(op, "y", y, x.dtype());
+  if (bias.defined()) check_dtype(op, "bias", bias, x.dtype());
+  if (residual.defined()) check_dtype(op, "residual", residual, x.dtype());
+  const int64_t m = rows_of(y), n = cols_of(y), k = cols_of(x);
+  if (m == 0 || n == 0) return;
+  device::CudaDevice& dev = cuda_device(y);
+  const Tensor rows = y.view({m, n});  // (N, out)
+  if (k > 0) {
+    // One product: y = x W^T + residual (C, beta 1) + bias (epilogue), rounded once.
+    const Tensor& c_in = residual.defined() ? residual : y;
+    const float beta = residual.defined() ? 1.0f : 0.0f;
+    const Epilogue e = bias.defined() ? Epilogue::Bias : Epilogue::None;
+    if (queue_product(dev, x, weight, c_in, y, false, true, beta, e, bias.defined() ? bias.raw() : nullptr)) return;
+    // No algorithm with the bias epilogue: the product with the residual, then the bias as its own pass.
+    queue_product(dev, x, weight, c_in, y, false, true, beta, Epilogue::None, nullptr);
+    add_bias(rows, bias);
+    return;
+  }
+  matmul(x, weight, y, false, true, 0.0f);  // an empty sum: zeros
+  if (bias.defined()) add_bias(rows, bias);
+  if (residual.defined()) add(rows, residual.view({m, n}), rows);
+}
+
+void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dweight, const Tensor& dbias) {
+  const char* op = "linear_weight_grad";
+  check_float(op, "dy", dy);
+  check_dtype(op, "x", x, dy.dtype());
+  TANDEM_CHECK(dweight.dtype() == dy.dtype() || dweight.dtype() == DType::F32, op, ": dweight holds ",
+               dtype_name(dweight.dtype()), ", expected ", dtype_name(dy.dtype()), " or f32");
+  if (dbias.defined()) check_dtype(op, "dbias", dbias, DType::F32);
+  const int64_t rows = rows_of(dy);
+  if (rows_of(dweight) == 0 || cols_of(dweight) == 0 || rows == 0) {
+    matmul(dy, x, dweight, true, false, 1.0f);  // nothing to add (or an empty matrix)
+    return;
+  }
+  device::CudaDevice& dev = cuda_device(dweight);
+  // The bias gradient as an epilogue needs it in the product's output type: f32 dweight (the training case).
+  if (dbias.defined() && dweight.dtype() == DType::F32) {
+    Tensor part = Tensor::empty(dbias.shape(), DType::F32, dev, "linear_weight_grad bias scratch");  // (out)
+    if (queue_product(dev, dy, x, dweight, dweight, true, false, 1.0f, Epilogue::BiasGradB, part.raw())) {
+      axpy(1.0f, part, dbias);
+      return;
+    }
+  }
+  matmul(dy, x, dweight, true, false, 1.0f);
+  if (dbias.defined()) bias_backward(dy.view({rows, cols_of(dy)}), dbias);
+}
+
+EpilogueCounts epilogue_counts(device::CudaDevice& dev) {
   GemmContext& ctx = dev.context<GemmContext>();
-  const PlanKey key{m,
-                    n,
-                    k,
-                    trans_a,
-                    trans_b,
-                    cols_of(a),
-                    cols_of(b),
-                    cuda_type(a.dtype()),
-                    cuda_type(c.dtype()),
-                    alignment_of(a.raw()),
-                    alignment_of(b.raw()),
-                    alignment_of(c.raw())};
   std::lock_guard<std::mutex> lock(ctx.mu);
-  auto it = ctx.plans.find(key);
-  if (it == ctx.plans.end()) it = ctx.plans.emplace(key, make_plan(ctx.handle, key)).first;
-  const Plan& p = it->second;
-  const float alpha = 1.0f;
-  // In place: C and D are the same matrix (same descriptor), as cuBLASLt requires for that.
-  TANDEM_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, p.op, &alpha, b.raw(), p.a, a.raw(), p.b, &beta, c.raw(), p.c, c.raw(),
-                                     p.c, &p.algo, ctx.workspace.raw(), kWorkspaceBytes, dev.compute_stream()));
+  EpilogueCounts counts;
+  for (const auto& [key, plan] : ctx.plans) {
+    const auto e = static_cast<Epilogue>(key[13]);
+    if (e == Epilogue::None) continue;
+    (e == Epilogue::Bias ? counts.bias : counts.bias_grad) += 1;
+    if (!plan.supported) counts.unsupported += 1;
+  }
+  return counts;
 }
 
 }  // namespace tandem::ops::cuda

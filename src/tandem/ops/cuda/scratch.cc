@@ -1,8 +1,11 @@
 // The scratch the CUDA kernels allocate (backend.h's Scratch), for the planner; the kernels are in the .cu files
 // beside this one. Not counted: CUB's radix-sort temporary in embedding_backward and cuDNN's per-graph attention
 // workspace (both vary with the library version; a few MiB at model shapes).
+#include <algorithm>
+
 #include "tandem/ops/backend.h"
 #include "tandem/ops/cuda/workspace.h"
+#include "tandem/ops/op_util.h"
 
 namespace tandem::ops::cuda {
 namespace {
@@ -19,6 +22,32 @@ int64_t embedding_backward_scratch(const ScratchContext&, const Tensor& ids, con
   return 3 * ids.numel() * 4;
 }
 
+// column_sum.cuh: the partial sums of the bias gradient, (slices, C) f32.
+int64_t bias_backward_scratch(const ScratchContext&, const Tensor& dy, const Tensor&) {
+  return column_sum_scratch_bytes(1, rows_of(dy), cols_of(dy), static_cast<int64_t>(dtype_size(dy.dtype())));
+}
+
+// layernorm.cu: the partial sums of dgamma and dbeta.
+int64_t layernorm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&, const Tensor&,
+                                   const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  return layernorm_backward_scratch_bytes(rows_of(x), cols_of(x), static_cast<int64_t>(dtype_size(x.dtype())));
+}
+int64_t layernorm_backward_add_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&,
+                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&) {
+  return layernorm_backward_scratch_bytes(rows_of(x), cols_of(x), static_cast<int64_t>(dtype_size(x.dtype())));
+}
+
+// gemm.cc: the bias gradient the BGRADB epilogue writes, (out) f32, or where cuBLASLt has no such algorithm the
+// column sums' partial sums: the larger of the two.
+int64_t linear_weight_grad_scratch(const ScratchContext&, const Tensor& dy, const Tensor&, const Tensor& dweight,
+                                   const Tensor& dbias) {
+  if (!dbias.defined()) return 0;
+  const int64_t sums =
+      column_sum_scratch_bytes(1, rows_of(dy), cols_of(dy), static_cast<int64_t>(dtype_size(dy.dtype())));
+  return dweight.dtype() == DType::F32 ? std::max(sums, dbias.numel() * 4) : sums;
+}
+
 }  // namespace
 
 const Scratch& scratch() {
@@ -26,6 +55,10 @@ const Scratch& scratch() {
     Scratch s;
     s.attention_backward = &attention_backward_scratch;
     s.embedding_backward = &embedding_backward_scratch;
+    s.bias_backward = &bias_backward_scratch;
+    s.layernorm_backward = &layernorm_backward_scratch;
+    s.layernorm_backward_add = &layernorm_backward_add_scratch;
+    s.linear_weight_grad = &linear_weight_grad_scratch;
     s.fixed = kGemmWorkspaceBytes;
     return s;
   }();
