@@ -16,6 +16,8 @@ const Scratch& scratch() {
     s.matmul = &matmul_scratch;
     s.attention_forward = &attention_forward_scratch;
     s.attention_backward = &attention_backward_scratch;
+    s.attention_gqa_forward = &attention_gqa_forward_scratch;
+    s.attention_gqa_backward = &attention_gqa_backward_scratch;
     return s;
   }();
   return table;

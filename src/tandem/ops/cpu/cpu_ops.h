@@ -21,5 +21,9 @@ int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, 
                                   const Tensor& lse);
 int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
                                    const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
+int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                      const Tensor& y, const Tensor& lse);
+int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                       const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
 
 }  // namespace tandem::ops::cpu

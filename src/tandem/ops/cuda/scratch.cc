@@ -2,7 +2,9 @@
 // beside this one. Not counted: CUB's radix-sort temporary in embedding_backward and cuDNN's per-graph attention
 // workspace (both vary with the library version; a few MiB at model shapes).
 #include "tandem/ops/backend.h"
+#include "tandem/ops/cuda/scratch_sizes.h"
 #include "tandem/ops/cuda/workspace.h"
+#include "tandem/ops/op_util.h"
 
 namespace tandem::ops::cuda {
 namespace {
@@ -19,6 +21,18 @@ int64_t embedding_backward_scratch(const ScratchContext&, const Tensor& ids, con
   return 3 * ids.numel() * 4;
 }
 
+// rmsnorm.cu: dgamma's (slices, C) f32 partials.
+int64_t rmsnorm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&, const Tensor&,
+                                 const Tensor&, const Tensor&) {
+  return rmsnorm_backward_scratch_bytes(rows_of(x), cols_of(x));
+}
+
+// attention_gqa.cu: rowsum(dO * O) (B, H, T) f32 (the plain kernels; cuDNN's workspace is not counted, as above).
+int64_t attention_gqa_backward_scratch(const ScratchContext&, const Tensor& qkv, int heads, int, const Tensor&,
+                                       const Tensor&, const Tensor&, const Tensor&) {
+  return attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1));
+}
+
 }  // namespace
 
 const Scratch& scratch() {
@@ -26,6 +40,8 @@ const Scratch& scratch() {
     Scratch s;
     s.attention_backward = &attention_backward_scratch;
     s.embedding_backward = &embedding_backward_scratch;
+    s.rmsnorm_backward = &rmsnorm_backward_scratch;
+    s.attention_gqa_backward = &attention_gqa_backward_scratch;
     s.fixed = kGemmWorkspaceBytes;
     return s;
   }();
