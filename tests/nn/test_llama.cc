@@ -192,6 +192,9 @@ TEST(Llama, ParameterCountMatchesTheBuiltModel) {
   LlamaConfig wide = small();
   wide.head_dim = 6;  // H D = 24 != C
   configs.push_back(wide);
+  LlamaConfig tied = small();
+  tied.tie_word_embeddings = true;
+  configs.push_back(tied);
   for (const LlamaConfig& c : configs) {
     EXPECT_EQ(build_llama(c).num_parameters(), llama_parameter_count(c))
         << c.num_attention_heads << " heads " << c.num_key_value_heads << " kv heads, head_dim " << c.head_dim;
@@ -215,6 +218,7 @@ TEST(Llama, ParameterCountOfLlama32_1B) {
   c.rope_scaling.factor = 32.0;
   c.tie_word_embeddings = true;
   EXPECT_EQ(llama_parameter_count(c), 1235814400);
+  EXPECT_EQ(build_llama(c).num_parameters(), 1235814400);  // shapes only: nothing is allocated
   c.tie_word_embeddings = false;
   EXPECT_EQ(llama_parameter_count(c), 1235814400 + 128256 * 2048);
   EXPECT_EQ(build_llama(c).num_parameters(), 1235814400 + 128256 * 2048);  // shapes only: nothing is allocated
@@ -318,6 +322,60 @@ TEST(GradCheck, LlamaGroupedQuery) {
     if (p->init == Init::Normal) testing::fill_normal(p->value, tandem::hash_name(p->name), 0.3f);
   Tensor x = random_tokens(dev, {2, 5}, 13, 7);
   Tensor y = random_tokens(dev, {10}, 13, 8);
+  check_directional_derivatives(m, x, y);
+}
+
+// The head tied to the embedding: one parameter fewer (V x C), the head reads the table's memory, and the table's
+// gradient is the sum of the untied model's two gradients (table and head) at the same weights.
+TEST(Llama, TiedEmbeddingsShareValueAndSumGradients) {
+  device::CpuDevice dev;
+  const LlamaConfig untied_config = small();
+  LlamaConfig tied_config = untied_config;
+  tied_config.tie_word_embeddings = true;
+  EXPECT_EQ(llama_parameter_count(tied_config), llama_parameter_count(untied_config) - 13 * 16);
+  Model untied = build_llama(untied_config), tied = build_llama(tied_config);
+  ASSERT_EQ(tied.replicas().size(), 1u);
+  EXPECT_EQ(tied.replicas()[0]->name, "embed.weight");
+  untied.materialize(dev, 3);
+  tied.materialize(dev, 3);
+  auto u = by_name(untied), t = by_name(tied);
+  EXPECT_EQ(t.size() + 1, u.size());
+  EXPECT_FALSE(t.count("head.weight"));
+  EXPECT_EQ(tied.replicas()[0]->value.raw(), t.at("embed.weight")->value.raw());
+  for (auto& [name, p] : t) {
+    testing::fill_normal(p->value, tandem::hash_name(name), 0.3f);
+    std::memcpy(u.at(name)->value.raw(), p->value.raw(), p->value.nbytes());
+  }
+  std::memcpy(u.at("head.weight")->value.raw(), t.at("embed.weight")->value.raw(),
+              t.at("embed.weight")->value.nbytes());
+  Tensor x = random_tokens(dev, {2, 5}, 13, 7);
+  Tensor y = random_tokens(dev, {10}, 13, 8);
+  untied.zero_grad();
+  tied.zero_grad();
+  EXPECT_EQ(loss_of(untied, x, y, true), loss_of(tied, x, y, true));
+  for (auto& [name, p] : t) {
+    for (int64_t i = 0; i < p->grad.numel(); ++i) {
+      float want = u.at(name)->grad.f32()[i];
+      if (name == "embed.weight") want += u.at("head.weight")->grad.f32()[i];
+      ASSERT_NEAR(p->grad.f32()[i], want, 1e-6f * (1 + std::fabs(want))) << name << " element " << i;
+    }
+  }
+  // Under tp the replica is split as the table is (vocabulary rows).
+  tied_config.vocab_size = 14;
+  const Model slot = build_llama(tied_config, TpSlot{1, 2, nullptr});
+  EXPECT_EQ(slot.replicas().at(0)->shape, Shape({7, 16}));
+}
+
+TEST(GradCheck, LlamaTied) {
+  device::CpuDevice dev;
+  LlamaConfig c = small(4, 2);
+  c.tie_word_embeddings = true;
+  Model m = build_llama(c);
+  m.materialize(dev, 5);
+  for (Parameter* p : m.parameters())
+    if (p->init == Init::Normal) testing::fill_normal(p->value, tandem::hash_name(p->name), 0.3f);
+  Tensor x = random_tokens(dev, {2, 5}, 13, 17);
+  Tensor y = random_tokens(dev, {10}, 13, 18);
   check_directional_derivatives(m, x, y);
 }
 

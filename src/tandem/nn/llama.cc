@@ -52,8 +52,6 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp) {
 
 Model build_llama(const LlamaConfig& cfg, TpSlot tp) {
   const LlamaConfig c = resolve_llama(cfg, tp.size);
-  if (c.tie_word_embeddings)
-    TANDEM_FAIL("llama: tie_word_embeddings needs tied parameters, which this build does not have; set it to false");
   auto rope = std::make_shared<RopeCache>(
       ops::rope_tables(ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling), c.seq_len));
   LlamaBlockShape shape;
@@ -68,7 +66,7 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp) {
   Model model;
   model.emplace<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) model.emplace<LlamaBlock>(static_cast<int>(i), shape, rope, tp);
-  model.emplace<LlamaHead>(c.hidden_size, c.vocab_size, shape.eps, tp);
+  model.emplace<LlamaHead>(c.hidden_size, c.vocab_size, shape.eps, tp, c.tie_word_embeddings);
   model.set_vocab_parallel_logits(tp.active());
   return model;
 }

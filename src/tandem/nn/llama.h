@@ -39,7 +39,8 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp = 1);
 // blocks. Parameters "embed.weight" (V, C); per block "layers.<i>.attn_norm.weight" (C), "layers.<i>.qkv.weight"
 // ((H + 2 Hkv) D, C) rows q then k then v (and ".bias" with qkv_bias), "layers.<i>.o.weight" (C, H D) (and
 // ".bias" with o_bias), "layers.<i>.mlp_norm.weight" (C), "layers.<i>.gate_up.weight" (2F, C) rows gate then up,
-// "layers.<i>.down.weight" (C, F); "norm.weight" (C), "head.weight" (V, C). Initialised as gpt: N(0, 0.02)
+// "layers.<i>.down.weight" (C, F); "norm.weight" (C), "head.weight" (V, C), or with tie_word_embeddings a replica of
+// "embed.weight" (Parameter::replica: the model lists the table once). Initialised as gpt: N(0, 0.02)
 // matrices and embedding, ones for the norms, zeros for biases, keyed by name and element (any layout alike).
 // Tensor-parallel as llama_layers.h describes; the logits are then vocabulary-parallel.
 Model build_llama(const LlamaConfig& cfg, TpSlot tp = {});

@@ -146,8 +146,10 @@ Tensor LlamaBlock::backward(const Tensor& dy, Saved& saved) {
   return dx;
 }
 
-LlamaHead::LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp)
-    : Layer(""), norm_("norm", dim, eps), head_("head", dim, vocab_size, false, Split::Column, tp) {
+LlamaHead::LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp, bool tied)
+    : Layer(""),
+      norm_("norm", dim, eps),
+      head_("head", dim, vocab_size, false, Split::Column, tp, 1, tied ? "embed.weight" : "") {
   add_child(norm_);
   add_child(head_);
 }

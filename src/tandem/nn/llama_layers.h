@@ -53,7 +53,6 @@ class LlamaEmbedding final : public Layer {
   Tensor forward(const Tensor& tokens, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override;  // returns undefined: tokens have no gradient
   Shape output_shape(const Shape& in) const override { return {in.at(0), in.at(1), dim_}; }
-  Parameter& weight() { return *weight_; }
 
  private:
   int64_t vocab_, max_seq_, dim_;
@@ -101,9 +100,11 @@ class LlamaBlock final : public Layer {
 
 // logits (B, T, V) = head(norm(x)); "norm.weight" (C), "head.weight" (V, C), no bias. Tensor-parallel: the head is
 // column-parallel and each slot returns its vocabulary slice (B, T, V / tp) for the vocabulary-parallel loss.
+// `tied` (tie_word_embeddings): the head reads the embedding's "embed.weight" (a replica of it, split alike) instead
+// of a weight of its own.
 class LlamaHead final : public Layer {
  public:
-  LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp = {});
+  LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp = {}, bool tied = false);
   Tensor forward(const Tensor& x, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override;
   Shape output_shape(const Shape& in) const override { return head_.output_shape(in); }
