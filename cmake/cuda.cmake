@@ -121,7 +121,12 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/gemm.cc
   ${_tandem_ops}/layernorm.cu
   ${_tandem_ops}/op_timer.cc
-  ${_tandem_ops}/reduce.cu)
+  ${_tandem_ops}/reduce.cu
+  ${_tandem_ops}/rmsnorm.cu
+  ${_tandem_ops}/rotary.cu
+  ${_tandem_ops}/swiglu.cu
+  ${_tandem_ops}/attention_gqa.cc
+  ${_tandem_ops}/attention_gqa.cu)
 target_include_directories(tandem_ops_cuda PUBLIC ${_tandem_root}/src)
 # nvrtc: cudnn-frontend compiles some of its engines at run time.
 target_link_libraries(tandem_ops_cuda PUBLIC tandem_device_cuda CUDA::cublasLt CUDA::cudart CUDA::nvrtc tandem::cudnn)
@@ -133,6 +138,8 @@ if(TANDEM_CUDNN_FRONTEND_INCLUDE)
   # serialisation here) and would sit beside the project's nlohmann_json.
   target_include_directories(tandem_ops_cuda SYSTEM PRIVATE ${TANDEM_CUDNN_FRONTEND_INCLUDE})
   set_source_files_properties(${_tandem_ops}/attention.cc PROPERTIES COMPILE_DEFINITIONS
+                              "TANDEM_HAVE_CUDNN_FRONTEND=1;CUDNN_FRONTEND_SKIP_JSON_LIB=1")
+  set_source_files_properties(${_tandem_ops}/attention_gqa.cc PROPERTIES COMPILE_DEFINITIONS
                               "TANDEM_HAVE_CUDNN_FRONTEND=1;CUDNN_FRONTEND_SKIP_JSON_LIB=1")
   set(_tandem_attention "cuDNN fused attention (cudnn-frontend at ${TANDEM_CUDNN_FRONTEND_INCLUDE})")
 else()

@@ -26,9 +26,11 @@
 #include "tandem/device/cuda/cuda_check.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/ops/cpu/cpu_ops.h"
+#include "tandem/ops/cuda/attention_gqa_plain.h"
 #include "tandem/ops/cuda/attention_plain.h"
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/gemm_stats.h"
+#include "tandem/ops/rope_tables.h"
 #include "tolerances.h"
 
 namespace tandem {
@@ -811,6 +813,171 @@ void check_deferred_errors(Suite& s) {
   });
 }
 
+// ---- the Llama-family ops: RMSNorm, rotary embedding, SwiGLU, grouped-query attention ----
+
+void check_rmsnorm(Suite& s) {
+  // 37 columns: partial warps; (4096, 2048): B=2 T=2048 rows of a Llama 3.2 1B hidden state.
+  for (DType t : kFloatTypes) {
+    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {4096, 2048}}) {
+      const std::string shape = dims({n, c});
+      s.run("rmsnorm_forward", dtype_name(t), shape, [&] {
+        auto x = s.make({n, c}, t, 200, 2.0f, 0.5f);
+        auto gamma = s.make({c}, t, 201, 0.2f, 1.0f);
+        auto y = s.output({n, c}, t);
+        auto rstd = s.output({n}, DType::F32);
+        cpu::rmsnorm_forward(x.cpu, gamma.cpu, y.cpu, rstd.cpu, 1e-5f);
+        gpu::rmsnorm_forward(x.gpu, gamma.gpu, y.gpu, rstd.gpu, 1e-5f);
+        s.compare("rmsnorm_forward y", t, shape, y.gpu, y.cpu);
+        s.compare("rmsnorm_forward rstd", t, shape, rstd.gpu, rstd.cpu);
+        auto rstd2 = s.output({n}, DType::F32);
+        gpu::rmsnorm_forward(x.gpu, gamma.gpu, x.gpu, rstd2.gpu, 1e-5f);  // in place: y is x
+        s.compare("rmsnorm_forward in place", t, shape, x.gpu, y.cpu);
+      });
+      s.run("rmsnorm_backward", dtype_name(t), shape, [&] {
+        auto x = s.make({n, c}, t, 202, 2.0f, 0.5f);
+        auto gamma = s.make({c}, t, 203, 0.2f, 1.0f);
+        auto dy = s.make({n, c}, t, 204);
+        // rstd from the CPU forward, shared by both sides.
+        Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
+        Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
+        cpu::rmsnorm_forward(x.cpu, gamma.cpu, y, rstd, 1e-5f);
+        Tensor rstd_g = s.upload(rstd, DType::F32);
+        auto dx = s.output({n, c}, t);
+        auto dgamma = s.make({c}, DType::F32, 205);  // accumulates
+        Tensor dgamma_again = Tensor::empty({c}, DType::F32, s.dev(), "dgamma copy");
+        dgamma_again.copy_from(dgamma.gpu);
+        cpu::rmsnorm_backward(dy.cpu, x.cpu, gamma.cpu, rstd, dx.cpu, dgamma.cpu);
+        gpu::rmsnorm_backward(dy.gpu, x.gpu, gamma.gpu, rstd_g, dx.gpu, dgamma.gpu);
+        s.compare("rmsnorm_backward dx", t, shape, dx.gpu, dx.cpu);
+        s.compare("rmsnorm_backward dgamma", t, shape, dgamma.gpu, dgamma.cpu);
+        gpu::rmsnorm_backward(dy.gpu, x.gpu, gamma.gpu, rstd_g, dy.gpu, dgamma_again);  // in place: dx is dy
+        s.compare("rmsnorm_backward in place", t, shape, dy.gpu, dx.cpu);
+        s.row("rmsnorm_backward dgamma bitwise rerun", dtype_name(t), shape,
+              same_bits(dgamma.gpu, dgamma_again) ? 0.0 : 1.0, gpu_check::kOpExact);
+      });
+    }
+  }
+}
+
+void check_rotary(Suite& s) {
+  struct Case {
+    int64_t b, t, heads, kv_heads, d, t_max;  // a fused qkv (B, T, (H + 2 Hkv) D); q and k rotated
+  };
+  const std::vector<Case> cases = {{3, 5, 3, 1, 6, 7}, {2, 1024, 32, 8, 64, 2048}, {2, 1024, 32, 8, 128, 1024}};
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      const int64_t w = (c.heads + 2 * c.kv_heads) * c.d;
+      const int rotated = static_cast<int>(c.heads + c.kv_heads);
+      const std::string shape = dims({c.b, c.t, w}) + " D=" + std::to_string(c.d);
+      // Llama 3.1's frequencies.
+      ops::RopeScaling scaling;
+      scaling.rope_type = "llama3";
+      const ops::RopeTables tables = ops::rope_tables(ops::rope_inverse_frequencies(c.d, 500000.0, scaling), c.t_max);
+      for (bool backward : {false, true}) {
+        const std::string op = backward ? "rotary_backward" : "rotary_forward";
+        s.run(op, dtype_name(t), shape, [&] {
+          auto cos = s.from_values({c.t_max, c.d / 2}, DType::F32, tables.cos);
+          auto sin = s.from_values({c.t_max, c.d / 2}, DType::F32, tables.sin);
+          auto x = s.make({c.b, c.t, w}, t, backward ? 211 : 210);
+          auto y = s.output({c.b, c.t, w}, t);
+          auto fn_cpu = backward ? cpu::rotary_backward : cpu::rotary_forward;
+          auto fn_gpu = backward ? gpu::rotary_backward : gpu::rotary_forward;
+          fn_cpu(x.cpu, cos.cpu, sin.cpu, rotated, y.cpu);
+          fn_gpu(x.gpu, cos.gpu, sin.gpu, rotated, y.gpu);
+          s.compare(op, t, shape, y.gpu, y.cpu);
+          fn_gpu(x.gpu, cos.gpu, sin.gpu, rotated, x.gpu);  // in place on the fused qkv: v left alone
+          s.compare(op + " in place", t, shape, x.gpu, y.cpu);
+        });
+      }
+    }
+  }
+}
+
+void check_swiglu(Suite& s) {
+  // 13 columns: odd; (4096, 8192): B=2 T=2048 rows of Llama 3.2 1B's MLP.
+  for (DType t : kFloatTypes) {
+    for (const auto& [n, f] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {4096, 8192}}) {
+      const std::string shape = dims({n, 2 * f});
+      s.run("swiglu_forward", dtype_name(t), shape, [&] {
+        auto gate_up = s.make({n, 2 * f}, t, 220, 2.0f);
+        auto y = s.output({n, f}, t);
+        cpu::swiglu_forward(gate_up.cpu, y.cpu);
+        gpu::swiglu_forward(gate_up.gpu, y.gpu);
+        s.compare("swiglu_forward", t, shape, y.gpu, y.cpu);
+      });
+      s.run("swiglu_backward", dtype_name(t), shape, [&] {
+        auto gate_up = s.make({n, 2 * f}, t, 221, 2.0f);
+        auto dy = s.make({n, f}, t, 222);
+        auto dgate_up = s.output({n, 2 * f}, t);
+        cpu::swiglu_backward(gate_up.cpu, dy.cpu, dgate_up.cpu);
+        gpu::swiglu_backward(gate_up.gpu, dy.gpu, dgate_up.gpu);
+        s.compare("swiglu_backward", t, shape, dgate_up.gpu, dgate_up.cpu);
+        gpu::swiglu_backward(gate_up.gpu, dy.gpu, gate_up.gpu);  // in place: dgate_up is gate_up
+        s.compare("swiglu_backward in place", t, shape, gate_up.gpu, dgate_up.cpu);
+      });
+    }
+  }
+}
+
+void check_attention_gqa(Suite& s) {
+  struct Case {
+    int64_t b, t, h, kv, d;
+  };
+  // Small odd shapes, multi-query, a head dim cuDNN refuses (12: the plain kernels run in every dtype), and Llama's
+  // 32 query heads over 8 kv heads at D = 64 and D = 128.
+  const std::vector<Case> cases = {{1, 7, 4, 2, 8},  {2, 77, 6, 2, 16},    {1, 33, 4, 1, 64},
+                                   {2, 9, 4, 2, 12}, {2, 1024, 32, 8, 64}, {2, 1024, 32, 8, 128}};
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      for (bool plain : {false, true}) {
+        if (plain && t == DType::F32) continue;  // f32 always runs the plain kernels
+        const int64_t w = (c.h + 2 * c.kv) * c.d, cy = c.h * c.d;
+        const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
+        const std::string shape = dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + (plain ? " plain" : "");
+        const std::string fwd = "attention_gqa_forward", bwd = "attention_gqa_backward";
+        s.run(fwd, dtype_name(t), shape, [&] {
+          auto qkv = s.make({c.b, c.t, w}, t, 230);
+          auto y = s.output({c.b, c.t, cy}, t);
+          auto lse = s.output({c.b, c.h, c.t}, DType::F32);
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y.cpu, lse.cpu);
+          if (plain) {
+            gpu::attention_gqa_forward_plain(qkv.gpu, heads, kv, y.gpu, lse.gpu);
+          } else {
+            gpu::attention_gqa_forward(qkv.gpu, heads, kv, y.gpu, lse.gpu);
+          }
+          s.compare(fwd + " y", t, shape, y.gpu, y.cpu);
+          s.compare(fwd + " lse", t, shape, lse.gpu, lse.cpu);
+        });
+        s.run(bwd, dtype_name(t), shape, [&] {
+          auto qkv = s.make({c.b, c.t, w}, t, 231);
+          auto dy = s.make({c.b, c.t, cy}, t, 232);
+          // The CPU forward's y and lse feed both backwards, so only the backward is compared.
+          Tensor y = Tensor::empty({c.b, c.t, cy}, DType::F32, s.host(), "y");
+          Tensor lse = Tensor::empty({c.b, c.h, c.t}, DType::F32, s.host(), "lse");
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y, lse);
+          Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
+          auto dqkv = s.output({c.b, c.t, w}, t);
+          cpu::attention_gqa_backward(qkv.cpu, heads, kv, y, lse, dy.cpu, dqkv.cpu);
+          auto run = [&](const Tensor& out) {
+            if (plain) {
+              gpu::attention_gqa_backward_plain(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out);
+            } else {
+              gpu::attention_gqa_backward(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out);
+            }
+          };
+          run(dqkv.gpu);
+          s.compare(bwd + " dqkv", t, shape, dqkv.gpu, dqkv.cpu);
+          Tensor again = Tensor::empty(dqkv.gpu.shape(), t, s.dev(), "dqkv again");
+          s.poison(again);
+          run(again);
+          s.row(bwd + " bitwise rerun", dtype_name(t), shape, same_bits(dqkv.gpu, again) ? 0.0 : 1.0,
+                gpu_check::kOpExact);
+        });
+      }
+    }
+  }
+}
+
 // ---- timings ----
 
 template <class F>
@@ -988,6 +1155,44 @@ void bench(CudaDevice& dev) {
     const double back = median_ms(dev, [&] { gpu::bias_gelu_backward(h, bias, dy, y); });
     print("bias_gelu_backward bf16 (8192 x 6400)", back, 3.0 * N * C * 2, "GB/s");
   }
+  {
+    // Llama 3.2 1B at a micro-batch of 4 x 2048 tokens: RMSNorm (C 2048), SwiGLU (F 8192), rotary on the fused qkv
+    // (32 query heads, 8 kv heads, D 64), grouped-query attention (and at D 128).
+    const int64_t N = 8192, C = 2048, F = 8192;
+    Tensor x = Tensor::empty({N, C}, bf, dev, "x"), y = Tensor::empty({N, C}, bf, dev, "y");
+    Tensor g = Tensor::empty({C}, bf, dev, "gamma"), rstd = Tensor::empty({N}, DType::F32, dev, "rstd");
+    Tensor dg = Tensor::zeros({C}, DType::F32, dev, "dgamma"), dx = Tensor::empty({N, C}, bf, dev, "dx");
+    gpu::fill(x, 0.5f);
+    gpu::fill(g, 1.0f);
+    const double f = median_ms(dev, [&] { gpu::rmsnorm_forward(x, g, y, rstd, 1e-5f); });
+    print("rmsnorm bf16 fwd (8192 x 2048)", f, 2.0 * N * C * 2, "GB/s");
+    const double b = median_ms(dev, [&] { gpu::rmsnorm_backward(y, x, g, rstd, dx, dg); });
+    print("rmsnorm bf16 bwd (8192 x 2048)", b, 3.0 * N * C * 2, "GB/s");
+    Tensor gu = Tensor::empty({N, 2 * F}, bf, dev, "gate_up"), h = Tensor::empty({N, F}, bf, dev, "h");
+    gpu::fill(gu, 0.1f);
+    const double sf = median_ms(dev, [&] { gpu::swiglu_forward(gu, h); });
+    print("swiglu bf16 fwd (8192 x 2 x 8192)", sf, 3.0 * N * F * 2, "GB/s");
+    const double sb = median_ms(dev, [&] { gpu::swiglu_backward(gu, h, gu); });
+    print("swiglu bf16 bwd in place (8192 x 2 x 8192)", sb, 5.0 * N * F * 2, "GB/s");
+  }
+  for (const int64_t D : {int64_t{64}, int64_t{128}}) {
+    const int64_t B = 4, T = 2048, H = 32, KV = 8, W = (H + 2 * KV) * D;
+    Tensor qkv = Tensor::empty({B, T, W}, bf, dev, "qkv"), y = Tensor::empty({B, T, H * D}, bf, dev, "y");
+    Tensor lse = Tensor::empty({B, H, T}, DType::F32, dev, "lse"), dy = Tensor::empty({B, T, H * D}, bf, dev, "dy");
+    Tensor dqkv = Tensor::empty({B, T, W}, bf, dev, "dqkv");
+    Tensor cos = Tensor::zeros({T, D / 2}, DType::F32, dev, "cos"),
+           sin = Tensor::zeros({T, D / 2}, DType::F32, dev, "sin");
+    gpu::fill(qkv, 0.1f);
+    gpu::fill(dy, 0.01f);
+    const std::string what = " (B=4 T=2048 H=32 Hkv=8 D=" + std::to_string(D) + ")";
+    const double r = median_ms(dev, [&] { gpu::rotary_forward(qkv, cos, sin, static_cast<int>(H + KV), qkv); });
+    print("rotary bf16 in place" + what, r, 2.0 * B * T * (H + KV) * D * 2, "GB/s");
+    const double flops = 2.0 * B * T * T * H * D;  // causal: half of 4 B T^2 H D
+    const double af = median_ms(dev, [&] { gpu::attention_gqa_forward(qkv, H, KV, y, lse); });
+    print("attention_gqa bf16 fwd" + what, af, flops, "TFLOP/s");
+    const double ab = median_ms(dev, [&] { gpu::attention_gqa_backward(qkv, H, KV, y, lse, dy, dqkv); });
+    print("attention_gqa bf16 bwd" + what, ab, 2.5 * flops, "TFLOP/s");
+  }
 }
 
 int run(int argc, char** argv) {
@@ -1022,6 +1227,10 @@ int run(int argc, char** argv) {
   check_cross_entropy(s);
   check_reduce_and_adamw(s);
   check_deferred_errors(s);
+  check_rmsnorm(s);
+  check_rotary(s);
+  check_swiglu(s);
+  check_attention_gqa(s);
   dev.synchronize();
   const device::ArenaStats a = dev.arena_stats();
   std::printf("\narena: %s reserved in %zu block(s), %s in use, peak live %s\n", format_bytes(a.reserved_bytes).c_str(),

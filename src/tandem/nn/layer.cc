@@ -18,9 +18,9 @@ Parameter& Layer::add_parameter(const std::string& local, Shape shape, Init init
 
 Parameter& Layer::add_sharded_parameter(const std::string& local, Shape global_shape, Shape local_shape, Shard shard,
                                         Init init, bool decay) {
-  TANDEM_CHECK(shard.outer * shard.split * shard.inner == shape_numel(global_shape) && shard.split % shard.parts == 0 &&
-                   shape_numel(local_shape) * shard.parts == shape_numel(global_shape),
-               "inconsistent shard of ", local, " ", shape_str(global_shape), " -> ", shape_str(local_shape));
+  TANDEM_CHECK(
+      shard.valid(shape_numel(global_shape)) && shape_numel(local_shape) * shard.parts == shape_numel(global_shape),
+      "inconsistent shard of ", local, " ", shape_str(global_shape), " -> ", shape_str(local_shape));
   auto p = std::make_unique<Parameter>();
   p->name = child_name(local);
   p->shape = std::move(local_shape);

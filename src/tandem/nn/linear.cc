@@ -1,5 +1,7 @@
 #include "tandem/nn/linear.h"
 
+#include <algorithm>
+
 #include "tandem/ops/ops.h"
 
 namespace tandem::nn {
@@ -37,6 +39,46 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool
                                      Shard{out_, in_features, 1, tp.rank, parts}, Init::Normal, true);
     bias_ = bias ? &add_parameter("bias", {out_}, Init::Zeros, false) : nullptr;
   }
+}
+
+namespace {
+int64_t sum_of(const std::vector<int64_t>& sizes) {
+  int64_t s = 0;
+  for (const int64_t n : sizes) s += n;
+  return s;
+}
+}  // namespace
+
+Linear::Linear(std::string name, int64_t in_features, const std::vector<int64_t>& fused_sizes, bool bias, Split split,
+               TpSlot tp)
+    : Layer(std::move(name)),
+      in_(in_features),
+      out_(sum_of(fused_sizes)),
+      split_(tp.active() ? split : Split::None),
+      tp_(tp) {
+  TANDEM_CHECK(!fused_sizes.empty(), this->name(), ": no fused projection sizes");
+  for (const int64_t n : fused_sizes) TANDEM_CHECK(n > 0, this->name(), ": a fused projection of ", n, " outputs");
+  const bool equal =
+      std::all_of(fused_sizes.begin(), fused_sizes.end(), [&](int64_t n) { return n == fused_sizes[0]; });
+  if (split_ != Split::Column) {
+    TANDEM_CHECK(split_ == Split::None, this->name(), ": fused projections are split by columns only");
+    weight_ = &add_parameter("weight", {out_, in_}, Init::Normal, true);
+    bias_ = bias ? &add_parameter("bias", {out_}, Init::Zeros, false) : nullptr;
+    return;
+  }
+  const int parts = tp_.size;
+  const int64_t out_features = out_;
+  for (const int64_t n : fused_sizes)
+    TANDEM_CHECK(n % parts == 0, this->name(), ": a fused projection of ", n, " outputs over ", parts,
+                 " tensor-parallel slots");
+  out_ = out_features / parts;
+  // Equal sizes: the (fused, block, inner) form Linear(..., fused) makes, so both constructors shard alike.
+  const auto shard = [&](int64_t inner) {
+    return equal ? Shard{static_cast<int64_t>(fused_sizes.size()), fused_sizes[0], inner, tp.rank, parts}
+                 : Shard{1, out_features, inner, tp.rank, parts, fused_sizes};
+  };
+  weight_ = &add_sharded_parameter("weight", {out_features, in_}, {out_, in_}, shard(in_), Init::Normal, true);
+  bias_ = bias ? &add_sharded_parameter("bias", {out_features}, {out_}, shard(1), Init::Zeros, false) : nullptr;
 }
 
 Parameter* Linear::defer_bias() {

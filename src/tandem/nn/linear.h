@@ -5,6 +5,8 @@
 // partitioned X (the sum over tp is the "g" operator; b is replicated and added once after it).
 #pragma once
 
+#include <vector>
+
 #include "tandem/nn/layer.h"
 
 namespace tandem::nn {
@@ -18,6 +20,11 @@ class Linear final : public Layer {
   // tied to the embedding table: Parameter::replica), which must be split as this weight is.
   Linear(std::string name, int64_t in_features, int64_t out_features, bool bias = true, Split split = Split::None,
          TpSlot tp = {}, int fused = 1, const std::string& tied_to = "");
+  // Fused projections of the given sizes stacked along the outputs (out_features = their sum), each split
+  // separately under a column split, so every slot holds the same fraction of each: grouped-query attention's q, k
+  // and v of H*D, Hkv*D and Hkv*D rows. Equal sizes give the layout (and the Shard) of `fused` = their count.
+  Linear(std::string name, int64_t in_features, const std::vector<int64_t>& fused_sizes, bool bias = true,
+         Split split = Split::None, TpSlot tp = {});
 
   // x (..., in_local) -> y (..., out_local)
   Tensor forward(const Tensor& x, Saved& saved) override;

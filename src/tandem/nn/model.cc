@@ -21,7 +21,7 @@ Layer& Model::add(std::unique_ptr<Layer> layer) {
       TANDEM_CHECK(o.global_shape == p->global_shape && o.shape == p->shape && o.shard.part == p->shard.part &&
                        o.shard.parts == p->shard.parts &&
                        (whole || (o.shard.outer == p->shard.outer && o.shard.split == p->shard.split &&
-                                  o.shard.inner == p->shard.inner)),
+                                  o.shard.inner == p->shard.inner && o.shard.blocks == p->shard.blocks)),
                    "replica of '", p->name, "' is ", shape_str(p->shape), " of ", shape_str(p->global_shape),
                    ", its original ", shape_str(o.shape), " of ", shape_str(o.global_shape));
       continue;

@@ -3,6 +3,8 @@
 // tandem/parallel supplies *how* (a communicator over the tp group). Size 1: no reductions at all.
 #pragma once
 
+#include <vector>
+
 #include "tandem/core/tensor.h"
 
 namespace tandem::nn {
@@ -32,16 +34,39 @@ struct TpSlot {
 // (outer, split, inner); the parameter holds (outer, split / parts, inner), the `part`-th block of the
 // middle dim. Covers row blocks (outer 1), column blocks (inner 1) and the three q/k/v row blocks of a
 // fused projection (outer 3). parts == 1: the whole tensor.
+// Fused projections of unequal sizes (grouped-query attention's q, k, v of H*D, Hkv*D, Hkv*D rows): `blocks` lists
+// the sizes of consecutive blocks of the middle dim (summing to split); each block is divided into `parts` equal
+// pieces and the parameter holds piece `part` of every block, back to back. Empty: the equal form above.
 struct Shard {
   int64_t outer = 1, split = 1, inner = 1;
   int part = 0, parts = 1;
+  std::vector<int64_t> blocks = {};
 
   bool sharded() const { return parts > 1; }
   // Flat index in the logical tensor of the shard's flat element `i`.
   int64_t global_index(int64_t i) const {
     const int64_t local_split = split / parts;
     const int64_t o = i / (local_split * inner), rest = i % (local_split * inner);
-    return (o * split + part * local_split) * inner + rest;
+    if (blocks.empty()) return (o * split + part * local_split) * inner + rest;
+    int64_t row = rest / inner, start = 0;  // row within this shard's middle dim; start of its block in the whole
+    for (const int64_t b : blocks) {
+      const int64_t piece = b / parts;
+      if (row < piece) return (o * split + start + part * piece + row) * inner + rest % inner;
+      row -= piece;
+      start += b;
+    }
+    return -1;  // i is past the shard (valid() shards never get here for i < their numel)
+  }
+  // The sizes multiply out to `numel` and every block divides into `parts`.
+  bool valid(int64_t numel) const {
+    if (outer * split * inner != numel || parts < 1 || part < 0 || part >= parts || split % parts != 0) return false;
+    if (blocks.empty()) return true;
+    int64_t sum = 0;
+    for (const int64_t b : blocks) {
+      if (b <= 0 || b % parts != 0) return false;
+      sum += b;
+    }
+    return sum == split;
   }
 };
 

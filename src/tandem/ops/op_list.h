@@ -85,5 +85,22 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
                            const Tensor& y),                                                                       \
     (x, weight, bias, residual, y))                                                                                \
   X(void, linear_weight_grad, (const Tensor& dy, const Tensor& x, const Tensor& dweight, const Tensor& dbias),     \
-    (dy, x, dweight, dbias))
+    (dy, x, dweight, dbias))                                                                                       \
+  X(void, rmsnorm_forward, (const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& rstd, float eps),  \
+    (x, gamma, y, rstd, eps))                                                                                      \
+  X(void, rmsnorm_backward, (const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,          \
+                             const Tensor& dx, const Tensor& dgamma),                                              \
+    (dy, x, gamma, rstd, dx, dgamma))                                                                              \
+  X(void, rotary_forward, (const Tensor& x, const Tensor& cos, const Tensor& sin, int heads, const Tensor& y),     \
+    (x, cos, sin, heads, y))                                                                                       \
+  X(void, rotary_backward, (const Tensor& dy, const Tensor& cos, const Tensor& sin, int heads, const Tensor& dx),  \
+    (dy, cos, sin, heads, dx))                                                                                     \
+  X(void, swiglu_forward, (const Tensor& gate_up, const Tensor& y), (gate_up, y))                                  \
+  X(void, swiglu_backward, (const Tensor& gate_up, const Tensor& dy, const Tensor& dgate_up),                      \
+    (gate_up, dy, dgate_up))                                                                                       \
+  X(void, attention_gqa_forward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse), \
+    (qkv, heads, kv_heads, y, lse))                                                                                \
+  X(void, attention_gqa_backward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse, \
+                                   const Tensor& dy, const Tensor& dqkv),                                          \
+    (qkv, heads, kv_heads, y, lse, dy, dqkv))
 // clang-format on

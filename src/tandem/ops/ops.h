@@ -5,6 +5,7 @@
 // the two that return a host value (sum_squares and sum_squares_total, once per call).
 // Gradient outputs named d* are overwritten unless the comment says "accumulates" (+=).
 // Legend: N rows (tokens), K/M/C channels, V vocabulary, B batch, T time, H heads, D head dim (C = H*D).
+// Also: Hkv key/value heads (grouped-query attention), F the MLP's hidden width, W a row's width.
 //
 // Dtypes (mixed precision). Activations, their gradients and the parameters the layers read are in one
 // compute dtype X: f32, bf16 or f16. Every op computes in fp32 and rounds once when it stores. Unless a
@@ -17,6 +18,7 @@
 //   - adamw_step: every tensor f32 (master weights, fp32 gradients, moments).
 //   - sum_squares, sum_squares_total: any float dtype. cast: any float dtype to any float dtype.
 //   - axpy, add, scale, fill: one dtype.
+//   - rmsnorm: rstd, dgamma f32. rotary: cos, sin f32. attention_gqa: lse f32.
 #pragma once
 
 #include <cstdint>
@@ -158,5 +160,54 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
 // Casts between storage types: dst = convert(src), same numel, any float dtype to any float dtype
 // (round to nearest even; overflow to inf).
 void cast(const Tensor& src, const Tensor& dst);
+
+// ---- Llama-family decoders: RMSNorm, rotary position embedding, SwiGLU, grouped-query attention ----
+
+// RMSNorm over the last dim, as transformers' LlamaRMSNorm: x (N, C), gamma (C), y (N, C), rstd (N) f32 saved:
+// rstd = 1 / sqrt(mean(x^2) + eps) in fp32, xhat = x * rstd, y = gamma * xhat. Rounding order (16-bit X): xhat is
+// rounded to X first and the product with gamma rounded again, because transformers casts the normalised fp32
+// hidden states back to the input dtype before `weight * hidden_states`; in f32 both roundings are exact. y may be
+// x (in place).
+void rmsnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& rstd, float eps = 1e-6f);
+// dx (N, C) overwritten: rstd (g - xhat mean(g xhat)) with g = dy gamma and the unrounded xhat = x rstd.
+// dgamma (C) f32 accumulates the sum over rows of dy * xhat, with xhat rounded to X as forward multiplied it.
+// dx may be dy (in place).
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& dgamma);
+
+// Rotary position embedding, transformers' rotate_half convention: each head's D dims split into two halves
+// (dims i and i + D/2 rotate together), not interleaved pairs. x (B, T, ...) is read as rows of W = numel / (B T)
+// elements holding D-wide heads back to back: (B, T, H*D), (B, T, H, D), or a fused qkv (B, T, (H + 2 Hkv) D).
+// The first `heads` heads of each row are rotated by the row's position t = 0..T-1; for i < D/2,
+//   y[i]       = x[i] cos[t, i] - x[i + D/2] sin[t, i]
+//   y[i + D/2] = x[i + D/2] cos[t, i] + x[i] sin[t, i]
+// which is transformers' x * cos + rotate_half(x) * sin with its (T, D) tables cat(c, c), cat(s, s). cos and sin are
+// (T_max, D/2) f32 with T <= T_max (rows 0..T-1 are used; D = twice their last dim; rope_tables.h makes them).
+// Columns from heads*D on are copied to y unchanged (not touched when y is x): with heads = H + Hkv on a fused qkv,
+// q and k are rotated and v passes through. y has x's shape and may be x (in place); fp32 math, rounded once.
+void rotary_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, int heads, const Tensor& y);
+// The transpose of the rotation (the inverse: the same with -sin): dx = R(t)^T dy, the rest copied. dx may be dy.
+void rotary_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, int heads, const Tensor& dx);
+
+// SwiGLU on a fused projection: gate_up (N, 2F) holds gate in columns [0, F) and up in [F, 2F) of each row (the
+// output of one projection by the stacked weight [W_gate; W_up]); y (N, F) = silu(gate) * up with
+// silu(g) = g sigmoid(g): transformers' LlamaMLP act_fn(gate_proj(x)) * up_proj(x) for hidden_act "silu", in fp32
+// and rounded once.
+void swiglu_forward(const Tensor& gate_up, const Tensor& y);
+// dgate_up (N, 2F) overwritten: dgate = dy up silu'(gate), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g), and
+// dup = dy silu(gate). dgate_up may be gate_up (in place: the projection output is then overwritten).
+void swiglu_backward(const Tensor& gate_up, const Tensor& dy, const Tensor& dgate_up);
+
+// Causal grouped-query self-attention on a fused projection: qkv (B, T, (H + 2 Hkv) D) laid out as [q | k | v] along
+// the last dim with H = heads query heads and Hkv = kv_heads key/value heads: query head h at columns h*D of q,
+// kv head g at columns g*D of k and of v. Query head h attends with kv head h / (H / Hkv), as transformers'
+// repeat_kv (kv head g serves query heads g H/Hkv .. (g+1) H/Hkv - 1). H must be a multiple of Hkv; Hkv = H is
+// multi-head attention (attention_forward's layout and result), Hkv = 1 multi-query attention.
+// y (B, T, H*D) = softmax(q k^T / sqrt(D) + causal mask) v, heads concatenated; lse (B, H, T) f32 saved, as
+// attention_forward.
+void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse);
+// dqkv (B, T, (H + 2 Hkv) D) overwritten; dk and dv of each kv head are summed over the query heads it serves.
+void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
+                            const Tensor& dy, const Tensor& dqkv);
 
 }  // namespace tandem::ops

@@ -39,6 +39,13 @@ inline double attention_forward_flops(const Tensor& qkv) {
   return 2.0 * b * t * t * static_cast<double>(qkv.dim(2) / 3);
 }
 
+// Causal grouped-query attention writing y (B, T, H*D): the same products per query head as above, whatever the
+// number of kv heads.
+inline double attention_gqa_forward_flops(const Tensor& y) {
+  const double b = static_cast<double>(y.dim(0)), t = static_cast<double>(y.dim(1));
+  return 2.0 * b * t * t * static_cast<double>(y.dim(2));
+}
+
 }  // namespace work_detail
 
 // The first tensor among an op's arguments (the first element of a tensor list counts), or null.
@@ -84,6 +91,10 @@ OpWork work_of(const A&... a) {
   } else if constexpr (id == OpId::attention_backward) {
     // dV, dP, dQ, dK and the recomputed scores: 2.5 times the forward's products.
     w.attention_flops = 2.5 * work_detail::attention_forward_flops(std::get<0>(std::tie(a...)));
+  } else if constexpr (id == OpId::attention_gqa_forward) {
+    w.attention_flops = work_detail::attention_gqa_forward_flops(std::get<3>(std::tie(a...)));  // y
+  } else if constexpr (id == OpId::attention_gqa_backward) {
+    w.attention_flops = 2.5 * work_detail::attention_gqa_forward_flops(std::get<3>(std::tie(a...)));  // y
   } else if constexpr (id == OpId::adamw_step) {
     w.bytes = 28.0 * static_cast<double>(std::get<0>(std::tie(a...)).numel());
   } else {

@@ -43,7 +43,12 @@ std::vector<fs::path> complete_checkpoint_paths(const fs::path& root) {
   return out;
 }
 
-config::Json shard_json(const nn::Shard& s) { return {s.outer, s.split, s.inner, s.part, s.parts}; }
+// [outer, split, inner, part, parts], then the unequal fused blocks when there are any.
+config::Json shard_json(const nn::Shard& s) {
+  config::Json j = {s.outer, s.split, s.inner, s.part, s.parts};
+  if (!s.blocks.empty()) j.push_back(s.blocks);
+  return j;
+}
 
 nn::Shard shard_from_json(const config::Json& j) {
   nn::Shard s;
@@ -52,6 +57,8 @@ nn::Shard shard_from_json(const config::Json& j) {
   s.inner = j.at(2).get<int64_t>();
   s.part = j.at(3).get<int>();
   s.parts = j.at(4).get<int>();
+  if (j.size() > 5) s.blocks = j.at(5).get<std::vector<int64_t>>();
+  TANDEM_CHECK(s.valid(s.outer * s.split * s.inner), "checkpoint piece with an inconsistent shard ", j.dump());
   return s;
 }
 

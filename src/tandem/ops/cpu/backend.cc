@@ -18,6 +18,8 @@ const Scratch& scratch() {
     s.attention_backward = &attention_backward_scratch;
     s.linear_forward = &linear_forward_scratch;
     s.linear_weight_grad = &linear_weight_grad_scratch;
+    s.attention_gqa_forward = &attention_gqa_forward_scratch;
+    s.attention_gqa_backward = &attention_gqa_backward_scratch;
     return s;
   }();
   return table;

@@ -25,5 +25,9 @@ int64_t linear_forward_scratch(const ScratchContext& ctx, const Tensor& x, const
                                const Tensor& residual, const Tensor& y);
 int64_t linear_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dweight,
                                    const Tensor& dbias);
+int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                      const Tensor& y, const Tensor& lse);
+int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                       const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
 
 }  // namespace tandem::ops::cpu

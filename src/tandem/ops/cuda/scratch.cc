@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "tandem/ops/backend.h"
+#include "tandem/ops/cuda/scratch_sizes.h"
 #include "tandem/ops/cuda/workspace.h"
 #include "tandem/ops/op_util.h"
 
@@ -48,6 +49,18 @@ int64_t linear_weight_grad_scratch(const ScratchContext&, const Tensor& dy, cons
   return dweight.dtype() == DType::F32 ? std::max(sums, dbias.numel() * 4) : sums;
 }
 
+// rmsnorm.cu: dgamma's (slices, C) f32 partials.
+int64_t rmsnorm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&, const Tensor&,
+                                 const Tensor&, const Tensor&) {
+  return rmsnorm_backward_scratch_bytes(rows_of(x), cols_of(x));
+}
+
+// attention_gqa.cu: rowsum(dO * O) (B, H, T) f32 (the plain kernels; cuDNN's workspace is not counted, as above).
+int64_t attention_gqa_backward_scratch(const ScratchContext&, const Tensor& qkv, int heads, int, const Tensor&,
+                                       const Tensor&, const Tensor&, const Tensor&) {
+  return attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1));
+}
+
 }  // namespace
 
 const Scratch& scratch() {
@@ -59,6 +72,8 @@ const Scratch& scratch() {
     s.layernorm_backward = &layernorm_backward_scratch;
     s.layernorm_backward_add = &layernorm_backward_add_scratch;
     s.linear_weight_grad = &linear_weight_grad_scratch;
+    s.rmsnorm_backward = &rmsnorm_backward_scratch;
+    s.attention_gqa_backward = &attention_gqa_backward_scratch;
     s.fixed = kGemmWorkspaceBytes;
     return s;
   }();

@@ -1,0 +1,82 @@
+#include "tandem/nn/llama.h"
+
+#include <cmath>
+#include <memory>
+
+#include "tandem/nn/llama_layers.h"
+
+namespace tandem::nn {
+
+LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp) {
+  LlamaConfig c = cfg;
+  if (c.vocab_size <= 0 || c.seq_len <= 0 || c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_hidden_layers < 0)
+    TANDEM_FAIL("llama: vocab_size ", c.vocab_size, ", seq_len ", c.seq_len, ", hidden_size ", c.hidden_size,
+                ", intermediate_size ", c.intermediate_size, " must be positive and num_hidden_layers ",
+                c.num_hidden_layers, " not negative");
+  if (c.num_attention_heads <= 0)
+    TANDEM_FAIL("llama: num_attention_heads ", c.num_attention_heads, " must be positive");
+  if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
+  const int h = c.num_attention_heads, kv = c.num_key_value_heads;
+  if (kv < 0 || h % kv != 0)
+    TANDEM_FAIL("llama: num_attention_heads ", h, " is not a multiple of num_key_value_heads ", kv,
+                ": each key/value head serves the same number of query heads; choose num_key_value_heads among the "
+                "divisors of ",
+                h);
+  if (c.head_dim == 0) {
+    if (c.hidden_size % h != 0)
+      TANDEM_FAIL("llama: hidden_size ", c.hidden_size, " is not a multiple of num_attention_heads ", h,
+                  "; set head_dim or change one of them");
+    c.head_dim = c.hidden_size / h;
+  }
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+    TANDEM_FAIL("llama: head_dim ", c.head_dim, " must be positive and even (the rotary embedding turns pairs)");
+  if (c.max_position_embeddings == 0) c.max_position_embeddings = c.seq_len;
+  if (c.seq_len > c.max_position_embeddings)
+    TANDEM_FAIL("llama: seq_len ", c.seq_len, " exceeds max_position_embeddings ", c.max_position_embeddings,
+                "; train on at most ", c.max_position_embeddings, " tokens or raise max_position_embeddings");
+  if (!(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0))
+    TANDEM_FAIL("llama: rms_norm_eps ", c.rms_norm_eps, " must be a positive number");
+  if (tp > 1) {
+    if (h % tp != 0 || kv % tp != 0)
+      TANDEM_FAIL("llama: tensor parallelism over ", tp, " slots splits the heads, but num_attention_heads ", h,
+                  " and num_key_value_heads ", kv,
+                  " must both be multiples of it; use a tp that divides both (1 always does)");
+    if (c.intermediate_size % tp != 0 || c.vocab_size % tp != 0)
+      TANDEM_FAIL("llama: tensor parallelism over ", tp, " slots splits intermediate_size ", c.intermediate_size,
+                  " and vocab_size ", c.vocab_size, "; both must be multiples of it (pad the vocabulary or change tp)");
+  }
+  // The tables' own checks (theta, the llama3 numbers) say what is wrong with the rope fields.
+  (void)ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling);
+  return c;
+}
+
+Model build_llama(const LlamaConfig& cfg, TpSlot tp) {
+  const LlamaConfig c = resolve_llama(cfg, tp.size);
+  auto rope = std::make_shared<RopeCache>(
+      ops::rope_tables(ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling), c.seq_len));
+  LlamaBlockShape shape;
+  shape.dim = c.hidden_size;
+  shape.intermediate = c.intermediate_size;
+  shape.heads = c.num_attention_heads;
+  shape.kv_heads = c.num_key_value_heads;
+  shape.head_dim = c.head_dim;
+  shape.eps = static_cast<float>(c.rms_norm_eps);
+  shape.qkv_bias = c.qkv_bias;
+  shape.o_bias = c.o_bias;
+  Model model;
+  model.emplace<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) model.emplace<LlamaBlock>(static_cast<int>(i), shape, rope, tp);
+  model.emplace<LlamaHead>(c.hidden_size, c.vocab_size, shape.eps, tp, c.tie_word_embeddings);
+  model.set_vocab_parallel_logits(tp.active());
+  return model;
+}
+
+int64_t llama_parameter_count(const LlamaConfig& cfg) {
+  const LlamaConfig c = resolve_llama(cfg);
+  const int64_t C = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t q = c.num_attention_heads * D, qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * D;
+  const int64_t block = 2 * C + qkv * C + (c.qkv_bias ? qkv : 0) + q * C + (c.o_bias ? C : 0) + 3 * F * C;
+  return V * C + c.num_hidden_layers * block + C + (c.tie_word_embeddings ? 0 : V * C);
+}
+
+}  // namespace tandem::nn

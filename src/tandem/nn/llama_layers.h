@@ -1,0 +1,117 @@
+// The Llama-family decoder layers (the same function as transformers' LlamaForCausalLM, and Qwen2's and Mistral's
+// with their options): the token embedding, the pre-RMSNorm block with rotary grouped-query attention and a SwiGLU
+// MLP, and the final RMSNorm + vocabulary head.
+// Legend: B batch, T time, C hidden size, H query heads, Hkv key/value heads, D head dim, F intermediate size,
+// V vocabulary.
+#pragma once
+
+#include <memory>
+
+#include "tandem/nn/linear.h"
+#include "tandem/ops/rope_tables.h"
+
+namespace tandem::nn {
+
+// RMSNorm over the last dim with a gain ("weight", ones), as transformers' LlamaRMSNorm (ops::rmsnorm_forward).
+class RmsNorm final : public Layer {
+ public:
+  RmsNorm(std::string name, int64_t dim, float eps);
+  // x (..., C) -> y (..., C)
+  Tensor forward(const Tensor& x, Saved& saved) override;
+  Tensor backward(const Tensor& dy, Saved& saved) override;
+
+ private:
+  int64_t dim_;
+  float eps_;
+  Parameter* weight_;  // (C)
+};
+
+// The rotary embedding's cos and sin tables (T, D/2) f32 that every block of one model reads: made on the host
+// once, copied to a device the first time a block runs there and kept for the model's life (accounted as
+// MemoryPurpose::Other: T*D*4 bytes, 1 MiB at T = 4096, D = 64).
+class RopeCache {
+ public:
+  explicit RopeCache(ops::RopeTables tables) : host_(std::move(tables)) {}
+  int64_t positions() const { return host_.positions; }
+  int64_t half() const { return host_.half; }
+  // The tables on `device`.
+  const Tensor& cos(Device& device);
+  const Tensor& sin(Device& device);
+
+ private:
+  void place(Device& device);
+  ops::RopeTables host_;
+  Device* device_ = nullptr;
+  Tensor cos_, sin_;
+};
+
+// tokens (B, T) i32 -> x (B, T, C) = embed[tokens]; "embed.weight" (V, C). No positions: the blocks rotate q and k.
+// Vocabulary-parallel as GptEmbedding: slot i holds rows [i V/tp, (i+1) V/tp) and the sum over tp completes rows.
+class LlamaEmbedding final : public Layer {
+ public:
+  LlamaEmbedding(int64_t vocab_size, int64_t max_seq_len, int64_t dim, TpSlot tp = {});
+  Tensor forward(const Tensor& tokens, Saved& saved) override;
+  Tensor backward(const Tensor& dy, Saved& saved) override;  // returns undefined: tokens have no gradient
+  Shape output_shape(const Shape& in) const override { return {in.at(0), in.at(1), dim_}; }
+
+ private:
+  int64_t vocab_, max_seq_, dim_;
+  TpSlot tp_;
+  Parameter* weight_;  // (V / tp, C)
+};
+
+// The shape of one decoder block.
+struct LlamaBlockShape {
+  int64_t dim = 0;           // C
+  int64_t intermediate = 0;  // F
+  int heads = 0;             // H
+  int kv_heads = 0;          // Hkv
+  int64_t head_dim = 0;      // D
+  float eps = 1e-6f;         // RMSNorm's
+  bool qkv_bias = false;     // q, k and v projections biased (Qwen2; Llama's attention_bias)
+  bool o_bias = false;       // the output projection biased (Llama's attention_bias)
+};
+
+// x + o(attention(rope(qkv(attn_norm(x))))), then + down(swiglu(gate_up(mlp_norm(.)))): q, k, v in one projection
+// (rows q then k then v), rotated in place (ops::rotary_forward over its H + Hkv first heads), grouped-query
+// attention on it (ops::attention_gqa_forward); gate and up in one projection (rows gate then up), SwiGLU on it.
+// Parameters "layers.<i>.{attn_norm,qkv,o,mlp_norm,gate_up,down}.weight", "layers.<i>.qkv.bias" with qkv_bias,
+// "layers.<i>.o.bias" with o_bias.
+// Tensor-parallel: qkv column-parallel with its q, k and v parts split separately (slot i owns query heads
+// [i H/tp, (i+1) H/tp) and the kv heads [i Hkv/tp, (i+1) Hkv/tp) they attend with), gate_up column-parallel with
+// gate and up split separately, o and down row-parallel; the norms are replicated.
+class LlamaBlock final : public Layer {
+ public:
+  LlamaBlock(int index, const LlamaBlockShape& shape, std::shared_ptr<RopeCache> rope, TpSlot tp = {});
+  // x (B, T, C) -> y (B, T, C)
+  Tensor forward(const Tensor& x, Saved& saved) override;
+  Tensor backward(const Tensor& dy, Saved& saved) override;
+
+ private:
+  int heads_, kv_heads_;  // this slot's
+  std::shared_ptr<RopeCache> rope_;
+  RmsNorm attn_norm_;
+  Linear qkv_;  // C -> (H + 2 Hkv) D
+  Linear o_;    // H D -> C
+  RmsNorm mlp_norm_;
+  Linear gate_up_;  // C -> 2F
+  Linear down_;     // F -> C
+};
+
+// logits (B, T, V) = head(norm(x)); "norm.weight" (C), "head.weight" (V, C), no bias. Tensor-parallel: the head is
+// column-parallel and each slot returns its vocabulary slice (B, T, V / tp) for the vocabulary-parallel loss.
+// `tied` (tie_word_embeddings): the head reads the embedding's "embed.weight" (a replica of it, split alike) instead
+// of a weight of its own.
+class LlamaHead final : public Layer {
+ public:
+  LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp = {}, bool tied = false);
+  Tensor forward(const Tensor& x, Saved& saved) override;
+  Tensor backward(const Tensor& dy, Saved& saved) override;
+  Shape output_shape(const Shape& in) const override { return head_.output_shape(in); }
+
+ private:
+  RmsNorm norm_;
+  Linear head_;
+};
+
+}  // namespace tandem::nn

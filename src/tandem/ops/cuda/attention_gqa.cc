@@ -1,0 +1,305 @@
+// CUDA causal grouped-query self-attention (ops.h): cuDNN's fused flash attention (SDPA forward and backward graphs
+// through the cudnn-frontend headers, which take H query heads over Hkv key/value heads and sum dk and dv over each
+// group) for bf16 and f16, and the plain kernels (attention_gqa.cu) for f32 and for shapes or alignments cuDNN
+// cannot take. Graphs are built once per shape and cached in a per-device context of their own.
+//
+// No copies around cuDNN: with W = (H + 2 Hkv) D, q is a (B, H, T, D) view of the fused qkv (B, T, W) buffer with
+// strides (T*W, D, W, 1), k and v (B, Hkv, T, D) views with the same strides starting H*D and (H + Hkv) D elements
+// in; y and dy are (B, H, T, D) views of (B, T, H*D) (strides T*H*D, D, H*D, 1); dq, dk and dv are written straight
+// into dqkv with qkv's strides; lse (B, H, T) is cuDNN's fp32 "stats" output as a (B, H, T, 1) tensor.
+#include <cmath>
+#include <cstdio>
+
+#include "tandem/ops/cuda/attention_gqa_plain.h"
+#include "tandem/ops/cuda/cuda_ops.h"
+#include "tandem/ops/cuda/cuda_util.h"
+
+#if TANDEM_HAVE_CUDNN_FRONTEND
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#endif
+
+namespace tandem::ops::cuda {
+
+#if TANDEM_HAVE_CUDNN_FRONTEND
+namespace {
+
+namespace fe = cudnn_frontend;
+
+// Tensor uids in the variant packs.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+// (backward, dtype, B, H, Hkv, T, D)
+using GraphKey = std::array<int64_t, 7>;
+
+struct CachedGraph {
+  std::shared_ptr<fe::graph::Graph> graph;  // null when cuDNN cannot run this shape
+  int64_t workspace = 0;
+};
+
+// One cuDNN handle on the compute stream and the graphs built so far, per device.
+struct GqaAttentionContext {
+  explicit GqaAttentionContext(device::CudaDevice& dev) {
+    TANDEM_CUDNN_CHECK(cudnnCreate(&handle));
+    TANDEM_CUDNN_CHECK(cudnnSetStream(handle, dev.compute_stream()));
+  }
+  ~GqaAttentionContext() {
+    graphs.clear();
+    if (handle) cudnnDestroy(handle);
+  }
+  GqaAttentionContext(const GqaAttentionContext&) = delete;
+  GqaAttentionContext& operator=(const GqaAttentionContext&) = delete;
+
+  cudnnHandle_t handle = nullptr;
+  std::map<GraphKey, CachedGraph> graphs;
+  std::mutex mu;
+};
+
+struct GqaShape {
+  int64_t b, h, kv, t, d;
+  int64_t width() const { return (h + 2 * kv) * d; }  // W
+};
+
+GqaShape shape_of(const Tensor& qkv, int heads, int kv_heads) {
+  const int64_t d = qkv.dim(2) / (heads + 2 * static_cast<int64_t>(kv_heads));
+  return GqaShape{qkv.dim(0), heads, kv_heads, qkv.dim(1), d};
+}
+
+// Element offsets of k and v in a row of qkv.
+int64_t k_offset(const GqaShape& s) { return s.h * s.d; }
+int64_t v_offset(const GqaShape& s) { return (s.h + s.kv) * s.d; }
+
+std::vector<int64_t> qkv_strides(const GqaShape& s) { return {s.t * s.width(), s.d, s.width(), 1}; }
+std::vector<int64_t> y_strides(const GqaShape& s) { return {s.t * s.h * s.d, s.d, s.h * s.d, 1}; }
+std::vector<int64_t> stats_strides(const GqaShape& s) { return {s.h * s.t, s.t, 1, 1}; }
+
+std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                    std::vector<int64_t> dims, std::vector<int64_t> strides) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim(std::move(dims))
+                      .set_stride(std::move(strides)));
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> q_tensor(fe::graph::Graph& g, const GqaShape& s) {
+  return input(g, "q", kQ, {s.b, s.h, s.t, s.d}, qkv_strides(s));
+}
+std::shared_ptr<fe::graph::Tensor_attributes> kv_tensor(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                        const GqaShape& s) {
+  return input(g, name, uid, {s.b, s.kv, s.t, s.d}, qkv_strides(s));
+}
+
+// Runs the build steps; the first failure's message, or "" when the graph is ready.
+std::string finish_graph(fe::graph::Graph& g, cudnnHandle_t handle) {
+  auto step = [](fe::error_t status, const char* what) -> std::string {
+    return status.is_good() ? std::string() : std::string(what) + ": " + status.get_message();
+  };
+  std::string why = step(g.validate(), "validate");
+  if (why.empty()) why = step(g.build_operation_graph(handle), "build_operation_graph");
+  if (why.empty()) why = step(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
+  if (why.empty()) why = step(g.check_support(), "check_support");
+  if (why.empty()) why = step(g.build_plans(), "build_plans");
+  return why;
+}
+
+fe::DataType_t io_type(DType t) { return t == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF; }
+
+std::shared_ptr<fe::graph::Graph> new_graph(DType t) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(io_type(t))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+using Built = std::pair<std::shared_ptr<fe::graph::Graph>, std::string>;
+
+Built build_forward(const GqaShape& s, DType t, cudnnHandle_t handle) {
+  auto g = new_graph(t);
+  auto q = q_tensor(*g, s);
+  auto k = kv_tensor(*g, "k", kK, s);
+  auto v = kv_tensor(*g, "v", kV, s);
+  auto options = fe::graph::SDPA_attributes()
+                     .set_name("causal_gqa_attention")
+                     .set_generate_stats(true)
+                     .set_attn_scale(1.0f / std::sqrt(static_cast<float>(s.d)))
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0);  // key j <= query i: the causal mask
+  auto [o, stats] = g->sdpa(q, k, v, options);
+  o->set_output(true).set_uid(kO).set_dim({s.b, s.h, s.t, s.d}).set_stride(y_strides(s));
+  stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({s.b, s.h, s.t, 1})
+      .set_stride(stats_strides(s));
+  std::string why = finish_graph(*g, handle);
+  return {why.empty() ? g : nullptr, why};
+}
+
+Built build_backward(const GqaShape& s, DType t, cudnnHandle_t handle, bool deterministic) {
+  auto g = new_graph(t);
+  auto q = q_tensor(*g, s);
+  auto k = kv_tensor(*g, "k", kK, s);
+  auto v = kv_tensor(*g, "v", kV, s);
+  auto o = input(*g, "o", kO, {s.b, s.h, s.t, s.d}, y_strides(s));
+  auto d_o = input(*g, "dO", kDO, {s.b, s.h, s.t, s.d}, y_strides(s));
+  auto stats = g->tensor(fe::graph::Tensor_attributes()
+                             .set_name("stats")
+                             .set_uid(kStats)
+                             .set_dim({s.b, s.h, s.t, 1})
+                             .set_stride(stats_strides(s))
+                             .set_data_type(fe::DataType_t::FLOAT));
+  auto options = fe::graph::SDPA_backward_attributes()
+                     .set_name("causal_gqa_attention_backward")
+                     .set_attn_scale(1.0f / std::sqrt(static_cast<float>(s.d)))
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0)
+                     .set_deterministic_algorithm(deterministic);
+  auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
+  dq->set_output(true).set_uid(kDQ).set_dim({s.b, s.h, s.t, s.d}).set_stride(qkv_strides(s));
+  dk->set_output(true).set_uid(kDK).set_dim({s.b, s.kv, s.t, s.d}).set_stride(qkv_strides(s));
+  dv->set_output(true).set_uid(kDV).set_dim({s.b, s.kv, s.t, s.d}).set_stride(qkv_strides(s));
+  std::string why = finish_graph(*g, handle);
+  return {why.empty() ? g : nullptr, why};
+}
+
+std::string shape_text(const GqaShape& s, DType t) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "(B=%lld, H=%lld, Hkv=%lld, T=%lld, D=%lld) %s", static_cast<long long>(s.b),
+                static_cast<long long>(s.h), static_cast<long long>(s.kv), static_cast<long long>(s.t),
+                static_cast<long long>(s.d), dtype_name(t).c_str());
+  return buf;
+}
+
+// The cached graph for this shape, built on first use; null graph when cuDNN cannot run it (reported once).
+const CachedGraph& graph_for(GqaAttentionContext& ctx, bool backward, const GqaShape& s, DType t) {
+  const GraphKey key{backward, static_cast<int64_t>(t), s.b, s.h, s.kv, s.t, s.d};
+  auto it = ctx.graphs.find(key);
+  if (it != ctx.graphs.end()) return it->second;
+  Built built;
+  if (backward) {
+    // Deterministic first (the project's rule: same bits every run); the other algorithm only if that one is missing.
+    built = build_backward(s, t, ctx.handle, true);
+    if (!built.first) {
+      Built second = build_backward(s, t, ctx.handle, false);
+      if (second.first) {
+        std::fprintf(stderr,
+                     "tandem: cuDNN has no deterministic grouped-query attention backward for %s (%s); using the "
+                     "non-deterministic one\n",
+                     shape_text(s, t).c_str(), built.second.c_str());
+      }
+      built = std::move(second);
+    }
+  } else {
+    built = build_forward(s, t, ctx.handle);
+  }
+  CachedGraph entry;
+  if (built.first) {
+    entry.graph = built.first;
+    TANDEM_CHECK(entry.graph->get_workspace_size(entry.workspace).is_good(),
+                 "cuDNN grouped-query attention workspace size");
+  } else {
+    std::fprintf(stderr,
+                 "tandem: cuDNN fused attention cannot run grouped-query %s %s: %s; using the plain (slow) kernels\n",
+                 backward ? "backward" : "forward", shape_text(s, t).c_str(), built.second.c_str());
+  }
+  return ctx.graphs.emplace(key, std::move(entry)).first->second;
+}
+
+// cuDNN wants 16-bit data, head dims and row strides in multiples of 8 elements, and every operand on a 16-byte
+// boundary (q, k and v start inside one row of qkv).
+bool cudnn_can_take(DType t, std::initializer_list<const void*> pointers, const GqaShape& s) {
+  if (t != DType::BF16 && t != DType::F16) return false;
+  if (s.d % 8 != 0 || s.width() % 8 != 0) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+void run(GqaAttentionContext& ctx, const CachedGraph& entry, device::CudaDevice& dev,
+         std::unordered_map<int64_t, void*>& pack) {
+  Tensor workspace;
+  void* ws = nullptr;
+  if (entry.workspace > 0) {
+    workspace = Tensor::empty({(entry.workspace + 3) / 4}, DType::F32, dev, "cuDNN attention workspace");
+    ws = workspace.raw();
+  }
+  const fe::error_t status = entry.graph->execute(ctx.handle, pack, ws);
+  TANDEM_CHECK(status.is_good(), "cuDNN grouped-query attention execute failed: ", status.err_msg);
+  // The workspace goes back to the arena now; the next user is queued after this graph on the compute stream.
+}
+
+char* offset(const Tensor& t, int64_t elements) {
+  return static_cast<char*>(t.raw()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+}  // namespace
+#endif  // TANDEM_HAVE_CUDNN_FRONTEND
+
+void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse) {
+#if TANDEM_HAVE_CUDNN_FRONTEND
+  const GqaShape s = shape_of(qkv, heads, kv_heads);
+  if (s.b > 0 && s.t > 0 && s.d > 0 && y.dtype() == qkv.dtype() && lse.dtype() == DType::F32 &&
+      cudnn_can_take(qkv.dtype(), {qkv.raw(), y.raw(), lse.raw(), offset(qkv, k_offset(s)), offset(qkv, v_offset(s))},
+                     s)) {
+    device::CudaDevice& dev = cuda_device(y);
+    GqaAttentionContext& ctx = dev.context<GqaAttentionContext>();
+    std::lock_guard<std::mutex> lock(ctx.mu);
+    const CachedGraph& entry = graph_for(ctx, false, s, qkv.dtype());
+    if (entry.graph) {
+      std::unordered_map<int64_t, void*> pack{{kQ, qkv.raw()},
+                                              {kK, offset(qkv, k_offset(s))},
+                                              {kV, offset(qkv, v_offset(s))},
+                                              {kO, y.raw()},
+                                              {kStats, lse.raw()}};
+      run(ctx, entry, dev, pack);
+      return;
+    }
+  }
+#endif
+  attention_gqa_forward_plain(qkv, heads, kv_heads, y, lse);
+}
+
+void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
+                            const Tensor& dy, const Tensor& dqkv) {
+#if TANDEM_HAVE_CUDNN_FRONTEND
+  const GqaShape s = shape_of(qkv, heads, kv_heads);
+  const bool same = y.dtype() == qkv.dtype() && dy.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype();
+  if (s.b > 0 && s.t > 0 && s.d > 0 && same && lse.dtype() == DType::F32 &&
+      cudnn_can_take(qkv.dtype(),
+                     {qkv.raw(), y.raw(), lse.raw(), dy.raw(), dqkv.raw(), offset(qkv, k_offset(s)),
+                      offset(qkv, v_offset(s)), offset(dqkv, k_offset(s)), offset(dqkv, v_offset(s))},
+                     s)) {
+    device::CudaDevice& dev = cuda_device(dqkv);
+    GqaAttentionContext& ctx = dev.context<GqaAttentionContext>();
+    std::lock_guard<std::mutex> lock(ctx.mu);
+    const CachedGraph& entry = graph_for(ctx, true, s, qkv.dtype());
+    if (entry.graph) {
+      std::unordered_map<int64_t, void*> pack{{kQ, qkv.raw()},
+                                              {kK, offset(qkv, k_offset(s))},
+                                              {kV, offset(qkv, v_offset(s))},
+                                              {kO, y.raw()},
+                                              {kDO, dy.raw()},
+                                              {kStats, lse.raw()},
+                                              {kDQ, dqkv.raw()},
+                                              {kDK, offset(dqkv, k_offset(s))},
+                                              {kDV, offset(dqkv, v_offset(s))}};
+      run(ctx, entry, dev, pack);
+      return;
+    }
+  }
+#endif
+  attention_gqa_backward_plain(qkv, heads, kv_heads, y, lse, dy, dqkv);
+}
+
+}  // namespace tandem::ops::cuda
