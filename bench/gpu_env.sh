@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the GPU bench scripts: the environment every program they start needs (NVLink multicast off in
 # NCCL, PyTorch and NVSHMEM; Open MPI as root; unbuffered Python), and the GPUs written to $1/gpus.txt.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -4,7 +4,8 @@ planner's predictions printed by the preflight, with the errors; for each torch_
 RESULT line. Writes OUT/results.json. Usage: python3 bench/run_summary.py OUT_DIR
 With --speed (bench/gpu_speed.sh's folder): one row per model, Tandem (tandem_KEY) beside PyTorch compiled and eager
 (torch_KEY_compile, torch_KEY_eager), the ratio to compiled, model TFLOP/s per GPU as a fraction of the bf16 GEMM
-peak that a --probe run measured, and peak GiB; writes OUT/speed.json.
+peak that a --probe run measured, and peak GiB with the planner's predicted peak; then one line per model with
+the ratios to compiled and eager and the peaks side by side; writes OUT/speed.json. gpt and llama configs alike.
 Usage: python3 bench/run_summary.py --speed OUT_DIR
 """
 import glob, json, os, re, statistics, sys
@@ -15,14 +16,34 @@ def gpt_parameters(m):
     return V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d + d * V  # untied head, biases, LayerNorms
 
 
+def llama_parameters(m):
+    """nn::llama_parameter_count: every logical parameter once (a tied head adds none), as the Llama reference
+    script counts model.parameters()."""
+    V, C, F, H = m["vocab_size"], m["hidden_size"], m["intermediate_size"], m["num_attention_heads"]
+    Hkv = m.get("num_key_value_heads") or H
+    D = m.get("head_dim") or C // H
+    bias = m.get("attention_bias", False)
+    block = 2 * C + (H + 2 * Hkv) * D * (C + bias) + H * D * C + bias * C + 3 * F * C
+    return V * C + m["num_hidden_layers"] * block + C + (0 if m.get("tie_word_embeddings", False) else V * C)
+
+
+def model_label(m):
+    if m["type"] == "llama":
+        return "llama d%(hidden_size)d L%(num_hidden_layers)d" % m
+    return "gpt d%(dim)d L%(layers)d" % m
+
+
 def model_flops_per_token(m):
+    """6 N + 12 L d T, as both reference scripts count it (d the hidden size)."""
+    if m["type"] == "llama":
+        return 6 * llama_parameters(m) + 12 * m["num_hidden_layers"] * m["hidden_size"] * m["seq_len"]
     return 6 * gpt_parameters(m) + 12 * m["layers"] * m["dim"] * m["seq_len"]
 
 
 def tandem_run(out, name):
     cfg = json.load(open(f"{out}/{name}.json"))
     text = open(f"{out}/{name}.log").read()
-    e = {"model": "gpt d%(dim)d L%(layers)d" % cfg["model"]}
+    e = {"model": model_label(cfg["model"])}
     lay = re.search(r"layout dp (\d+) x pp (\d+) x tp (\d+)", text)
     auto = re.search(r"^parallel: auto -> (\S+)", text, re.M)
     if lay:
@@ -51,7 +72,10 @@ def torch_result(out, name):
         m = re.search(r"^RESULT (.*)$", open(f"{out}/{name}.log").read(), re.M)
     except OSError:
         return {"error": "not run"}
-    return json.loads(m.group(1)) if m else {"error": "no RESULT line"}
+    r = json.loads(m.group(1)) if m else {"error": "no RESULT line"}
+    if r.get("oom"):
+        r["error"] = "out of memory"
+    return r
 
 
 def speed(out):
@@ -63,11 +87,11 @@ def speed(out):
     def cell(v, fmt, width):
         return format(v, fmt).rjust(width) if isinstance(v, (int, float)) else str(v or "-").rjust(width)
 
-    head = (f"{'model':13s} {'Tandem':>8s} {'eager':>8s} {'compiled':>8s} {'T/comp':>6s} | {'TFLOP/s per GPU':>23s} "
-            f"| {'of GEMM peak':>17s} | {'peak GiB':>20s}")
+    head = (f"{'model':15s} {'Tandem':>8s} {'eager':>8s} {'compiled':>8s} {'T/comp':>6s} | {'TFLOP/s per GPU':>23s} "
+            f"| {'of GEMM peak':>17s} | {'peak GiB':>27s}")
     print(head)
-    print(f"{'':13s} {'tok/s':>8s} {'tok/s':>8s} {'tok/s':>8s} {'':6s} | {'Tandem eager compiled':>23s} "
-          f"| {'Tandem compiled':>17s} | {'Tandem eager compiled':>20s}")
+    print(f"{'':15s} {'tok/s':>8s} {'tok/s':>8s} {'tok/s':>8s} {'':6s} | {'Tandem eager compiled':>23s} "
+          f"| {'Tandem compiled':>17s} | {'Tandem planned eager compiled':>27s}")
     rows = {}
     configs = {m.group(1): p for p in glob.glob(f"{out}/tandem_*.json")
                if (m := re.fullmatch(r"tandem_(\w+)\.json", os.path.basename(p)))}
@@ -78,16 +102,28 @@ def speed(out):
         frac = lambda tf: tf / peak if tf and peak else None
         rows[key] = {"model": t.get("model"), "tandem": t, "torch_eager": e, "torch_compile": c,
                      "ratio_to_compiled": ratio, "gemm_peak_tflops": peak}
-        print(f"{(t.get('model') or key):13s} {cell(t.get('tokens_per_s'), '.0f', 8)} "
+        print(f"{(t.get('model') or key):15s} {cell(t.get('tokens_per_s'), '.0f', 8)} "
               f"{cell(e.get('tokens_per_s'), '.0f', 8)} {cell(c.get('tokens_per_s'), '.0f', 8)} "
               f"{cell(ratio, '.3f', 6)} | {cell(t.get('tflops_per_gpu'), '.1f', 7)} "
               f"{cell(e.get('model_tflops_per_gpu'), '.1f', 7)} {cell(c.get('model_tflops_per_gpu'), '.1f', 7)} "
               f"| {cell(frac(t.get('tflops_per_gpu')), '.1%', 8)} {cell(frac(c.get('model_tflops_per_gpu')), '.1%', 8)} "
-              f"| {cell(t.get('peak_gib_per_gpu'), '.2f', 6)} {cell(e.get('peak_mem_GiB'), '.2f', 6)} "
-              f"{cell(c.get('peak_mem_GiB'), '.2f', 6)}")
+              f"| {cell(t.get('peak_gib_per_gpu'), '.2f', 6)} {cell(t.get('predicted_peak_gib'), '.2f', 7)} "
+              f"{cell(e.get('peak_mem_GiB'), '.2f', 6)} {cell(c.get('peak_mem_GiB'), '.2f', 6)}")
         for label, r in (("Tandem", t), ("eager", e), ("compiled", c)):
             if r.get("error"):
                 print(f"  {label}: {r['error']}")
+    print("ratios (Tandem tok/s over PyTorch's; Tandem's peak beside the planner's prediction and PyTorch's):")
+    for key, r in rows.items():
+        t, e, c = r["tandem"], r["torch_eager"], r["torch_compile"]
+        over = lambda other: (f"{t['tokens_per_s'] / other['tokens_per_s']:.3f}x"
+                              if t.get("tokens_per_s") and other.get("tokens_per_s") else "-")
+        peak, pred = t.get("peak_gib_per_gpu"), t.get("predicted_peak_gib")
+        err = f" ({(pred / peak - 1) * 100:+.1f}%)" if peak and pred else ""
+        mem = lambda other: (f"{peak - other['peak_mem_GiB']:+.2f} GiB"
+                             if peak and other.get("peak_mem_GiB") else "-")
+        print(f"  {(t.get('model') or key):15s} Tandem/compiled {over(c)}, Tandem/eager {over(e)}; peak "
+              f"{cell(peak, '.2f', 0)} GiB, planner predicted {cell(pred, '.2f', 0)} GiB{err}; "
+              f"against compiled {mem(c)}, eager {mem(e)}")
     json.dump(rows, open(f"{out}/speed.json", "w"), indent=1)
     return all(r["tandem"].get("tokens_per_s") for r in rows.values())
 
@@ -97,9 +133,9 @@ def main(out):
     for log in sorted(glob.glob(f"{out}/*.log")):
         name = os.path.basename(log)[:-4]
         if name.startswith("torch_"):
-            m = re.search(r"^RESULT (.*)$", open(log).read(), re.M)
-            r = json.loads(m.group(1)) if m else {"error": "no RESULT line"}
-            res[name] = {"model": "gpt d%s L%s" % (r.get("d"), r.get("layers")), "gpus": r.get("gpus"),
+            r = torch_result(out, name)
+            kind = "llama" if "shape" in r else "gpt"  # the Llama reference script names its shape
+            res[name] = {"model": "%s d%s L%s" % (kind, r.get("d"), r.get("layers")), "gpus": r.get("gpus"),
                          "layout": "%s micro %s" % (r.get("mode"), r.get("micro")),
                          "tokens_per_s": r.get("tokens_per_s"), "tflops_per_gpu": r.get("model_tflops_per_gpu"),
                          "peak_gib_per_gpu": r.get("peak_mem_GiB"), "error": r.get("error")}

@@ -19,6 +19,9 @@ inline constexpr double kOpExact = 0.0;
 // End to end: a tiny gpt for 20 steps on GPUs against the CPU backend.
 inline constexpr double kLossBf16 = 2e-2;
 inline constexpr double kLossFp16 = 2e-2;
+// End to end: a tiny grouped-query llama (tied and untied) for 20 steps on 1 GPU against the CPU backend.
+inline constexpr double kLossLlamaBf16 = 2e-2;
+inline constexpr double kLossLlamaFp16 = 2e-2;
 
 struct Tolerance {
   const char* name;  // the key ops_check --print-tolerances prints
@@ -38,6 +41,9 @@ inline constexpr Tolerance kTolerances[] = {
     {"loss_bf16", kLossBf16,
      "20 steps of a 4-block gpt: different kernels' rounding compounds over steps (measured up to 1.1e-3)"},
     {"loss_fp16", kLossFp16, "as loss_bf16, with dynamic loss scaling (measured up to 1.7e-4)"},
+    {"loss_bf16_llama", kLossLlamaBf16,
+     "20 steps of a 2-block llama (GQA, RMSNorm, rotary, SwiGLU): the same compounding as loss_bf16, same bound"},
+    {"loss_fp16_llama", kLossLlamaFp16, "as loss_bf16_llama, with dynamic loss scaling"},
 };
 
 }  // namespace tandem::gpu_check
