@@ -28,6 +28,12 @@ if ! build/pyvenv/bin/python -c "import numpy, safetensors, tokenizers" 2>/dev/n
   build/pyvenv/bin/python -m pip install --quiet --disable-pip-version-check numpy safetensors tokenizers
 fi
 
+# PyTorch and transformers: the Hugging Face tests compare Tandem's losses with theirs and load its exports.
+if ! build/pyvenv/bin/python -c "import torch, transformers" 2>/dev/null; then
+  echo "installing torch and transformers into build/pyvenv"
+  build/pyvenv/bin/python -m pip install --quiet --disable-pip-version-check torch transformers
+fi
+
 # With the CUDA toolkit present: cudnn-frontend's headers (header-only, from PyPI) for cuDNN's fused attention;
 # cmake/cuda.cmake finds them in this environment.
 if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&

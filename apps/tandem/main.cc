@@ -1,5 +1,5 @@
 // The tandem command line: `tandem train [-n N] CONFIG.json [--out DIR] [--set key=value]... [--resume DIR]`
-// and `tandem export CHECKPOINT --to FILE`.
+// and `tandem export CHECKPOINT --to FILE|DIR [--format safetensors|hf] [--dtype fp32|bf16]`.
 // With -n it starts N processes through mpirun; under mpirun/mpiexec each process is one device. The only
 // place that catches errors and exits.
 #include <signal.h>
@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +27,8 @@
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
 #include "tandem/core/error.h"
+#include "tandem/core/units.h"
+#include "tandem/interchange/hf_export.h"
 #include "tandem/layout/groups.h"
 #include "tandem/plan/preflight.h"
 #include "tandem/plan/rates.h"
@@ -262,24 +265,64 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   return 0;
 }
 
-// Consolidates a checkpoint of any layout into one file of fp32 logical tensors. Never writes over a file
-// (unless asked) nor into a checkpoint.
-int run_export(const std::string& from, const std::string& to, bool overwrite) {
+struct ExportArgs {
+  std::string from, to;
+  std::string format = "safetensors";
+  std::string dtype = "fp32";
+  std::string max_shard_size = "5GB";
+  bool overwrite = false;
+};
+
+// Consolidates a checkpoint of any layout into one file of fp32 logical tensors, or into a Hugging Face model
+// folder. Never writes over a file or a non-empty folder (unless asked) nor into a checkpoint.
+int run_export(const ExportArgs& a) {
   namespace fs = std::filesystem;
-  const std::string folder = tandem::train::find_checkpoint(from);
+  using namespace tandem;
+  if (a.format != "safetensors" && a.format != "hf")
+    TANDEM_FAIL("--format '", a.format,
+                "': use safetensors (one file in Tandem's names) or hf (a Hugging Face folder)");
+  if (a.dtype != "fp32" && a.dtype != "bf16") TANDEM_FAIL("--dtype '", a.dtype, "': use fp32 or bf16");
+  const bool hf = a.format == "hf";
+  if (!hf && a.dtype != "fp32") TANDEM_FAIL("--dtype ", a.dtype, " is for --format hf; the safetensors file is fp32");
+  const std::string folder = train::find_checkpoint(a.from);
   std::error_code ec;
-  const fs::path target = fs::weakly_canonical(to, ec);
-  for (fs::path p = target.parent_path(); !ec && !p.empty() && p != p.parent_path(); p = p.parent_path())
+  const fs::path target = fs::weakly_canonical(a.to, ec);
+  for (fs::path p = hf ? target : target.parent_path(); !ec && !p.empty() && p != p.parent_path(); p = p.parent_path())
     if (fs::equivalent(p, folder, ec) || fs::exists(p / "manifest.json"))
-      TANDEM_FAIL("--to '", to, "' lies inside the checkpoint '", p.string(),
+      TANDEM_FAIL("--to '", a.to, "' lies inside the checkpoint '", p.string(),
                   "': write the export outside it (checkpoints are never modified)");
-  if (fs::exists(to) && !overwrite)
-    TANDEM_FAIL("--to '", to, "' exists: choose another file, or pass --overwrite to replace it");
-  const auto weights = tandem::train::read_checkpoint_weights(folder);
-  std::vector<tandem::checkpoint::TensorEntry> entries;
-  for (const auto& [name, t] : weights) entries.push_back({name, tandem::DType::F32, t.shape, t.values.data()});
-  tandem::checkpoint::write_safetensors(to, entries, {{"format", "pt"}, {"source", folder}});
-  std::printf("wrote %zu tensors from %s to %s\n", entries.size(), folder.c_str(), to.c_str());
+  if (!hf && fs::exists(a.to) && !a.overwrite)
+    TANDEM_FAIL("--to '", a.to, "' exists: choose another file, or pass --overwrite to replace it");
+  if (hf && fs::exists(a.to) && !fs::is_directory(a.to))
+    TANDEM_FAIL("--to '", a.to, "' is a file: --format hf writes a folder");
+  if (hf && fs::is_directory(a.to) && !fs::is_empty(a.to) && !a.overwrite)
+    TANDEM_FAIL("--to '", a.to, "' is a folder that is not empty: choose another, or pass --overwrite to replace ",
+                "the model files in it");
+  const uint64_t shard_bytes = parse_bytes(a.max_shard_size);
+  const auto weights = train::read_checkpoint_weights(folder);
+  if (!hf) {
+    std::vector<checkpoint::TensorEntry> entries;
+    for (const auto& [name, t] : weights) entries.push_back({name, DType::F32, t.shape, t.values.data()});
+    checkpoint::write_safetensors(a.to, entries, {{"format", "pt"}, {"source", folder}});
+    std::printf("wrote %zu tensors from %s to %s\n", entries.size(), folder.c_str(), a.to.c_str());
+    return 0;
+  }
+  const config::Json model = train::read_checkpoint_summary(folder).config.at("model");
+  std::map<std::string, interchange::HostWeights> host;
+  for (const auto& [name, t] : weights) host[name] = {t.shape, t.values.data()};
+  fs::create_directories(a.to);
+  // A previous export's files would mix with this one's (another shard count leaves stale shards).
+  for (const auto& e : fs::directory_iterator(a.to)) {
+    const std::string n = e.path().filename().string();
+    if (n == "config.json" || (n.rfind("model", 0) == 0 && n.find(".safetensors") != std::string::npos))
+      fs::remove(e.path());
+  }
+  interchange::HfExportOptions o;
+  o.bf16 = a.dtype == "bf16";
+  o.max_shard_bytes = shard_bytes;
+  const int files = interchange::write_hf_folder(a.to, model, host, o);
+  std::printf("wrote a Hugging Face %s model (%s, %d weight file%s) from %s to %s\n", model.value("type", "").c_str(),
+              a.dtype.c_str(), files, files > 1 ? "s" : "", folder.c_str(), a.to.c_str());
   return 0;
 }
 
@@ -305,16 +348,24 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   train->add_option("--resume", a.resume, "Continue from a checkpoint folder or a run folder (any layout)");
   train->add_option("--device", a.device, "auto (a GPU when one is visible), cpu or cuda")->capture_default_str();
-  train->add_option("--init", a.init, "Start from the weights of a safetensors file (e.g. from tandem export)")
-      ->check(CLI::ExistingFile);
+  train
+      ->add_option("--init", a.init,
+                   "Start from the weights of a safetensors file (e.g. from tandem export) or a Hugging Face folder")
+      ->check(CLI::ExistingPath);
 
-  std::string export_from, export_to;
-  bool export_overwrite = false;
-  CLI::App* exporter = app.add_subcommand("export", "Write a checkpoint's weights as one safetensors file");
-  exporter->add_option("checkpoint", export_from, "A checkpoint folder, or a run folder (its newest checkpoint)")
+  ExportArgs ex;
+  CLI::App* exporter =
+      app.add_subcommand("export", "Write a checkpoint's weights as one safetensors file or a Hugging Face folder");
+  exporter->add_option("checkpoint", ex.from, "A checkpoint folder, or a run folder (its newest checkpoint)")
       ->required();
-  exporter->add_option("--to", export_to, "The safetensors file to write (PyTorch-style parameter names)")->required();
-  exporter->add_flag("--overwrite", export_overwrite, "Replace --to when it exists");
+  exporter->add_option("--to", ex.to, "The safetensors file (PyTorch-style parameter names) or folder to write")
+      ->required();
+  exporter->add_option("--format", ex.format, "safetensors (one file, Tandem's names) or hf (a Hugging Face folder)")
+      ->capture_default_str();
+  exporter->add_option("--dtype", ex.dtype, "fp32 or bf16 (--format hf)")->capture_default_str();
+  exporter->add_option("--max-shard-size", ex.max_shard_size, "Largest weight file of --format hf, e.g. 5GB")
+      ->capture_default_str();
+  exporter->add_flag("--overwrite", ex.overwrite, "Replace --to when it exists");
 
   tandem::app::PlanArgs plan_args;
   CLI::App* plan = app.add_subcommand("plan", "Which layouts fit and which is fastest, before anything runs");
@@ -331,7 +382,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*exporter) return run_export(export_from, export_to, export_overwrite);
+    if (*exporter) return run_export(ex);
     if (*plan) return tandem::app::run_plan_command(plan_args);
     if (*info) return tandem::app::run_info_command();
     if (*calibrate) return tandem::app::run_calibrate_command(rates_out);

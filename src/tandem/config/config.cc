@@ -12,6 +12,7 @@
 
 #include "tandem/config/auto_values.h"
 #include "tandem/config/fields.h"
+#include "tandem/config/hf_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
 
@@ -191,6 +192,11 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
 
   tc.model_type = cfg.at("model").at("type").get<std::string>();
   tc.model = cfg.at("model");
+  tc.pretrained_dir = tc.model.value("from_pretrained", "");
+  if (!tc.pretrained_dir.empty()) {
+    Json pretrained = tc.model;  // validated already: this only collects the warnings about its config.json
+    expand_from_pretrained(pretrained, &tc.notices);
+  }
   tc.data = cfg.at("data");
   tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
   tc.checkpoint = {cfg.at("checkpoint").at("every").get<int64_t>(), cfg.at("checkpoint").at("keep").get<int64_t>(),

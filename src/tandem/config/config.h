@@ -96,6 +96,9 @@ struct TrainConfig {
   Json raw;                                 // the whole validated config, for saving next to checkpoints
   std::vector<std::string> no_effect_keys;  // DeepSpeed keys present that change nothing in Tandem, sorted
   std::vector<std::string> notices;         // lines to print once before training: "auto" values, keys of no effect
+
+  // model.from_pretrained: the Hugging Face folder the weights start from (a run that does not resume), or "".
+  std::string pretrained_dir;
 };
 
 // The typed view of a config that validate() returned, with batch sizes resolved for `dp` data-parallel ranks.

@@ -14,6 +14,7 @@
 #include "tandem/config/config.h"
 #include "tandem/config/deepspeed_keys.h"
 #include "tandem/config/fields.h"
+#include "tandem/config/hf_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
 
@@ -41,7 +42,7 @@ std::vector<std::string> top_keys() {
 }
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
 std::vector<std::string> gpt_keys() {
-  return {"type", "vocab_size", "seq_len", "dim", "layers", "heads", "tie_word_embeddings"};
+  return {"type", "vocab_size", "seq_len", "dim", "layers", "heads", "tie_word_embeddings", "from_pretrained"};
 }
 
 std::vector<std::string> minus(const std::vector<std::string>& all, const std::vector<std::string>& drop) {
@@ -191,6 +192,7 @@ void validate_model(Fields& top) {
         "missing required config key 'model': add e.g. \"model\": {\"type\": \"mlp\", \"sizes\": [784, 256, "
         "10]} or {\"type\": \"gpt\", \"vocab_size\": 256, \"seq_len\": 128, \"dim\": 128, \"layers\": 2, "
         "\"heads\": 4}");
+  expand_from_pretrained(top.object("model"));  // {"from_pretrained": DIR, "seq_len": N}: DIR's config.json
   Fields m(top.object("model"), "model");
   // The type decides which keys are valid, so read it before checking the others.
   const std::string type = m.choice("type", std::nullopt, {"mlp", "gpt"});

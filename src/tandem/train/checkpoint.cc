@@ -12,6 +12,7 @@
 
 #include "tandem/checkpoint/atomic_file.h"
 #include "tandem/checkpoint/safetensors.h"
+#include "tandem/interchange/weight_source.h"
 
 namespace tandem::train {
 
@@ -289,23 +290,18 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
   return reader.manifest().at("step").get<int64_t>();
 }
 
-void load_initial_weights(const std::string& path, parallel::Engine& engine) {
-  const checkpoint::SafetensorsFile file(path);
+void load_initial_weights(const std::string& path, const config::Json& model, parallel::Engine& engine) {
+  const std::unique_ptr<interchange::WeightSource> source = interchange::open_weights(path, model);
+  const bool hf = interchange::is_hf_folder(path);
   std::ostringstream problems;
   std::set<std::string> wanted;
   for (const nn::Parameter* p : engine.model().parameters()) {
     wanted.insert(p->name);
-    if (!file.contains(p->name))
-      problems << " missing '" << p->name << "';";
-    else if (file.shape(p->name) != p->global_shape)
-      problems << " '" << p->name << "' is " << shape_str(file.shape(p->name)) << " there, "
-               << shape_str(p->global_shape) << " here;";
+    problems << source->check(p->name, p->global_shape);
   }
   // A tensor the model does not have means the file is of another model (or names differ): loading the rest
   // would train a model the user did not ask for.
-  std::vector<std::string> extra;
-  for (const std::string& name : file.names())
-    if (!wanted.count(name)) extra.push_back(name);
+  const std::vector<std::string> extra = source->unused(wanted);
   if (!extra.empty()) {
     problems << " " << extra.size() << " tensor" << (extra.size() > 1 ? "s" : "") << " the model does not have (";
     for (size_t i = 0; i < std::min<size_t>(extra.size(), 5); ++i)
@@ -313,27 +309,27 @@ void load_initial_weights(const std::string& path, parallel::Engine& engine) {
     problems << (extra.size() > 5 ? ", ..." : "") << ");";
   }
   if (!problems.str().empty())
-    TANDEM_FAIL("cannot initialise from '", path, "':", problems.str(),
-                " the file must hold exactly this model's parameters (tandem export writes such a file)");
+    TANDEM_FAIL(
+        "cannot initialise from '", path, "':", problems.str(),
+        hf ? " the folder must hold exactly this model's parameters in Hugging Face's names (docs/huggingface.md)"
+           : " the file must hold exactly this model's parameters (tandem export writes such a file)");
+  // Each owned piece is read in runs of consecutive logical elements: a shard of a tensor-parallel slot is
+  // whole rows or row segments, so the runs are long and nothing but this rank's elements is read.
   engine.store().visit_owned(
       [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor&, const Tensor&) {
-        const DType t = file.dtype(p.name);
-        const auto* bytes = static_cast<const uint8_t*>(file.data(p.name));
         std::vector<float> local(static_cast<size_t>(value.numel()));
-        for (size_t i = 0; i < local.size(); ++i) {
-          const auto g = static_cast<size_t>(p.shard.global_index(offset + static_cast<int64_t>(i)));
-          if (t == DType::F32) {
-            std::memcpy(&local[i], bytes + 4 * g, 4);
-          } else if (t == DType::BF16 || t == DType::F16) {
-            uint16_t h;
-            std::memcpy(&h, bytes + 2 * g, 2);
-            local[i] = t == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-          } else {
-            TANDEM_FAIL("'", path, "': tensor '", p.name, "' is ", dtype_name(t), "; weights must be F32, BF16 or F16");
-          }
-          if (!std::isfinite(local[i]))
-            TANDEM_FAIL("cannot initialise from '", path, "': tensor '", p.name, "' holds ", local[i], " at element ",
-                        g, ": the file's weights are not finite (was it saved from a run that diverged?)");
+        const auto n = static_cast<int64_t>(local.size());
+        for (int64_t i = 0; i < n;) {
+          const int64_t first = p.shard.global_index(offset + i);
+          int64_t len = 1;
+          while (i + len < n && p.shard.global_index(offset + i + len) == first + len) ++len;
+          source->read(p.name, first, first + len, local.data() + i);
+          for (int64_t k = 0; k < len; ++k)
+            if (!std::isfinite(local[static_cast<size_t>(i + k)]))
+              TANDEM_FAIL("cannot initialise from '", path, "': tensor '", p.name, "' holds ",
+                          local[static_cast<size_t>(i + k)], " at element ", first + k,
+                          ": the file's weights are not finite (was it saved from a run that diverged?)");
+          i += len;
         }
         value.copy_from_host(local.data());
       });

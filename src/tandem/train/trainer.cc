@@ -237,9 +237,11 @@ void Trainer::restore(const std::string& checkpoint) {
     const int64_t step = load_checkpoint(checkpoint, *engine_, *groups_);
     if (is_printer()) std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(step));
   }
-  if (!options_.init.empty()) {
-    load_initial_weights(options_.init, *engine_);
-    if (is_printer()) std::printf("initial weights from %s\n", options_.init.c_str());
+  // --init, else model.from_pretrained for a run that does not resume (a checkpoint holds its own weights).
+  const std::string init = !options_.init.empty() ? options_.init : checkpoint.empty() ? cfg_.pretrained_dir : "";
+  if (!init.empty()) {
+    load_initial_weights(init, cfg_.model, *engine_);
+    if (is_printer()) std::printf("initial weights from %s\n", init.c_str());
   }
 }
 
@@ -369,11 +371,13 @@ StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   m.peak_bytes = static_cast<uint64_t>(
       groups_->world->all_reduce_scalar(static_cast<double>(device_->peak_bytes()), comm::ReduceOp::Max));
   if (!std::isfinite(m.loss) && first_of_run)
-    TANDEM_FAIL(
-        "the loss is ", m.loss, " at step ", m.step, ", the first of this run, before any update: the weights it ",
-        "started from (",
-        options_.init.empty() ? (options_.resume.empty() ? "initialised" : "the checkpoint") : "the --init file",
-        ") or the data give non-finite values");
+    TANDEM_FAIL("the loss is ", m.loss, " at step ", m.step,
+                ", the first of this run, before any update: the weights it ", "started from (",
+                !options_.init.empty()         ? "the --init file"
+                : !options_.resume.empty()     ? "the checkpoint"
+                : !cfg_.pretrained_dir.empty() ? "model.from_pretrained"
+                                               : "initialised",
+                ") or the data give non-finite values");
   if (!std::isfinite(m.loss))
     TANDEM_FAIL("the loss became ", m.loss, " at step ", m.step,
                 ": lower optimizer.params.lr or set gradient_clipping");

@@ -1,0 +1,348 @@
+// Hugging Face config.json <-> Tandem's model object (hf_config.h).
+#include "tandem/config/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tandem/config/fields.h"
+#include "tandem/core/error.h"
+
+namespace tandem::config {
+namespace {
+
+// Tandem's LayerNorm epsilon (nn/layernorm.h) and the GELU its op computes (tanh approximation).
+constexpr double kLayerNormEps = 1e-5;
+
+const std::vector<std::string>& supported() {
+  static const std::vector<std::string> names = {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
+                                                 "Qwen2ForCausalLM"};
+  return names;
+}
+
+// Keys of every Hugging Face config that say nothing about the computation Tandem trains.
+const std::set<std::string>& inert_keys() {
+  static const std::set<std::string> keys = {"_name_or_path",
+                                             "architectures",
+                                             "model_type",
+                                             "torch_dtype",
+                                             "dtype",
+                                             "transformers_version",
+                                             "bos_token_id",
+                                             "eos_token_id",
+                                             "pad_token_id",
+                                             "sep_token_id",
+                                             "decoder_start_token_id",
+                                             "use_cache",
+                                             "initializer_range",
+                                             "output_hidden_states",
+                                             "output_attentions",
+                                             "return_dict",
+                                             "id2label",
+                                             "label2id",
+                                             "problem_type",
+                                             "chunk_size_feed_forward",
+                                             "is_encoder_decoder",
+                                             "is_decoder",
+                                             "tokenizer_class",
+                                             "task_specific_params",
+                                             "prefix",
+                                             "finetuning_task",
+                                             "max_length",
+                                             "use_return_dict",
+                                             "tf_legacy_loss",
+                                             "pruned_heads",
+                                             "torchscript",
+                                             "_attn_implementation_autoset"};
+  return keys;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+  return out;
+}
+
+class HfReader {
+ public:
+  HfReader(const Json& hf, const std::string& dir, const std::string& arch)
+      : hf_(hf),
+        where_("Hugging Face config '" + (std::filesystem::path(dir) / "config.json").string() + "' (" + arch + ")") {}
+
+  bool has(const std::string& key) {
+    used_.insert(key);
+    return hf_.contains(key) && !hf_.at(key).is_null();
+  }
+  const Json& at(const std::string& key) {
+    used_.insert(key);
+    return hf_.at(key);
+  }
+  int64_t integer(const std::string& key, std::optional<int64_t> def = std::nullopt) {
+    if (!has(key)) {
+      if (!def) fail("has no '", key, "'");
+      return *def;
+    }
+    const std::optional<int64_t> v = as_integer(hf_.at(key));
+    if (!v || *v < 1) fail("'", key, "' is ", show(hf_.at(key)), ", not a positive integer");
+    return *v;
+  }
+  double number(const std::string& key, double def) {
+    if (!has(key)) return def;
+    if (!hf_.at(key).is_number()) fail("'", key, "' is ", show(hf_.at(key)), ", not a number");
+    return hf_.at(key).get<double>();
+  }
+  bool boolean(const std::string& key, bool def) {
+    if (!has(key)) return def;
+    if (!hf_.at(key).is_boolean()) fail("'", key, "' is ", show(hf_.at(key)), ", not true or false");
+    return hf_.at(key).get<bool>();
+  }
+  std::string string(const std::string& key, const std::string& def) {
+    if (!has(key)) return def;
+    if (!hf_.at(key).is_string()) fail("'", key, "' is ", show(hf_.at(key)), ", not a string");
+    return hf_.at(key).get<std::string>();
+  }
+  // Dropout is a regulariser Tandem does not apply: a nonzero rate is reported, not refused.
+  void dropout(const std::vector<std::string>& keys) {
+    for (const std::string& k : keys)
+      if (has(k) && hf_.at(k).is_number() && hf_.at(k).get<double>() != 0) dropped_.push_back(k);
+  }
+
+  template <class... Args>
+  [[noreturn]] void fail(Args&&... args) const {
+    TANDEM_FAIL(where_, " ", std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  [[noreturn]] void cannot(Args&&... args) const {
+    TANDEM_FAIL(where_, ": Tandem cannot train this model: ", std::forward<Args>(args)...);
+  }
+
+  void warn(std::vector<std::string>* warnings) const {
+    if (!warnings) return;
+    std::vector<std::string> unknown;
+    for (const auto& [key, value] : hf_.items())
+      if (!used_.count(key) && !inert_keys().count(key)) unknown.push_back(key);
+    if (!unknown.empty())
+      warnings->push_back("warning: " + where_ + ": Tandem does not read these keys: " + join(unknown));
+    if (!dropped_.empty())
+      warnings->push_back("warning: " + where_ + ": Tandem trains without dropout; ignored: " + join(dropped_));
+  }
+
+ private:
+  const Json& hf_;
+  std::string where_;
+  std::set<std::string> used_;
+  std::vector<std::string> dropped_;
+};
+
+Json gpt2_model(HfReader& r) {
+  const std::string act = r.string("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    r.cannot("activation_function \"", act,
+             "\": its GELU is the tanh approximation (gelu_new, gelu_pytorch_tanh) and nothing else");
+  const int64_t dim = r.integer("n_embd");
+  if (r.has("n_inner") && r.integer("n_inner") != 4 * dim)
+    r.cannot("n_inner ", show(r.at("n_inner")), ": its MLP is 4 * n_embd = ", 4 * dim, " wide");
+  const double eps = r.number("layer_norm_epsilon", 1e-5);
+  if (std::abs(eps - kLayerNormEps) > 1e-12)
+    r.cannot("layer_norm_epsilon ", eps, ": its LayerNorm uses ", kLayerNormEps);
+  if (r.boolean("scale_attn_by_inverse_layer_idx", false))
+    r.cannot("scale_attn_by_inverse_layer_idx is true: its attention is scaled by 1/sqrt(head dim) only");
+  if (r.boolean("reorder_and_upcast_attn", false))
+    r.cannot("reorder_and_upcast_attn is true: that attention variant is not implemented");
+  if (!r.boolean("scale_attn_weights", true))
+    r.cannot("scale_attn_weights is false: its attention always scales by 1/sqrt(head dim)");
+  if (r.boolean("add_cross_attention", false)) r.cannot("add_cross_attention is true: it has no cross-attention");
+  r.dropout({"resid_pdrop", "embd_pdrop", "attn_pdrop"});
+  for (const char* k : {"summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+                        "summary_first_dropout", "n_ctx"})
+    r.has(k);  // GPT2DoubleHeadsModel's heads and an old alias of n_positions: nothing to train here
+  Json m = {{"type", "gpt"},
+            {"vocab_size", r.integer("vocab_size")},
+            {"dim", dim},
+            {"layers", r.integer("n_layer")},
+            {"heads", r.integer("n_head")},
+            {"tie_word_embeddings", r.boolean("tie_word_embeddings", true)}};
+  r.integer("n_positions", 1024);  // checked against seq_len where the weights are read
+  return m;
+}
+
+Json llama_model(HfReader& r, const std::string& family) {
+  const std::string act = r.string("hidden_act", "silu");
+  if (act != "silu") r.cannot("hidden_act \"", act, "\": its gated MLP uses SiLU only");
+  if (r.boolean("mlp_bias", false)) r.cannot("mlp_bias is true: its MLP projections have no bias");
+  if (r.has("pretraining_tp") && r.integer("pretraining_tp") != 1)
+    r.cannot("pretraining_tp ", show(r.at("pretraining_tp")), ": only 1 (the exact computation) is supported");
+  r.dropout({"attention_dropout"});
+  const int64_t heads = r.integer("num_attention_heads");
+  Json m = {{"type", "llama"},
+            {"vocab_size", r.integer("vocab_size")},
+            {"hidden_size", r.integer("hidden_size")},
+            {"intermediate_size", r.integer("intermediate_size")},
+            {"num_hidden_layers", r.integer("num_hidden_layers")},
+            {"num_attention_heads", heads},
+            {"num_key_value_heads", r.integer("num_key_value_heads", heads)},
+            {"max_position_embeddings", r.integer("max_position_embeddings", 2048)},
+            {"rms_norm_eps", r.number("rms_norm_eps", 1e-6)},
+            {"tie_word_embeddings", r.boolean("tie_word_embeddings", false)},
+            {"attention_bias", r.boolean("attention_bias", false)}};
+  if (r.has("head_dim")) m["head_dim"] = r.integer("head_dim");
+  // transformers 5 keeps rope_theta and the scaling together in rope_parameters; older files have them apart.
+  double theta = r.number("rope_theta", 10000.0);
+  Json scaling = r.has("rope_scaling") ? r.at("rope_scaling") : Json();
+  if (r.has("rope_parameters")) {
+    Json p = r.at("rope_parameters");
+    if (!p.is_object()) r.fail("'rope_parameters' is ", show(p), ", not an object");
+    if (p.contains("rope_theta") && p.at("rope_theta").is_number()) theta = p.at("rope_theta").get<double>();
+    p.erase("rope_theta");
+    if (p.value("rope_type", "default") != "default") scaling = p;
+  }
+  m["rope_theta"] = theta;
+  m["rope_scaling"] = scaling;
+  if (family == "qwen2") {
+    // Qwen2 has biases on q, k and v but not on o.
+    m["qkv_bias"] = true;
+    m["attention_bias"] = false;
+    if (r.boolean("use_sliding_window", false)) r.cannot("use_sliding_window is true: its attention is full");
+    r.has("sliding_window");
+    r.has("max_window_layers");
+    r.has("layer_types");
+  }
+  if (family == "mistral" && r.has("sliding_window")) {
+    const int64_t window = r.integer("sliding_window");
+    m["sliding_window"] = window;  // checked against seq_len by expand_from_pretrained
+  }
+  if (family == "llama") r.has("layer_types");
+  return m;
+}
+
+}  // namespace
+
+Json model_from_hf_config(const Json& hf, const std::string& dir, std::vector<std::string>* warnings) {
+  const std::string file = (std::filesystem::path(dir) / "config.json").string();
+  if (!hf.is_object()) TANDEM_FAIL("Hugging Face config '", file, "' is not a JSON object");
+  std::string arch;
+  if (hf.contains("architectures") && hf.at("architectures").is_array() && !hf.at("architectures").empty() &&
+      hf.at("architectures")[0].is_string())
+    arch = hf.at("architectures")[0].get<std::string>();
+  const std::string type = hf.value("model_type", "");
+  std::string family;
+  if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2"))
+    family = "gpt2";
+  else if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama"))
+    family = "llama";
+  else if (arch == "MistralForCausalLM" || (arch.empty() && type == "mistral"))
+    family = "mistral";
+  else if (arch == "Qwen2ForCausalLM" || (arch.empty() && type == "qwen2"))
+    family = "qwen2";
+  else
+    TANDEM_FAIL("Hugging Face config '", file, "': architecture ",
+                arch.empty() ? "(none; model_type \"" + type + "\")" : "'" + arch + "'",
+                " is not one Tandem trains; supported: ", join(supported()));
+  HfReader r(hf, dir, arch.empty() ? type : arch);
+  Json m = family == "gpt2" ? gpt2_model(r) : llama_model(r, family);
+  r.warn(warnings);
+  return m;
+}
+
+Json hf_config_from_model(const Json& model, const std::string& torch_dtype) {
+  const std::string type = model.value("type", "");
+  const bool tied = model.value("tie_word_embeddings", false);
+  if (type == "gpt") {
+    return {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", model.at("vocab_size")},
+            {"n_positions", model.at("seq_len")},
+            {"n_embd", model.at("dim")},
+            {"n_layer", model.at("layers")},
+            {"n_head", model.at("heads")},
+            {"n_inner", nullptr},
+            {"activation_function", "gelu_new"},
+            {"layer_norm_epsilon", kLayerNormEps},
+            {"resid_pdrop", 0.0},
+            {"embd_pdrop", 0.0},
+            {"attn_pdrop", 0.0},
+            {"scale_attn_weights", true},
+            {"tie_word_embeddings", tied},
+            {"torch_dtype", torch_dtype}};
+  }
+  if (type == "llama") {
+    const bool qkv_bias = model.value("qkv_bias", false);
+    const bool attention_bias = model.value("attention_bias", false);
+    if (qkv_bias && attention_bias)
+      TANDEM_FAIL("model has both qkv_bias and attention_bias: no Hugging Face architecture has that combination");
+    const bool qwen2 = qkv_bias;
+    Json hf = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+               {"model_type", qwen2 ? "qwen2" : "llama"},
+               {"hidden_act", "silu"},
+               {"torch_dtype", torch_dtype}};
+    for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling"})
+      if (model.contains(k)) hf[k] = model.at(k);
+    hf["max_position_embeddings"] = model.value("max_position_embeddings", model.at("seq_len").get<int64_t>());
+    hf["tie_word_embeddings"] = tied;
+    if (!qwen2) {
+      hf["attention_bias"] = attention_bias;
+      hf["mlp_bias"] = false;
+    }
+    return hf;
+  }
+  TANDEM_FAIL("a model of type '", type, "' has no Hugging Face architecture to export to; gpt and llama do");
+}
+
+Json read_hf_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::path(dir) / "config.json";
+  if (!fs::is_directory(dir))
+    TANDEM_FAIL("model.from_pretrained '", dir, "' is not a folder: name a Hugging Face model folder (config.json ",
+                "and model.safetensors, as save_pretrained writes)");
+  std::ifstream in(file);
+  if (!in)
+    TANDEM_FAIL("model.from_pretrained '", dir, "' has no config.json: is it a Hugging Face model folder ",
+                "(save_pretrained writes one)?");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const Json hf = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (hf.is_discarded()) TANDEM_FAIL("Hugging Face config '", file.string(), "' is not valid JSON");
+  return hf;
+}
+
+void expand_from_pretrained(Json& model, std::vector<std::string>* warnings) {
+  if (!model.is_object() || !model.contains("from_pretrained")) return;
+  const Json& from = model.at("from_pretrained");
+  if (!from.is_string() || from.get<std::string>().empty())
+    TANDEM_FAIL("config key 'model.from_pretrained' is ", show(from),
+                ", not a folder name: give a Hugging Face model folder, e.g. \"from_pretrained\": \"gpt2\"");
+  const std::string dir = from.get<std::string>();
+  if (!model.contains("seq_len"))
+    TANDEM_FAIL("missing required config key 'model.seq_len' beside model.from_pretrained: the length of the ",
+                "training windows, e.g. \"seq_len\": 1024");
+  Json expanded = model_from_hf_config(read_hf_config(dir), dir, warnings);
+  // Keys the folder's config decides must agree with it; others (defaults the schema wrote) are kept for the
+  // schema to judge.
+  for (const auto& [key, value] : model.items()) {
+    if (key == "from_pretrained" || key == "seq_len") continue;
+    const auto it = expanded.find(key);
+    if (it == expanded.end()) {
+      expanded[key] = value;
+    } else if (*it != value) {
+      TANDEM_FAIL("config key 'model.", key, "' is ", show(value), " but model.from_pretrained '", dir, "' says ",
+                  show(*it), ": beside from_pretrained give only seq_len (the rest comes from its config.json)");
+    }
+  }
+  expanded["seq_len"] = model.at("seq_len");
+  expanded["from_pretrained"] = dir;
+  if (expanded.contains("sliding_window")) {
+    const std::optional<int64_t> seq = as_integer(expanded.at("seq_len"));
+    if (seq && expanded.at("sliding_window").get<int64_t>() < *seq)
+      TANDEM_FAIL("model.from_pretrained '", dir, "': its sliding_window (", expanded.at("sliding_window"),
+                  ") is shorter than model.seq_len (", *seq,
+                  "): Tandem's attention is full, so use seq_len <= sliding_window");
+    expanded.erase("sliding_window");
+  }
+  model = std::move(expanded);
+}
+
+}  // namespace tandem::config

@@ -1,0 +1,126 @@
+// The GPT-2 and Llama name maps (hf_names.h). Sizes come from the model object, the names from transformers'
+// GPT2LMHeadModel and LlamaForCausalLM (Mistral and Qwen2 name their tensors as Llama does).
+#include "tandem/interchange/hf_names.h"
+
+#include "tandem/core/error.h"
+
+namespace tandem::interchange {
+namespace {
+
+int64_t get(const config::Json& model, const char* key) { return model.at(key).get<int64_t>(); }
+
+// A parameter filled by one Hugging Face tensor, whole.
+HfMapping whole(const std::string& name, Shape shape, const std::string& hf, bool transposed = false) {
+  const int64_t rows = shape.at(0);
+  return {name, std::move(shape), {{hf, 0, rows, transposed, false}}};
+}
+
+// A parameter whose rows are the Hugging Face tensors one after another.
+HfMapping rows_of(const std::string& name, Shape shape, const std::vector<std::pair<std::string, int64_t>>& parts) {
+  HfMapping m{name, std::move(shape), {}};
+  int64_t row = 0;
+  for (const auto& [hf, rows] : parts) {
+    m.pieces.push_back({hf, row, rows, false, false});
+    row += rows;
+  }
+  TANDEM_CHECK(row == m.shape.at(0), "pieces of ", name, " cover ", row, " rows of ", shape_str(m.shape));
+  return m;
+}
+
+std::vector<HfMapping> gpt2_map(const config::Json& model) {
+  const int64_t v = get(model, "vocab_size"), c = get(model, "dim"), s = get(model, "seq_len");
+  std::vector<HfMapping> out;
+  out.push_back(whole("wte.weight", {v, c}, "transformer.wte.weight"));
+  out.push_back({"wpe.weight", {s, c}, {{"transformer.wpe.weight", 0, s, false, true}}});
+  for (int64_t i = 0; i < get(model, "layers"); ++i) {
+    const std::string t = "blocks." + std::to_string(i) + ".", h = "transformer.h." + std::to_string(i) + ".";
+    for (const char* p : {"weight", "bias"}) out.push_back(whole(t + "ln1." + p, {c}, h + "ln_1." + p));
+    out.push_back(whole(t + "qkv.weight", {3 * c, c}, h + "attn.c_attn.weight", true));
+    out.push_back(whole(t + "qkv.bias", {3 * c}, h + "attn.c_attn.bias"));
+    out.push_back(whole(t + "proj.weight", {c, c}, h + "attn.c_proj.weight", true));
+    out.push_back(whole(t + "proj.bias", {c}, h + "attn.c_proj.bias"));
+    for (const char* p : {"weight", "bias"}) out.push_back(whole(t + "ln2." + p, {c}, h + "ln_2." + p));
+    out.push_back(whole(t + "fc.weight", {4 * c, c}, h + "mlp.c_fc.weight", true));
+    out.push_back(whole(t + "fc.bias", {4 * c}, h + "mlp.c_fc.bias"));
+    out.push_back(whole(t + "out.weight", {c, 4 * c}, h + "mlp.c_proj.weight", true));
+    out.push_back(whole(t + "out.bias", {c}, h + "mlp.c_proj.bias"));
+  }
+  for (const char* p : {"weight", "bias"})
+    out.push_back(whole(std::string("lnf.") + p, {c}, std::string("transformer.ln_f.") + p));
+  if (!model.value("tie_word_embeddings", false)) out.push_back(whole("head.weight", {v, c}, "lm_head.weight"));
+  return out;
+}
+
+std::vector<HfMapping> llama_map(const config::Json& model) {
+  const int64_t v = get(model, "vocab_size"), c = get(model, "hidden_size"), f = get(model, "intermediate_size");
+  const int64_t heads = get(model, "num_attention_heads");
+  const int64_t kv = model.value("num_key_value_heads", heads);
+  const int64_t d = model.contains("head_dim") && !model.at("head_dim").is_null() ? get(model, "head_dim") : c / heads;
+  const bool o_bias = model.value("attention_bias", false);
+  const bool qkv_bias = o_bias || model.value("qkv_bias", false);
+  std::vector<HfMapping> out;
+  out.push_back(whole("embed.weight", {v, c}, "model.embed_tokens.weight"));
+  for (int64_t i = 0; i < get(model, "num_hidden_layers"); ++i) {
+    const std::string t = "layers." + std::to_string(i) + ".", h = "model.layers." + std::to_string(i) + ".";
+    out.push_back(whole(t + "attn_norm.weight", {c}, h + "input_layernorm.weight"));
+    const int64_t qkv_rows = (heads + 2 * kv) * d;
+    for (const char* p : {"weight", "bias"}) {
+      if (std::string(p) == "bias" && !qkv_bias) continue;
+      const std::string a = h + "self_attn.";
+      Shape shape = std::string(p) == "weight" ? Shape{qkv_rows, c} : Shape{qkv_rows};
+      out.push_back(
+          rows_of(t + "qkv." + p, shape,
+                  {{a + "q_proj." + p, heads * d}, {a + "k_proj." + p, kv * d}, {a + "v_proj." + p, kv * d}}));
+    }
+    out.push_back(whole(t + "o.weight", {c, heads * d}, h + "self_attn.o_proj.weight"));
+    if (o_bias) out.push_back(whole(t + "o.bias", {c}, h + "self_attn.o_proj.bias"));
+    out.push_back(whole(t + "mlp_norm.weight", {c}, h + "post_attention_layernorm.weight"));
+    out.push_back(
+        rows_of(t + "gate_up.weight", {2 * f, c}, {{h + "mlp.gate_proj.weight", f}, {h + "mlp.up_proj.weight", f}}));
+    out.push_back(whole(t + "down.weight", {c, f}, h + "mlp.down_proj.weight"));
+  }
+  out.push_back(whole("norm.weight", {c}, "model.norm.weight"));
+  if (!model.value("tie_word_embeddings", false)) out.push_back(whole("head.weight", {v, c}, "lm_head.weight"));
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+std::vector<HfMapping> hf_name_map(const config::Json& model) {
+  const std::string type = model.value("type", "");
+  if (type == "gpt") return gpt2_map(model);
+  if (type == "llama") return llama_map(model);
+  TANDEM_FAIL("a model of type '", type, "' has no Hugging Face counterpart; gpt (GPT-2) and llama do");
+}
+
+const char* hf_tied_head_name() { return "lm_head.weight"; }
+
+bool is_hf_buffer(const std::string& n) {
+  return ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias") || ends_with(n, "rotary_emb.inv_freq");
+}
+
+Shape hf_piece_shape(const HfPiece& p, const Shape& shape) {
+  if (shape.size() == 1) return {p.rows};
+  return p.transposed ? Shape{shape.at(1), p.rows} : Shape{p.rows, shape.at(1)};
+}
+
+int64_t hf_index(const HfPiece& p, const Shape& shape, const Shape& hf_shape, int64_t index) {
+  const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  const int64_t row = index / cols - p.row, col = index % cols;
+  if (p.transposed) return col * hf_shape.at(1) + row;
+  return row * cols + col;
+}
+
+const HfPiece& piece_of(const HfMapping& m, int64_t index) {
+  const int64_t cols = m.shape.size() == 2 ? m.shape[1] : 1;
+  const int64_t row = index / cols;
+  for (const HfPiece& p : m.pieces)
+    if (row >= p.row && row < p.row + p.rows) return p;
+  TANDEM_FAIL("element ", index, " of '", m.name, "' lies in no Hugging Face tensor");
+}
+
+}  // namespace tandem::interchange

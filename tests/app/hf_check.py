@@ -1,0 +1,164 @@
+"""Hugging Face interchange end to end, against transformers and torch.
+
+Usage: hf_check.py TANDEM_BINARY FAMILY, FAMILY one of gpt2, llama, llama-tied.
+
+A tiny model of the family is made with a fixed seed and saved with save_pretrained. Tandem trains it from
+{"model": {"from_pretrained": DIR, "seq_len": 16}} for 3 steps on a token file holding exactly one window, so every
+step sees the same batch; its losses must equal transformers' loss on that window before and after torch's AdamW
+steps (configured like Tandem's). Then the final checkpoint is exported with --format hf and loaded by
+AutoModelForCausalLM with no missing or unexpected keys; its loss must equal torch's after 3 steps.
+Prints one PASS or FAIL line per check and "N passed, M failed".
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+import transformers
+
+SEQ = 16
+VOCAB = 64
+STEPS = 3
+TOL = 1e-5
+OPT = {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-6, "weight_decay": 0.1}
+
+results = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, detail=""):
+    print(("PASS " if ok else "FAIL ") + name + ("" if ok or not detail else ": " + detail), flush=True)
+    results["passed" if ok else "failed"] += 1
+    return ok
+
+
+def make_model(family):
+    torch.manual_seed(0)
+    if family == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=4,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                                      eos_token_id=0)
+        return transformers.GPT2LMHeadModel(cfg)
+    if family in ("llama", "llama-tied"):
+        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
+                                       tie_word_embeddings=family == "llama-tied", bos_token_id=0, eos_token_id=0)
+        return transformers.LlamaForCausalLM(cfg)
+    raise SystemExit("unknown family " + family)
+
+
+def loss_of(model, tokens):
+    x = torch.tensor(tokens[:SEQ], dtype=torch.long)[None]
+    y = torch.tensor(tokens[1:], dtype=torch.long)
+    logits = model(input_ids=x).logits[0].float()
+    return torch.nn.functional.cross_entropy(logits, y)
+
+
+def torch_losses(model, tokens):
+    """Loss before each of STEPS AdamW steps, and after the last: decay on matrices and embeddings only."""
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": OPT["weight_decay"]},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=OPT["lr"], betas=tuple(OPT["betas"]), eps=OPT["eps"])
+    out = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = loss_of(model, tokens)
+        out.append(loss.item())
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        out.append(loss_of(model, tokens).item())
+    return out
+
+
+def tandem_losses(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line)["loss"] for line in f if '"loss"' in line]
+
+
+def main():
+    tandem, family = sys.argv[1], sys.argv[2]
+    work = tempfile.mkdtemp()
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+
+    model = make_model(family)
+    hf_dir = os.path.join(work, "hf")
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    rng = np.random.default_rng(7)
+    tokens = [int(t) for t in rng.integers(0, VOCAB, SEQ + 1)]
+    np.array(tokens, dtype=np.uint16).tofile(os.path.join(work, "window.bin"))  # exactly one window of SEQ + 1
+    want = torch_losses(model, tokens)
+
+    def config(dp):
+        return {"model": {"from_pretrained": hf_dir, "seq_len": SEQ},
+                "data": {"type": "tokens", "path": os.path.join(work, "window.bin"), "dtype": "uint16"},
+                "train_batch_size": dp, "steps": STEPS, "seed": 1,
+                "optimizer": {"type": "AdamW", "params": OPT}, "scheduler": {"type": "Constant"},
+                "gradient_clipping": 0.0}
+
+    runs = [("one process", 1, None, 1), ("4 as 2: virtual_gpus 2, pipeline 2", 4,
+                                          {"virtual_gpus": 2, "pipeline": 2}, 2),
+            ("4 as 2: virtual_gpus 2, tensor 2", 4, {"virtual_gpus": 2, "tensor": 2}, 2)]
+    last_run = None
+    for name, n, parallel, dp in runs:
+        cfg = config(dp)
+        if parallel:
+            cfg["parallel"] = parallel
+        cfg_path = os.path.join(work, "train.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        run_dir = os.path.join(work, "run_%d_%d" % (n, len(name)))
+        cmd = [tandem, "train", cfg_path, "--out", run_dir] + (["-n", str(n)] if n > 1 else [])
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        if not check(family + " trains from_pretrained on " + name, p.returncode == 0, (p.stdout + p.stderr)[-2000:]):
+            continue
+        got = tandem_losses(run_dir)
+        d1, d2 = abs(got[0] - want[0]), abs(got[1] - want[1])
+        print("  %s: step-1 loss %.8f (transformers %.8f, |diff| %.3g), step-2 %.8f (torch AdamW %.8f, |diff| %.3g)"
+              % (name, got[0], want[0], d1, got[1], want[1], d2))
+        check(family + " step-1 loss equals transformers' on " + name, d1 <= TOL)
+        check(family + " step-2 loss equals torch's after one AdamW step on " + name, d2 <= TOL)
+        last_run = last_run or run_dir
+
+    if last_run is None:
+        return
+    out_dir = os.path.join(work, "exported")
+    p = subprocess.run([tandem, "export", last_run, "--to", out_dir, "--format", "hf"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    if not check(family + " tandem export --format hf", p.returncode == 0, (p.stdout + p.stderr)[-2000:]):
+        return
+    loaded, info = transformers.AutoModelForCausalLM.from_pretrained(out_dir, output_loading_info=True,
+                                                                     dtype=torch.float32)
+    problems = {k: v for k, v in info.items() if v}
+    check(family + " the export loads in transformers with no missing or unexpected keys", not problems, str(problems))
+    with torch.no_grad():
+        final = loss_of(loaded.eval(), tokens).item()
+    print("  exported: loss %.8f (torch after %d steps %.8f, |diff| %.3g)" % (final, STEPS, want[-1],
+                                                                             abs(final - want[-1])))
+    check(family + " the exported model's loss equals torch's after %d steps" % STEPS, abs(final - want[-1]) <= TOL)
+
+    # Sharded export: a small shard size writes an index, which Tandem reads back and transformers loads.
+    shard_dir = os.path.join(work, "sharded")
+    p = subprocess.run([tandem, "export", last_run, "--to", shard_dir, "--format", "hf", "--max-shard-size", "20KB"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    shards = [f for f in os.listdir(shard_dir) if f.endswith(".safetensors")] if p.returncode == 0 else []
+    check(family + " export in shards with model.safetensors.index.json",
+          p.returncode == 0 and len(shards) > 1 and os.path.exists(os.path.join(shard_dir, "model.safetensors.index.json")),
+          (p.stdout + p.stderr)[-2000:])
+    if shards:
+        sharded = transformers.AutoModelForCausalLM.from_pretrained(shard_dir, dtype=torch.float32)
+        with torch.no_grad():
+            s = loss_of(sharded.eval(), tokens).item()
+        check(family + " the sharded export loads with the same loss", abs(s - final) <= 1e-7, "%r vs %r" % (s, final))
+
+
+if __name__ == "__main__":
+    main()
+    print("%d passed, %d failed" % (results["passed"], results["failed"]))
+    sys.exit(1 if results["failed"] else 0)

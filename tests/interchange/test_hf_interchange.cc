@@ -1,0 +1,319 @@
+// Hugging Face interchange: config.json to and from Tandem's model object, the from_pretrained hook, the name
+// maps written by the exporter and read back through a weight source (whole and in shards), and the refusals.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "tandem/checkpoint/safetensors.h"
+#include "tandem/config/hf_config.h"
+#include "tandem/core/error.h"
+#include "tandem/interchange/hf_export.h"
+#include "tandem/interchange/hf_names.h"
+#include "tandem/interchange/weight_source.h"
+#include "test_util.h"
+
+namespace tandem::interchange {
+namespace {
+
+namespace fs = std::filesystem;
+using config::Json;
+using tandem::testing::error_of;
+
+Json gpt2_hf() {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", 64},
+          {"n_positions", 16},
+          {"n_embd", 32},
+          {"n_layer", 2},
+          {"n_head", 4},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},
+          {"resid_pdrop", 0.0},
+          {"torch_dtype", "float32"},
+          {"bos_token_id", 50256},
+          {"transformers_version", "5.0.0"}};
+}
+
+Json llama_hf(bool tied) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", 64},
+          {"hidden_size", 32},
+          {"intermediate_size", 48},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"max_position_embeddings", 16},
+          {"rms_norm_eps", 1e-6},
+          {"hidden_act", "silu"},
+          {"tie_word_embeddings", tied},
+          {"rope_parameters", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}};
+}
+
+class HfInterchange : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() / ("tandem_hf_test_" + std::to_string(rd()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string folder(const std::string& name, const Json& hf_config) const {
+    const fs::path d = dir_ / name;
+    fs::create_directories(d);
+    std::ofstream(d / "config.json") << hf_config.dump(2);
+    return d.string();
+  }
+
+  fs::path dir_;
+};
+
+// Random logical weights for every parameter of `model`, in Tandem's names.
+std::map<std::string, std::vector<float>> random_weights(const Json& model) {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal;
+  std::map<std::string, std::vector<float>> out;
+  for (const HfMapping& m : hf_name_map(model)) {
+    std::vector<float>& v = out[m.name];
+    v.resize(static_cast<size_t>(shape_numel(m.shape)));
+    for (float& x : v) x = normal(gen);
+  }
+  return out;
+}
+
+std::map<std::string, HostWeights> views(const Json& model, const std::map<std::string, std::vector<float>>& w) {
+  std::map<std::string, HostWeights> out;
+  for (const HfMapping& m : hf_name_map(model)) out[m.name] = {m.shape, w.at(m.name).data()};
+  return out;
+}
+
+// Every parameter read back through the folder's weight source equals what was exported.
+void expect_round_trip(const std::string& dir, const Json& model, const std::map<std::string, std::vector<float>>& w) {
+  const auto source = open_weights(dir, model);
+  std::set<std::string> names;
+  for (const HfMapping& m : hf_name_map(model)) {
+    names.insert(m.name);
+    EXPECT_EQ(source->check(m.name, m.shape), "") << m.name;
+    std::vector<float> got(w.at(m.name).size());
+    // In two ranges, as a rank reading its shard does.
+    const auto half = static_cast<int64_t>(got.size() / 2);
+    source->read(m.name, 0, half, got.data());
+    source->read(m.name, half, static_cast<int64_t>(got.size()), got.data() + half);
+    EXPECT_EQ(got, w.at(m.name)) << m.name;
+  }
+  EXPECT_TRUE(source->unused(names).empty());
+}
+
+TEST_F(HfInterchange, Gpt2ConfigBecomesAGptModelAndBack) {
+  std::vector<std::string> warnings;
+  Json hf = gpt2_hf();
+  hf["made_up_key"] = 1;
+  hf["attn_pdrop"] = 0.1;
+  const Json m = config::model_from_hf_config(hf, "d", &warnings);
+  EXPECT_EQ(m, (Json{{"type", "gpt"},
+                     {"vocab_size", 64},
+                     {"dim", 32},
+                     {"layers", 2},
+                     {"heads", 4},
+                     {"tie_word_embeddings", true}}));
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_HAS(warnings[0], "Tandem does not read these keys: made_up_key");
+  EXPECT_HAS(warnings[1], "without dropout; ignored: attn_pdrop");
+
+  Json with_seq = m;
+  with_seq["seq_len"] = 16;
+  const Json back = config::hf_config_from_model(with_seq, "float32");
+  EXPECT_EQ(back.at("n_positions"), 16);
+  EXPECT_EQ(back.at("architectures")[0], "GPT2LMHeadModel");
+  EXPECT_EQ(config::model_from_hf_config(back, "d"), m);
+}
+
+TEST_F(HfInterchange, Gpt2VariantsTandemCannotTrainAreRefusedByName) {
+  const auto refused = [](const char* key, const Json& value) {
+    Json hf = gpt2_hf();
+    hf[key] = value;
+    return error_of([&] { config::model_from_hf_config(hf, "d"); });
+  };
+  EXPECT_HAS(refused("activation_function", "relu"), "activation_function \"relu\"");
+  EXPECT_EQ(config::model_from_hf_config(
+                [] {
+                  Json hf = gpt2_hf();
+                  hf["activation_function"] = "gelu_pytorch_tanh";
+                  return hf;
+                }(),
+                "d")
+                .at("type"),
+            "gpt");
+  EXPECT_HAS(refused("n_inner", 100), "n_inner 100");
+  EXPECT_HAS(refused("layer_norm_epsilon", 1e-6), "layer_norm_epsilon");
+  EXPECT_HAS(refused("scale_attn_by_inverse_layer_idx", true), "scale_attn_by_inverse_layer_idx");
+  EXPECT_HAS(refused("reorder_and_upcast_attn", true), "reorder_and_upcast_attn");
+  Json t5 = {{"architectures", {"T5ForConditionalGeneration"}}};
+  const std::string e = error_of([&] { config::model_from_hf_config(t5, "d"); });
+  EXPECT_HAS(e, "'T5ForConditionalGeneration' is not one Tandem trains");
+  EXPECT_HAS(e, "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM");
+}
+
+TEST_F(HfInterchange, LlamaFamiliesKeepHuggingFaceKeyNames) {
+  const Json m = config::model_from_hf_config(llama_hf(false), "d");
+  EXPECT_EQ(m.at("type"), "llama");
+  EXPECT_EQ(m.at("num_key_value_heads"), 2);
+  EXPECT_EQ(m.at("rope_theta"), 10000.0);
+  EXPECT_TRUE(m.at("rope_scaling").is_null());
+  EXPECT_FALSE(m.contains("qkv_bias"));
+
+  Json qwen = llama_hf(false);
+  qwen["architectures"] = {"Qwen2ForCausalLM"};
+  qwen["model_type"] = "qwen2";
+  qwen["sliding_window"] = nullptr;
+  qwen["use_sliding_window"] = false;
+  qwen["max_window_layers"] = 28;
+  std::vector<std::string> warnings;
+  const Json q = config::model_from_hf_config(qwen, "d", &warnings);
+  EXPECT_EQ(q.at("qkv_bias"), true);
+  EXPECT_EQ(q.at("attention_bias"), false);
+  EXPECT_TRUE(warnings.empty()) << warnings.at(0);
+
+  Json act = llama_hf(false);
+  act["hidden_act"] = "gelu";
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(act, "d"); }), "hidden_act \"gelu\"");
+  Json bias = llama_hf(false);
+  bias["mlp_bias"] = true;
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(bias, "d"); }), "mlp_bias");
+
+  Json with_seq = m;
+  with_seq["seq_len"] = 16;
+  EXPECT_EQ(config::hf_config_from_model(with_seq, "bfloat16").at("architectures")[0], "LlamaForCausalLM");
+  Json qwen_seq = q;
+  qwen_seq["seq_len"] = 16;
+  EXPECT_EQ(config::hf_config_from_model(qwen_seq, "float32").at("model_type"), "qwen2");
+}
+
+TEST_F(HfInterchange, FromPretrainedExpandsFromTheFolderIdempotently) {
+  const std::string dir = folder("gpt2", gpt2_hf());
+  Json model = {{"from_pretrained", dir}, {"seq_len", 8}};
+  config::expand_from_pretrained(model);
+  EXPECT_EQ(model.at("type"), "gpt");
+  EXPECT_EQ(model.at("dim"), 32);
+  EXPECT_EQ(model.at("seq_len"), 8);
+  EXPECT_EQ(model.at("from_pretrained"), dir);
+  Json again = model;
+  config::expand_from_pretrained(again);
+  EXPECT_EQ(again, model);
+
+  Json other = {{"from_pretrained", dir}, {"seq_len", 8}, {"dim", 64}};
+  EXPECT_HAS(error_of([&] { config::expand_from_pretrained(other); }), "'model.dim' is 64 but");
+  Json no_seq = {{"from_pretrained", dir}};
+  EXPECT_HAS(error_of([&] { config::expand_from_pretrained(no_seq); }), "model.seq_len");
+  Json missing = {{"from_pretrained", (dir_ / "nowhere").string()}, {"seq_len", 8}};
+  EXPECT_HAS(error_of([&] { config::expand_from_pretrained(missing); }), "is not a folder");
+  fs::create_directories(dir_ / "empty");
+  Json empty = {{"from_pretrained", (dir_ / "empty").string()}, {"seq_len", 8}};
+  EXPECT_HAS(error_of([&] { config::expand_from_pretrained(empty); }), "has no config.json");
+
+  Json mistral = llama_hf(false);
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["sliding_window"] = 4;
+  Json short_window = {{"from_pretrained", folder("mistral", mistral)}, {"seq_len", 8}};
+  EXPECT_HAS(error_of([&] { config::expand_from_pretrained(short_window); }), "sliding_window (4)");
+}
+
+TEST_F(HfInterchange, Gpt2MapTransposesConv1DWeights) {
+  const Json model = {{"type", "gpt"}, {"vocab_size", 64},           {"seq_len", 8}, {"dim", 32}, {"layers", 1},
+                      {"heads", 4},    {"tie_word_embeddings", true}};
+  const auto maps = hf_name_map(model);
+  for (const HfMapping& m : maps) EXPECT_NE(m.name, "head.weight");  // tied: the embedding
+  const auto w = random_weights(model);
+  const std::string dir = folder("gpt2", gpt2_hf());
+  EXPECT_EQ(write_hf_folder(dir, model, views(model, w), {}), 1);
+  const checkpoint::SafetensorsFile file((fs::path(dir) / "model.safetensors").string());
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+  EXPECT_FALSE(file.contains("lm_head.weight"));
+  EXPECT_EQ(file.shape("transformer.h.0.attn.c_attn.weight"), (Shape{32, 96}));
+  EXPECT_EQ(file.shape("transformer.wpe.weight"), (Shape{8, 32}));
+  const auto* c_attn = static_cast<const float*>(file.data("transformer.h.0.attn.c_attn.weight"));
+  const auto& qkv = w.at("blocks.0.qkv.weight");  // (96, 32), as torch.nn.Linear
+  for (int o : {0, 33, 95})
+    for (int i : {0, 7, 31}) EXPECT_EQ(c_attn[i * 96 + o], qkv[o * 32 + i]);
+  expect_round_trip(dir, model, w);
+}
+
+TEST_F(HfInterchange, LlamaMapsRoundTripTiedAndUntiedWithBiasesAndShards) {
+  for (const bool tied : {false, true})
+    for (const char* bias : {"", "qkv_bias", "attention_bias"}) {
+      Json model = config::model_from_hf_config(llama_hf(tied), "d");
+      model["seq_len"] = 16;
+      if (*bias) model[bias] = true;
+      const auto maps = hf_name_map(model);
+      const auto qkv = std::find_if(maps.begin(), maps.end(), [](auto& m) { return m.name == "layers.0.qkv.weight"; });
+      ASSERT_NE(qkv, maps.end());
+      EXPECT_EQ(qkv->shape, (Shape{(4 + 2 * 2) * 8, 32}));
+      ASSERT_EQ(qkv->pieces.size(), 3u);
+      EXPECT_EQ(qkv->pieces[1].hf_name, "model.layers.0.self_attn.k_proj.weight");
+      EXPECT_EQ(qkv->pieces[1].row, 32);
+      const auto w = random_weights(model);
+      for (const uint64_t shard : {uint64_t{5'000'000'000}, uint64_t{8192}}) {
+        const std::string dir =
+            folder(std::string("llama") + (tied ? "t" : "u") + bias + std::to_string(shard), llama_hf(tied));
+        HfExportOptions o;
+        o.max_shard_bytes = shard;
+        const int files = write_hf_folder(dir, model, views(model, w), o);
+        EXPECT_EQ(files > 1, shard == 8192);
+        EXPECT_EQ(fs::exists(fs::path(dir) / "model.safetensors.index.json"), files > 1);
+        expect_round_trip(dir, model, w);
+      }
+    }
+}
+
+TEST_F(HfInterchange, RefusalsNameTheTensors) {
+  const Json model = {{"type", "gpt"},
+                      {"vocab_size", 64},
+                      {"seq_len", 16},
+                      {"dim", 32},
+                      {"layers", 1},
+                      {"heads", 4},
+                      {"tie_word_embeddings", false}};
+  const auto w = random_weights(model);
+  const std::string dir = folder("gpt2", gpt2_hf());
+  write_hf_folder(dir, model, views(model, w), {});
+
+  // A model with seq_len beyond the file's n_positions, one layer more, another dim.
+  Json longer = model;
+  longer["seq_len"] = 32;
+  EXPECT_HAS(open_weights(dir, longer)->check("wpe.weight", {32, 32}), "n_positions must be at least seq_len");
+  Json deeper = model;
+  deeper["layers"] = 2;
+  EXPECT_HAS(open_weights(dir, deeper)->check("blocks.1.ln1.weight", {32}), "missing 'transformer.h.1.ln_1.weight'");
+  EXPECT_HAS(open_weights(dir, model)->check("blocks.0.qkv.weight", {96, 16}), "is (96, 32) there, (96, 16) here");
+  // A tied model does not use lm_head.weight (transformers ties it on load); an untied one does.
+  Json tied = model;
+  tied["tie_word_embeddings"] = true;
+  std::set<std::string> names;
+  for (const HfMapping& m : hf_name_map(tied)) names.insert(m.name);
+  EXPECT_TRUE(open_weights(dir, tied)->unused(names).empty());
+  names.erase("lnf.bias");
+  EXPECT_EQ(open_weights(dir, tied)->unused(names), std::vector<std::string>{"transformer.ln_f.bias"});
+
+  // A llama model from a GPT-2 folder; a folder without config.json; an index naming a missing shard.
+  Json llama = config::model_from_hf_config(llama_hf(false), "d");
+  llama["seq_len"] = 16;
+  EXPECT_HAS(error_of([&] { open_weights(dir, llama); }), "its config.json is of a gpt model");
+  fs::create_directories(dir_ / "bare");
+  EXPECT_HAS(error_of([&] { open_weights((dir_ / "bare").string(), model); }), "must be a Hugging Face model");
+  const std::string sharded = folder("sharded", gpt2_hf());
+  std::ofstream(fs::path(sharded) / "model.safetensors.index.json")
+      << Json{{"weight_map", {{"transformer.wte.weight", "model-00001-of-00002.safetensors"}}}}.dump();
+  EXPECT_HAS(error_of([&] { open_weights(sharded, model); }), "lacks the shard 'model-00001-of-00002.safetensors'");
+  const std::string none = folder("none", gpt2_hf());
+  std::ofstream(fs::path(none) / "pytorch_model.bin") << "x";
+  EXPECT_HAS(error_of([&] { open_weights(none, model); }), "pytorch_model.bin");
+}
+
+}  // namespace
+}  // namespace tandem::interchange
