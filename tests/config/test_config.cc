@@ -71,7 +71,7 @@ TEST(Config, DefaultsFilled) {
   EXPECT_EQ(tc.batch.global, 8);
   EXPECT_EQ(tc.batch.micro, 4);
   EXPECT_EQ(tc.batch.accum, 1);
-  EXPECT_EQ(tc.optimizer.type, "AdamW");
+  EXPECT_EQ(tc.optimizer.type, OptimizerType::AdamW);
   EXPECT_DOUBLE_EQ(tc.optimizer.beta1, 0.9);
   EXPECT_EQ(tc.model_type, "mlp");
   EXPECT_EQ(tc.device_memory_bytes, 0u);
@@ -84,13 +84,13 @@ TEST(Config, SchedulerAndOptimizerVariants) {
   c["optimizer"] = {{"type", "adam"}, {"params", {{"weight_decay", 0.1}}}};
   c["scheduler"] = {{"type", "warmupcosinelr"}, {"params", {{"warmup_num_steps", 5}}}};
   const TrainConfig tc = parse(validate(c), 1);
-  EXPECT_EQ(tc.optimizer.type, "Adam");
+  EXPECT_EQ(tc.optimizer.type, OptimizerType::Adam);
   EXPECT_EQ(tc.optimizer.weight_decay, 0.1);  // DeepSpeed's Adam keeps its decay, decoupled by default
   EXPECT_TRUE(tc.optimizer.adam_w_mode);
-  EXPECT_EQ(tc.scheduler.type, "WarmupCosineLR");
+  EXPECT_EQ(tc.scheduler.type, SchedulerType::WarmupCosineLR);
   EXPECT_EQ(tc.scheduler.total_num_steps, 50);
   EXPECT_DOUBLE_EQ(tc.scheduler.cos_min_ratio, 1e-4);  // DeepSpeed's default floor
-  EXPECT_EQ(tc.scheduler.warmup_type, "log");
+  EXPECT_EQ(tc.scheduler.warmup_type, WarmupType::Log);
   EXPECT_EQ(tc.scheduler.warmup_num_steps, 5);
 
   c["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"cos_min_ratio", 0.2}}}};
@@ -123,16 +123,16 @@ TEST(Config, SchedulersWithDeepSpeedsDefaults) {
   c["scheduler"] = {{"type", "WarmupLR"}};
   TrainConfig tc = parse(validate(c), 1);
   EXPECT_EQ(tc.scheduler.warmup_num_steps, 1000);
-  EXPECT_EQ(tc.scheduler.warmup_type, "log");
+  EXPECT_EQ(tc.scheduler.warmup_type, WarmupType::Log);
   EXPECT_DOUBLE_EQ(tc.scheduler.warmup_min_lr, 0.0);
   EXPECT_DOUBLE_EQ(tc.scheduler.peak_lr, 1e-3);  // no warmup_max_lr: the optimizer's lr
   EXPECT_TRUE(tc.notices.empty());
 
   c["scheduler"] = {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}, {"warmup_type", "Linear"}}}};
   tc = parse(validate(c), 1);
-  EXPECT_EQ(tc.scheduler.type, "WarmupDecayLR");
+  EXPECT_EQ(tc.scheduler.type, SchedulerType::WarmupDecayLR);
   EXPECT_EQ(tc.scheduler.total_num_steps, 100);  // the run's steps
-  EXPECT_EQ(tc.scheduler.warmup_type, "linear");
+  EXPECT_EQ(tc.scheduler.warmup_type, WarmupType::Linear);
 
   c["scheduler"] = {{"type", "WarmupDecayLR"}};
   EXPECT_HAS(error_of([&] { validate(c); }),

@@ -53,6 +53,14 @@ std::vector<std::string> split_key(const std::string& key, const std::string& as
   return parts;
 }
 
+// The schema's spelling (validate() wrote the canonical one) as the enum.
+SchedulerType scheduler_type(const std::string& name) {
+  if (name == "WarmupLR") return SchedulerType::WarmupLR;
+  if (name == "WarmupDecayLR") return SchedulerType::WarmupDecayLR;
+  if (name == "WarmupCosineLR") return SchedulerType::WarmupCosineLR;
+  return SchedulerType::Constant;
+}
+
 }  // namespace
 
 void apply_override(Json& cfg, const std::string& assignment) {
@@ -162,39 +170,45 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
 
   const Json& opt = cfg.at("optimizer");
   const Json& op = opt.at("params");
-  tc.optimizer = {opt.at("type").get<std::string>(), op.at("lr").get<double>(),  op.at("betas")[0].get<double>(),
-                  op.at("betas")[1].get<double>(),   op.at("eps").get<double>(), op.at("weight_decay").get<double>(),
-                  op.at("adam_w_mode").get<bool>()};
+  tc.optimizer.type = opt.at("type") == "Adam" ? OptimizerType::Adam : OptimizerType::AdamW;
+  tc.optimizer.lr = op.at("lr").get<double>();
+  tc.optimizer.beta1 = op.at("betas")[0].get<double>();
+  tc.optimizer.beta2 = op.at("betas")[1].get<double>();
+  tc.optimizer.eps = op.at("eps").get<double>();
+  tc.optimizer.weight_decay = op.at("weight_decay").get<double>();
+  tc.optimizer.adam_w_mode = op.at("adam_w_mode").get<bool>();
 
   // A Constant schedule has no params; the others have every default written by validate().
   const Json& sch = cfg.at("scheduler");
   const Json& sp = sch.at("params");
-  tc.scheduler = {sch.at("type").get<std::string>(),
-                  sp.value("warmup_num_steps", int64_t{0}),
-                  sp.value("warmup_min_lr", 0.0),
-                  sp.value("total_num_steps", tc.steps),
-                  sp.value("warmup_min_ratio", 0.0),
-                  sp.value("cos_min_ratio", 1e-4),
-                  sp.value("warmup_type", std::string("log")),
-                  sp.value("warmup_max_lr", tc.optimizer.lr)};
+  tc.scheduler.type = scheduler_type(sch.at("type").get<std::string>());
+  tc.scheduler.peak_lr = sp.value("warmup_max_lr", tc.optimizer.lr);
+  tc.scheduler.warmup_num_steps = sp.value("warmup_num_steps", int64_t{0});
+  tc.scheduler.warmup_type =
+      sp.value("warmup_type", std::string("log")) == "linear" ? WarmupType::Linear : WarmupType::Log;
+  tc.scheduler.warmup_min_lr = sp.value("warmup_min_lr", 0.0);
+  tc.scheduler.total_num_steps = sp.value("total_num_steps", tc.steps);
+  tc.scheduler.warmup_min_ratio = sp.value("warmup_min_ratio", 0.0);
+  tc.scheduler.cos_min_ratio = sp.value("cos_min_ratio", 1e-4);
 
   tc.gradient_clipping = cfg.at("gradient_clipping").get<double>();
   tc.zero_stage = cfg.at("zero_optimization").at("stage").get<int64_t>();
   const Json& h = cfg.at("fp16");
-  tc.fp16 = {h.at("enabled").get<bool>(),
-             h.at("loss_scale").get<double>(),
-             h.at("initial_scale_power").get<int64_t>(),
-             h.at("loss_scale_window").get<int64_t>(),
-             h.at("hysteresis").get<int64_t>(),
-             h.at("min_loss_scale").get<double>()};
+  tc.fp16.enabled = h.at("enabled").get<bool>();
+  tc.fp16.loss_scale = h.at("loss_scale").get<double>();
+  tc.fp16.initial_scale_power = h.at("initial_scale_power").get<int64_t>();
+  tc.fp16.loss_scale_window = h.at("loss_scale_window").get<int64_t>();
+  tc.fp16.hysteresis = h.at("hysteresis").get<int64_t>();
+  tc.fp16.min_loss_scale = h.at("min_loss_scale").get<double>();
   tc.bf16 = cfg.at("bf16").at("enabled").get<bool>();
 
   tc.model_type = cfg.at("model").at("type").get<std::string>();
   tc.model = cfg.at("model");
   tc.data = cfg.at("data");
   tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
-  tc.checkpoint = {cfg.at("checkpoint").at("every").get<int64_t>(), cfg.at("checkpoint").at("keep").get<int64_t>(),
-                   cfg.at("checkpoint").at("at_end").get<bool>()};
+  tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();
+  tc.checkpoint.keep = cfg.at("checkpoint").at("keep").get<int64_t>();
+  tc.checkpoint.at_end = cfg.at("checkpoint").at("at_end").get<bool>();
 
   tc.device_memory_bytes = 0;
   if (cfg.contains("device_memory")) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/config/train_config.h"
+
 namespace tandem::config {
 
 using Json = nlohmann::json;
@@ -30,50 +32,9 @@ void apply_override(Json& cfg, const std::string& assignment);
 // resolved where the Hugging Face Trainer fills them (and recorded under "auto_resolved").
 Json validate(Json cfg);
 
-struct BatchSizes {
-  int64_t global;  // train_batch_size
-  int64_t micro;   // train_micro_batch_size_per_gpu
-  int64_t accum;   // gradient_accumulation_steps
-};
-
 // DeepSpeed's rule train_batch_size = micro * accum * dp; one or two of the three may be omitted and are
 // derived. Throws when none is given or when the given ones cannot satisfy the rule.
 BatchSizes resolve_batch(const Json& cfg, int64_t dp);
-
-struct OptimizerConfig {
-  std::string type;  // "AdamW" or "Adam"
-  double lr;
-  double beta1, beta2;
-  double eps;
-  double weight_decay;
-  bool adam_w_mode;  // true: decoupled decay (AdamW; always for type AdamW); false: L2, added to the gradient
-};
-
-struct SchedulerConfig {
-  std::string type;  // "Constant", "WarmupLR", "WarmupDecayLR" or "WarmupCosineLR"
-  int64_t warmup_num_steps;
-  double warmup_min_lr;     // WarmupLR, WarmupDecayLR
-  int64_t total_num_steps;  // WarmupDecayLR, WarmupCosineLR
-  double warmup_min_ratio;  // WarmupCosineLR
-  double cos_min_ratio;     // WarmupCosineLR
-  std::string warmup_type;  // "log" or "linear"
-  double peak_lr;           // scheduler.params.warmup_max_lr when given, else optimizer.params.lr
-};
-
-struct Fp16Config {
-  bool enabled;
-  double loss_scale;  // 0 = dynamic
-  int64_t initial_scale_power;
-  int64_t loss_scale_window;
-  int64_t hysteresis;
-  double min_loss_scale;
-};
-
-struct CheckpointConfig {
-  int64_t every;  // steps between checkpoints; 0 = only at the end
-  int64_t keep;   // how many to keep
-  bool at_end;    // also after the last step (benchmarks of large models turn it off)
-};
 
 struct TrainConfig {
   BatchSizes batch;

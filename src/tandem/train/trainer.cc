@@ -23,30 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-optim::ScheduleConfig schedule_config(const config::TrainConfig& c) {
-  optim::ScheduleConfig s;
-  s.type = c.scheduler.type;
-  s.lr = c.scheduler.peak_lr;
-  s.warmup_type = c.scheduler.warmup_type;
-  s.warmup_steps = c.scheduler.warmup_num_steps;
-  s.warmup_min_lr = c.scheduler.warmup_min_lr;
-  s.total_steps = c.scheduler.total_num_steps;
-  s.warmup_min_ratio = c.scheduler.warmup_min_ratio;
-  s.cos_min_ratio = c.scheduler.cos_min_ratio;
-  return s;
-}
-
-optim::AdamWConfig adamw_config(const config::TrainConfig& c) {
-  optim::AdamWConfig a;
-  a.lr = static_cast<float>(c.optimizer.lr);
-  a.beta1 = static_cast<float>(c.optimizer.beta1);
-  a.beta2 = static_cast<float>(c.optimizer.beta2);
-  a.eps = static_cast<float>(c.optimizer.eps);
-  a.weight_decay = static_cast<float>(c.optimizer.weight_decay);
-  a.decoupled = c.optimizer.adam_w_mode;
-  return a;
-}
-
 // Keeps the lines of an earlier metrics.jsonl up to `last_step`, so a resumed run continues the same file.
 void truncate_metrics(const fs::path& path, int64_t last_step) {
   std::vector<std::string> kept;
@@ -201,17 +177,12 @@ void Trainer::setup() {
   ec.plan = plan_;
   ec.zero_stage = static_cast<int>(cfg_.zero_stage);
   ec.seed = cfg_.seed;
-  ec.adamw = adamw_config(cfg_);
+  ec.optimizer = cfg_.optimizer;
   ec.micro_batch = b.micro;
   ec.micro_batches = b.accum;
   ec.gradient_clipping = cfg_.gradient_clipping;
   ec.compute = cfg_.bf16 ? DType::BF16 : cfg_.fp16.enabled ? DType::F16 : DType::F32;
-  ec.loss_scaling.enabled = cfg_.fp16.enabled;
-  ec.loss_scaling.static_scale = cfg_.fp16.loss_scale;
-  ec.loss_scaling.initial_scale_power = static_cast<int>(cfg_.fp16.initial_scale_power);
-  ec.loss_scaling.window = static_cast<int>(cfg_.fp16.loss_scale_window);
-  ec.loss_scaling.hysteresis = static_cast<int>(cfg_.fp16.hysteresis);
-  ec.loss_scaling.min_scale = cfg_.fp16.min_loss_scale;
+  ec.fp16 = cfg_.fp16;
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
   if (is_printer()) {
@@ -341,7 +312,7 @@ StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);
-  const double lr = optim::learning_rate(schedule_config(cfg_), step);
+  const double lr = optim::learning_rate(cfg_.scheduler, step);
   const parallel::StepResult r = engine_->step(
       [&](int64_t first, int64_t count) {
         data::Batch batch = dataset_->batch(step, first, count, device_->kind() == DeviceKind::Cpu ? *device_ : host_);
