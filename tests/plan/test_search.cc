@@ -74,7 +74,7 @@ TEST(Search, SeventyBClassOnEightH200sFitsOnlyDividedEightWays) {
   std::string path = std::string(TANDEM_SOURCE_DIR) + "/configs/gpt_70b.json";
   if (!std::filesystem::exists(path)) path = std::string(TANDEM_SOURCE_DIR) + "/src/tandem/plan/presets/gpt_70b.json";
   const Json cfg = config::load_config(path, {});
-  auto o = options(8, 141ull << 30, plan::global_batch_of(cfg));
+  auto o = options(8, 141ull << 30, config::global_batch(config::parse(cfg).batch_config));
   o.rates = plan::builtin_rates("h200");
   o.dtype_bytes = 2;
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(cfg.at("model")), o);

@@ -157,13 +157,12 @@ Json load_config(const std::string& path, const std::vector<std::string>& overri
   }
 }
 
-TrainConfig parse(const Json& validated_cfg, int64_t dp) {
+TrainConfig parse(const Json& validated_cfg) {
   // validate() is idempotent and cheap; running it again keeps parse() safe on a hand-built config.
   std::vector<std::string> no_effect;
   const Json cfg = validate(validated_cfg, no_effect);
   TrainConfig tc;
-  tc.batch = resolve_batch(cfg, dp);
-  tc.data_parallel = dp;
+  tc.batch_config = batch_config(cfg);
   tc.steps = cfg.at("steps").get<int64_t>();
   tc.seed = cfg.at("seed").get<uint64_t>();
   tc.steps_per_print = cfg.at("steps_per_print").get<int64_t>();
@@ -217,21 +216,37 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
   }
   tc.raw = cfg;
   tc.raw.erase(kAutoRecord);
-
+  if (cfg.contains(kAutoRecord)) tc.auto_resolved = cfg.at(kAutoRecord).get<std::vector<std::string>>();
   tc.no_effect_keys = no_effect;
+  return tc;
+}
+
+TrainConfig parse(const Json& validated_cfg, int64_t dp) {
+  TrainConfig tc = parse(validated_cfg);
+  set_data_parallel(tc, dp);
+  return tc;
+}
+
+void set_data_parallel(TrainConfig& tc, int64_t dp) {
+  tc.batch = resolve_batch(tc.batch_config, dp);
+  tc.data_parallel = dp;
+  tc.notices.clear();
+  if (!tc.raw.is_object()) return;  // a TrainConfig made in code, not by parse()
+  Json cfg = tc.raw;
+  if (!tc.auto_resolved.empty()) cfg[kAutoRecord] = tc.auto_resolved;
   const std::string autos = auto_line(cfg, tc.batch);
   if (!autos.empty()) tc.notices.push_back(autos);
-  if (!no_effect.empty()) {
+  if (!tc.no_effect_keys.empty()) {
     std::string line = "warning: these DeepSpeed keys have no effect in Tandem:";
-    for (size_t i = 0; i < no_effect.size(); ++i) line += (i ? ", " : " ") + no_effect[i];
+    for (size_t i = 0; i < tc.no_effect_keys.size(); ++i) line += (i ? ", " : " ") + tc.no_effect_keys[i];
     tc.notices.push_back(line + " (docs/deepspeed.md)");
   }
   // As in DeepSpeed, a warmup schedule's warmup_max_lr is the peak and the optimizer's own rate goes unused.
+  const Json& sp = cfg.at("scheduler").at("params");
   if (sp.contains("warmup_max_lr") && tc.scheduler.peak_lr != tc.optimizer.lr)
-    tc.notices.push_back("warning: optimizer.params.lr (" + show(op.at("lr")) +
+    tc.notices.push_back("warning: optimizer.params.lr (" + show(cfg.at("optimizer").at("params").at("lr")) +
                          ") is not used: " + "scheduler.params.warmup_max_lr (" + show(sp.at("warmup_max_lr")) +
                          ") is the schedule's peak, as in DeepSpeed");
-  return tc;
 }
 
 }  // namespace tandem::config

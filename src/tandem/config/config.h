@@ -32,13 +32,13 @@ void apply_override(Json& cfg, const std::string& assignment);
 // resolved where the Hugging Face Trainer fills them (and recorded under "auto_resolved").
 Json validate(Json cfg);
 
-// DeepSpeed's rule train_batch_size = micro * accum * dp; one or two of the three may be omitted and are
-// derived. Throws when none is given or when the given ones cannot satisfy the rule.
+// resolve_batch (train_config.h) on the batch keys of `cfg`, whose types it checks.
 BatchSizes resolve_batch(const Json& cfg, int64_t dp);
 
 struct TrainConfig {
-  BatchSizes batch;
-  int64_t data_parallel;
+  BatchConfig batch_config;   // the batch keys as written
+  BatchSizes batch{};         // resolved for data_parallel ranks by set_data_parallel
+  int64_t data_parallel = 0;  // 0 until set_data_parallel
   int64_t steps;
   uint64_t seed;
   int64_t steps_per_print;
@@ -55,11 +55,21 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   uint64_t device_memory_bytes;             // 0 = no budget
   Json raw;                                 // the whole validated config, for saving next to checkpoints
+  std::vector<std::string> auto_resolved;   // keys whose "auto" validate() resolved (docs/deepspeed.md)
   std::vector<std::string> no_effect_keys;  // DeepSpeed keys present that change nothing in Tandem, sorted
-  std::vector<std::string> notices;         // lines to print once before training: "auto" values, keys of no effect
+  // Lines to print once before training ("auto" values, keys of no effect, an unused lr), made by set_data_parallel
+  // because what an "auto" batch key became depends on the data-parallel size.
+  std::vector<std::string> notices;
 };
 
-// The typed view of a config that validate() returned, with batch sizes resolved for `dp` data-parallel ranks.
+// The typed view of a config that validate() returned, read once. The batch sizes wait for the data-parallel size,
+// which the layout gives (layout::resolve_parallel, or the planner for "parallel": "auto"): set_data_parallel.
+TrainConfig parse(const Json& validated_cfg);
+// parse() and set_data_parallel(dp) in one.
 TrainConfig parse(const Json& validated_cfg, int64_t dp);
+
+// Resolves `tc.batch` for `dp` data-parallel ranks (resolve_batch: throws when the keys cannot make it) and writes
+// `tc.notices`.
+void set_data_parallel(TrainConfig& tc, int64_t dp);
 
 }  // namespace tandem::config

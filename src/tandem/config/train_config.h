@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,10 +58,25 @@ struct CheckpointConfig {
   bool at_end = true;  // also after the last step (benchmarks of large models turn it off)
 };
 
+// The three batch keys as the config gives them (validate() checked each); the absent ones are derived.
+struct BatchConfig {
+  std::optional<int64_t> global;  // train_batch_size
+  std::optional<int64_t> micro;   // train_micro_batch_size_per_gpu
+  std::optional<int64_t> accum;   // gradient_accumulation_steps
+};
+
 struct BatchSizes {
   int64_t global;  // train_batch_size
   int64_t micro;   // train_micro_batch_size_per_gpu
   int64_t accum;   // gradient_accumulation_steps
 };
+
+// DeepSpeed's rule train_batch_size = micro * accum * dp; one or two of the three may be omitted and are
+// derived. Throws when none is given or when the given ones cannot satisfy the rule.
+BatchSizes resolve_batch(const BatchConfig& given, int64_t dp);
+
+// The samples per step the keys ask for, whatever the data-parallel size: train_batch_size, else micro x
+// accumulation.
+int64_t global_batch(const BatchConfig& given);
 
 }  // namespace tandem::config
