@@ -201,7 +201,7 @@ tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_
   o.dtype_bytes = given.bf16 || given.fp16.enabled ? 2 : 4;
   o.global_batch = config::global_batch(given.batch_config);
   o.device_memory = given.device_memory_bytes ? given.device_memory_bytes : gpu_memory;
-  const plan::SearchResult r = plan::search_layouts(plan::planned_model(cfg.at("model")), o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(given.model), o);
   if (r.fit.empty())
     TANDEM_FAIL("\"parallel\": \"auto\" found no layout of ", world, " devices that fits",
                 r.no_fit.empty() ? std::string()

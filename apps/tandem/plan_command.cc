@@ -48,8 +48,7 @@ void add_plan_options(CLI::App& sub, PlanArgs& a) {
 }
 
 int run_plan_command(const PlanArgs& a) {
-  const config::Json cfg = config::load_config(a.config, a.overrides);
-  const config::TrainConfig tc = config::parse(cfg);
+  const config::TrainConfig tc = config::parse(config::load_config(a.config, a.overrides));
   plan::SearchOptions opt;
   opt.devices = a.devices;
   opt.nodes = a.nodes;
@@ -60,9 +59,8 @@ int run_plan_command(const PlanArgs& a) {
   opt.cpu_threads = threads_per_process(a.devices);
   opt.global_batch = config::global_batch(tc.batch_config);
   opt.default_micro = tc.batch_config.micro.value_or(1);
-  const config::Json& model = cfg.at("model");
 
-  plan::MemoryModel memory(plan::planned_model(model));
+  plan::MemoryModel memory(plan::planned_model(tc.model));
   const plan::PlannedModel& info = memory.model();
   const std::string budget = opt.device_memory ? format_bytes(opt.device_memory) : "unlimited memory";
   std::printf("model: %s, %.3gB parameters; global batch %lld sample%s", info.type.c_str(),

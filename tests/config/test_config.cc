@@ -73,7 +73,8 @@ TEST(Config, DefaultsFilled) {
   EXPECT_EQ(tc.batch.accum, 1);
   EXPECT_EQ(tc.optimizer.type, OptimizerType::AdamW);
   EXPECT_DOUBLE_EQ(tc.optimizer.beta1, 0.9);
-  EXPECT_EQ(tc.model_type, "mlp");
+  EXPECT_EQ(model_type(tc.model), "mlp");
+  EXPECT_EQ(std::get<MlpConfig>(tc.model).sizes, (std::vector<int64_t>{4, 8, 3}));
   EXPECT_EQ(tc.device_memory_bytes, 0u);
   EXPECT_TRUE(tc.parallel.is_null());
 }

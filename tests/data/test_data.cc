@@ -45,8 +45,8 @@ class DataFiles : public ::testing::Test {
   device::CpuDevice cpu_;
 };
 
-ModelIO gpt_io(int64_t seq_len, int64_t vocab) { return {true, seq_len, vocab, 0, 0}; }
-ModelIO mlp_io(int64_t features, int64_t classes) { return {false, 0, 0, features, classes}; }
+config::ModelIO gpt_io(int64_t seq_len, int64_t vocab) { return {true, seq_len, vocab, 0, 0}; }
+config::ModelIO mlp_io(int64_t features, int64_t classes) { return {false, 0, 0, features, classes}; }
 
 // Rows [first, first + count) of `whole` must equal `part`, bit for bit.
 void expect_rows_equal(const Tensor& whole, const Tensor& part, int64_t first) {

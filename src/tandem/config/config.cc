@@ -61,6 +61,24 @@ SchedulerType scheduler_type(const std::string& name) {
   return SchedulerType::Constant;
 }
 
+// The validated "model" object as its family's struct.
+ModelConfig model_config(const Json& m) {
+  if (m.at("type") == "gpt") {
+    GptConfig g;
+    g.vocab_size = m.at("vocab_size").get<int64_t>();
+    g.seq_len = m.at("seq_len").get<int64_t>();
+    g.dim = m.at("dim").get<int64_t>();
+    g.layers = m.at("layers").get<int64_t>();
+    g.heads = static_cast<int>(m.at("heads").get<int64_t>());
+    g.tie_word_embeddings = m.at("tie_word_embeddings").get<bool>();
+    return g;
+  }
+  MlpConfig c;
+  for (const Json& width : m.at("sizes")) c.sizes.push_back(as_integer(width).value_or(0));
+  c.activation = m.at("activation").get<std::string>();
+  return c;
+}
+
 }  // namespace
 
 void apply_override(Json& cfg, const std::string& assignment) {
@@ -201,8 +219,7 @@ TrainConfig parse(const Json& validated_cfg) {
   tc.fp16.min_loss_scale = h.at("min_loss_scale").get<double>();
   tc.bf16 = cfg.at("bf16").at("enabled").get<bool>();
 
-  tc.model_type = cfg.at("model").at("type").get<std::string>();
-  tc.model = cfg.at("model");
+  tc.model = model_config(cfg.at("model"));
   tc.data = cfg.at("data");
   tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
   tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();

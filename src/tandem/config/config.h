@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/config/model_config.h"
 #include "tandem/config/train_config.h"
 
 namespace tandem::config {
@@ -48,10 +49,9 @@ struct TrainConfig {
   int64_t zero_stage;
   Fp16Config fp16;
   bool bf16;
-  std::string model_type;  // "mlp" or "gpt"
-  Json model;              // the validated "model" object
-  Json data;               // the validated "data" object
-  Json parallel;           // null when absent, "auto", or the validated object
+  ModelConfig model;
+  Json data;      // the validated "data" object
+  Json parallel;  // null when absent, "auto", or the validated object
   CheckpointConfig checkpoint;
   uint64_t device_memory_bytes;             // 0 = no budget
   Json raw;                                 // the whole validated config, for saving next to checkpoints

@@ -27,7 +27,7 @@ std::string group_digits(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-std::unique_ptr<Dataset> make_dataset(const config::Json& data_cfg, const ModelIO& io, uint64_t seed) {
+std::unique_ptr<Dataset> make_dataset(const config::Json& data_cfg, const config::ModelIO& io, uint64_t seed) {
   // Accept the object before validation too, using the schema's defaults.
   const std::string type = data_cfg.value("type", std::string("synthetic"));
   if (io.tokens) {

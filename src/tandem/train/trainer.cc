@@ -65,7 +65,7 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
       dataset_(std::move(dataset)),
       options_(std::move(options)),
       groups_(groups),
-      rows_per_sample_(cfg_.model.is_object() ? rows_per_sample(cfg_.model) : 1) {
+      rows_per_sample_(config::rows_per_sample(cfg_.model)) {
   if (!groups_) {
     own_groups_ = layout::make_single_process_groups();
     groups_ = &own_groups_;
@@ -74,7 +74,7 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
   TANDEM_CHECK(plan_.layout.dp == groups_->layout.dp && plan_.layout.pp == groups_->layout.pp &&
                    plan_.layout.tp == groups_->layout.tp,
                "groups built for ", groups_->layout.str(), ", config asks for ", plan_.layout.str());
-  if (cfg_.model.is_object()) layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
+  layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
 }
 
 Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
@@ -83,11 +83,10 @@ Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data:
               std::move(options), groups) {}
 
 Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups) {
-  const config::Json model_cfg = cfg.model;
-  auto dataset = data::make_dataset(cfg.data, model_io(cfg.model), cfg.seed);
+  const config::ModelConfig model = cfg.model;
+  auto dataset = data::make_dataset(cfg.data, config::model_io(cfg.model), cfg.seed);
   return Trainer(
-      cfg, [model_cfg](nn::TpSlot tp) { return build_model(model_cfg, tp); }, std::move(dataset), std::move(options),
-      groups);
+      cfg, [model](nn::TpSlot tp) { return build_model(model, tp); }, std::move(dataset), std::move(options), groups);
 }
 
 std::vector<StepMetrics> Trainer::run() {
@@ -187,7 +186,7 @@ void Trainer::setup() {
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
   if (is_printer()) {
     std::printf("model: %s; layout %s (%d device%s as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
-                cfg_.model_type.c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
+                config::model_type(cfg_.model).c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
                 l.dp == 1 ? "" : "s", l.vgpu_size(), static_cast<long long>(cfg_.zero_stage),
                 dtype_name(ec.compute).c_str(), plan_.activation_checkpointing ? ", activation checkpointing" : "");
     std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
@@ -235,7 +234,7 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
       std::printf("step %lld/%lld | fp16 overflow (grad norm %g): update skipped, loss scale now %g\n",
                   static_cast<long long>(m.step), static_cast<long long>(cfg_.steps), m.grad_norm, m.loss_scale);
     else if (is_printer() && (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1))
-      print_progress(m, cfg_.steps, eta, cfg_.model_type == "gpt" ? "tok" : "samples");
+      print_progress(m, cfg_.steps, eta, config::model_io(cfg_.model).tokens ? "tok" : "samples");
     if (metrics.is_open()) {
       metrics << config::Json{{"step", m.step},
                               {"loss", m.loss},

@@ -1,0 +1,60 @@
+// The model families a config can name, as typed values (no JSON), and what a model's family alone decides: the data
+// it consumes, the loss rows of a sample, the planner's FLOPs beyond 6 x parameters, and whether a layout can hold
+// it. This file and train/model_factory.cc (which builds each family through nn) are the only places that tell the
+// families apart: a new one is one more alternative of ModelConfig, a case in each function of model_config.cc
+// (std::visit makes a missing one a compile error) and a case in the factory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace tandem::config {
+
+// "type": "mlp". A classifier: Linear(sizes[0] -> sizes[1]), activation, ..., Linear(-> sizes.back()), no
+// activation after the last (nn::build_mlp). The structs here are what the config says; nn has its own, which the
+// factory fills, so nn does not depend on the config.
+struct MlpConfig {
+  std::vector<int64_t> sizes;       // input features, hidden widths..., classes
+  std::string activation = "relu";  // "relu" | "gelu"
+};
+
+// "type": "gpt". A GPT-2 style decoder (nn::build_gpt).
+struct GptConfig {
+  int64_t vocab_size = 0, seq_len = 0, dim = 0, layers = 0;
+  int heads = 0;
+  bool tie_word_embeddings = false;  // the head uses the token embedding's weight
+};
+
+using ModelConfig = std::variant<MlpConfig, GptConfig>;
+
+// What a model reads and predicts: token sequences (tokens: seq_len ids below vocab_size) or feature vectors and
+// classes. A model built in code states its own (data::make_dataset takes it).
+struct ModelIO {
+  bool tokens = false;
+  int64_t seq_len = 0;
+  int64_t vocab_size = 0;
+  int64_t features = 0;
+  int64_t classes = 0;
+};
+
+// The config's "model.type": "mlp" or "gpt".
+std::string model_type(const ModelConfig& model);
+
+ModelIO model_io(const ModelConfig& model);
+
+// Rows of the loss one sample gives: its seq_len tokens for a gpt, 1 for a classifier.
+int64_t rows_per_sample(const ModelConfig& model);
+
+// Model FLOPs per loss row on top of 6 x parameters: a gpt's attention, 12 L d T per token; 0 for an mlp.
+double extra_flops_per_row(const ModelConfig& model);
+
+// Throws Error, saying what to change, when the model cannot be cut into `pp` x `virtual_stages` pipeline chunks
+// (by the stage map `stages` of gpt blocks when given, inclusive [first, last] ranges) and split over `tp`
+// tensor-parallel slots (gpt heads and vocabulary, the widths between paired mlp linears).
+void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
+                  const std::vector<std::pair<int64_t, int64_t>>& stages);
+
+}  // namespace tandem::config
