@@ -271,6 +271,21 @@ TEST(Config, Fp16AndBf16Conflict) {
   EXPECT_HAS(error_of([&] { validate(c); }), "fp16.enabled and bf16.enabled are both true");
 }
 
+TEST(Config, GptModelIsTyped) {
+  Json c = gpt_cfg();
+  GptConfig g = std::get<GptConfig>(parse(validate(c)).model);
+  EXPECT_EQ(g.vocab_size, 256);
+  EXPECT_EQ(g.seq_len, 16);
+  EXPECT_EQ(g.dim, 32);
+  EXPECT_EQ(g.layers, 2);
+  EXPECT_EQ(g.heads, 4);
+  EXPECT_FALSE(g.tie_word_embeddings);
+  c["model"]["tie_word_embeddings"] = true;
+  g = std::get<GptConfig>(parse(validate(c)).model);
+  EXPECT_TRUE(g.tie_word_embeddings);
+  EXPECT_EQ(model_type(GptConfig{}), "gpt");
+}
+
 TEST(Config, DimNotDivisibleByHeads) {
   Json c = gpt_cfg();
   c["model"]["dim"] = 30;
