@@ -62,7 +62,33 @@ SchedulerType scheduler_type(const std::string& name) {
 }
 
 // The validated "model" object as its family's struct.
+LlamaConfig llama_config(const Json& m) {
+  LlamaConfig c;
+  c.vocab_size = m.at("vocab_size").get<int64_t>();
+  c.seq_len = m.at("seq_len").get<int64_t>();
+  c.hidden_size = m.at("hidden_size").get<int64_t>();
+  c.intermediate_size = m.at("intermediate_size").get<int64_t>();
+  c.num_hidden_layers = m.at("num_hidden_layers").get<int64_t>();
+  c.num_attention_heads = static_cast<int>(m.at("num_attention_heads").get<int64_t>());
+  c.num_key_value_heads = static_cast<int>(m.at("num_key_value_heads").get<int64_t>());
+  c.head_dim = m.at("head_dim").get<int64_t>();
+  c.max_position_embeddings = m.at("max_position_embeddings").get<int64_t>();
+  c.rms_norm_eps = m.at("rms_norm_eps").get<double>();
+  c.rope_theta = m.at("rope_theta").get<double>();
+  if (const Json& r = m.at("rope_scaling"); !r.is_null()) {
+    c.rope_scaling.type = RopeType::Llama3;  // the only rope_type validate() accepts
+    c.rope_scaling.factor = r.at("factor").get<double>();
+    c.rope_scaling.low_freq_factor = r.at("low_freq_factor").get<double>();
+    c.rope_scaling.high_freq_factor = r.at("high_freq_factor").get<double>();
+    c.rope_scaling.original_max_position_embeddings = r.at("original_max_position_embeddings").get<int64_t>();
+  }
+  c.tie_word_embeddings = m.at("tie_word_embeddings").get<bool>();
+  c.attention_bias = m.at("attention_bias").get<bool>();
+  return c;
+}
+
 ModelConfig model_config(const Json& m) {
+  if (m.at("type") == "llama") return llama_config(m);
   if (m.at("type") == "gpt") {
     GptConfig g;
     g.vocab_size = m.at("vocab_size").get<int64_t>();

@@ -3,6 +3,7 @@
 
 #include <variant>
 
+#include "tandem/core/error.h"
 #include "tandem/nn/models.h"
 
 namespace tandem::train {
@@ -26,10 +27,15 @@ nn::GptConfig nn_config(const config::GptConfig& g) {
   return c;
 }
 
+// Stands where nn::build_llama will be called, from an nn::LlamaConfig filled as nn_config does for the gpt (Llama's
+// attention_bias sets both qkv_bias and o_bias).
+nn::Model build_llama_model(const config::LlamaConfig&, nn::TpSlot) { TANDEM_FAIL("llama models are not built yet"); }
+
 struct Build {
   nn::TpSlot tp;
   nn::Model operator()(const config::MlpConfig& m) const { return nn::build_mlp(nn_config(m), tp); }
   nn::Model operator()(const config::GptConfig& g) const { return nn::build_gpt(nn_config(g), tp); }
+  nn::Model operator()(const config::LlamaConfig& c) const { return build_llama_model(c, tp); }
 };
 
 }  // namespace
