@@ -246,7 +246,12 @@ TrainConfig parse(const Json& validated_cfg) {
   tc.bf16 = cfg.at("bf16").at("enabled").get<bool>();
 
   tc.model = model_config(cfg.at("model"));
-  tc.data = cfg.at("data");
+  const Json& d = cfg.at("data");
+  const std::string data_type = d.at("type").get<std::string>();
+  tc.data.type = data_type == "text" ? DataType::Text : data_type == "tokens" ? DataType::Tokens : DataType::Synthetic;
+  if (tc.data.type == DataType::Synthetic) tc.data.samples = d.at("samples").get<int64_t>();
+  if (tc.data.type != DataType::Synthetic) tc.data.path = d.at("path").get<std::string>();
+  if (tc.data.type == DataType::Tokens) tc.data.token_bytes = d.at("dtype") == "uint32" ? 4 : 2;
   tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
   tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();
   tc.checkpoint.keep = cfg.at("checkpoint").at("keep").get<int64_t>();

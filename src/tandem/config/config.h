@@ -50,7 +50,7 @@ struct TrainConfig {
   Fp16Config fp16;
   bool bf16;
   ModelConfig model;
-  Json data;      // the validated "data" object
+  DataConfig data;
   Json parallel;  // null when absent, "auto", or the validated object
   CheckpointConfig checkpoint;
   uint64_t device_memory_bytes;             // 0 = no budget

@@ -52,6 +52,20 @@ struct Fp16Config {
   double min_loss_scale = 1;
 };
 
+enum class DataType {
+  Synthetic,  // a fixed random teacher's samples
+  Text,       // a file's bytes as tokens (vocab 256)
+  Tokens,     // a file of little-endian token ids (raw, or llm.c's format with its header)
+};
+
+// data: where the samples come from (data::make_dataset).
+struct DataConfig {
+  DataType type = DataType::Synthetic;
+  int64_t samples = 65536;  // Synthetic: how many
+  std::string path;         // Text, Tokens: the file
+  int token_bytes = 2;      // Tokens: data.dtype "uint16" (2) or "uint32" (4)
+};
+
 struct CheckpointConfig {
   int64_t every = 0;   // steps between checkpoints; 0 = only at the end
   int64_t keep = 3;    // how many to keep

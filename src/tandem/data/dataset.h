@@ -38,8 +38,8 @@ class Dataset {
   virtual uint64_t scanned_bytes() const { return 0; }
 };
 
-// Builds the dataset the (validated) "data" object describes for a model that consumes `io`
+// Builds the dataset the config's "data" describes for a model that consumes `io`
 // (config::model_io, or stated by a model built in code). Throws when the data does not fit the model.
-std::unique_ptr<Dataset> make_dataset(const config::Json& data_cfg, const config::ModelIO& io, uint64_t seed);
+std::unique_ptr<Dataset> make_dataset(const config::DataConfig& data_cfg, const config::ModelIO& io, uint64_t seed);
 
 }  // namespace tandem::data
