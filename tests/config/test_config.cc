@@ -286,6 +286,22 @@ TEST(Config, GptModelIsTyped) {
   EXPECT_EQ(model_type(GptConfig{}), "gpt");
 }
 
+TEST(Config, DataIsTyped) {
+  Json c = gpt_cfg();
+  DataConfig d = parse(validate(c)).data;
+  EXPECT_EQ(d.type, DataType::Synthetic);
+  EXPECT_EQ(d.samples, 65536);
+  c["data"] = {{"type", "tokens"}, {"path", "train.bin"}, {"dtype", "uint32"}};
+  d = parse(validate(c)).data;
+  EXPECT_EQ(d.type, DataType::Tokens);
+  EXPECT_EQ(d.path, "train.bin");
+  EXPECT_EQ(d.token_bytes, 4);
+  c["data"] = {{"type", "text"}, {"path", "corpus.txt"}};
+  d = parse(validate(c)).data;
+  EXPECT_EQ(d.type, DataType::Text);
+  EXPECT_EQ(d.path, "corpus.txt");
+}
+
 TEST(Config, DimNotDivisibleByHeads) {
   Json c = gpt_cfg();
   c["model"]["dim"] = 30;
