@@ -181,13 +181,14 @@ std::unique_ptr<tandem::device::AccountedDevice> make_device(const std::string& 
 tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_gpu, uint64_t gpu_memory, bool print) {
   using namespace tandem;
   if (!cfg.contains("parallel") || !cfg.at("parallel").is_string()) return cfg;
+  const config::TrainConfig given = config::parse(cfg);
   plan::SearchOptions o;
   o.devices = world;
   o.rates = plan::builtin_rates(on_gpu ? "h200" : "cpu");
-  o.dtype_bytes = cfg.at("bf16").value("enabled", false) || cfg.at("fp16").value("enabled", false) ? 2 : 4;
-  o.global_batch = plan::global_batch_of(cfg);
-  o.device_memory = cfg.contains("device_memory") ? config::parse(cfg, 1).device_memory_bytes : gpu_memory;
-  const plan::SearchResult r = plan::search_layouts(plan::planned_model(cfg.at("model")), o);
+  o.dtype_bytes = given.bf16 || given.fp16.enabled ? 2 : 4;
+  o.global_batch = config::global_batch(given.batch_config);
+  o.device_memory = given.device_memory_bytes ? given.device_memory_bytes : gpu_memory;
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(given.model), o);
   if (r.fit.empty())
     TANDEM_FAIL("\"parallel\": \"auto\" found no layout of ", world, " devices that fits",
                 r.no_fit.empty() ? std::string()

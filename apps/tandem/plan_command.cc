@@ -25,10 +25,6 @@ int threads_per_process(int devices) {
   return static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, devices))));
 }
 
-bool enabled(const config::Json& cfg, const char* key) {
-  return cfg.contains(key) && cfg.at(key).is_object() && cfg.at(key).value("enabled", false);
-}
-
 }  // namespace
 
 void add_plan_options(CLI::App& sub, PlanArgs& a) {
@@ -52,25 +48,19 @@ void add_plan_options(CLI::App& sub, PlanArgs& a) {
 }
 
 int run_plan_command(const PlanArgs& a) {
-  const config::Json cfg = config::load_config(a.config, a.overrides);
+  const config::TrainConfig tc = config::parse(config::load_config(a.config, a.overrides));
   plan::SearchOptions opt;
   opt.devices = a.devices;
   opt.nodes = a.nodes;
-  if (!a.device_memory.empty()) {
-    opt.device_memory = parse_bytes(a.device_memory);
-  } else if (cfg.contains("device_memory")) {
-    const config::Json& dm = cfg.at("device_memory");
-    opt.device_memory = dm.is_string() ? parse_bytes(dm.get<std::string>()) : dm.get<uint64_t>();
-  }
+  opt.device_memory = a.device_memory.empty() ? tc.device_memory_bytes : parse_bytes(a.device_memory);
   opt.rates = plan::load_rates(a.rates);
-  const bool half = a.dtype.empty() ? enabled(cfg, "bf16") || enabled(cfg, "fp16") : a.dtype != "fp32";
+  const bool half = a.dtype.empty() ? tc.bf16 || tc.fp16.enabled : a.dtype != "fp32";
   opt.dtype_bytes = half ? 2 : 4;
   opt.cpu_threads = threads_per_process(a.devices);
-  opt.global_batch = plan::global_batch_of(cfg);
-  opt.default_micro = cfg.value("train_micro_batch_size_per_gpu", int64_t{1});
-  const config::Json& model = cfg.at("model");
+  opt.global_batch = config::global_batch(tc.batch_config);
+  opt.default_micro = tc.batch_config.micro.value_or(1);
 
-  plan::MemoryModel memory(plan::planned_model(model));
+  plan::MemoryModel memory(plan::planned_model(tc.model));
   const plan::PlannedModel& info = memory.model();
   const std::string budget = opt.device_memory ? format_bytes(opt.device_memory) : "unlimited memory";
   std::printf("model: %s, %.3gB parameters; global batch %lld sample%s", info.type.c_str(),

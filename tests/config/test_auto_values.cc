@@ -43,7 +43,7 @@ TEST(AutoValues, TrainerConfigResolves) {
   EXPECT_DOUBLE_EQ(tc.optimizer.beta2, 0.999);
   EXPECT_DOUBLE_EQ(tc.optimizer.eps, 1e-8);
   EXPECT_DOUBLE_EQ(tc.optimizer.weight_decay, 0.0);
-  EXPECT_EQ(tc.scheduler.type, "WarmupDecayLR");
+  EXPECT_EQ(tc.scheduler.type, SchedulerType::WarmupDecayLR);
   EXPECT_DOUBLE_EQ(tc.scheduler.warmup_min_lr, 0.0);
   EXPECT_EQ(tc.scheduler.warmup_num_steps, 0);
   EXPECT_EQ(tc.scheduler.total_num_steps, tc.steps);

@@ -71,9 +71,10 @@ TEST(Config, DefaultsFilled) {
   EXPECT_EQ(tc.batch.global, 8);
   EXPECT_EQ(tc.batch.micro, 4);
   EXPECT_EQ(tc.batch.accum, 1);
-  EXPECT_EQ(tc.optimizer.type, "AdamW");
+  EXPECT_EQ(tc.optimizer.type, OptimizerType::AdamW);
   EXPECT_DOUBLE_EQ(tc.optimizer.beta1, 0.9);
-  EXPECT_EQ(tc.model_type, "mlp");
+  EXPECT_EQ(model_type(tc.model), "mlp");
+  EXPECT_EQ(std::get<MlpConfig>(tc.model).sizes, (std::vector<int64_t>{4, 8, 3}));
   EXPECT_EQ(tc.device_memory_bytes, 0u);
   EXPECT_TRUE(tc.parallel.is_null());
 }
@@ -84,13 +85,13 @@ TEST(Config, SchedulerAndOptimizerVariants) {
   c["optimizer"] = {{"type", "adam"}, {"params", {{"weight_decay", 0.1}}}};
   c["scheduler"] = {{"type", "warmupcosinelr"}, {"params", {{"warmup_num_steps", 5}}}};
   const TrainConfig tc = parse(validate(c), 1);
-  EXPECT_EQ(tc.optimizer.type, "Adam");
+  EXPECT_EQ(tc.optimizer.type, OptimizerType::Adam);
   EXPECT_EQ(tc.optimizer.weight_decay, 0.1);  // DeepSpeed's Adam keeps its decay, decoupled by default
   EXPECT_TRUE(tc.optimizer.adam_w_mode);
-  EXPECT_EQ(tc.scheduler.type, "WarmupCosineLR");
+  EXPECT_EQ(tc.scheduler.type, SchedulerType::WarmupCosineLR);
   EXPECT_EQ(tc.scheduler.total_num_steps, 50);
   EXPECT_DOUBLE_EQ(tc.scheduler.cos_min_ratio, 1e-4);  // DeepSpeed's default floor
-  EXPECT_EQ(tc.scheduler.warmup_type, "log");
+  EXPECT_EQ(tc.scheduler.warmup_type, WarmupType::Log);
   EXPECT_EQ(tc.scheduler.warmup_num_steps, 5);
 
   c["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"cos_min_ratio", 0.2}}}};
@@ -123,16 +124,16 @@ TEST(Config, SchedulersWithDeepSpeedsDefaults) {
   c["scheduler"] = {{"type", "WarmupLR"}};
   TrainConfig tc = parse(validate(c), 1);
   EXPECT_EQ(tc.scheduler.warmup_num_steps, 1000);
-  EXPECT_EQ(tc.scheduler.warmup_type, "log");
+  EXPECT_EQ(tc.scheduler.warmup_type, WarmupType::Log);
   EXPECT_DOUBLE_EQ(tc.scheduler.warmup_min_lr, 0.0);
   EXPECT_DOUBLE_EQ(tc.scheduler.peak_lr, 1e-3);  // no warmup_max_lr: the optimizer's lr
   EXPECT_TRUE(tc.notices.empty());
 
   c["scheduler"] = {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}, {"warmup_type", "Linear"}}}};
   tc = parse(validate(c), 1);
-  EXPECT_EQ(tc.scheduler.type, "WarmupDecayLR");
+  EXPECT_EQ(tc.scheduler.type, SchedulerType::WarmupDecayLR);
   EXPECT_EQ(tc.scheduler.total_num_steps, 100);  // the run's steps
-  EXPECT_EQ(tc.scheduler.warmup_type, "linear");
+  EXPECT_EQ(tc.scheduler.warmup_type, WarmupType::Linear);
 
   c["scheduler"] = {{"type", "WarmupDecayLR"}};
   EXPECT_HAS(error_of([&] { validate(c); }),
@@ -268,6 +269,37 @@ TEST(Config, Fp16AndBf16Conflict) {
   c["fp16"] = {{"enabled", true}};
   c["bf16"] = {{"enabled", true}};
   EXPECT_HAS(error_of([&] { validate(c); }), "fp16.enabled and bf16.enabled are both true");
+}
+
+TEST(Config, GptModelIsTyped) {
+  Json c = gpt_cfg();
+  GptConfig g = std::get<GptConfig>(parse(validate(c)).model);
+  EXPECT_EQ(g.vocab_size, 256);
+  EXPECT_EQ(g.seq_len, 16);
+  EXPECT_EQ(g.dim, 32);
+  EXPECT_EQ(g.layers, 2);
+  EXPECT_EQ(g.heads, 4);
+  EXPECT_FALSE(g.tie_word_embeddings);
+  c["model"]["tie_word_embeddings"] = true;
+  g = std::get<GptConfig>(parse(validate(c)).model);
+  EXPECT_TRUE(g.tie_word_embeddings);
+  EXPECT_EQ(model_type(GptConfig{}), "gpt");
+}
+
+TEST(Config, DataIsTyped) {
+  Json c = gpt_cfg();
+  DataConfig d = parse(validate(c)).data;
+  EXPECT_EQ(d.type, DataType::Synthetic);
+  EXPECT_EQ(d.samples, 65536);
+  c["data"] = {{"type", "tokens"}, {"path", "train.bin"}, {"dtype", "uint32"}};
+  d = parse(validate(c)).data;
+  EXPECT_EQ(d.type, DataType::Tokens);
+  EXPECT_EQ(d.path, "train.bin");
+  EXPECT_EQ(d.token_bytes, 4);
+  c["data"] = {{"type", "text"}, {"path", "corpus.txt"}};
+  d = parse(validate(c)).data;
+  EXPECT_EQ(d.type, DataType::Text);
+  EXPECT_EQ(d.path, "corpus.txt");
 }
 
 TEST(Config, DimNotDivisibleByHeads) {

@@ -89,7 +89,7 @@ TEST(DeepSpeedKeys, TutorialConfigValidates) {
   EXPECT_EQ(tc.zero_stage, 2);
   EXPECT_TRUE(tc.fp16.enabled);
   EXPECT_FALSE(tc.bf16);
-  EXPECT_EQ(tc.optimizer.type, "Adam");
+  EXPECT_EQ(tc.optimizer.type, OptimizerType::Adam);
   EXPECT_TRUE(tc.optimizer.adam_w_mode);
   EXPECT_DOUBLE_EQ(tc.optimizer.lr, 0.00015);
   EXPECT_DOUBLE_EQ(tc.optimizer.weight_decay, 0.0);

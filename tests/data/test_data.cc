@@ -45,8 +45,27 @@ class DataFiles : public ::testing::Test {
   device::CpuDevice cpu_;
 };
 
-ModelIO gpt_io(int64_t seq_len, int64_t vocab) { return {true, seq_len, vocab, 0, 0}; }
-ModelIO mlp_io(int64_t features, int64_t classes) { return {false, 0, 0, features, classes}; }
+config::DataConfig synthetic_data(int64_t samples = 65536) {
+  config::DataConfig d;
+  d.samples = samples;
+  return d;
+}
+config::DataConfig text_data(const std::string& path) {
+  config::DataConfig d;
+  d.type = config::DataType::Text;
+  d.path = path;
+  return d;
+}
+config::DataConfig token_data(const std::string& path, int token_bytes = 2) {
+  config::DataConfig d;
+  d.type = config::DataType::Tokens;
+  d.path = path;
+  d.token_bytes = token_bytes;
+  return d;
+}
+
+config::ModelIO gpt_io(int64_t seq_len, int64_t vocab) { return {true, seq_len, vocab, 0, 0}; }
+config::ModelIO mlp_io(int64_t features, int64_t classes) { return {false, 0, 0, features, classes}; }
 
 // Rows [first, first + count) of `whole` must equal `part`, bit for bit.
 void expect_rows_equal(const Tensor& whole, const Tensor& part, int64_t first) {
@@ -77,7 +96,7 @@ TEST(Sampler, DeterministicAndInRange) {
 }
 
 TEST_F(DataFiles, SyntheticClassesDeterministicAndSliceable) {
-  const auto ds = make_dataset(config::Json{{"type", "synthetic"}, {"samples", 1000}}, mlp_io(6, 4), 42);
+  const auto ds = make_dataset(synthetic_data(1000), mlp_io(6, 4), 42);
   const Batch whole = ds->batch(5, 0, 8, cpu_);
   ASSERT_EQ(whole.inputs.shape(), (Shape{8, 6}));
   ASSERT_EQ(whole.targets.shape(), (Shape{8}));
@@ -87,7 +106,7 @@ TEST_F(DataFiles, SyntheticClassesDeterministicAndSliceable) {
   expect_rows_equal(whole.inputs, part.inputs, 2);
   expect_rows_equal(whole.targets, part.targets, 2);
 
-  const auto again = make_dataset(config::Json{{"type", "synthetic"}, {"samples", 1000}}, mlp_io(6, 4), 42);
+  const auto again = make_dataset(synthetic_data(1000), mlp_io(6, 4), 42);
   const Batch same = again->batch(5, 0, 8, cpu_);
   expect_rows_equal(whole.inputs, same.inputs, 0);
   expect_rows_equal(whole.targets, same.targets, 0);
@@ -106,7 +125,7 @@ TEST_F(DataFiles, SyntheticClassesDeterministicAndSliceable) {
 }
 
 TEST_F(DataFiles, SyntheticTokensFollowTheirRule) {
-  const auto ds = make_dataset(config::Json{{"type", "synthetic"}}, gpt_io(8, 50), 3);
+  const auto ds = make_dataset(synthetic_data(), gpt_io(8, 50), 3);
   const Batch whole = ds->batch(1, 0, 6, cpu_);
   ASSERT_EQ(whole.inputs.shape(), (Shape{6, 8}));
   ASSERT_EQ(whole.targets.shape(), (Shape{48}));
@@ -121,7 +140,7 @@ TEST_F(DataFiles, TextTargetsAreInputsShifted) {
   std::string text;
   for (int i = 0; i < 300; ++i) text += static_cast<char>(i % 251);
   const std::string path = write("a.txt", text);
-  const auto ds = make_dataset(config::Json{{"type", "text"}, {"path", path}}, gpt_io(16, 256), 9);
+  const auto ds = make_dataset(text_data(path), gpt_io(16, 256), 9);
   const Batch whole = ds->batch(2, 0, 8, cpu_);
   ASSERT_EQ(whole.inputs.shape(), (Shape{8, 16}));
   ASSERT_EQ(whole.targets.shape(), (Shape{128}));
@@ -148,9 +167,8 @@ TEST_F(DataFiles, TokenFilesUint16AndUint32) {
   }
   const std::string p16 = write_tokens("t16.bin", ids16);
   const std::string p32 = write_tokens("t32.bin", ids32);
-  const auto d16 = make_dataset(config::Json{{"type", "tokens"}, {"path", p16}}, gpt_io(10, 2000), 1);
-  const auto d32 =
-      make_dataset(config::Json{{"type", "tokens"}, {"path", p32}, {"dtype", "uint32"}}, gpt_io(10, 80000), 1);
+  const auto d16 = make_dataset(token_data(p16), gpt_io(10, 2000), 1);
+  const auto d32 = make_dataset(token_data(p32, 4), gpt_io(10, 80000), 1);
   const Batch b16 = d16->batch(0, 0, 4, cpu_);
   const Batch b32 = d32->batch(0, 0, 4, cpu_);
   for (int64_t r = 0; r < 4; ++r) {
@@ -169,49 +187,35 @@ TEST_F(DataFiles, TokenFilesUint16AndUint32) {
 
 TEST_F(DataFiles, FileErrors) {
   const std::string missing = (dir_ / "missing.txt").string();
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "text"}, {"path", missing}}, gpt_io(4, 256), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(text_data(missing), gpt_io(4, 256), 1); }),
              "text file '" + missing + "' cannot be opened");
 
   const std::string empty = write("empty.bin", "");
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "tokens"}, {"path", empty}}, gpt_io(4, 256), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(token_data(empty), gpt_io(4, 256), 1); }),
              "token file '" + empty + "' is empty");
 
   const std::string short_text = write("short.txt", "abcd");
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "text"}, {"path", short_text}}, gpt_io(4, 256), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(text_data(short_text), gpt_io(4, 256), 1); }),
              "text file '" + short_text + "' holds 4 tokens (4 bytes), fewer than seq_len + 1 = 5");
 
   const std::string odd = write("odd.bin", "abcde");
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "tokens"}, {"path", odd}}, gpt_io(1, 256), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(token_data(odd), gpt_io(1, 256), 1); }),
              "token file '" + odd + "' has 5 bytes, not a multiple of 2 (data.dtype uint16)");
   const std::string six = write("six.bin", "abcdef");
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "tokens"}, {"path", six}, {"dtype", "uint32"}}, gpt_io(1, 256), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(token_data(six, 4), gpt_io(1, 256), 1); }),
              "not a multiple of 4 (data.dtype uint32)");
 
   std::vector<uint16_t> ids(20, 5);
   ids[7] = 300;
   const std::string bad = write_tokens("bad.bin", ids);
-  const auto ds = make_dataset(config::Json{{"type", "tokens"}, {"path", bad}}, gpt_io(19, 256), 1);  // one window
+  const auto ds = make_dataset(token_data(bad), gpt_io(19, 256), 1);  // one window
   EXPECT_HAS(error_of([&] { ds->batch(0, 0, 1, cpu_); }),
              "token file '" + bad + "': token id 300 at index 7 (byte offset 14) is >= model.vocab_size 256");
 
   const std::string text = write("ok.txt", std::string(64, 'x'));
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "text"}, {"path", text}}, gpt_io(4, 100), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(text_data(text), gpt_io(4, 100), 1); }),
              "model.vocab_size is 100: set model.vocab_size to at least 256");
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "text"}, {"path", text}}, mlp_io(4, 2), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(text_data(text), mlp_io(4, 2), 1); }),
              "yields token sequences, but the model takes feature vectors");
 }
 
@@ -243,8 +247,8 @@ TEST_F(DataFiles, LlmcTokenFiles) {
   const std::string f16 = write("gpt2.bin", header(20240520, 1, 100) + slurp(raw16));
   const std::string f32 = write("llama3.bin", header(20240801, 7, 100) + slurp(raw32));
   // data.dtype is left at its uint16 default for the Llama 3 file: the header says uint32.
-  const auto d16 = make_dataset(config::Json{{"type", "tokens"}, {"path", f16}}, gpt_io(99, 1000), 1);
-  const auto d32 = make_dataset(config::Json{{"type", "tokens"}, {"path", f32}}, gpt_io(99, 80000), 1);
+  const auto d16 = make_dataset(token_data(f16), gpt_io(99, 1000), 1);
+  const auto d32 = make_dataset(token_data(f32), gpt_io(99, 80000), 1);
   EXPECT_EQ(d16->describe(), "tokens '" + f16 + "': 1.2 KiB, 100 uint16 tokens (llm.c format), vocab 1,000");
   EXPECT_EQ(d32->describe(), "tokens '" + f32 + "': 1.4 KiB, 100 uint32 tokens (llm.c format), vocab 80,000");
   // One window of seq_len + 1 = 100 tokens: the whole file after the header.
@@ -258,14 +262,10 @@ TEST_F(DataFiles, LlmcTokenFiles) {
   EXPECT_EQ(d32->scanned_bytes(), 400u);
 
   const std::string bad_version = write("v2.bin", header(20240520, 2, 100) + slurp(raw16));
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "tokens"}, {"path", bad_version}}, gpt_io(8, 1000), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(token_data(bad_version), gpt_io(8, 1000), 1); }),
              "has llm.c's magic 20240520 but version 2, not the version 1 this magic comes with");
   const std::string truncated = write("short.bin", header(20240520, 1, 120) + slurp(raw16));
-  EXPECT_HAS(error_of([&] {
-               make_dataset(config::Json{{"type", "tokens"}, {"path", truncated}}, gpt_io(8, 1000), 1);
-             }),
+  EXPECT_HAS(error_of([&] { make_dataset(token_data(truncated), gpt_io(8, 1000), 1); }),
              "(llm.c format) says it holds 120 tokens (1,264 bytes with its header) but has 1,224 bytes");
 }
 
@@ -280,11 +280,8 @@ TEST_F(DataFiles, FirstInvalidTokenByPart) {
     ids16[static_cast<size_t>(bad)] = 1000;
     ids32[static_cast<size_t>(bad)] = 70000;
   }
-  const auto d16 =
-      make_dataset(config::Json{{"type", "tokens"}, {"path", write_tokens("p16.bin", ids16)}}, gpt_io(8, 1000), 1);
-  const auto d32 =
-      make_dataset(config::Json{{"type", "tokens"}, {"path", write_tokens("p32.bin", ids32)}, {"dtype", "uint32"}},
-                   gpt_io(8, 70000), 1);
+  const auto d16 = make_dataset(token_data(write_tokens("p16.bin", ids16)), gpt_io(8, 1000), 1);
+  const auto d32 = make_dataset(token_data(write_tokens("p32.bin", ids32), 4), gpt_io(8, 70000), 1);
   for (const auto* d : {d16.get(), d32.get()}) {
     EXPECT_EQ(d->first_invalid(0, 1), int64_t{1} << 20);
     EXPECT_EQ(d->first_invalid(0, 3), int64_t{1} << 20);  // part 0 of 3: [0, n/3)
@@ -295,11 +292,9 @@ TEST_F(DataFiles, FirstInvalidTokenByPart) {
   EXPECT_HAS(d16->describe_invalid(n - 1), "token id 1000 at index 3,158,072");
 
   std::vector<uint16_t> fine(4096, 999);
-  const auto ok =
-      make_dataset(config::Json{{"type", "tokens"}, {"path", write_tokens("fine.bin", fine)}}, gpt_io(8, 1000), 1);
+  const auto ok = make_dataset(token_data(write_tokens("fine.bin", fine)), gpt_io(8, 1000), 1);
   EXPECT_EQ(ok->first_invalid(0, 1), -1);
-  const auto text =
-      make_dataset(config::Json{{"type", "text"}, {"path", write("t.txt", std::string(64, 'x'))}}, gpt_io(8, 256), 1);
+  const auto text = make_dataset(text_data(write("t.txt", std::string(64, 'x'))), gpt_io(8, 256), 1);
   EXPECT_EQ(text->scanned_bytes(), 0u);
 }
 

@@ -252,12 +252,9 @@ TEST(ResolveParallel, AutoNeedsThePlanner) {
 
 // ---- validate_for_model ----
 
-Json gpt(int layers, int heads, int vocab) {
-  return Json{{"type", "gpt"}, {"vocab_size", vocab}, {"seq_len", 16},
-              {"dim", 32},     {"layers", layers},    {"heads", heads}};
-}
+config::ModelConfig gpt(int layers, int heads, int vocab) { return config::GptConfig{vocab, 16, 32, layers, heads}; }
 
-Json mlp(std::vector<int> sizes) { return Json{{"type", "mlp"}, {"sizes", sizes}}; }
+config::ModelConfig mlp(std::vector<int64_t> sizes) { return config::MlpConfig{std::move(sizes)}; }
 
 ParallelPlan plan_of(int dp, int pp, int tp, const std::string& extra = "{}") {
   Json p = Json::parse(extra);
@@ -267,7 +264,7 @@ ParallelPlan plan_of(int dp, int pp, int tp, const std::string& extra = "{}") {
   return resolve_parallel(p, dp * pp * tp);
 }
 
-std::string model_error(const ParallelPlan& plan, const Json& model, int64_t micro_batches = 4) {
+std::string model_error(const ParallelPlan& plan, const config::ModelConfig& model, int64_t micro_batches = 4) {
   return error_of([&] { validate_for_model(plan, model, micro_batches); });
 }
 
@@ -307,7 +304,7 @@ TEST(ValidateForModel, TooFewLayersForThePipeline) {
 }
 
 TEST(ValidateForModel, StageMapsMustCoverTheBlocksInOrder) {
-  const Json m = gpt(6, 4, 64);
+  const config::ModelConfig m = gpt(6, 4, 64);
   EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"stages": [[0, 5]]})"), m),
             "parallel.stages lists 1 stages but the layout has 2");
   EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"schedule": "interleaved", "stages": [[0, 2], [3, 5]]})"), m),

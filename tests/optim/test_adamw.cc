@@ -16,20 +16,21 @@ using testing::rel_error;
 using testing::to_double;
 
 // The float64 step of one element, for a weight `p` with moments `m`, `v` at step `t`.
-void reference_step(double& p, double g, double& m, double& v, int t, const AdamWConfig& c, double wd, double lr) {
-  const double gi = g + (c.decoupled ? 0.0 : wd * p);
+void reference_step(double& p, double g, double& m, double& v, int t, const config::OptimizerConfig& c, double wd,
+                    double lr) {
+  const double gi = g + (c.adam_w_mode ? 0.0 : wd * p);
   m = c.beta1 * m + (1 - c.beta1) * gi;
   v = c.beta2 * v + (1 - c.beta2) * gi * gi;
   const double m_hat = m / (1 - std::pow(double(c.beta1), t)), v_hat = v / (1 - std::pow(double(c.beta2), t));
-  p -= lr * (m_hat / (std::sqrt(v_hat) + c.eps) + (c.decoupled ? wd * p : 0.0));
+  p -= lr * (m_hat / (std::sqrt(v_hat) + c.eps) + (c.adam_w_mode ? wd * p : 0.0));
 }
 
 void check_decay_only_where_marked(bool decoupled) {
   device::CpuDevice dev;
   const int64_t n = 37;
-  AdamWConfig cfg;
-  cfg.weight_decay = 0.2f;
-  cfg.decoupled = decoupled;
+  config::OptimizerConfig cfg;
+  cfg.weight_decay = 0.2;
+  cfg.adam_w_mode = decoupled;
   std::vector<Segment> segments;
   for (const bool decay : {true, false}) {
     Segment s;

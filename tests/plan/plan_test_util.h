@@ -62,6 +62,11 @@ inline Json model_config(const std::string& model) {
   return {{"type", "mlp"}, {"sizes", {256, 512, 512, 512, 512, 64}}, {"activation", "gelu"}};
 }
 
+// The same model as the config's struct.
+inline config::ModelConfig typed_model(const std::string& model) {
+  return config::parse(config::validate({{"model", model_config(model)}, {"train_batch_size", 8}})).model;
+}
+
 inline Json case_config(const MemCase& c) {
   Json cfg = {{"model", model_config(c.model)},
               {"data", {{"type", "synthetic"}}},

@@ -70,7 +70,7 @@ TEST(MemoryModel, PredictsEveryRanksMeasuredPeakExactly) {
   std::vector<testing::MemRow> rows;
   for (const MemCase& c : grid()) {
     const plan::MemoryPrediction p =
-        plan::MemoryModel(plan::planned_model(testing::model_config(c.model))).predict(testing::case_setup(c), true);
+        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(c), true);
     testing::MemRow row{c.name()};
     for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
       const int64_t measured = static_cast<int64_t>(measure(c, rank));
@@ -91,7 +91,7 @@ TEST(MemoryModel, PredictsEveryRanksMeasuredPeakExactly) {
 TEST(MemoryModel, LiveMicroBatchesStayWithinTheScheduleBound) {
   for (const MemCase& c : grid()) {
     const plan::MemoryPrediction p =
-        plan::MemoryModel(plan::planned_model(testing::model_config(c.model))).predict(testing::case_setup(c));
+        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(c));
     for (const plan::RankMemory& r : p.ranks) {
       EXPECT_GE(r.live_micro_batches, 1) << c.name();
       EXPECT_LE(r.live_micro_batches, r.activation_bound) << c.name() << " stage " << r.pp_rank;
@@ -107,9 +107,9 @@ TEST(MemoryModel, ZeroStagesHoldWhatParameterStoreHolds) {
   for (int zero = 0; zero <= 3; ++zero) {
     c.zero = zero;
     by_stage[zero] =
-        plan::MemoryModel(plan::planned_model(testing::model_config("mlp"))).predict(testing::case_setup(c)).worst();
+        plan::MemoryModel(plan::planned_model(testing::typed_model("mlp"))).predict(testing::case_setup(c)).worst();
   }
-  const int64_t P = plan::MemoryModel(plan::planned_model(testing::model_config("mlp"))).logical_parameters();
+  const int64_t P = plan::MemoryModel(plan::planned_model(testing::typed_model("mlp"))).logical_parameters();
   // Every layer's element count is even, so dp 2 pads nothing: stage 0 holds 4 P values + 4 P grads + 8 P moments.
   EXPECT_EQ(by_stage[0].resident[MemoryPurpose::Parameters], 4 * P);
   EXPECT_EQ(by_stage[0].resident[MemoryPurpose::Gradients], 4 * P);
@@ -182,7 +182,7 @@ TEST(MemoryModel, PlansAModelOfCustomLayers) {
   const config::TrainConfig tc = config::parse(config::validate(cfg), 2);
   for (int rank = 0; rank < 4; ++rank) {
     layout::Groups groups = layout::make_stand_in_groups(s.plan.layout, rank);
-    data::ModelIO io{};
+    config::ModelIO io;
     io.features = 16;
     io.classes = 8;
     train::TrainOptions opt;

@@ -33,7 +33,7 @@ void print(const char* title, const plan::SearchResult& r, const plan::SearchOpt
 TEST(Search, ALayerLargerThanADeviceNeedsTensorParallelism) {
   // Linear 0 is 2048 x 8192: its fp32 values alone are 64 MiB, over the 60 MiB budget. Any layout that keeps
   // the layer whole on a device holds them (ZeRO 0-2) or gathers them (ZeRO-3); tp slices it.
-  const Json model = {{"type", "mlp"}, {"sizes", {2048, 8192, 16}}};
+  const config::MlpConfig model{{2048, 8192, 16}};
   const uint64_t budget = 60ull << 20;
   ASSERT_GT(int64_t{2048} * 8192 * 4, static_cast<int64_t>(budget));
   const auto o = options(8, budget, 8);
@@ -52,7 +52,7 @@ TEST(Search, StateThatOnlyFitsShardedNeedsZero) {
   // (16 B per parameter); ZeRO-1 halves the moments and keeps a gradient shard (4 + 4 + 2 + 4 = 14 B); ZeRO-2
   // and 3 add a whole-layer transient gradient (and, at 3, the gathered layer) on top of their shards. A
   // budget of 15 B per parameter leaves exactly ZeRO-1.
-  const Json model = {{"type", "mlp"}, {"sizes", {1024, 1024}}};
+  const config::MlpConfig model{{1024, 1024}};
   const int64_t P = 1024 * 1024 + 1024;
   const auto o = options(2, static_cast<uint64_t>(15 * P), 2);
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
@@ -73,11 +73,11 @@ TEST(Search, SeventyBClassOnEightH200sFitsOnlyDividedEightWays) {
   // The preset lives in configs/ once moved there, src/tandem/plan/presets/ until then.
   std::string path = std::string(TANDEM_SOURCE_DIR) + "/configs/gpt_70b.json";
   if (!std::filesystem::exists(path)) path = std::string(TANDEM_SOURCE_DIR) + "/src/tandem/plan/presets/gpt_70b.json";
-  const Json cfg = config::load_config(path, {});
-  auto o = options(8, 141ull << 30, plan::global_batch_of(cfg));
+  const config::TrainConfig cfg = config::parse(config::load_config(path, {}));
+  auto o = options(8, 141ull << 30, config::global_batch(cfg.batch_config));
   o.rates = plan::builtin_rates("h200");
   o.dtype_bytes = 2;
-  const plan::SearchResult r = plan::search_layouts(plan::planned_model(cfg.at("model")), o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(cfg.model), o);
   print("70B-class on 8 x H200", r, o);
   ASSERT_FALSE(r.fit.empty());
   bool tp8 = false;
@@ -89,13 +89,13 @@ TEST(Search, SeventyBClassOnEightH200sFitsOnlyDividedEightWays) {
   EXPECT_EQ(r.fit.front().setup.zero_stage, 3);  // the fastest: ZeRO-3 (tp 8's all-reduces cost more)
   // On 4 devices nothing fits: the state alone is 4 x 60.8 GiB per device even fully sharded.
   o.devices = 4;
-  const plan::SearchResult four = plan::search_layouts(plan::planned_model(cfg.at("model")), o);
+  const plan::SearchResult four = plan::search_layouts(plan::planned_model(cfg.model), o);
   EXPECT_TRUE(four.fit.empty());
   EXPECT_GT(four.no_fit.front().memory.peak(), int64_t{243} << 30);
 }
 
 TEST(Search, WithRoomAndFastLinksPlainDataParallelismWins) {
-  const Json model = {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 64}, {"layers", 4}, {"heads", 4}};
+  const config::GptConfig model{256, 32, 64, 4, 4};
   auto o = options(4, 0, 16);
   o.rates.dp_bus_bw = o.rates.tp_bus_bw = o.rates.pp_p2p_bw = 1e15;
   o.rates.latency_s = 1e-9;
@@ -110,8 +110,7 @@ TEST(Search, WithRoomAndFastLinksPlainDataParallelismWins) {
 }
 
 TEST(Search, NothingFitsSaysHowMuchMemoryItWouldNeed) {
-  const Json model = {{"type", "gpt"}, {"vocab_size", 1024}, {"seq_len", 64},
-                      {"dim", 128},    {"layers", 2},        {"heads", 4}};
+  const config::GptConfig model{1024, 64, 128, 2, 4};
   const auto o = options(2, 1 << 20, 4);  // 1 MiB: the parameters alone are more
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
   print("nothing fits", r, o);
@@ -144,7 +143,7 @@ TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
 }
 
 TEST(TimeModel, BubbleFollowsTheSchedule) {
-  const Json model = {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 64}, {"layers", 6}, {"heads", 4}};
+  const config::GptConfig model{256, 32, 64, 6, 4};
   plan::MemoryModel mm(plan::planned_model(model));
   plan::Setup s;
   s.plan.layout = {1, 4, 1};
@@ -162,7 +161,7 @@ TEST(TimeModel, BubbleFollowsTheSchedule) {
 }
 
 TEST(TimeModel, ModelFlopsAreSixNPlusTwelveLdTPerToken) {
-  const Json model = {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 64}, {"layers", 2}, {"heads", 4}};
+  const config::GptConfig model{256, 32, 64, 2, 4};
   plan::MemoryModel mm(plan::planned_model(model));
   plan::Setup s;
   s.micro_batch = 4;
@@ -175,7 +174,7 @@ TEST(TimeModel, ModelFlopsAreSixNPlusTwelveLdTPerToken) {
 // The per-op cost is paid once per op the engine runs, however small: the same batch in 8 micro-batches runs each
 // micro-batch's ops 8 times (the optimizer's once a step either way), and the step time follows the op count.
 TEST(TimeModel, OpOverheadIsPaidPerOpRun) {
-  const Json model = {{"type", "gpt"}, {"vocab_size", 256}, {"seq_len", 32}, {"dim", 64}, {"layers", 2}, {"heads", 4}};
+  const config::GptConfig model{256, 32, 64, 2, 4};
   plan::MemoryModel mm(plan::planned_model(model));
   plan::Rates free_ops = plan::builtin_rates("cpu"), costly_ops = free_ops;
   costly_ops.op_overhead_s = 1e-3;

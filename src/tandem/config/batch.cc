@@ -1,5 +1,5 @@
-// Batch-size arithmetic: DeepSpeed's train_batch_size = micro * accum * dp, deriving whichever is omitted.
-// It reads only the three batch keys; their types were checked by validate().
+// Batch-size arithmetic: DeepSpeed's train_batch_size = micro * accum * dp, deriving whichever is omitted, on the
+// three keys as parse() typed them (BatchConfig) or straight from a config's JSON.
 #include <optional>
 
 #include "tandem/config/config.h"
@@ -16,12 +16,15 @@ constexpr const char* kAccum = "gradient_accumulation_steps";
 // No real batch comes near 2^31 samples; the bound keeps every product below int64's range.
 constexpr int64_t kMaxBatch = 2147483647;
 
+void check_range(const char* key, const std::optional<int64_t>& v, const std::string& shown) {
+  if (v && (*v < 1 || *v > kMaxBatch))
+    TANDEM_FAIL("config key '", key, "' must be a positive integer of at most ", kMaxBatch, ", got ", shown);
+}
+
 std::optional<int64_t> read(const Json& cfg, const char* key) {
   if (!cfg.is_object() || !cfg.contains(key)) return std::nullopt;
   const std::optional<int64_t> v = as_integer(cfg.at(key));
-  if (!v || *v < 1 || *v > kMaxBatch)
-    TANDEM_FAIL("config key '", key, "' must be a positive integer of at most ", kMaxBatch, ", got ",
-                show(cfg.at(key)));
+  check_range(key, v ? v : std::optional<int64_t>(0), show(cfg.at(key)));
   return v;
 }
 
@@ -45,9 +48,18 @@ int64_t divide(int64_t total, int64_t parts, const std::string& names, const std
 
 }  // namespace
 
-BatchSizes resolve_batch(const Json& cfg, int64_t dp) {
+BatchConfig batch_config(const Json& cfg) { return {read(cfg, kGlobal), read(cfg, kMicro), read(cfg, kAccum)}; }
+
+BatchSizes resolve_batch(const Json& cfg, int64_t dp) { return resolve_batch(batch_config(cfg), dp); }
+
+int64_t global_batch(const BatchConfig& given) { return given.global ? *given.global : resolve_batch(given, 1).global; }
+
+BatchSizes resolve_batch(const BatchConfig& given, int64_t dp) {
   if (dp < 1 || dp > kMaxBatch) TANDEM_FAIL("the data-parallel size must be in [1, ", kMaxBatch, "], got ", dp);
-  const std::optional<int64_t> global = read(cfg, kGlobal), micro = read(cfg, kMicro), accum = read(cfg, kAccum);
+  const auto& [global, micro, accum] = given;
+  check_range(kGlobal, global, global ? std::to_string(*global) : "");
+  check_range(kMicro, micro, micro ? std::to_string(*micro) : "");
+  check_range(kAccum, accum, accum ? std::to_string(*accum) : "");
 
   if (global && micro && accum) {
     const int64_t product = times(times(*micro, *accum), dp);

@@ -54,6 +54,59 @@ std::vector<std::string> split_key(const std::string& key, const std::string& as
   return parts;
 }
 
+// The schema's spelling (validate() wrote the canonical one) as the enum.
+SchedulerType scheduler_type(const std::string& name) {
+  if (name == "WarmupLR") return SchedulerType::WarmupLR;
+  if (name == "WarmupDecayLR") return SchedulerType::WarmupDecayLR;
+  if (name == "WarmupCosineLR") return SchedulerType::WarmupCosineLR;
+  return SchedulerType::Constant;
+}
+
+// The validated "model" object as its family's struct.
+LlamaConfig llama_config(const Json& m) {
+  LlamaConfig c;
+  c.vocab_size = m.at("vocab_size").get<int64_t>();
+  c.seq_len = m.at("seq_len").get<int64_t>();
+  c.hidden_size = m.at("hidden_size").get<int64_t>();
+  c.intermediate_size = m.at("intermediate_size").get<int64_t>();
+  c.num_hidden_layers = m.at("num_hidden_layers").get<int64_t>();
+  c.num_attention_heads = static_cast<int>(m.at("num_attention_heads").get<int64_t>());
+  c.num_key_value_heads = static_cast<int>(m.at("num_key_value_heads").get<int64_t>());
+  c.head_dim = m.at("head_dim").get<int64_t>();
+  c.max_position_embeddings = m.at("max_position_embeddings").get<int64_t>();
+  c.rms_norm_eps = m.at("rms_norm_eps").get<double>();
+  c.rope_theta = m.at("rope_theta").get<double>();
+  if (const Json& r = m.at("rope_scaling"); !r.is_null()) {
+    c.rope_scaling.type = RopeType::Llama3;  // the only rope_type validate() accepts
+    c.rope_scaling.factor = r.at("factor").get<double>();
+    c.rope_scaling.low_freq_factor = r.at("low_freq_factor").get<double>();
+    c.rope_scaling.high_freq_factor = r.at("high_freq_factor").get<double>();
+    c.rope_scaling.original_max_position_embeddings = r.at("original_max_position_embeddings").get<int64_t>();
+  }
+  c.tie_word_embeddings = m.at("tie_word_embeddings").get<bool>();
+  c.attention_bias = m.at("attention_bias").get<bool>();
+  c.qkv_bias = m.at("qkv_bias").get<bool>();
+  return c;
+}
+
+ModelConfig model_config(const Json& m) {
+  if (m.at("type") == "llama") return llama_config(m);
+  if (m.at("type") == "gpt") {
+    GptConfig g;
+    g.vocab_size = m.at("vocab_size").get<int64_t>();
+    g.seq_len = m.at("seq_len").get<int64_t>();
+    g.dim = m.at("dim").get<int64_t>();
+    g.layers = m.at("layers").get<int64_t>();
+    g.heads = static_cast<int>(m.at("heads").get<int64_t>());
+    g.tie_word_embeddings = m.at("tie_word_embeddings").get<bool>();
+    return g;
+  }
+  MlpConfig c;
+  for (const Json& width : m.at("sizes")) c.sizes.push_back(as_integer(width).value_or(0));
+  c.activation = m.at("activation").get<std::string>();
+  return c;
+}
+
 }  // namespace
 
 void apply_override(Json& cfg, const std::string& assignment) {
@@ -150,57 +203,66 @@ Json load_config(const std::string& path, const std::vector<std::string>& overri
   }
 }
 
-TrainConfig parse(const Json& validated_cfg, int64_t dp) {
+TrainConfig parse(const Json& validated_cfg) {
   // validate() is idempotent and cheap; running it again keeps parse() safe on a hand-built config.
   std::vector<std::string> no_effect;
   const Json cfg = validate(validated_cfg, no_effect);
   TrainConfig tc;
-  tc.batch = resolve_batch(cfg, dp);
-  tc.data_parallel = dp;
+  tc.batch_config = batch_config(cfg);
   tc.steps = cfg.at("steps").get<int64_t>();
   tc.seed = cfg.at("seed").get<uint64_t>();
   tc.steps_per_print = cfg.at("steps_per_print").get<int64_t>();
 
   const Json& opt = cfg.at("optimizer");
   const Json& op = opt.at("params");
-  tc.optimizer = {opt.at("type").get<std::string>(), op.at("lr").get<double>(),  op.at("betas")[0].get<double>(),
-                  op.at("betas")[1].get<double>(),   op.at("eps").get<double>(), op.at("weight_decay").get<double>(),
-                  op.at("adam_w_mode").get<bool>()};
+  tc.optimizer.type = opt.at("type") == "Adam" ? OptimizerType::Adam : OptimizerType::AdamW;
+  tc.optimizer.lr = op.at("lr").get<double>();
+  tc.optimizer.beta1 = op.at("betas")[0].get<double>();
+  tc.optimizer.beta2 = op.at("betas")[1].get<double>();
+  tc.optimizer.eps = op.at("eps").get<double>();
+  tc.optimizer.weight_decay = op.at("weight_decay").get<double>();
+  tc.optimizer.adam_w_mode = op.at("adam_w_mode").get<bool>();
 
   // A Constant schedule has no params; the others have every default written by validate().
   const Json& sch = cfg.at("scheduler");
   const Json& sp = sch.at("params");
-  tc.scheduler = {sch.at("type").get<std::string>(),
-                  sp.value("warmup_num_steps", int64_t{0}),
-                  sp.value("warmup_min_lr", 0.0),
-                  sp.value("total_num_steps", tc.steps),
-                  sp.value("warmup_min_ratio", 0.0),
-                  sp.value("cos_min_ratio", 1e-4),
-                  sp.value("warmup_type", std::string("log")),
-                  sp.value("warmup_max_lr", tc.optimizer.lr)};
+  tc.scheduler.type = scheduler_type(sch.at("type").get<std::string>());
+  tc.scheduler.peak_lr = sp.value("warmup_max_lr", tc.optimizer.lr);
+  tc.scheduler.warmup_num_steps = sp.value("warmup_num_steps", int64_t{0});
+  tc.scheduler.warmup_type =
+      sp.value("warmup_type", std::string("log")) == "linear" ? WarmupType::Linear : WarmupType::Log;
+  tc.scheduler.warmup_min_lr = sp.value("warmup_min_lr", 0.0);
+  tc.scheduler.total_num_steps = sp.value("total_num_steps", tc.steps);
+  tc.scheduler.warmup_min_ratio = sp.value("warmup_min_ratio", 0.0);
+  tc.scheduler.cos_min_ratio = sp.value("cos_min_ratio", 1e-4);
 
   tc.gradient_clipping = cfg.at("gradient_clipping").get<double>();
   tc.zero_stage = cfg.at("zero_optimization").at("stage").get<int64_t>();
   const Json& h = cfg.at("fp16");
-  tc.fp16 = {h.at("enabled").get<bool>(),
-             h.at("loss_scale").get<double>(),
-             h.at("initial_scale_power").get<int64_t>(),
-             h.at("loss_scale_window").get<int64_t>(),
-             h.at("hysteresis").get<int64_t>(),
-             h.at("min_loss_scale").get<double>()};
+  tc.fp16.enabled = h.at("enabled").get<bool>();
+  tc.fp16.loss_scale = h.at("loss_scale").get<double>();
+  tc.fp16.initial_scale_power = h.at("initial_scale_power").get<int64_t>();
+  tc.fp16.loss_scale_window = h.at("loss_scale_window").get<int64_t>();
+  tc.fp16.hysteresis = h.at("hysteresis").get<int64_t>();
+  tc.fp16.min_loss_scale = h.at("min_loss_scale").get<double>();
   tc.bf16 = cfg.at("bf16").at("enabled").get<bool>();
 
-  tc.model_type = cfg.at("model").at("type").get<std::string>();
-  tc.model = cfg.at("model");
-  tc.pretrained_dir = tc.model.value("from_pretrained", "");
+  tc.model = model_config(cfg.at("model"));
+  tc.pretrained_dir = cfg.at("model").value("from_pretrained", "");
   if (!tc.pretrained_dir.empty()) {
-    Json pretrained = tc.model;  // validated already: this only collects the warnings about its config.json
-    expand_from_pretrained(pretrained, &tc.notices);
+    Json pretrained = cfg.at("model");  // validated already: this only collects the warnings about its config.json
+    expand_from_pretrained(pretrained, &tc.pretrained_notices);
   }
-  tc.data = cfg.at("data");
+  const Json& d = cfg.at("data");
+  const std::string data_type = d.at("type").get<std::string>();
+  tc.data.type = data_type == "text" ? DataType::Text : data_type == "tokens" ? DataType::Tokens : DataType::Synthetic;
+  if (tc.data.type == DataType::Synthetic) tc.data.samples = d.at("samples").get<int64_t>();
+  if (tc.data.type != DataType::Synthetic) tc.data.path = d.at("path").get<std::string>();
+  if (tc.data.type == DataType::Tokens) tc.data.token_bytes = d.at("dtype") == "uint32" ? 4 : 2;
   tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
-  tc.checkpoint = {cfg.at("checkpoint").at("every").get<int64_t>(), cfg.at("checkpoint").at("keep").get<int64_t>(),
-                   cfg.at("checkpoint").at("at_end").get<bool>()};
+  tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();
+  tc.checkpoint.keep = cfg.at("checkpoint").at("keep").get<int64_t>();
+  tc.checkpoint.at_end = cfg.at("checkpoint").at("at_end").get<bool>();
 
   tc.device_memory_bytes = 0;
   if (cfg.contains("device_memory")) {
@@ -209,21 +271,37 @@ TrainConfig parse(const Json& validated_cfg, int64_t dp) {
   }
   tc.raw = cfg;
   tc.raw.erase(kAutoRecord);
-
+  if (cfg.contains(kAutoRecord)) tc.auto_resolved = cfg.at(kAutoRecord).get<std::vector<std::string>>();
   tc.no_effect_keys = no_effect;
+  return tc;
+}
+
+TrainConfig parse(const Json& validated_cfg, int64_t dp) {
+  TrainConfig tc = parse(validated_cfg);
+  set_data_parallel(tc, dp);
+  return tc;
+}
+
+void set_data_parallel(TrainConfig& tc, int64_t dp) {
+  tc.batch = resolve_batch(tc.batch_config, dp);
+  tc.data_parallel = dp;
+  tc.notices = tc.pretrained_notices;
+  if (!tc.raw.is_object()) return;  // a TrainConfig made in code, not by parse()
+  Json cfg = tc.raw;
+  if (!tc.auto_resolved.empty()) cfg[kAutoRecord] = tc.auto_resolved;
   const std::string autos = auto_line(cfg, tc.batch);
   if (!autos.empty()) tc.notices.push_back(autos);
-  if (!no_effect.empty()) {
+  if (!tc.no_effect_keys.empty()) {
     std::string line = "warning: these DeepSpeed keys have no effect in Tandem:";
-    for (size_t i = 0; i < no_effect.size(); ++i) line += (i ? ", " : " ") + no_effect[i];
+    for (size_t i = 0; i < tc.no_effect_keys.size(); ++i) line += (i ? ", " : " ") + tc.no_effect_keys[i];
     tc.notices.push_back(line + " (docs/deepspeed.md)");
   }
   // As in DeepSpeed, a warmup schedule's warmup_max_lr is the peak and the optimizer's own rate goes unused.
+  const Json& sp = cfg.at("scheduler").at("params");
   if (sp.contains("warmup_max_lr") && tc.scheduler.peak_lr != tc.optimizer.lr)
-    tc.notices.push_back("warning: optimizer.params.lr (" + show(op.at("lr")) +
+    tc.notices.push_back("warning: optimizer.params.lr (" + show(cfg.at("optimizer").at("params").at("lr")) +
                          ") is not used: " + "scheduler.params.warmup_max_lr (" + show(sp.at("warmup_max_lr")) +
                          ") is the schedule's peak, as in DeepSpeed");
-  return tc;
 }
 
 }  // namespace tandem::config

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "tandem/config/model_config.h"
+#include "tandem/config/train_config.h"
+
 namespace tandem::config {
 
 using Json = nlohmann::json;
@@ -30,54 +33,13 @@ void apply_override(Json& cfg, const std::string& assignment);
 // resolved where the Hugging Face Trainer fills them (and recorded under "auto_resolved").
 Json validate(Json cfg);
 
-struct BatchSizes {
-  int64_t global;  // train_batch_size
-  int64_t micro;   // train_micro_batch_size_per_gpu
-  int64_t accum;   // gradient_accumulation_steps
-};
-
-// DeepSpeed's rule train_batch_size = micro * accum * dp; one or two of the three may be omitted and are
-// derived. Throws when none is given or when the given ones cannot satisfy the rule.
+// resolve_batch (train_config.h) on the batch keys of `cfg`, whose types it checks.
 BatchSizes resolve_batch(const Json& cfg, int64_t dp);
 
-struct OptimizerConfig {
-  std::string type;  // "AdamW" or "Adam"
-  double lr;
-  double beta1, beta2;
-  double eps;
-  double weight_decay;
-  bool adam_w_mode;  // true: decoupled decay (AdamW; always for type AdamW); false: L2, added to the gradient
-};
-
-struct SchedulerConfig {
-  std::string type;  // "Constant", "WarmupLR", "WarmupDecayLR" or "WarmupCosineLR"
-  int64_t warmup_num_steps;
-  double warmup_min_lr;     // WarmupLR, WarmupDecayLR
-  int64_t total_num_steps;  // WarmupDecayLR, WarmupCosineLR
-  double warmup_min_ratio;  // WarmupCosineLR
-  double cos_min_ratio;     // WarmupCosineLR
-  std::string warmup_type;  // "log" or "linear"
-  double peak_lr;           // scheduler.params.warmup_max_lr when given, else optimizer.params.lr
-};
-
-struct Fp16Config {
-  bool enabled;
-  double loss_scale;  // 0 = dynamic
-  int64_t initial_scale_power;
-  int64_t loss_scale_window;
-  int64_t hysteresis;
-  double min_loss_scale;
-};
-
-struct CheckpointConfig {
-  int64_t every;  // steps between checkpoints; 0 = only at the end
-  int64_t keep;   // how many to keep
-  bool at_end;    // also after the last step (benchmarks of large models turn it off)
-};
-
 struct TrainConfig {
-  BatchSizes batch;
-  int64_t data_parallel;
+  BatchConfig batch_config;   // the batch keys as written
+  BatchSizes batch{};         // resolved for data_parallel ranks by set_data_parallel
+  int64_t data_parallel = 0;  // 0 until set_data_parallel
   int64_t steps;
   uint64_t seed;
   int64_t steps_per_print;
@@ -87,21 +49,32 @@ struct TrainConfig {
   int64_t zero_stage;
   Fp16Config fp16;
   bool bf16;
-  std::string model_type;  // "mlp" or "gpt"
-  Json model;              // the validated "model" object
-  Json data;               // the validated "data" object
-  Json parallel;           // null when absent, "auto", or the validated object
+  ModelConfig model;
+  DataConfig data;
+  Json parallel;  // null when absent, "auto", or the validated object
   CheckpointConfig checkpoint;
   uint64_t device_memory_bytes;             // 0 = no budget
   Json raw;                                 // the whole validated config, for saving next to checkpoints
+  std::vector<std::string> auto_resolved;   // keys whose "auto" validate() resolved (docs/deepspeed.md)
   std::vector<std::string> no_effect_keys;  // DeepSpeed keys present that change nothing in Tandem, sorted
-  std::vector<std::string> notices;         // lines to print once before training: "auto" values, keys of no effect
+  // Lines to print once before training ("auto" values, keys of no effect, an unused lr), made by set_data_parallel
+  // because what an "auto" batch key became depends on the data-parallel size.
+  std::vector<std::string> notices;
+  // Warnings about model.from_pretrained's config.json (keys of no effect), kept for `notices`.
+  std::vector<std::string> pretrained_notices;
 
   // model.from_pretrained: the Hugging Face folder the weights start from (a run that does not resume), or "".
   std::string pretrained_dir;
 };
 
-// The typed view of a config that validate() returned, with batch sizes resolved for `dp` data-parallel ranks.
+// The typed view of a config that validate() returned, read once. The batch sizes wait for the data-parallel size,
+// which the layout gives (layout::resolve_parallel, or the planner for "parallel": "auto"): set_data_parallel.
+TrainConfig parse(const Json& validated_cfg);
+// parse() and set_data_parallel(dp) in one.
 TrainConfig parse(const Json& validated_cfg, int64_t dp);
+
+// Resolves `tc.batch` for `dp` data-parallel ranks (resolve_batch: throws when the keys cannot make it) and writes
+// `tc.notices`.
+void set_data_parallel(TrainConfig& tc, int64_t dp);
 
 }  // namespace tandem::config

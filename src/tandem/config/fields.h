@@ -63,6 +63,9 @@ class Fields {
 // Reads an integer (or an integral float such as 1e6) from `value`; nullopt when it is neither.
 std::optional<int64_t> as_integer(const Json& value);
 
+// The batch keys of `cfg`, each checked to be a positive integer of at most 2^31 - 1.
+BatchConfig batch_config(const Json& cfg);
+
 // validate() that also gives the paths of the DeepSpeed keys present that have no effect in Tandem, sorted.
 Json validate(Json cfg, std::vector<std::string>& no_effect);
 

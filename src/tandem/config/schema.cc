@@ -45,6 +45,28 @@ std::vector<std::string> gpt_keys() {
   return {"type", "vocab_size", "seq_len", "dim", "layers", "heads", "tie_word_embeddings", "from_pretrained"};
 }
 
+std::vector<std::string> llama_keys() {
+  return {"type",
+          "vocab_size",
+          "seq_len",
+          "hidden_size",
+          "intermediate_size",
+          "num_hidden_layers",
+          "num_attention_heads",
+          "num_key_value_heads",
+          "head_dim",
+          "max_position_embeddings",
+          "rms_norm_eps",
+          "rope_theta",
+          "rope_scaling",
+          "tie_word_embeddings",
+          "attention_bias",
+          "qkv_bias",
+          "mlp_bias",
+          "hidden_act",
+          "from_pretrained"};
+}
+
 std::vector<std::string> minus(const std::vector<std::string>& all, const std::vector<std::string>& drop) {
   std::vector<std::string> out;
   for (const auto& k : all)
@@ -186,6 +208,99 @@ void validate_precision(Fields& top, std::vector<std::string>& no_effect) {
         "\"enabled\" to false");
 }
 
+// The divisor of n nearest to `near`, to suggest.
+int64_t nearest_divisor(int64_t n, int64_t near) {
+  int64_t divisor = 1;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0 && std::llabs(d - near) < std::llabs(divisor - near)) divisor = d;
+  return divisor;
+}
+
+// "rope_scaling": null or Llama 3's frequency-dependent scaling, with Hugging Face's keys (all required, as
+// transformers requires them).
+void validate_rope_scaling(Fields& m) {
+  if (!m.has("rope_scaling") || m.raw("rope_scaling").is_null()) {
+    m.raw("rope_scaling") = nullptr;
+    return;
+  }
+  if (!m.raw("rope_scaling").is_object())
+    m.fail_type("rope_scaling", "null or an object {\"rope_type\": \"llama3\", ...}");
+  Json& scaling = m.object("rope_scaling");
+  // transformers reads the older spelling "type" where "rope_type" is absent; so does Tandem, writing "rope_type".
+  if (scaling.contains("type") && !scaling.contains("rope_type")) {
+    scaling["rope_type"] = scaling["type"];
+    scaling.erase("type");
+  }
+  Fields r(scaling, "model.rope_scaling");
+  r.only({"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  if (!r.has("rope_type"))
+    TANDEM_FAIL(
+        "missing required config key 'model.rope_scaling.rope_type' (\"llama3\", or \"rope_scaling\": null "
+        "for none)");
+  const Json& type = r.raw("rope_type");
+  if (!type.is_string()) r.fail_type("rope_type", "\"llama3\"");
+  if (type.get<std::string>() == "default") {  // transformers' name for no scaling
+    m.raw("rope_scaling") = nullptr;
+    return;
+  }
+  if (type.get<std::string>() != "llama3")
+    TANDEM_FAIL("model.rope_scaling.rope_type '", type.get<std::string>(),
+                "' is not supported: Tandem scales rope only as Llama 3 does; use \"llama3\" or set "
+                "\"rope_scaling\": null");
+  r.number("factor", std::nullopt, 1.0);
+  const double low = r.number("low_freq_factor", std::nullopt, 0.0, std::numeric_limits<double>::infinity(), true);
+  const double high = r.number("high_freq_factor", std::nullopt, 0.0, std::numeric_limits<double>::infinity(), true);
+  r.integer("original_max_position_embeddings", std::nullopt, 1, int64_t{1} << 24);
+  if (low >= high)
+    TANDEM_FAIL("model.rope_scaling.low_freq_factor (", low, ") must be lower than high_freq_factor (", high,
+                "): Llama 3 uses 1 and 4");
+}
+
+// "type": "llama", with Hugging Face LlamaConfig's key names and defaults; "seq_len" is the training length.
+void validate_llama(Fields& m) {
+  // Bounds far above any trainable model; they keep the size arithmetic inside int64.
+  m.integer("vocab_size", std::nullopt, 1, int64_t{1} << 31);
+  const int64_t seq_len = m.integer("seq_len", std::nullopt, 1, int64_t{1} << 24);
+  const int64_t hidden = m.integer("hidden_size", std::nullopt, 1, int64_t{1} << 20);
+  m.integer("intermediate_size", std::nullopt, 1, int64_t{1} << 22);
+  m.integer("num_hidden_layers", std::nullopt, 1, int64_t{1} << 16);
+  const int64_t heads = m.integer("num_attention_heads", std::nullopt, 1, int64_t{1} << 16);
+  const int64_t kv_heads = m.integer("num_key_value_heads", heads, 1, int64_t{1} << 16);
+  if (heads % kv_heads != 0)
+    TANDEM_FAIL("model.num_attention_heads (", heads, ") is not divisible by model.num_key_value_heads (", kv_heads,
+                "): each key/value head serves an equal group of query heads; set num_key_value_heads to a divisor "
+                "of ",
+                heads, " (e.g. ", nearest_divisor(heads, kv_heads), ")");
+  if (!m.has("head_dim") && hidden % heads != 0)
+    TANDEM_FAIL("model.hidden_size (", hidden, ") is not divisible by model.num_attention_heads (", heads,
+                "): each head gets hidden_size / num_attention_heads channels unless model.head_dim says otherwise; "
+                "set num_attention_heads to a divisor of ",
+                hidden, " (e.g. ", nearest_divisor(hidden, heads), "), or give head_dim");
+  m.integer("head_dim", hidden / heads, 1, int64_t{1} << 16);
+  const int64_t max_positions = m.integer("max_position_embeddings", seq_len, 1, int64_t{1} << 24);
+  if (seq_len > max_positions)
+    TANDEM_FAIL("model.seq_len (", seq_len, ") exceeds model.max_position_embeddings (", max_positions,
+                "): lower seq_len to at most ", max_positions, " or raise max_position_embeddings");
+  m.number("rms_norm_eps", 1e-6, 0.0, 1.0, /*min_exclusive=*/true);
+  m.number("rope_theta", 10000.0, 0.0, std::numeric_limits<double>::infinity(), /*min_exclusive=*/true);
+  validate_rope_scaling(m);
+  m.boolean("tie_word_embeddings", false);
+  const bool attention_bias = m.boolean("attention_bias", false);
+  // Qwen2's form: biases on q, k and v only (attention_bias also biases o, as Llama's does).
+  if (m.boolean("qkv_bias", false) && attention_bias)
+    TANDEM_FAIL("model.qkv_bias and model.attention_bias are both true: attention_bias already biases q, k and v ",
+                "(and o); set one of them");
+  // Hugging Face configs carry these; Tandem's llama has one MLP form.
+  if (m.boolean("mlp_bias", false))
+    TANDEM_FAIL("model.mlp_bias true is not supported: Tandem's llama MLP has no biases; set \"mlp_bias\": false");
+  const Json& act = m.has("hidden_act") ? m.raw("hidden_act") : Json("silu");
+  if (!act.is_string()) m.fail_type("hidden_act", "\"silu\"");
+  if (act.get<std::string>() != "silu")
+    TANDEM_FAIL("model.hidden_act '", act.get<std::string>(),
+                "' is not supported: Tandem's llama MLP is SwiGLU, gated by silu; set \"hidden_act\": \"silu\"");
+  m.raw("hidden_act") = "silu";
+}
+
 void validate_model(Fields& top) {
   if (!top.has("model"))
     TANDEM_FAIL(
@@ -195,10 +310,14 @@ void validate_model(Fields& top) {
   expand_from_pretrained(top.object("model"));  // {"from_pretrained": DIR, "seq_len": N}: DIR's config.json
   Fields m(top.object("model"), "model");
   // The type decides which keys are valid, so read it before checking the others.
-  const std::string type = m.choice("type", std::nullopt, {"mlp", "gpt"});
+  const std::string type = m.choice("type", std::nullopt, {"mlp", "gpt", "llama"});
   const std::string variant = "model type '" + type + "'";
-  if (type == "mlp") {
-    m.only(mlp_keys(), minus(gpt_keys(), mlp_keys()), variant);
+  const std::vector<std::string> all_keys = merged({mlp_keys(), gpt_keys(), llama_keys()});
+  if (type == "llama") {
+    m.only(llama_keys(), minus(all_keys, llama_keys()), variant);
+    validate_llama(m);
+  } else if (type == "mlp") {
+    m.only(mlp_keys(), minus(all_keys, mlp_keys()), variant);
     if (!m.has("sizes")) TANDEM_FAIL("missing required config key 'model.sizes' (layer widths, e.g. [784, 256, 10])");
     const Json& sizes = m.raw("sizes");
     bool ok = sizes.is_array() && sizes.size() >= 2;
@@ -209,7 +328,7 @@ void validate_model(Fields& top) {
     if (!ok) m.fail_type("sizes", "an array of at least two integers in [1, 2^24] (input, hidden..., classes)");
     m.choice("activation", "relu", {"relu", "gelu"});
   } else {
-    m.only(gpt_keys(), minus(mlp_keys(), gpt_keys()), variant);
+    m.only(gpt_keys(), minus(all_keys, gpt_keys()), variant);
     // Bounds far above any trainable model; they keep the size arithmetic inside int64.
     m.integer("vocab_size", std::nullopt, 1, int64_t{1} << 31);
     m.integer("seq_len", std::nullopt, 1, int64_t{1} << 24);
@@ -218,12 +337,10 @@ void validate_model(Fields& top) {
     const int64_t heads = m.integer("heads", std::nullopt, 1, int64_t{1} << 16);
     m.boolean("tie_word_embeddings", false);
     if (dim % heads != 0) {
-      int64_t divisor = 1;  // the divisor of dim nearest to heads, to suggest
-      for (int64_t d = 1; d <= dim; ++d)
-        if (dim % d == 0 && std::llabs(d - heads) < std::llabs(divisor - heads)) divisor = d;
       TANDEM_FAIL("model.dim (", dim, ") is not divisible by model.heads (", heads,
-                  "): each head gets dim / heads channels; set heads to a divisor of ", dim, " (e.g. ", divisor,
-                  ") or dim to a multiple of ", heads, " (e.g. ", (dim / heads + 1) * heads, ")");
+                  "): each head gets dim / heads channels; set heads to a divisor of ", dim, " (e.g. ",
+                  nearest_divisor(dim, heads), ") or dim to a multiple of ", heads, " (e.g. ",
+                  (dim / heads + 1) * heads, ")");
     }
   }
 }
@@ -244,7 +361,7 @@ void validate_data(Fields& top) {
     d.string("path", std::nullopt);
     d.choice("dtype", "uint16", {"uint16", "uint32"});
   }
-  if (type != "synthetic" && model_type != "gpt")
+  if (type != "synthetic" && model_type == "mlp")
     TANDEM_FAIL("data.type '", type, "' yields token sequences, which model type '", model_type,
                 "' cannot take: use data.type \"synthetic\" or model.type \"gpt\"");
 }

@@ -27,9 +27,8 @@ std::string group_digits(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-std::unique_ptr<Dataset> make_dataset(const config::Json& data_cfg, const ModelIO& io, uint64_t seed) {
-  // Accept the object before validation too, using the schema's defaults.
-  const std::string type = data_cfg.value("type", std::string("synthetic"));
+std::unique_ptr<Dataset> make_dataset(const config::DataConfig& data_cfg, const config::ModelIO& io, uint64_t seed) {
+  using config::DataType;
   if (io.tokens) {
     if (io.seq_len < 1 || io.vocab_size < 1)
       TANDEM_FAIL("a token model needs seq_len >= 1 and vocab_size >= 1, got seq_len ", io.seq_len, ", vocab_size ",
@@ -42,32 +41,28 @@ std::unique_ptr<Dataset> make_dataset(const config::Json& data_cfg, const ModelI
                 " classes");
   }
 
-  if (type == "synthetic") {
-    const int64_t samples = data_cfg.value("samples", int64_t{65536});
+  if (data_cfg.type == DataType::Synthetic) {
+    const int64_t samples = data_cfg.samples;
     if (samples < 1) TANDEM_FAIL("data.samples must be a positive integer, got ", samples);
     if (io.tokens) return make_synthetic_tokens(samples, io.seq_len, io.vocab_size, seed);
     return make_synthetic_classes(samples, io.features, io.classes, seed);
   }
-  if (type != "text" && type != "tokens")
-    TANDEM_FAIL("data.type '", type, "' is not known: use \"synthetic\", \"text\" or \"tokens\"");
+  const std::string type = data_cfg.type == DataType::Text ? "text" : "tokens";
   if (!io.tokens)
     TANDEM_FAIL("data.type '", type,
                 "' yields token sequences, but the model takes feature vectors: use data.type \"synthetic\" or a gpt "
                 "model");
-  if (!data_cfg.contains("path") || !data_cfg.at("path").is_string())
-    TANDEM_FAIL("data.type '", type, "' needs data.path, the file to read");
-  const std::string path = data_cfg.at("path").get<std::string>();
+  if (data_cfg.path.empty()) TANDEM_FAIL("data.type '", type, "' needs data.path, the file to read");
 
-  if (type == "text") {
+  if (data_cfg.type == DataType::Text) {
     if (io.vocab_size < 256)
       TANDEM_FAIL("data.type 'text' uses the file's bytes as tokens (vocab 256), but model.vocab_size is ",
                   io.vocab_size, ": set model.vocab_size to at least 256");
-    return make_window_dataset(type, path, 1, io.seq_len, io.vocab_size, seed);
+    return make_window_dataset(type, data_cfg.path, 1, io.seq_len, io.vocab_size, seed);
   }
-  const std::string dtype = data_cfg.value("dtype", std::string("uint16"));
-  if (dtype != "uint16" && dtype != "uint32")
-    TANDEM_FAIL("data.dtype '", dtype, "' is not supported: use \"uint16\" or \"uint32\"");
-  return make_window_dataset(type, path, dtype == "uint16" ? 2 : 4, io.seq_len, io.vocab_size, seed);
+  if (data_cfg.token_bytes != 2 && data_cfg.token_bytes != 4)
+    TANDEM_FAIL("data.dtype of ", data_cfg.token_bytes, " bytes is not supported: use \"uint16\" or \"uint32\"");
+  return make_window_dataset(type, data_cfg.path, data_cfg.token_bytes, io.seq_len, io.vocab_size, seed);
 }
 
 }  // namespace tandem::data

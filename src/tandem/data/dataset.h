@@ -38,16 +38,8 @@ class Dataset {
   virtual uint64_t scanned_bytes() const { return 0; }
 };
 
-// What the model consumes: tokens (seq_len, vocab_size) or features and classes.
-struct ModelIO {
-  bool tokens;
-  int64_t seq_len;
-  int64_t vocab_size;
-  int64_t features;
-  int64_t classes;
-};
-
-// Builds the dataset the (validated) "data" object describes. Throws when the data does not fit the model.
-std::unique_ptr<Dataset> make_dataset(const config::Json& data_cfg, const ModelIO& io, uint64_t seed);
+// Builds the dataset the config's "data" describes for a model that consumes `io`
+// (config::model_io, or stated by a model built in code). Throws when the data does not fit the model.
+std::unique_ptr<Dataset> make_dataset(const config::DataConfig& data_cfg, const config::ModelIO& io, uint64_t seed);
 
 }  // namespace tandem::data

@@ -76,49 +76,9 @@ ParallelPlan resolve_parallel(const config::Json& parallel, int world) {
   return plan;
 }
 
-void validate_for_model(const ParallelPlan& plan, const config::Json& model, int64_t micro_batches) {
+void validate_for_model(const ParallelPlan& plan, const config::ModelConfig& model, int64_t micro_batches) {
   const Layout& l = plan.layout;
-  const int chunks = l.pp * plan.virtual_stages;
-  const std::string type = model.at("type").get<std::string>();
-  if (type == "gpt") {
-    const int64_t layers = model.at("layers").get<int64_t>(), heads = model.at("heads").get<int64_t>();
-    const int64_t vocab = model.at("vocab_size").get<int64_t>();
-    if (heads % l.tp != 0)
-      TANDEM_FAIL("model.heads ", heads, " is not divisible by parallel.tensor ", l.tp,
-                  ": each tensor-parallel slot holds whole heads; choose a tensor width that divides ", heads);
-    if (vocab % l.tp != 0)
-      TANDEM_FAIL("model.vocab_size ", vocab, " is not divisible by parallel.tensor ", l.tp,
-                  ": pad the vocabulary to a multiple of ", l.tp, " (e.g. ", (vocab + l.tp - 1) / l.tp * l.tp, ")");
-    // The embedding and the head are pipeline units too: layers + 2 units to cut.
-    if (plan.stages.empty() && layers + 2 < chunks)
-      TANDEM_FAIL("model.layers ", layers, " (plus the embedding and the head) cannot fill ", chunks,
-                  " pipeline stages (pipeline ", l.pp, " x virtual_stages ", plan.virtual_stages,
-                  "): use fewer stages or more layers");
-    if (!plan.stages.empty()) {
-      if (static_cast<int>(plan.stages.size()) != chunks)
-        TANDEM_FAIL("parallel.stages lists ", plan.stages.size(), " stages but the layout has ", chunks);
-      int64_t next = 0;
-      for (const auto& [first, last] : plan.stages) {
-        if (first != next || last < first)
-          TANDEM_FAIL("parallel.stages must cover blocks 0..", layers - 1,
-                      " in order with contiguous, non-empty ranges; the range [", first, ", ", last,
-                      "] does not follow ", next - 1);
-        next = last + 1;
-      }
-      if (next != layers)
-        TANDEM_FAIL("parallel.stages covers blocks 0..", next - 1, " but the model has ", layers, " blocks");
-    }
-  } else {
-    const auto sizes = model.at("sizes").get<std::vector<int64_t>>();
-    // Linear i splits its outputs (even i) or its inputs (odd i) over tp; an unpaired last layer is replicated.
-    for (size_t i = 0; i + 1 < sizes.size(); i += 2)
-      if (i + 2 < sizes.size() && sizes[i + 1] % l.tp != 0)
-        TANDEM_FAIL("mlp width sizes[", i + 1, "] = ", sizes[i + 1], " is not divisible by parallel.tensor ", l.tp);
-    const int64_t linears = static_cast<int64_t>(sizes.size()) - 1;
-    if (linears < chunks)
-      TANDEM_FAIL("the mlp has ", linears, " layers, too few for ", chunks, " pipeline stages: use fewer stages");
-    if (!plan.stages.empty()) TANDEM_FAIL("parallel.stages applies to gpt blocks; mlp stages are balanced");
-  }
+  config::check_layout(model, l.pp, l.tp, plan.virtual_stages, plan.stages);
   if (plan.schedule == "interleaved" && l.pp > 1 && micro_batches % l.pp != 0)
     TANDEM_FAIL("the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here ",
                 micro_batches, ") to be a multiple of parallel.pipeline ", l.pp);

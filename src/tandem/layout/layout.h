@@ -48,7 +48,7 @@ ParallelPlan resolve_parallel(const config::Json& parallel, int world_size);
 
 // Checks the plan against the model (layers over stages, heads and vocabulary over tp, mlp widths over tp)
 // and the batch (interleaving needs micro-batches divisible by pp). Throws Error with what to change.
-void validate_for_model(const ParallelPlan& plan, const config::Json& model, int64_t micro_batches);
+void validate_for_model(const ParallelPlan& plan, const config::ModelConfig& model, int64_t micro_batches);
 
 // One line per rank: "rank 3 -> vgpu 0, stage 1, tp slot 1, device cpu:3".
 std::string describe_rank_map(const Layout& layout, const std::string& device_prefix);

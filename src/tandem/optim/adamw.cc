@@ -5,7 +5,8 @@
 
 namespace tandem::optim {
 
-AdamW::AdamW(std::vector<Segment> segments, AdamWConfig cfg) : segments_(std::move(segments)), cfg_(cfg) {
+AdamW::AdamW(std::vector<Segment> segments, const config::OptimizerConfig& cfg)
+    : segments_(std::move(segments)), cfg_(cfg) {
   for (const Segment& s : segments_) {
     m_.push_back(Tensor::zeros(s.value.shape(), DType::F32, s.value.device(), s.name + " exp_avg"));
     v_.push_back(Tensor::zeros(s.value.shape(), DType::F32, s.value.device(), s.name + " exp_avg_sq"));
@@ -18,11 +19,11 @@ void AdamW::step(float lr, float grad_scale) {
     const Segment& s = segments_[i];
     ops::AdamWParams p;
     p.lr = lr;
-    p.beta1 = cfg_.beta1;
-    p.beta2 = cfg_.beta2;
-    p.eps = cfg_.eps;
-    p.weight_decay = s.decay ? cfg_.weight_decay : 0.0f;
-    p.decoupled = cfg_.decoupled;
+    p.beta1 = static_cast<float>(cfg_.beta1);
+    p.beta2 = static_cast<float>(cfg_.beta2);
+    p.eps = static_cast<float>(cfg_.eps);
+    p.weight_decay = s.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    p.decoupled = cfg_.adam_w_mode;
     p.step = step_;
     p.grad_scale = grad_scale;
     ops::adamw_step(s.value, s.grad, m_[i], v_[i], p);

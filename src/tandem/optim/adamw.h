@@ -1,19 +1,16 @@
 // AdamW over segments of flat fp32 buffers: fp32 moments, weight decay (decoupled, or as L2 regularisation
 // for DeepSpeed's Adam with adam_w_mode false) applied only to the parameters marked `decay`. A segment is the
-// unit a ZeRO shard later owns; here it is one parameter.
+// unit a ZeRO shard later owns; here it is one parameter. Its settings are the config's optimizer struct
+// (config/train_config.h), read in float as the op takes them.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "tandem/config/train_config.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::optim {
-
-struct AdamWConfig {
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
-  bool decoupled = true;  // false: the decay is added to the gradient before the moments (L2)
-};
 
 // One contiguous run of parameters the optimizer updates, with its moments.
 struct Segment {
@@ -27,7 +24,7 @@ struct Segment {
 class AdamW {
  public:
   // Allocates the moments (zeros) for every segment on the segments' device.
-  AdamW(std::vector<Segment> segments, AdamWConfig cfg);
+  AdamW(std::vector<Segment> segments, const config::OptimizerConfig& cfg);
 
   // One update with learning rate `lr`; gradients are read multiplied by `grad_scale` (clipping, loss
   // scaling). Counts the step.
@@ -38,11 +35,11 @@ class AdamW {
   const std::vector<Segment>& segments() const { return segments_; }
   const std::vector<Tensor>& exp_avg() const { return m_; }     // one per segment, (n)
   const std::vector<Tensor>& exp_avg_sq() const { return v_; }  // one per segment, (n)
-  const AdamWConfig& config() const { return cfg_; }
+  const config::OptimizerConfig& config() const { return cfg_; }
 
  private:
   std::vector<Segment> segments_;
-  AdamWConfig cfg_;
+  config::OptimizerConfig cfg_;
   std::vector<Tensor> m_, v_;
   int64_t step_ = 0;
 };

@@ -26,12 +26,12 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     chunks_.push_back(range);
     for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
   }
-  store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.adamw,
+  store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.optimizer,
                                             cfg.compute, groups.tied.get());
-  if (cfg.loss_scaling.enabled) {
-    loss_scale_ = cfg.loss_scaling.static_scale > 0 ? cfg.loss_scaling.static_scale
-                                                    : std::ldexp(1.0, cfg.loss_scaling.initial_scale_power);
-    overflows_left_ = cfg.loss_scaling.hysteresis;
+  if (cfg.fp16.enabled) {
+    loss_scale_ =
+        cfg.fp16.loss_scale > 0 ? cfg.fp16.loss_scale : std::ldexp(1.0, static_cast<int>(cfg.fp16.initial_scale_power));
+    overflows_left_ = static_cast<int>(cfg.fp16.hysteresis);
   }
 
   const auto kind = v > 1 ? pipeline::ScheduleKind::Interleaved : pipeline::schedule_from_name(cfg.plan.schedule);
@@ -97,18 +97,18 @@ StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_
   r.loss_scale = loss_scale_;
   r.loss_sum = run_schedule(batch, loss_normalizer, false);
   r.grad_norm = std::sqrt(groups_.world->all_reduce_scalar(store_->grad_sum_of_squares(c.tp == 0))) / loss_scale_;
-  if (cfg_.loss_scaling.enabled && !std::isfinite(r.grad_norm)) {
+  if (cfg_.fp16.enabled && !std::isfinite(r.grad_norm)) {
     r.skipped = true;  // the same verdict on every rank: the norm was reduced over the world
-    if (cfg_.loss_scaling.static_scale <= 0 && --overflows_left_ <= 0) {
-      loss_scale_ = std::max(cfg_.loss_scaling.min_scale, loss_scale_ / 2);
-      overflows_left_ = cfg_.loss_scaling.hysteresis;
+    if (cfg_.fp16.loss_scale <= 0 && --overflows_left_ <= 0) {
+      loss_scale_ = std::max(cfg_.fp16.min_loss_scale, loss_scale_ / 2);
+      overflows_left_ = static_cast<int>(cfg_.fp16.hysteresis);
     }
     good_steps_ = 0;
     return r;
   }
   const float unscale = static_cast<float>(1.0 / loss_scale_);
   store_->optimizer_step(lr, optim::clip_coefficient(r.grad_norm, cfg_.gradient_clipping) * unscale);
-  if (cfg_.loss_scaling.enabled && cfg_.loss_scaling.static_scale <= 0 && ++good_steps_ >= cfg_.loss_scaling.window) {
+  if (cfg_.fp16.enabled && cfg_.fp16.loss_scale <= 0 && ++good_steps_ >= cfg_.fp16.loss_scale_window) {
     loss_scale_ *= 2;
     good_steps_ = 0;
   }
@@ -116,7 +116,7 @@ StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_
 }
 
 void Engine::set_loss_scale_state(double scale, int good_steps, int overflows_left) {
-  if (!cfg_.loss_scaling.enabled) return;  // a checkpoint from an fp16 run resumed without fp16
+  if (!cfg_.fp16.enabled) return;  // a checkpoint from an fp16 run resumed without fp16
   loss_scale_ = scale;
   good_steps_ = good_steps;
   overflows_left_ = overflows_left;

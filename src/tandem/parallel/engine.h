@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/config/train_config.h"
 #include "tandem/layout/groups.h"
 #include "tandem/layout/layout.h"
 #include "tandem/nn/model.h"
@@ -20,28 +21,16 @@
 
 namespace tandem::parallel {
 
-// fp16's dynamic loss scaling, with DeepSpeed's parameters: start at 2^initial_scale_power; on an overflow
-// skip the step and (after `hysteresis` overflows) halve the scale, not below min_scale; after `window`
-// steps without overflow double it. A fixed `static_scale` > 0 disables the dynamics.
-struct LossScaling {
-  bool enabled = false;
-  double static_scale = 0;
-  int initial_scale_power = 16;
-  int window = 1000;
-  int hysteresis = 2;
-  double min_scale = 1;
-};
-
 struct EngineConfig {
   layout::ParallelPlan plan;
   int zero_stage = 0;
   uint64_t seed = 0;
-  optim::AdamWConfig adamw;
+  config::OptimizerConfig optimizer;
   int64_t micro_batch = 1;       // samples per micro-batch on one virtual GPU
   int64_t micro_batches = 1;     // per step (gradient accumulation steps)
   double gradient_clipping = 0;  // 0: off
   DType compute = DType::F32;    // activations and the weights layers read; master weights stay fp32
-  LossScaling loss_scaling;      // fp16 only
+  config::Fp16Config fp16;       // loss scaling, when enabled (fp16 compute)
 };
 
 struct StepResult {

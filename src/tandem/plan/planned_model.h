@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "tandem/config/config.h"
+#include "tandem/config/model_config.h"
 #include "tandem/layout/layout.h"
 #include "tandem/nn/model.h"
 
@@ -30,7 +30,7 @@ struct PlannedModel {
   Shape input_shape(int64_t micro) const;
 };
 
-// The model of a config's validated "model" object, built by the engine's factory (train::build_model).
-PlannedModel planned_model(const config::Json& model_cfg);
+// The model a config names, built by the engine's factory (train::build_model).
+PlannedModel planned_model(const config::ModelConfig& model);
 
 }  // namespace tandem::plan

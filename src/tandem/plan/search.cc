@@ -67,12 +67,6 @@ std::string Candidate::name() const {
   return os.str();
 }
 
-int64_t global_batch_of(const config::Json& cfg) {
-  if (cfg.contains("train_batch_size") && cfg.at("train_batch_size").is_number_integer())
-    return cfg.at("train_batch_size").get<int64_t>();
-  return config::resolve_batch(cfg, 1).global;
-}
-
 std::string why_not_fits(const MemoryPrediction& memory, uint64_t budget) {
   const RankMemory& w = memory.worst();
   const int64_t over = w.peak - static_cast<int64_t>(budget);

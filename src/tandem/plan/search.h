@@ -51,9 +51,6 @@ Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions&
 // a missing zero is 0, a missing micro is opt.default_micro.
 Setup parse_candidate(const std::string& spec, const SearchOptions& opt);
 
-// The global batch (samples per step) a config asks for: train_batch_size, else micro x accumulation.
-int64_t global_batch_of(const config::Json& cfg);
-
 // Why the worst device of `memory` exceeds `budget`, in one line.
 std::string why_not_fits(const MemoryPrediction& memory, uint64_t budget);
 

@@ -23,30 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-optim::ScheduleConfig schedule_config(const config::TrainConfig& c) {
-  optim::ScheduleConfig s;
-  s.type = c.scheduler.type;
-  s.lr = c.scheduler.peak_lr;
-  s.warmup_type = c.scheduler.warmup_type;
-  s.warmup_steps = c.scheduler.warmup_num_steps;
-  s.warmup_min_lr = c.scheduler.warmup_min_lr;
-  s.total_steps = c.scheduler.total_num_steps;
-  s.warmup_min_ratio = c.scheduler.warmup_min_ratio;
-  s.cos_min_ratio = c.scheduler.cos_min_ratio;
-  return s;
-}
-
-optim::AdamWConfig adamw_config(const config::TrainConfig& c) {
-  optim::AdamWConfig a;
-  a.lr = static_cast<float>(c.optimizer.lr);
-  a.beta1 = static_cast<float>(c.optimizer.beta1);
-  a.beta2 = static_cast<float>(c.optimizer.beta2);
-  a.eps = static_cast<float>(c.optimizer.eps);
-  a.weight_decay = static_cast<float>(c.optimizer.weight_decay);
-  a.decoupled = c.optimizer.adam_w_mode;
-  return a;
-}
-
 // Keeps the lines of an earlier metrics.jsonl up to `last_step`, so a resumed run continues the same file.
 void truncate_metrics(const fs::path& path, int64_t last_step) {
   std::vector<std::string> kept;
@@ -89,7 +65,7 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
       dataset_(std::move(dataset)),
       options_(std::move(options)),
       groups_(groups),
-      rows_per_sample_(cfg_.model.is_object() ? rows_per_sample(cfg_.model) : 1) {
+      rows_per_sample_(config::rows_per_sample(cfg_.model)) {
   if (!groups_) {
     own_groups_ = layout::make_single_process_groups();
     groups_ = &own_groups_;
@@ -98,7 +74,7 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
   TANDEM_CHECK(plan_.layout.dp == groups_->layout.dp && plan_.layout.pp == groups_->layout.pp &&
                    plan_.layout.tp == groups_->layout.tp,
                "groups built for ", groups_->layout.str(), ", config asks for ", plan_.layout.str());
-  if (cfg_.model.is_object()) layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
+  layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
 }
 
 Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
@@ -107,11 +83,10 @@ Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data:
               std::move(options), groups) {}
 
 Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups) {
-  const config::Json model_cfg = cfg.model;
-  auto dataset = data::make_dataset(cfg.data, model_io(cfg.model), cfg.seed);
+  const config::ModelConfig model = cfg.model;
+  auto dataset = data::make_dataset(cfg.data, config::model_io(cfg.model), cfg.seed);
   return Trainer(
-      cfg, [model_cfg](nn::TpSlot tp) { return build_model(model_cfg, tp); }, std::move(dataset), std::move(options),
-      groups);
+      cfg, [model](nn::TpSlot tp) { return build_model(model, tp); }, std::move(dataset), std::move(options), groups);
 }
 
 std::vector<StepMetrics> Trainer::run() {
@@ -201,22 +176,17 @@ void Trainer::setup() {
   ec.plan = plan_;
   ec.zero_stage = static_cast<int>(cfg_.zero_stage);
   ec.seed = cfg_.seed;
-  ec.adamw = adamw_config(cfg_);
+  ec.optimizer = cfg_.optimizer;
   ec.micro_batch = b.micro;
   ec.micro_batches = b.accum;
   ec.gradient_clipping = cfg_.gradient_clipping;
   ec.compute = cfg_.bf16 ? DType::BF16 : cfg_.fp16.enabled ? DType::F16 : DType::F32;
-  ec.loss_scaling.enabled = cfg_.fp16.enabled;
-  ec.loss_scaling.static_scale = cfg_.fp16.loss_scale;
-  ec.loss_scaling.initial_scale_power = static_cast<int>(cfg_.fp16.initial_scale_power);
-  ec.loss_scaling.window = static_cast<int>(cfg_.fp16.loss_scale_window);
-  ec.loss_scaling.hysteresis = static_cast<int>(cfg_.fp16.hysteresis);
-  ec.loss_scaling.min_scale = cfg_.fp16.min_loss_scale;
+  ec.fp16 = cfg_.fp16;
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
   if (is_printer()) {
     std::printf("model: %s; layout %s (%d device%s as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
-                cfg_.model_type.c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
+                config::model_type(cfg_.model).c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
                 l.dp == 1 ? "" : "s", l.vgpu_size(), static_cast<long long>(cfg_.zero_stage),
                 dtype_name(ec.compute).c_str(), plan_.activation_checkpointing ? ", activation checkpointing" : "");
     std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
@@ -240,7 +210,7 @@ void Trainer::restore(const std::string& checkpoint) {
   // --init, else model.from_pretrained for a run that does not resume (a checkpoint holds its own weights).
   const std::string init = !options_.init.empty() ? options_.init : checkpoint.empty() ? cfg_.pretrained_dir : "";
   if (!init.empty()) {
-    load_initial_weights(init, cfg_.model, *engine_);
+    load_initial_weights(init, cfg_.raw.is_object() ? cfg_.raw.at("model") : config::Json(), *engine_);
     if (is_printer()) std::printf("initial weights from %s\n", init.c_str());
   }
 }
@@ -266,7 +236,7 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
       std::printf("step %lld/%lld | fp16 overflow (grad norm %g): update skipped, loss scale now %g\n",
                   static_cast<long long>(m.step), static_cast<long long>(cfg_.steps), m.grad_norm, m.loss_scale);
     else if (is_printer() && (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1))
-      print_progress(m, cfg_.steps, eta, cfg_.model_type == "gpt" ? "tok" : "samples");
+      print_progress(m, cfg_.steps, eta, config::model_io(cfg_.model).tokens ? "tok" : "samples");
     if (metrics.is_open()) {
       metrics << config::Json{{"step", m.step},
                               {"loss", m.loss},
@@ -343,7 +313,7 @@ StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);
-  const double lr = optim::learning_rate(schedule_config(cfg_), step);
+  const double lr = optim::learning_rate(cfg_.scheduler, step);
   const parallel::StepResult r = engine_->step(
       [&](int64_t first, int64_t count) {
         data::Batch batch = dataset_->batch(step, first, count, device_->kind() == DeviceKind::Cpu ? *device_ : host_);

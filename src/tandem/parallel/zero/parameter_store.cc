@@ -27,7 +27,7 @@ struct ParameterStore::Unit {
 };
 
 ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp,
-                               Device& device, uint64_t seed, optim::AdamWConfig adamw, DType compute,
+                               Device& device, uint64_t seed, const config::OptimizerConfig& adamw, DType compute,
                                comm::Communicator* tied)
     : model_(model), stage_(dp.size() > 1 ? zero_stage : 0), compute_(compute), dp_(dp), tied_(tied), device_(device) {
   // With one replica there is nothing to shard: every stage is stage 0.

@@ -35,7 +35,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // `tied`: the group of the first and last pipeline stages (layout::Groups::tied), needed when a tied parameter's
   // uses sit on both.
   ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp, Device& device,
-                 uint64_t seed, optim::AdamWConfig adamw, DType compute = DType::F32,
+                 uint64_t seed, const config::OptimizerConfig& adamw, DType compute = DType::F32,
                  comm::Communicator* tied = nullptr);
   ~ParameterStore() override;
 

@@ -1,0 +1,143 @@
+// Each model family's answers to what the trainer, the data and the planner ask of a model (model_config.h).
+#include "tandem/config/model_config.h"
+
+#include "tandem/core/error.h"
+
+namespace tandem::config {
+namespace {
+
+// std::visit over the families with one callable per family.
+template <class... F>
+struct Cases : F... {
+  using F::operator()...;
+};
+
+using Stages = std::vector<std::pair<int64_t, int64_t>>;
+
+void check_vocab(int64_t vocab_size, int tp) {
+  if (vocab_size % tp != 0)
+    TANDEM_FAIL("model.vocab_size ", vocab_size, " is not divisible by parallel.tensor ", tp,
+                ": pad the vocabulary to a multiple of ", tp, " (e.g. ", (vocab_size + tp - 1) / tp * tp, ")");
+}
+
+// A decoder's pipeline: its `layers` (the config's `layers_key`, called `unit` in messages) with the embedding and
+// the head as two more units to cut; a stage map covers the layers in order.
+void check_decoder_stages(int64_t layers, const char* layers_key, const char* unit, int pp, int virtual_stages,
+                          const Stages& stages) {
+  const int chunks = pp * virtual_stages;
+  if (stages.empty() && layers + 2 < chunks)
+    TANDEM_FAIL(layers_key, " ", layers, " (plus the embedding and the head) cannot fill ", chunks,
+                " pipeline stages (pipeline ", pp, " x virtual_stages ", virtual_stages,
+                "): use fewer stages or more layers");
+  if (stages.empty()) return;
+  if (static_cast<int>(stages.size()) != chunks)
+    TANDEM_FAIL("parallel.stages lists ", stages.size(), " stages but the layout has ", chunks);
+  int64_t next = 0;
+  for (const auto& [first, last] : stages) {
+    if (first != next || last < first)
+      TANDEM_FAIL("parallel.stages must cover ", unit, " 0..", layers - 1,
+                  " in order with contiguous, non-empty ranges; the range [", first, ", ", last, "] does not follow ",
+                  next - 1);
+    next = last + 1;
+  }
+  if (next != layers)
+    TANDEM_FAIL("parallel.stages covers ", unit, " 0..", next - 1, " but the model has ", layers, " ", unit);
+}
+
+void check_gpt_layout(const GptConfig& g, int pp, int tp, int virtual_stages, const Stages& stages) {
+  if (g.heads % tp != 0)
+    TANDEM_FAIL("model.heads ", g.heads, " is not divisible by parallel.tensor ", tp,
+                ": each tensor-parallel slot holds whole heads; choose a tensor width that divides ", g.heads);
+  check_vocab(g.vocab_size, tp);
+  check_decoder_stages(g.layers, "model.layers", "blocks", pp, virtual_stages, stages);
+}
+
+void check_llama_layout(const LlamaConfig& c, int pp, int tp, int virtual_stages, const Stages& stages) {
+  // validate() made num_key_value_heads divide num_attention_heads, so a divisor of it divides both.
+  if (c.num_attention_heads % tp != 0 || c.num_key_value_heads % tp != 0)
+    TANDEM_FAIL("model.num_attention_heads ", c.num_attention_heads, " and model.num_key_value_heads ",
+                c.num_key_value_heads, " are not both divisible by parallel.tensor ", tp,
+                ": each tensor-parallel slot holds whole query and key/value heads; choose a tensor width that "
+                "divides ",
+                c.num_key_value_heads);
+  if (c.intermediate_size % tp != 0)
+    TANDEM_FAIL("model.intermediate_size ", c.intermediate_size, " is not divisible by parallel.tensor ", tp,
+                ": each tensor-parallel slot holds an equal slice of the MLP; choose a tensor width that divides ",
+                c.intermediate_size);
+  check_vocab(c.vocab_size, tp);
+  check_decoder_stages(c.num_hidden_layers, "model.num_hidden_layers", "decoder layers", pp, virtual_stages, stages);
+}
+
+void check_mlp_layout(const MlpConfig& m, int pp, int tp, int virtual_stages, const Stages& stages) {
+  const std::vector<int64_t>& sizes = m.sizes;
+  // Linear i splits its outputs (even i) or its inputs (odd i) over tp; an unpaired last layer is replicated.
+  for (size_t i = 0; i + 1 < sizes.size(); i += 2)
+    if (i + 2 < sizes.size() && sizes[i + 1] % tp != 0)
+      TANDEM_FAIL("mlp width sizes[", i + 1, "] = ", sizes[i + 1], " is not divisible by parallel.tensor ", tp);
+  const int64_t linears = static_cast<int64_t>(sizes.size()) - 1;
+  const int chunks = pp * virtual_stages;
+  if (linears < chunks)
+    TANDEM_FAIL("the mlp has ", linears, " layers, too few for ", chunks, " pipeline stages: use fewer stages");
+  if (!stages.empty()) TANDEM_FAIL("parallel.stages applies to gpt blocks; mlp stages are balanced");
+}
+
+}  // namespace
+
+std::string model_type(const ModelConfig& model) {
+  return std::visit(Cases{[](const MlpConfig&) { return "mlp"; }, [](const GptConfig&) { return "gpt"; },
+                          [](const LlamaConfig&) { return "llama"; }},
+                    model);
+}
+
+ModelIO model_io(const ModelConfig& model) {
+  return std::visit(Cases{[](const MlpConfig& m) {
+                            ModelIO io;
+                            io.features = m.sizes.empty() ? 0 : m.sizes.front();
+                            io.classes = m.sizes.empty() ? 0 : m.sizes.back();
+                            return io;
+                          },
+                          [](const GptConfig& g) {
+                            ModelIO io;
+                            io.tokens = true;
+                            io.seq_len = g.seq_len;
+                            io.vocab_size = g.vocab_size;
+                            return io;
+                          },
+                          [](const LlamaConfig& c) {
+                            ModelIO io;
+                            io.tokens = true;
+                            io.seq_len = c.seq_len;
+                            io.vocab_size = c.vocab_size;
+                            return io;
+                          }},
+                    model);
+}
+
+int64_t rows_per_sample(const ModelConfig& model) {
+  return std::visit(Cases{[](const MlpConfig&) { return int64_t{1}; }, [](const GptConfig& g) { return g.seq_len; },
+                          [](const LlamaConfig& c) { return c.seq_len; }},
+                    model);
+}
+
+double extra_flops_per_row(const ModelConfig& model) {
+  return std::visit(
+      Cases{[](const MlpConfig&) { return 0.0; },
+            [](const GptConfig& g) {
+              return 12.0 * static_cast<double>(g.layers) * static_cast<double>(g.dim) * static_cast<double>(g.seq_len);
+            },
+            [](const LlamaConfig& c) {
+              return 12.0 * static_cast<double>(c.num_hidden_layers) *
+                     static_cast<double>(c.num_attention_heads * c.head_dim) * static_cast<double>(c.seq_len);
+            }},
+      model);
+}
+
+void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
+                  const std::vector<std::pair<int64_t, int64_t>>& stages) {
+  std::visit(Cases{[&](const MlpConfig& m) { check_mlp_layout(m, pp, tp, virtual_stages, stages); },
+                   [&](const GptConfig& g) { check_gpt_layout(g, pp, tp, virtual_stages, stages); },
+                   [&](const LlamaConfig& c) { check_llama_layout(c, pp, tp, virtual_stages, stages); }},
+             model);
+}
+
+}  // namespace tandem::config

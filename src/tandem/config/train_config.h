@@ -1,0 +1,96 @@
+// The typed settings of a training run, with no JSON: what parse() (config.h) makes of a validated config, once,
+// and what the modules below the trainer take as they are (optim the optimizer and its schedule, parallel the loss
+// scaling). One struct per concept: no module keeps a copy of these fields.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem::config {
+
+enum class OptimizerType { AdamW, Adam };
+
+// optimizer: DeepSpeed's Adam and AdamW (docs/deepspeed.md).
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::AdamW;
+  double lr = 1e-3;  // optimizer.params.lr; the rate each step uses comes from the schedule
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  // on matrices and embeddings only
+  bool adam_w_mode = true;  // true: decoupled decay (AdamW; always for type AdamW); false: L2, added to the gradient
+};
+
+enum class SchedulerType { Constant, WarmupLR, WarmupDecayLR, WarmupCosineLR };
+enum class WarmupType {
+  Log,     // log(step + 1) / log(warmup_num_steps), DeepSpeed's default
+  Linear,  // step / warmup_num_steps
+};
+
+// scheduler: DeepSpeed's learning-rate schedules with their parameters (optim/schedule.h has the formulas).
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::Constant;
+  double peak_lr = 1e-3;         // scheduler.params.warmup_max_lr when given, else optimizer.params.lr
+  int64_t warmup_num_steps = 0;  // 0: no warmup; otherwise at least 2, as DeepSpeed clamps it
+  WarmupType warmup_type = WarmupType::Log;
+  double warmup_min_lr = 0;     // WarmupLR, WarmupDecayLR: the rate at step 0, and WarmupDecayLR's end
+  int64_t total_num_steps = 1;  // WarmupDecayLR, WarmupCosineLR: where the decay ends (the run's steps by default)
+  double warmup_min_ratio = 0;  // WarmupCosineLR: the start of the warmup as a fraction of the peak
+  double cos_min_ratio = 1e-4;  // WarmupCosineLR: the floor as a fraction of the peak
+};
+
+// fp16: 16-bit compute with DeepSpeed's dynamic loss scaling: start at 2^initial_scale_power; on an overflow skip
+// the step and (after `hysteresis` overflows) halve the scale, not below min_loss_scale; after loss_scale_window
+// steps without overflow double it. A fixed loss_scale > 0 turns the dynamics off.
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0;  // 0: dynamic
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  double min_loss_scale = 1;
+};
+
+enum class DataType {
+  Synthetic,  // a fixed random teacher's samples
+  Text,       // a file's bytes as tokens (vocab 256)
+  Tokens,     // a file of little-endian token ids (raw, or llm.c's format with its header)
+};
+
+// data: where the samples come from (data::make_dataset).
+struct DataConfig {
+  DataType type = DataType::Synthetic;
+  int64_t samples = 65536;  // Synthetic: how many
+  std::string path;         // Text, Tokens: the file
+  int token_bytes = 2;      // Tokens: data.dtype "uint16" (2) or "uint32" (4)
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;   // steps between checkpoints; 0 = only at the end
+  int64_t keep = 3;    // how many to keep
+  bool at_end = true;  // also after the last step (benchmarks of large models turn it off)
+};
+
+// The three batch keys as the config gives them (validate() checked each); the absent ones are derived.
+struct BatchConfig {
+  std::optional<int64_t> global;  // train_batch_size
+  std::optional<int64_t> micro;   // train_micro_batch_size_per_gpu
+  std::optional<int64_t> accum;   // gradient_accumulation_steps
+};
+
+struct BatchSizes {
+  int64_t global;  // train_batch_size
+  int64_t micro;   // train_micro_batch_size_per_gpu
+  int64_t accum;   // gradient_accumulation_steps
+};
+
+// DeepSpeed's rule train_batch_size = micro * accum * dp; one or two of the three may be omitted and are
+// derived. Throws when none is given or when the given ones cannot satisfy the rule.
+BatchSizes resolve_batch(const BatchConfig& given, int64_t dp);
+
+// The samples per step the keys ask for, whatever the data-parallel size: train_batch_size, else micro x
+// accumulation.
+int64_t global_batch(const BatchConfig& given);
+
+}  // namespace tandem::config
