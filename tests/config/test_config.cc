@@ -79,6 +79,34 @@ TEST(Config, DefaultsFilled) {
   EXPECT_TRUE(tc.parallel.is_null());
 }
 
+TEST(Config, EvalHeldOutData) {
+  Json c = gpt_cfg();
+  EXPECT_FALSE(parse(validate(c), 1).eval.enabled);
+  c["eval"] = {{"data", {{"type", "tokens"}, {"path", "val.bin"}}}};
+  const TrainConfig t = parse(validate(c), 1);
+  EXPECT_TRUE(t.eval.enabled);
+  EXPECT_EQ(t.eval.data.type, DataType::Tokens);
+  EXPECT_EQ(t.eval.data.path, "val.bin");
+  EXPECT_EQ(t.eval.data.token_bytes, 2);
+  EXPECT_EQ(t.eval.every, 0);  // after the last step only
+  EXPECT_EQ(t.eval.steps, 10);
+  c["eval"]["every"] = 50;
+  c["eval"]["steps"] = 4;
+  EXPECT_EQ(parse(validate(c), 1).eval.every, 50);
+  EXPECT_EQ(parse(validate(c), 1).eval.steps, 4);
+  c["eval"] = {{"every", 10}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "missing required config key 'eval.data'");
+  c["eval"] = {{"data", {{"type", "synthetic"}}}, {"evry", 10}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'eval.evry': did you mean 'eval.every'?");
+  c["eval"] = {{"data", {{"type", "tokens"}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "'eval.data.path'");
+  c["eval"] = {{"data", {{"type", "synthetic"}}}, {"steps", 0}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "'eval.steps'");
+  Json m = mlp_cfg();
+  m["eval"] = {{"data", {{"type", "text"}, {"path", "x.txt"}}}};
+  EXPECT_HAS(error_of([&] { validate(m); }), "eval.data.type 'text' yields token sequences");
+}
+
 TEST(Config, SchedulerAndOptimizerVariants) {
   Json c = mlp_cfg();
   c["steps"] = 50;

@@ -218,6 +218,57 @@ TEST(Train, OpProfileChangesNoLossAndCoversTheStep) {
   EXPECT_GE(s.step_ms, s.op_ms());
 }
 
+// "eval": the held-out loss after steps 2 and 4 and after the last, written to metrics.jsonl, and nothing of the
+// training changed by it (the same losses and gradient norms as without it), in fp32 and bf16.
+TEST(Train, EvalReportsHeldOutLossAndChangesNoTraining) {
+  for (bool bf16 : {false, true}) {
+    Json cfg = tiny_gpt_config(5);
+    if (bf16) cfg["bf16"] = {{"enabled", true}};
+    const auto plain = train(cfg, "");
+    cfg["eval"] = {{"data", {{"type", "text"}, {"path", kText}}}, {"every", 2}, {"steps", 3}};
+    const fs::path dir = fresh_dir(std::string("eval") + (bf16 ? "_bf16" : ""));
+    const auto with_eval = train(cfg, dir.string());
+    ASSERT_EQ(with_eval.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(with_eval[i].loss, plain[i].loss) << "step " << i + 1;
+      EXPECT_EQ(with_eval[i].grad_norm, plain[i].grad_norm) << "step " << i + 1;
+      EXPECT_EQ(with_eval[i].evaluated, i == 1 || i == 3 || i == 4) << "step " << i + 1;
+      if (with_eval[i].evaluated) {
+        EXPECT_TRUE(std::isfinite(with_eval[i].val_loss));
+        EXPECT_GT(with_eval[i].val_loss, 0);
+      }
+    }
+    // The held-out loss falls as the model learns the text.
+    EXPECT_LT(with_eval[4].val_loss, with_eval[1].val_loss);
+    std::ifstream metrics(dir / "metrics.jsonl");
+    std::string line;
+    int lines = 0, with_val = 0;
+    while (std::getline(metrics, line)) {
+      ++lines;
+      const Json j = Json::parse(line);
+      if (j.contains("val_loss")) {
+        ++with_val;
+        EXPECT_EQ(j.at("val_loss").get<double>(), with_eval[static_cast<size_t>(j.at("step").get<int>() - 1)].val_loss);
+      }
+    }
+    EXPECT_EQ(lines, 5);
+    EXPECT_EQ(with_val, 3);
+    fs::remove_all(dir);
+  }
+}
+
+// With the training data as eval data, eval batch k is training's step-k batch: with lr 0 (no update) the
+// evaluation after step 1 sees step 1's weights and batch, so it gives step 1's loss exactly.
+TEST(Train, EvalOfTheTrainingDataWithoutAnUpdateIsTheStepsLoss) {
+  Json cfg = tiny_gpt_config(1);
+  cfg["optimizer"]["params"]["lr"] = 0.0;
+  cfg["eval"] = {{"data", cfg["data"]}, {"steps", 1}};
+  const auto runs = train(cfg, "");
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_TRUE(runs[0].evaluated);
+  EXPECT_EQ(runs[0].val_loss, runs[0].loss);
+}
+
 TEST(Train, BudgetTooSmallNamesTheNumbers) {
   Json cfg = tiny_gpt_config(1);
   cfg["device_memory"] = "64KiB";

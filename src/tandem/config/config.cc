@@ -89,6 +89,17 @@ LlamaConfig llama_config(const Json& m) {
   return c;
 }
 
+// A validated data object ("data" or "eval.data").
+DataConfig data_config(const Json& d) {
+  DataConfig c;
+  const std::string type = d.at("type").get<std::string>();
+  c.type = type == "text" ? DataType::Text : type == "tokens" ? DataType::Tokens : DataType::Synthetic;
+  if (c.type == DataType::Synthetic) c.samples = d.at("samples").get<int64_t>();
+  if (c.type != DataType::Synthetic) c.path = d.at("path").get<std::string>();
+  if (c.type == DataType::Tokens) c.token_bytes = d.at("dtype") == "uint32" ? 4 : 2;
+  return c;
+}
+
 ModelConfig model_config(const Json& m) {
   if (m.at("type") == "llama") return llama_config(m);
   if (m.at("type") == "gpt") {
@@ -253,12 +264,13 @@ TrainConfig parse(const Json& validated_cfg) {
     Json pretrained = cfg.at("model");  // validated already: this only collects the warnings about its config.json
     expand_from_pretrained(pretrained, &tc.pretrained_notices);
   }
-  const Json& d = cfg.at("data");
-  const std::string data_type = d.at("type").get<std::string>();
-  tc.data.type = data_type == "text" ? DataType::Text : data_type == "tokens" ? DataType::Tokens : DataType::Synthetic;
-  if (tc.data.type == DataType::Synthetic) tc.data.samples = d.at("samples").get<int64_t>();
-  if (tc.data.type != DataType::Synthetic) tc.data.path = d.at("path").get<std::string>();
-  if (tc.data.type == DataType::Tokens) tc.data.token_bytes = d.at("dtype") == "uint32" ? 4 : 2;
+  tc.data = data_config(cfg.at("data"));
+  if (cfg.contains("eval")) {
+    tc.eval.enabled = true;
+    tc.eval.data = data_config(cfg.at("eval").at("data"));
+    tc.eval.every = cfg.at("eval").at("every").get<int64_t>();
+    tc.eval.steps = cfg.at("eval").at("steps").get<int64_t>();
+  }
   tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
   tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();
   tc.checkpoint.keep = cfg.at("checkpoint").at("keep").get<int64_t>();

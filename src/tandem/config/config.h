@@ -51,6 +51,7 @@ struct TrainConfig {
   bool bf16;
   ModelConfig model;
   DataConfig data;
+  EvalConfig eval;
   Json parallel;  // null when absent, "auto", or the validated object
   CheckpointConfig checkpoint;
   uint64_t device_memory_bytes;             // 0 = no budget

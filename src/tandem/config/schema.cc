@@ -38,7 +38,8 @@ std::vector<std::string> top_keys() {
           "data",
           "parallel",
           "checkpoint",
-          "device_memory"};
+          "device_memory",
+          "eval"};
 }
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
 std::vector<std::string> gpt_keys() {
@@ -345,9 +346,9 @@ void validate_model(Fields& top) {
   }
 }
 
-void validate_data(Fields& top) {
-  const std::string model_type = top.raw("model")["type"].get<std::string>();
-  Fields d(top.object("data"), "data");
+// A data object ("data", or "eval.data") for a model of `model_type`.
+void validate_data_object(Json& object, const std::string& name, const std::string& model_type) {
+  Fields d(object, name);
   const std::string type = d.choice("type", "synthetic", {"synthetic", "text", "tokens"});
   const std::string variant = "data type '" + type + "'";
   if (type == "synthetic") {
@@ -362,8 +363,26 @@ void validate_data(Fields& top) {
     d.choice("dtype", "uint16", {"uint16", "uint32"});
   }
   if (type != "synthetic" && model_type == "mlp")
-    TANDEM_FAIL("data.type '", type, "' yields token sequences, which model type '", model_type,
-                "' cannot take: use data.type \"synthetic\" or model.type \"gpt\"");
+    TANDEM_FAIL(name, ".type '", type, "' yields token sequences, which model type '", model_type,
+                "' cannot take: use ", name, ".type \"synthetic\" or model.type \"gpt\"");
+}
+
+void validate_data(Fields& top) {
+  validate_data_object(top.object("data"), "data", top.raw("model")["type"].get<std::string>());
+}
+
+// "eval": {"data": {...}, "every": N, "steps": K}: the loss on K global batches of held-out data, with no update,
+// every N steps (0: after the last step only) and after the last.
+void validate_eval(Fields& top) {
+  if (!top.has("eval")) return;
+  Fields e(top.object("eval"), "eval");
+  e.only({"data", "every", "steps"});
+  if (!e.has("data"))
+    TANDEM_FAIL("missing required config key 'eval.data': the held-out data, as \"data\" is written, e.g. ",
+                "{\"type\": \"tokens\", \"path\": \"val.bin\"}");
+  validate_data_object(e.object("data"), "eval.data", top.raw("model")["type"].get<std::string>());
+  e.integer("every", 0, 0);
+  e.integer("steps", 10, 1);
 }
 
 void validate_parallel(Fields& top) {
@@ -431,6 +450,7 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   validate_precision(top, no_effect);
   validate_model(top);
   validate_data(top);
+  validate_eval(top);
   validate_parallel(top);
   Fields c(top.object("checkpoint"), "checkpoint");
   only_with_deepspeed(c, {"every", "keep", "at_end"}, no_effect);

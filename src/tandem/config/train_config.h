@@ -66,6 +66,15 @@ struct DataConfig {
   int token_bytes = 2;      // Tokens: data.dtype "uint16" (2) or "uint32" (4)
 };
 
+// "eval": the loss on `steps` global batches of `data` (the same batches each time), no update, every `every` steps
+// (0: only after the last) and after the last.
+struct EvalConfig {
+  bool enabled = false;
+  DataConfig data;
+  int64_t every = 0;
+  int64_t steps = 10;
+};
+
 struct CheckpointConfig {
   int64_t every = 0;   // steps between checkpoints; 0 = only at the end
   int64_t keep = 3;    // how many to keep

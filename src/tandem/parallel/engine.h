@@ -52,7 +52,8 @@ class Engine {
                   double loss_normalizer);
 
   // The loss of the model as it stands on one global batch, with no update: the step's schedule, forward actions
-  // only. Returns the loss summed over the batch (divided by `loss_normalizer`), the same on every rank.
+  // only. Returns the loss summed over the batch's rows (as StepResult::loss_sum; `loss_normalizer` scales only the
+  // logits' gradient, which evaluation drops), the same on every rank.
   double evaluate(const std::function<pipeline::MicroBatch(int64_t first, int64_t count)>& batch,
                   double loss_normalizer);
 

@@ -40,9 +40,11 @@ void truncate_metrics(const fs::path& path, int64_t last_step) {
 }
 
 void print_progress(const StepMetrics& m, int64_t total, double eta_s, const char* unit) {
-  std::printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f %s/s | peak %s | ETA %s\n",
-              static_cast<long long>(m.step), static_cast<long long>(total), m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-              unit, format_bytes(m.peak_bytes).c_str(), format_duration(eta_s).c_str());
+  char val[48] = "";
+  if (m.evaluated) std::snprintf(val, sizeof val, " | val_loss %.4f", m.val_loss);
+  std::printf("step %lld/%lld | loss %.4f%s | lr %.2e | grad norm %.3f | %.0f %s/s | peak %s | ETA %s\n",
+              static_cast<long long>(m.step), static_cast<long long>(total), m.loss, val, m.lr, m.grad_norm,
+              m.tokens_per_s, unit, format_bytes(m.peak_bytes).c_str(), format_duration(eta_s).c_str());
   std::fflush(stdout);
 }
 
@@ -75,6 +77,9 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
                    plan_.layout.tp == groups_->layout.tp,
                "groups built for ", groups_->layout.str(), ", config asks for ", plan_.layout.str());
   layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
+  // Held-out data, drawn with the run's seed: synthetic data keeps its teacher (the function it learns), and a token
+  // file's batch k is what training would draw at step k (the same file gives training's own first batches).
+  if (cfg_.eval.enabled) eval_dataset_ = data::make_dataset(cfg_.eval.data, config::model_io(cfg_.model), cfg_.seed);
 }
 
 Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
@@ -138,19 +143,24 @@ int64_t Trainer::check_start(const std::string& checkpoint) {
 }
 
 void Trainer::check_data() {
+  check_dataset(*dataset_, "data");
+  if (eval_dataset_) check_dataset(*eval_dataset_, "eval data");
+}
+
+void Trainer::check_dataset(const data::Dataset& dataset, const char* what) {
   // Each rank scans its part of the data once; the first bad element of all is reported by every rank.
-  const uint64_t bytes = dataset_->scanned_bytes();
+  const uint64_t bytes = dataset.scanned_bytes();
   if (bytes == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t mine = dataset_->first_invalid(groups_->rank, groups_->layout.world());
+  const int64_t mine = dataset.first_invalid(groups_->rank, groups_->layout.world());
   // -1 (none) becomes the lowest value under Max; indices below 2^53 are exact in a double.
   const double first =
       -groups_->world->all_reduce_scalar(mine < 0 ? -1e300 : -static_cast<double>(mine), comm::ReduceOp::Max);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (first < 1e300) TANDEM_FAIL(dataset_->describe_invalid(static_cast<int64_t>(first)));
+  if (first < 1e300) TANDEM_FAIL(dataset.describe_invalid(static_cast<int64_t>(first)));
   if (is_printer())
-    std::printf("data: token ids checked against the vocabulary: %s in %.2f s (%s/s)\n", format_bytes(bytes).c_str(),
-                seconds,
+    std::printf("%s: token ids checked against the vocabulary: %s in %.2f s (%s/s)\n", what,
+                format_bytes(bytes).c_str(), seconds,
                 format_bytes(static_cast<uint64_t>(static_cast<double>(bytes) / std::max(seconds, 1e-9))).c_str());
 }
 
@@ -159,6 +169,11 @@ void Trainer::setup() {
   const layout::Layout& l = groups_->layout;
   if (is_printer()) {
     std::printf("data: %s\n", dataset_->describe().c_str());
+    if (eval_dataset_)
+      std::printf("eval: %s; %lld batches every %s\n", eval_dataset_->describe().c_str(),
+                  static_cast<long long>(cfg_.eval.steps),
+                  cfg_.eval.every > 0 ? (std::to_string(cfg_.eval.every) + " steps and after the last").c_str()
+                                      : "run, after the last step");
     std::printf("batch: %lld = micro %lld x accumulation %lld x virtual GPUs %lld; %lld steps\n",
                 static_cast<long long>(b.global), static_cast<long long>(b.micro), static_cast<long long>(b.accum),
                 static_cast<long long>(l.dp), static_cast<long long>(cfg_.steps));
@@ -230,25 +245,30 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
   for (int64_t step = start; step < cfg_.steps; ++step) {
     StepMetrics m = train_step(step, step == start);
     elapsed += m.step_seconds;
+    if (eval_dataset_ && ((cfg_.eval.every > 0 && m.step % cfg_.eval.every == 0) || m.step == cfg_.steps)) {
+      m.val_loss = evaluate();
+      m.evaluated = true;
+    }
     history.push_back(m);
     const double eta = elapsed / static_cast<double>(history.size()) * static_cast<double>(cfg_.steps - m.step);
     if (is_printer() && m.skipped)
       std::printf("step %lld/%lld | fp16 overflow (grad norm %g): update skipped, loss scale now %g\n",
                   static_cast<long long>(m.step), static_cast<long long>(cfg_.steps), m.grad_norm, m.loss_scale);
-    else if (is_printer() && (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1))
+    else if (is_printer() &&
+             (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1 || m.evaluated))
       print_progress(m, cfg_.steps, eta, config::model_io(cfg_.model).tokens ? "tok" : "samples");
     if (metrics.is_open()) {
-      metrics << config::Json{{"step", m.step},
-                              {"loss", m.loss},
-                              {"lr", m.lr},
-                              {"grad_norm", m.grad_norm},
-                              {"step_s", m.step_seconds},
-                              {"tokens_per_s", m.tokens_per_s},
-                              {"peak_bytes", m.peak_bytes},
-                              {"loss_scale", m.loss_scale},
-                              {"skipped", m.skipped}}
-                     .dump()
-              << "\n";
+      config::Json line = {{"step", m.step},
+                           {"loss", m.loss},
+                           {"lr", m.lr},
+                           {"grad_norm", m.grad_norm},
+                           {"step_s", m.step_seconds},
+                           {"tokens_per_s", m.tokens_per_s},
+                           {"peak_bytes", m.peak_bytes},
+                           {"loss_scale", m.loss_scale},
+                           {"skipped", m.skipped}};
+      if (m.evaluated) line["val_loss"] = m.val_loss;
+      metrics << line.dump() << "\n";
       metrics.flush();
     }
     // A stop signal on any rank stops every rank after this step.
@@ -308,23 +328,36 @@ void inject_fault(int rank, int64_t step) {
 
 }  // namespace
 
+parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset, int64_t step, int64_t first,
+                                                    int64_t count) {
+  data::Batch batch = dataset.batch(step, first, count, device_->kind() == DeviceKind::Cpu ? *device_ : host_);
+  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets};
+  Tensor inputs = Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), *device_, "batch inputs");
+  Tensor targets = Tensor::empty(batch.targets.shape(), batch.targets.dtype(), *device_, "batch targets");
+  inputs.copy_from(batch.inputs);
+  targets.copy_from(batch.targets);
+  return parallel::pipeline::MicroBatch{inputs, targets};
+}
+
+double Trainer::evaluate() {
+  // Batch k of the held-out data is its "step" k: the same samples at every evaluation, in every layout.
+  const double rows = static_cast<double>(cfg_.batch.global * rows_per_sample_);
+  double sum = 0;
+  for (int64_t k = 0; k < cfg_.eval.steps; ++k)
+    sum += engine_->evaluate([&](int64_t first, int64_t count) { return micro_batch(*eval_dataset_, k, first, count); },
+                             rows);
+  return sum / rows / static_cast<double>(cfg_.eval.steps);
+}
+
 StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   inject_fault(groups_->rank, step + 1);
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);
   const double lr = optim::learning_rate(cfg_.scheduler, step);
-  const parallel::StepResult r = engine_->step(
-      [&](int64_t first, int64_t count) {
-        data::Batch batch = dataset_->batch(step, first, count, device_->kind() == DeviceKind::Cpu ? *device_ : host_);
-        if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets};
-        Tensor inputs = Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), *device_, "batch inputs");
-        Tensor targets = Tensor::empty(batch.targets.shape(), batch.targets.dtype(), *device_, "batch targets");
-        inputs.copy_from(batch.inputs);
-        targets.copy_from(batch.targets);
-        return parallel::pipeline::MicroBatch{inputs, targets};
-      },
-      static_cast<float>(lr), rows);
+  const parallel::StepResult r =
+      engine_->step([&](int64_t first, int64_t count) { return micro_batch(*dataset_, step, first, count); },
+                    static_cast<float>(lr), rows);
   // The profile waits here for the step's queued op timings, so this step's time includes its last kernels.
   if (ops::profile::enabled()) ops::profile::end_step(t0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

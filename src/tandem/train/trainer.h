@@ -38,6 +38,8 @@ struct StepMetrics {
   uint64_t peak_bytes = 0;  // the largest per-device peak so far
   bool skipped = false;     // fp16 overflow: no update
   double loss_scale = 1;    // fp16: the scale after this step
+  bool evaluated = false;   // "eval" ran after this step
+  double val_loss = 0;      // then: the mean loss over its batches, after this step's update
 };
 
 // Builds the whole model for one tensor-parallel slot (layers hold only their slot's part).
@@ -66,16 +68,21 @@ class Trainer {
   // The parts of run(), in order. check_start returns the step to start from (the checkpoint's, or 0).
   int64_t check_start(const std::string& checkpoint);
   void check_data();
+  void check_dataset(const data::Dataset& dataset, const char* what);
   void setup();
   void restore(const std::string& checkpoint);
   std::vector<StepMetrics> loop(int64_t start);
   void report(int64_t last_step);
   StepMetrics train_step(int64_t step, bool first_of_run);
+  // Samples [first, first + count) of `dataset`'s step `step`, on the device the engine runs on.
+  parallel::pipeline::MicroBatch micro_batch(const data::Dataset& dataset, int64_t step, int64_t first, int64_t count);
+  double evaluate();  // the mean loss over cfg.eval.steps global batches of the eval data
   bool is_printer() const { return options_.print && groups_->rank == 0; }
 
   config::TrainConfig cfg_;
   ModelBuilder build_;
   std::unique_ptr<data::Dataset> dataset_;
+  std::unique_ptr<data::Dataset> eval_dataset_;  // with "eval"
   TrainOptions options_;
   layout::Groups own_groups_;  // when none were given
   layout::Groups* groups_;
