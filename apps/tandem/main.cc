@@ -30,6 +30,7 @@
 #include "tandem/core/units.h"
 #include "tandem/interchange/hf_export.h"
 #include "tandem/layout/groups.h"
+#include "tandem/layout/placement.h"
 #include "tandem/plan/preflight.h"
 #include "tandem/plan/rates.h"
 #include "tandem/plan/search.h"
@@ -37,12 +38,6 @@
 #include "tandem/train/run_folder.h"
 #include "tandem/train/stop_signal.h"
 #include "tandem/train/trainer.h"
-
-#ifdef TANDEM_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include "tandem/device/cuda/cuda_device.h"
-#endif
 
 namespace {
 
@@ -157,25 +152,6 @@ void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::Para
   if (!pre.fits) TANDEM_FAIL(pre.message);
 }
 
-// The GPU this process trains on (its node-local rank's), or null for the CPU.
-std::unique_ptr<tandem::device::AccountedDevice> make_device(const std::string& choice) {
-  if (choice != "auto" && choice != "cpu" && choice != "cuda")
-    TANDEM_FAIL("--device '", choice, "': use auto, cpu or cuda");
-  if (choice == "cpu") return nullptr;
-#ifdef TANDEM_WITH_CUDA
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-  if (gpus > 0) {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    return std::make_unique<tandem::device::CudaDevice>((local ? std::atoi(local) : 0) % gpus);
-  }
-  if (choice == "cuda") TANDEM_FAIL("--device cuda: no GPU is visible to this process");
-#else
-  if (choice == "cuda") TANDEM_FAIL("--device cuda: this build has no CUDA backend (the toolkit was not found)");
-#endif
-  return nullptr;
-}
-
 // "parallel": "auto": the planner's fastest layout that fits `world` devices (with its ZeRO stage, activation
 // checkpointing and micro-batching) written into the config, which is validated again.
 tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_gpu, uint64_t gpu_memory, bool print) {
@@ -220,7 +196,8 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   uint64_t gpu_memory = 0;
   job.agreed([&] {
     cfg = config::load_config(a.config, a.overrides);
-    gpu = make_device(a.device);
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");  // this process's rank on its node
+    gpu = layout::make_device(a.device, local ? std::atoi(local) : 0);
     gpu_memory = gpu ? gpu->plannable_bytes() : 0;
   });
   // Every rank plans with the smallest GPU memory of the job, so all choose the same layout.
@@ -247,15 +224,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   }
 
   try {
-#ifdef TANDEM_WITH_CUDA
-    layout::Groups groups =
-        !job.mpi() ? layout::make_single_process_groups()
-        : gpu      ? layout::make_nccl_groups(*job.mpi(), plan.layout, static_cast<device::CudaDevice&>(*gpu))
-                   : layout::make_groups(*job.mpi(), plan.layout);
-#else
-    layout::Groups groups =
-        job.mpi() ? layout::make_groups(*job.mpi(), plan.layout) : layout::make_single_process_groups();
-#endif
+    layout::Groups groups = layout::make_job_groups(job.mpi(), plan.layout, gpu.get());
     train::TrainOptions opt{out, checkpoint, a.init, true, gpu.get()};
     train::Trainer trainer = train::Trainer::from_config(tc, opt, &groups);
     trainer.run();
