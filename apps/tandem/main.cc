@@ -209,7 +209,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   job.agreed([&] {
     if (!a.resume.empty()) checkpoint = train::find_checkpoint(a.resume);
     cfg = choose_layout(cfg, job.size(), gpu != nullptr, gpu_memory, job.printer());
-    plan = layout::resolve_parallel(cfg.value("parallel", config::Json()), job.size());
+    plan = layout::resolve_parallel(config::parallel_config(cfg.value("parallel", config::Json())), job.size());
     if (job.mpi()) job.mpi()->set_timeout_s(plan.timeout_s);
     tc = config::parse(cfg, plan.layout.dp);
     if (job.printer())

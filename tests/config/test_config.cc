@@ -76,7 +76,8 @@ TEST(Config, DefaultsFilled) {
   EXPECT_EQ(model_type(tc.model), "mlp");
   EXPECT_EQ(std::get<MlpConfig>(tc.model).sizes, (std::vector<int64_t>{4, 8, 3}));
   EXPECT_EQ(tc.device_memory_bytes, 0u);
-  EXPECT_TRUE(tc.parallel.is_null());
+  EXPECT_FALSE(tc.parallel.planned);
+  EXPECT_FALSE(tc.parallel.virtual_gpus || tc.parallel.pipeline || tc.parallel.tensor);
 }
 
 TEST(Config, EvalHeldOutData) {
@@ -289,7 +290,7 @@ TEST(Config, TypesAndRanges) {
   c["parallel"] = {{"stages", {{0, 1}, {2, 3}}}, {"schedule", "1F1B"}, {"activation_checkpointing", true}};
   EXPECT_EQ(validate(c)["parallel"]["schedule"], "1f1b");
   c["parallel"] = "auto";
-  EXPECT_EQ(parse(validate(c), 1).parallel, "auto");
+  EXPECT_TRUE(parse(validate(c), 1).parallel.planned);
 }
 
 TEST(Config, Fp16AndBf16Conflict) {

@@ -126,7 +126,7 @@ TEST(Groups, SingleProcessGroupsAreThisRankAlone) {
 // ---- resolve_parallel: derivations and defaults ----
 
 Layout layout_for(const std::string& parallel, int world) {
-  return resolve_parallel(Json::parse(parallel), world).layout;
+  return resolve_parallel(config::parallel_config(Json::parse(parallel)), world).layout;
 }
 
 void expect_layout(const Layout& got, int dp, int pp, int tp) {
@@ -136,7 +136,7 @@ void expect_layout(const Layout& got, int dp, int pp, int tp) {
 }
 
 TEST(ResolveParallel, DefaultsWithoutAParallelObject) {
-  const ParallelPlan p = resolve_parallel(Json(), 1);
+  const ParallelPlan p = resolve_parallel(config::parallel_config(Json()), 1);
   expect_layout(p.layout, 1, 1, 1);
   EXPECT_EQ(p.schedule, "1f1b");
   EXPECT_EQ(p.virtual_stages, 1);
@@ -147,7 +147,7 @@ TEST(ResolveParallel, DefaultsWithoutAParallelObject) {
 
 // Nothing said: every process is a virtual GPU of one device.
 TEST(ResolveParallel, NothingGivenIsDataParallelOverTheWorld) {
-  expect_layout(resolve_parallel(Json(), 6).layout, 6, 1, 1);
+  expect_layout(resolve_parallel(config::parallel_config(Json()), 6).layout, 6, 1, 1);
   expect_layout(layout_for("{}", 4), 4, 1, 1);
   expect_layout(layout_for(R"({"schedule": "gpipe"})", 8), 8, 1, 1);
 }
@@ -179,19 +179,23 @@ TEST(ResolveParallel, TheMissingAxisIsDerived) {
 }
 
 TEST(ResolveParallel, ScheduleVirtualStagesCheckpointingStagesAndTimeout) {
-  ParallelPlan p = resolve_parallel(Json::parse(R"({"pipeline": 2, "schedule": "interleaved"})"), 2);
+  ParallelPlan p =
+      resolve_parallel(config::parallel_config(Json::parse(R"({"pipeline": 2, "schedule": "interleaved"})")), 2);
   EXPECT_EQ(p.schedule, "interleaved");
   EXPECT_EQ(p.virtual_stages, 2);  // interleaving's default
-  p = resolve_parallel(Json::parse(R"({"pipeline": 2, "schedule": "interleaved", "virtual_stages": 3})"), 2);
+  p = resolve_parallel(
+      config::parallel_config(Json::parse(R"({"pipeline": 2, "schedule": "interleaved", "virtual_stages": 3})")), 2);
   EXPECT_EQ(p.virtual_stages, 3);
-  p = resolve_parallel(Json::parse(R"({"pipeline": 2, "schedule": "gpipe", "virtual_stages": 1})"), 2);
+  p = resolve_parallel(
+      config::parallel_config(Json::parse(R"({"pipeline": 2, "schedule": "gpipe", "virtual_stages": 1})")), 2);
   EXPECT_EQ(p.schedule, "gpipe");
   EXPECT_EQ(p.virtual_stages, 1);
-  p = resolve_parallel(Json::parse(R"({"activation_checkpointing": true, "timeout_s": 45.5})"), 1);
+  p = resolve_parallel(config::parallel_config(Json::parse(R"({"activation_checkpointing": true, "timeout_s": 45.5})")),
+                       1);
   EXPECT_TRUE(p.activation_checkpointing);
   EXPECT_EQ(p.timeout_s, 45.5);
   EXPECT_EQ(p.schedule, "1f1b");
-  p = resolve_parallel(Json::parse(R"({"pipeline": 2, "stages": [[0, 1], [2, 5]]})"), 2);
+  p = resolve_parallel(config::parallel_config(Json::parse(R"({"pipeline": 2, "stages": [[0, 1], [2, 5]]})")), 2);
   const std::vector<std::pair<int64_t, int64_t>> want = {{0, 1}, {2, 5}};
   EXPECT_EQ(p.stages, want);
 }
@@ -199,7 +203,7 @@ TEST(ResolveParallel, ScheduleVirtualStagesCheckpointingStagesAndTimeout) {
 // ---- resolve_parallel: refusals, word for word ----
 
 std::string resolve_error(const std::string& parallel, int world) {
-  return error_of([&] { resolve_parallel(Json::parse(parallel), world); });
+  return error_of([&] { resolve_parallel(config::parallel_config(Json::parse(parallel)), world); });
 }
 
 TEST(ResolveParallel, LayoutOfAnotherSizeSaysWhichNToRunWith) {
@@ -245,7 +249,7 @@ TEST(ResolveParallel, BadValuesAreRefused) {
 }
 
 TEST(ResolveParallel, AutoNeedsThePlanner) {
-  EXPECT_EQ(error_of([] { resolve_parallel(Json("auto"), 2); }),
+  EXPECT_EQ(error_of([] { resolve_parallel(config::parallel_config(Json("auto")), 2); }),
             "\"parallel\": \"auto\" needs the planner; give the layout explicitly, e.g. {\"virtual_gpus\": 2, "
             "\"pipeline\": 2}");
 }
@@ -261,7 +265,7 @@ ParallelPlan plan_of(int dp, int pp, int tp, const std::string& extra = "{}") {
   p["virtual_gpus"] = dp;
   p["pipeline"] = pp;
   p["tensor"] = tp;
-  return resolve_parallel(p, dp * pp * tp);
+  return resolve_parallel(config::parallel_config(p), dp * pp * tp);
 }
 
 std::string model_error(const ParallelPlan& plan, const config::ModelConfig& model, int64_t micro_batches = 4) {

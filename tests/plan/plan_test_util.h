@@ -90,7 +90,7 @@ inline Json case_config(const MemCase& c) {
 
 inline plan::Setup case_setup(const MemCase& c) {
   plan::Setup s;
-  s.plan = layout::resolve_parallel(case_config(c).at("parallel"), c.dp * c.pp * c.tp);
+  s.plan = layout::resolve_parallel(config::parallel_config(case_config(c).at("parallel")), c.dp * c.pp * c.tp);
   s.zero_stage = c.zero;
   s.micro_batch = c.micro;
   s.micro_batches = c.global / (c.micro * c.dp);

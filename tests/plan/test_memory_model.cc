@@ -199,7 +199,7 @@ TEST(Preflight, SaysThePeakAndWhatFitsWhenOverBudget) {
   c.model = "gpt";
   Json json = testing::case_config(c);
   const config::TrainConfig free_cfg = config::parse(config::validate(json), 1);
-  const layout::ParallelPlan plan = layout::resolve_parallel(json.at("parallel"), 1);
+  const layout::ParallelPlan plan = layout::resolve_parallel(config::parallel_config(json.at("parallel")), 1);
   const plan::PreflightResult ok = plan::preflight(free_cfg, plan);
   EXPECT_TRUE(ok.fits);
   EXPECT_NE(ok.line.find("predicted peak per device"), std::string::npos);
@@ -220,7 +220,7 @@ TEST(Preflight, PlansAgainstTheGpuFreeMemoryWhenTheConfigSetsNoBudget) {
   MemCase c = mem_case(1, 1, 1);
   c.model = "gpt";
   Json json = testing::case_config(c);
-  const layout::ParallelPlan plan = layout::resolve_parallel(json.at("parallel"), 1);
+  const layout::ParallelPlan plan = layout::resolve_parallel(config::parallel_config(json.at("parallel")), 1);
   const config::TrainConfig no_budget = config::parse(config::validate(json), 1);
   const int64_t peak = plan::preflight(no_budget, plan).peak;
   plan::PreflightOptions gpu;

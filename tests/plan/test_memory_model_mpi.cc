@@ -48,7 +48,7 @@ TEST(MemoryModelMpi, PredictsEveryRanksMeasuredPeakExactly) {
     const Json json = testing::case_config(c);
     const config::TrainConfig cfg = config::parse(config::validate(json), c.dp);
     layout::Groups groups = layout::make_groups(testing::mpi_world(), l);
-    const layout::ParallelPlan plan = layout::resolve_parallel(json.at("parallel"), l.world());
+    const layout::ParallelPlan plan = layout::resolve_parallel(config::parallel_config(json.at("parallel")), l.world());
     // What the trainer will call before it allocates (the lead wires it in): every rank's prediction.
     const plan::PreflightResult pre = plan::preflight(cfg, plan);
     train::TrainOptions opt;

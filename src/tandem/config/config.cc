@@ -120,6 +120,40 @@ ModelConfig model_config(const Json& m) {
 
 }  // namespace
 
+ParallelConfig parallel_config(const Json& parallel) {
+  ParallelConfig c;
+  if (parallel.is_string()) {
+    if (parallel.get<std::string>() != "auto")
+      TANDEM_FAIL("\"parallel\": \"", parallel.get<std::string>(), "\" is not a layout: give \"auto\" or an object");
+    c.planned = true;
+    return c;
+  }
+  if (!parallel.is_object()) return c;
+  auto positive = [&](const char* key) -> std::optional<int> {
+    if (!parallel.contains(key) || parallel.at(key).is_null()) return std::nullopt;
+    const Json& v = parallel.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1)
+      TANDEM_FAIL("parallel.", key, " must be a positive integer, got ", v.dump());
+    return v.get<int>();
+  };
+  c.virtual_gpus = positive("virtual_gpus");
+  c.pipeline = positive("pipeline");
+  c.tensor = positive("tensor");
+  c.schedule = parallel.value("schedule", std::string("1f1b"));
+  if (c.schedule != "gpipe" && c.schedule != "1f1b" && c.schedule != "interleaved")
+    TANDEM_FAIL("parallel.schedule '", c.schedule, "' is not one of gpipe, 1f1b, interleaved");
+  c.virtual_stages = positive("virtual_stages");
+  c.activation_checkpointing = parallel.value("activation_checkpointing", false);
+  if (parallel.contains("timeout_s")) c.timeout_s = parallel.at("timeout_s").get<double>();
+  if (parallel.contains("stages"))
+    for (const auto& r : parallel.at("stages")) {
+      if (!r.is_array() || r.size() != 2)
+        TANDEM_FAIL("parallel.stages must be a list of [first, last] block ranges, got ", r.dump());
+      c.stages.emplace_back(r.at(0).get<int64_t>(), r.at(1).get<int64_t>());
+    }
+  return c;
+}
+
 void apply_override(Json& cfg, const std::string& assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos)
@@ -271,7 +305,7 @@ TrainConfig parse(const Json& validated_cfg) {
     tc.eval.every = cfg.at("eval").at("every").get<int64_t>();
     tc.eval.steps = cfg.at("eval").at("steps").get<int64_t>();
   }
-  tc.parallel = cfg.contains("parallel") ? cfg.at("parallel") : Json();
+  tc.parallel = parallel_config(cfg.contains("parallel") ? cfg.at("parallel") : Json());
   tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();
   tc.checkpoint.keep = cfg.at("checkpoint").at("keep").get<int64_t>();
   tc.checkpoint.at_end = cfg.at("checkpoint").at("at_end").get<bool>();

@@ -52,7 +52,7 @@ struct TrainConfig {
   ModelConfig model;
   DataConfig data;
   EvalConfig eval;
-  Json parallel;  // null when absent, "auto", or the validated object
+  ParallelConfig parallel;
   CheckpointConfig checkpoint;
   uint64_t device_memory_bytes;             // 0 = no budget
   Json raw;                                 // the whole validated config, for saving next to checkpoints
@@ -67,6 +67,10 @@ struct TrainConfig {
   // model.from_pretrained: the Hugging Face folder the weights start from (a run that does not resume), or "".
   std::string pretrained_dir;
 };
+
+// The "parallel" value (absent/null, "auto" or an object) as typed values; refuses values of the wrong type with
+// the same words whether or not validate() saw them first.
+ParallelConfig parallel_config(const Json& parallel);
 
 // The typed view of a config that validate() returned, read once. The batch sizes wait for the data-parallel size,
 // which the layout gives (layout::resolve_parallel, or the planner for "parallel": "auto"): set_data_parallel.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::config {
@@ -64,6 +65,17 @@ struct DataConfig {
   int64_t samples = 65536;  // Synthetic: how many
   std::string path;         // Text, Tokens: the file
   int token_bytes = 2;      // Tokens: data.dtype "uint16" (2) or "uint32" (4)
+};
+
+// "parallel" as written, read once: what is absent stays unset, for layout::resolve_parallel to derive from the
+// world size. `planned`: "parallel": "auto" (the planner chooses the layout and writes it into the config).
+struct ParallelConfig {
+  bool planned = false;
+  std::optional<int> virtual_gpus, pipeline, tensor, virtual_stages;
+  std::string schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved"
+  bool activation_checkpointing = false;
+  std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
+  std::optional<double> timeout_s;
 };
 
 // "eval": the loss on `steps` global batches of `data` (the same batches each time), no update, every `every` steps

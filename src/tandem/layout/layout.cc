@@ -19,26 +19,13 @@ Coord coord_of(const Layout& l, int rank) {
 
 int rank_of(const Layout& l, const Coord& c) { return c.tp + l.tp * (c.pp + l.pp * c.dp); }
 
-namespace {
-
-int positive_int(const config::Json& obj, const char* key, int fallback) {
-  if (!obj.contains(key) || obj.at(key).is_null()) return fallback;
-  const auto& v = obj.at(key);
-  if (!v.is_number_integer() || v.get<int64_t>() < 1)
-    TANDEM_FAIL("parallel.", key, " must be a positive integer, got ", v.dump());
-  return v.get<int>();
-}
-
-}  // namespace
-
-ParallelPlan resolve_parallel(const config::Json& parallel, int world) {
+ParallelPlan resolve_parallel(const config::ParallelConfig& p, int world) {
   ParallelPlan plan;
-  if (parallel.is_string())
-    TANDEM_FAIL("\"parallel\": \"", parallel.get<std::string>(),
-                "\" needs the planner; give the layout explicitly, e.g. {\"virtual_gpus\": 2, \"pipeline\": 2}");
-  const config::Json p = parallel.is_object() ? parallel : config::Json::object();
-  const bool has_dp = p.contains("virtual_gpus"), has_pp = p.contains("pipeline"), has_tp = p.contains("tensor");
-  int dp = positive_int(p, "virtual_gpus", 0), pp = positive_int(p, "pipeline", 1), tp = positive_int(p, "tensor", 1);
+  if (p.planned)
+    TANDEM_FAIL("\"parallel\": \"auto\" needs the planner; give the layout explicitly, e.g. {\"virtual_gpus\": 2, ",
+                "\"pipeline\": 2}");
+  const bool has_dp = p.virtual_gpus.has_value(), has_pp = p.pipeline.has_value(), has_tp = p.tensor.has_value();
+  int dp = p.virtual_gpus.value_or(0), pp = p.pipeline.value_or(1), tp = p.tensor.value_or(1);
   if (!has_dp) {
     if (world % (pp * tp) != 0)
       TANDEM_FAIL("a virtual GPU of pipeline ", pp, " x tensor ", tp, " = ", pp * tp, " devices does not divide the ",
@@ -58,21 +45,13 @@ ParallelPlan resolve_parallel(const config::Json& parallel, int world) {
                 " processes: run with -n ", plan.layout.world(),
                 " or change parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
 
-  plan.schedule = p.value("schedule", std::string("1f1b"));
-  if (plan.schedule != "gpipe" && plan.schedule != "1f1b" && plan.schedule != "interleaved")
-    TANDEM_FAIL("parallel.schedule '", plan.schedule, "' is not one of gpipe, 1f1b, interleaved");
-  plan.virtual_stages = positive_int(p, "virtual_stages", plan.schedule == "interleaved" ? 2 : 1);
+  plan.schedule = p.schedule;
+  plan.virtual_stages = p.virtual_stages.value_or(plan.schedule == "interleaved" ? 2 : 1);
   if (plan.virtual_stages > 1 && plan.schedule != "interleaved")
     TANDEM_FAIL("parallel.virtual_stages ", plan.virtual_stages, " needs \"schedule\": \"interleaved\"");
-  plan.activation_checkpointing = p.value("activation_checkpointing", false);
-  if (p.contains("timeout_s")) plan.timeout_s = p.at("timeout_s").get<double>();
-  if (p.contains("stages")) {
-    for (const auto& r : p.at("stages")) {
-      if (!r.is_array() || r.size() != 2)
-        TANDEM_FAIL("parallel.stages must be a list of [first, last] block ranges, got ", r.dump());
-      plan.stages.emplace_back(r.at(0).get<int64_t>(), r.at(1).get<int64_t>());
-    }
-  }
+  plan.activation_checkpointing = p.activation_checkpointing;
+  if (p.timeout_s) plan.timeout_s = *p.timeout_s;
+  plan.stages = p.stages;
   return plan;
 }
 

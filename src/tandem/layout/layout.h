@@ -44,7 +44,7 @@ struct ParallelPlan {
 // From the config's "parallel" object (null/absent: everything 1 except what the world size implies, i.e.
 // dp = world). Any of virtual_gpus, pipeline, tensor may be omitted and is derived from the world size; a
 // layout that does not multiply to the world size is an error that says how to fix it.
-ParallelPlan resolve_parallel(const config::Json& parallel, int world_size);
+ParallelPlan resolve_parallel(const config::ParallelConfig& parallel, int world_size);
 
 // Checks the plan against the model (layers over stages, heads and vocabulary over tp, mlp widths over tp)
 // and the batch (interleaving needs micro-batches divisible by pp). Throws Error with what to change.
