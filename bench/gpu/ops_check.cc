@@ -894,9 +894,10 @@ void check_rotary(Suite& s) {
 }
 
 void check_swiglu(Suite& s) {
-  // 13 columns: odd; (4096, 8192): B=2 T=2048 rows of Llama 3.2 1B's MLP.
+  // 13 columns: odd, the scalar kernel; 20: 16-byte packs of f32 but not of halves (scalar there); 8: one pack of
+  // halves per row; (4096, 8192): B=2 T=2048 rows of Llama 3.2 1B's MLP, packed.
   for (DType t : kFloatTypes) {
-    for (const auto& [n, f] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {4096, 8192}}) {
+    for (const auto& [n, f] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {6, 20}, {5, 8}, {4096, 8192}}) {
       const std::string shape = dims({n, 2 * f});
       s.run("swiglu_forward", dtype_name(t), shape, [&] {
         auto gate_up = s.make({n, 2 * f}, t, 220, 2.0f);
