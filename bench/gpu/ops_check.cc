@@ -866,7 +866,13 @@ void check_rotary(Suite& s) {
   struct Case {
     int64_t b, t, heads, kv_heads, d, t_max;  // a fused qkv (B, T, (H + 2 Hkv) D); q and k rotated
   };
-  const std::vector<Case> cases = {{3, 5, 3, 1, 6, 7}, {2, 1024, 32, 8, 64, 2048}, {2, 1024, 32, 8, 128, 1024}};
+  // D=6: the scalar kernel; D=8: 16-byte packs of f32 only; D=16: one pack of halves per half head; then the
+  // model's shapes, packed.
+  const std::vector<Case> cases = {{3, 5, 3, 1, 6, 7},
+                                   {2, 7, 4, 2, 8, 9},
+                                   {3, 5, 2, 1, 16, 5},
+                                   {2, 1024, 32, 8, 64, 2048},
+                                   {2, 1024, 32, 8, 128, 1024}};
   for (DType t : kFloatTypes) {
     for (const Case& c : cases) {
       const int64_t w = (c.heads + 2 * c.kv_heads) * c.d;
