@@ -816,10 +816,10 @@ void check_deferred_errors(Suite& s) {
 // ---- the Llama-family ops: RMSNorm, rotary embedding, SwiGLU, grouped-query attention ----
 
 void check_rmsnorm(Suite& s) {
-  // 37 columns: partial warps; (4096, 2048): B=2 T=2048 rows of a Llama 3.2 1B hidden state.
+  // 37 columns: partial warps, the general kernels; the rest the one-pass backward: 24 (3 packs of halves, 6 of f32,
+  // rows not a multiple of a group), (4096, 2048): B=2 T=2048 rows of a Llama 3.2 1B hidden state (1 or 2 packs a
+  // thread), 4096 (2 or 4), 8192 (4 for halves, the general kernels for f32).
   for (DType t : kFloatTypes) {
-    // 37 columns: the general kernels; the rest the one-pass backward: 24 (3 bf16 packs, 6 f32, rows not a multiple
-    // of a group), 2048 (1 or 2 packs a thread), 4096 (2 or 4), 8192 (4 for halves, the general kernels for f32).
     for (const auto& [n, c] :
          std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {7, 24}, {4096, 2048}, {9, 4096}, {37, 8192}}) {
       const std::string shape = dims({n, c});
