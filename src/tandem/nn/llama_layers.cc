@@ -112,14 +112,12 @@ Tensor LlamaBlock::forward(const Tensor& x, Saved& saved) {
   Tensor att = Tensor::empty({B, T, heads_ * d}, x.dtype(), dev, name() + " attention output");  // (B, T, H D / tp)
   Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, dev, name() + " attention lse");        // (B, H / tp, T)
   ops::attention_gqa_forward(qkv, heads_, kv_heads_, att, lse);
-  Tensor x1 = o_.forward(att, saved.children[kO]);  // (B, T, C)
-  ops::add(x1, x, x1);
+  Tensor x1 = o_.forward_add(att, x, saved.children[kO]);  // (B, T, C): x + o(att), one pass
   // (B, T, 2F / tp): gate | up of this slot's F / tp columns
   Tensor gate_up = gate_up_.forward(mlp_norm_.forward(x1, saved.children[kMlpNorm]), saved.children[kGateUp]);
   Tensor h = Tensor::empty({B, T, gate_up.dim(2) / 2}, x.dtype(), dev, name() + " swiglu output");  // (B, T, F / tp)
   ops::swiglu_forward(gate_up, h);
-  Tensor y = down_.forward(h, saved.children[kDown]);  // (B, T, C)
-  ops::add(y, x1, y);
+  Tensor y = down_.forward_add(h, x1, saved.children[kDown]);  // (B, T, C): x1 + down(h)
   saved.tensors = {qkv, att, lse, gate_up};
   return y;
 }
