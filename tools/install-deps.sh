@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Tandem builds and tests with, from the distribution's packages, when it is missing.
 # Debian/Ubuntu. Uses sudo when not root. Prints nothing more than apt does.
+# bash tools/install-deps.sh [--tests]: with --tests also PyTorch and transformers (a 5-6 GB download), which only
+# the Hugging Face tests need (tools/test.sh passes it; the demo does not).
 set -euo pipefail
 
 packages=(build-essential cmake git python3 python3-venv procps libopenmpi-dev openmpi-bin libopenblas-dev
@@ -29,7 +31,7 @@ if ! build/pyvenv/bin/python -c "import numpy, safetensors, tokenizers" 2>/dev/n
 fi
 
 # PyTorch and transformers: the Hugging Face tests compare Tandem's losses with theirs and load its exports.
-if ! build/pyvenv/bin/python -c "import torch, transformers" 2>/dev/null; then
+if [ "${1:-}" = --tests ] && ! build/pyvenv/bin/python -c "import torch, transformers" 2>/dev/null; then
   echo "installing torch and transformers into build/pyvenv"
   build/pyvenv/bin/python -m pip install --quiet --disable-pip-version-check torch transformers
 fi

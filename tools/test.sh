@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"
-bash tools/install-deps.sh
+bash tools/install-deps.sh --tests
 bash tools/build.sh "$preset"
 ctest --preset "$preset" -j2
