@@ -11,6 +11,8 @@ template <class... F>
 struct Cases : F... {
   using F::operator()...;
 };
+template <class... F>
+Cases(F...) -> Cases<F...>;  // spelt out for compilers without C++20's aggregate deduction (clang before 17)
 
 using Stages = std::vector<std::pair<int64_t, int64_t>>;
 
