@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "model_test_util.h"
 #include "tandem/core/philox.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/nn/linear.h"
@@ -18,48 +19,12 @@
 namespace tandem::nn {
 namespace {
 
-Tensor random_tokens(device::CpuDevice& dev, Shape shape, int64_t vocab, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::I32, dev, "tokens");
-  for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = static_cast<int32_t>(bits64_at(seed, 1, i) % vocab);
-  return t;
-}
+using testing::check_directional_derivatives;
+using testing::loss_of;
+using testing::random_tokens;
 
-// Mean cross-entropy of the model on (x, y); with `grads`, also accumulates d(loss)/d(params).
-double loss_of(Model& model, const Tensor& x, const Tensor& y, bool grads, bool recompute = false) {
-  std::vector<Saved> saved;
-  Tensor logits = model.forward(x, saved, recompute);
-  const double sum = cross_entropy_sum_and_grad(logits, y, static_cast<double>(y.numel()));
-  if (grads) model.backward(logits, saved, recompute);
-  return sum / static_cast<double>(y.numel());
-}
-
-// The analytic directional derivative g.u against central differences of the loss along random directions u over
-// all parameters at once (as test_models.cc's GradCheck).
-void check_directional_derivatives(Model& model, const Tensor& x, const Tensor& y) {
-  model.zero_grad();
-  loss_of(model, x, y, true);
-  const Tensor& theta = model.flat_values();
-  const Tensor& grad = model.flat_grads();
-  const int64_t P = theta.numel();
-  std::vector<float> base(theta.f32(), theta.f32() + P);
-  for (uint64_t trial = 0; trial < 3; ++trial) {
-    std::vector<float> u(P);
-    double analytic = 0;
-    for (int64_t i = 0; i < P; ++i) {
-      u[i] = normal_at(99, trial, i);
-      analytic += static_cast<double>(grad.f32()[i]) * u[i];
-    }
-    // Half of test_models.cc's step: the central difference's h^2 error is larger here (it shrinks 4x per halving).
-    const double h = 5e-4;
-    auto shifted = [&](double s) {
-      for (int64_t i = 0; i < P; ++i) theta.f32()[i] = static_cast<float>(base[i] + s * u[i]);
-      return loss_of(model, x, y, false);
-    };
-    const double numeric = (shifted(h) - shifted(-h)) / (2 * h);
-    for (int64_t i = 0; i < P; ++i) theta.f32()[i] = base[i];
-    EXPECT_NEAR(analytic, numeric, 2e-3 * std::fabs(numeric) + 1e-4) << "direction " << trial;
-  }
-}
+// Half of test_models.cc's step: the central difference's h^2 error is larger here (it shrinks 4x per halving).
+constexpr double kStep = 5e-4;
 
 // A small decoder: C 16, 4 query heads over 2 kv heads of D 4, F 24, V 13.
 LlamaConfig small(int heads = 4, int kv_heads = 2) {
@@ -322,7 +287,7 @@ TEST(GradCheck, LlamaGroupedQuery) {
     if (p->init == Init::Normal) testing::fill_normal(p->value, tandem::hash_name(p->name), 0.3f);
   Tensor x = random_tokens(dev, {2, 5}, 13, 7);
   Tensor y = random_tokens(dev, {10}, 13, 8);
-  check_directional_derivatives(m, x, y);
+  check_directional_derivatives(m, x, y, kStep);
 }
 
 // The head tied to the embedding: one parameter fewer (V x C), the head reads the table's memory, and the table's
@@ -376,7 +341,7 @@ TEST(GradCheck, LlamaTied) {
     if (p->init == Init::Normal) testing::fill_normal(p->value, tandem::hash_name(p->name), 0.3f);
   Tensor x = random_tokens(dev, {2, 5}, 13, 17);
   Tensor y = random_tokens(dev, {10}, 13, 18);
-  check_directional_derivatives(m, x, y);
+  check_directional_derivatives(m, x, y, kStep);
 }
 
 TEST(GradCheck, LlamaMultiHeadBiasedScaledRope) {
@@ -395,7 +360,7 @@ TEST(GradCheck, LlamaMultiHeadBiasedScaledRope) {
     testing::fill_normal(p->value, tandem::hash_name(p->name), p->init == Init::Normal ? 0.3f : 0.5f);
   Tensor x = random_tokens(dev, {2, 6}, 13, 9);
   Tensor y = random_tokens(dev, {12}, 13, 10);
-  check_directional_derivatives(m, x, y);
+  check_directional_derivatives(m, x, y, kStep);
 }
 
 TEST(ActivationCheckpointing, LlamaSameGradients) {

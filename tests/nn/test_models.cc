@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "model_test_util.h"
 #include "tandem/core/philox.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/nn/linear.h"
@@ -17,47 +18,9 @@
 namespace tandem::nn {
 namespace {
 
-Tensor random_tokens(device::CpuDevice& dev, Shape shape, int64_t vocab, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::I32, dev, "tokens");
-  for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = static_cast<int32_t>(bits64_at(seed, 1, i) % vocab);
-  return t;
-}
-
-// Mean cross-entropy of the model on (x, y); with `grads`, also accumulates d(loss)/d(params).
-double loss_of(Model& model, const Tensor& x, const Tensor& y, bool grads, bool recompute = false) {
-  std::vector<Saved> saved;
-  Tensor logits = model.forward(x, saved, recompute);
-  const double sum = cross_entropy_sum_and_grad(logits, y, static_cast<double>(y.numel()));
-  if (grads) model.backward(logits, saved, recompute);
-  return sum / static_cast<double>(y.numel());
-}
-
-// Checks the analytic directional derivative g.u against central differences of the loss along random
-// directions u over all parameters at once (robust to fp32 rounding of the loss, unlike per-element checks).
-void check_directional_derivatives(Model& model, const Tensor& x, const Tensor& y) {
-  model.zero_grad();
-  loss_of(model, x, y, true);
-  const Tensor& theta = model.flat_values();
-  const Tensor& grad = model.flat_grads();
-  const int64_t P = theta.numel();
-  std::vector<float> base(theta.f32(), theta.f32() + P);
-  for (uint64_t trial = 0; trial < 3; ++trial) {
-    std::vector<float> u(P);
-    double analytic = 0;
-    for (int64_t i = 0; i < P; ++i) {
-      u[i] = normal_at(99, trial, i);
-      analytic += static_cast<double>(grad.f32()[i]) * u[i];
-    }
-    const double h = 1e-3;
-    auto shifted = [&](double s) {
-      for (int64_t i = 0; i < P; ++i) theta.f32()[i] = static_cast<float>(base[i] + s * u[i]);
-      return loss_of(model, x, y, false);
-    };
-    const double numeric = (shifted(h) - shifted(-h)) / (2 * h);
-    for (int64_t i = 0; i < P; ++i) theta.f32()[i] = base[i];
-    EXPECT_NEAR(analytic, numeric, 2e-3 * std::fabs(numeric) + 1e-4) << "direction " << trial;
-  }
-}
+using testing::check_directional_derivatives;
+using testing::loss_of;
+using testing::random_tokens;
 
 TEST(Gpt, ParameterCountOf1p6B) {
   GptConfig c{50304, 1024, 1600, 48, 25};
