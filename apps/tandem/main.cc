@@ -173,7 +173,7 @@ tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_
   cfg["parallel"] = {{"virtual_gpus", s.plan.layout.dp},
                      {"pipeline", s.plan.layout.pp},
                      {"tensor", s.plan.layout.tp},
-                     {"schedule", s.plan.schedule},
+                     {"schedule", spec::schedule_name(s.plan.schedule)},
                      {"virtual_stages", s.plan.virtual_stages},
                      {"activation_checkpointing", s.plan.activation_checkpointing}};
   cfg["zero_optimization"]["stage"] = s.zero_stage;

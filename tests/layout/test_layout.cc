@@ -138,7 +138,7 @@ void expect_layout(const Layout& got, int dp, int pp, int tp) {
 TEST(ResolveParallel, DefaultsWithoutAParallelObject) {
   const ParallelPlan p = resolve_parallel(config::parallel_config(Json()), 1);
   expect_layout(p.layout, 1, 1, 1);
-  EXPECT_EQ(p.schedule, "1f1b");
+  EXPECT_EQ(p.schedule, spec::ScheduleKind::OneFOneB);
   EXPECT_EQ(p.virtual_stages, 1);
   EXPECT_FALSE(p.activation_checkpointing);
   EXPECT_TRUE(p.stages.empty());
@@ -181,20 +181,20 @@ TEST(ResolveParallel, TheMissingAxisIsDerived) {
 TEST(ResolveParallel, ScheduleVirtualStagesCheckpointingStagesAndTimeout) {
   ParallelPlan p =
       resolve_parallel(config::parallel_config(Json::parse(R"({"pipeline": 2, "schedule": "interleaved"})")), 2);
-  EXPECT_EQ(p.schedule, "interleaved");
+  EXPECT_EQ(p.schedule, spec::ScheduleKind::Interleaved);
   EXPECT_EQ(p.virtual_stages, 2);  // interleaving's default
   p = resolve_parallel(
       config::parallel_config(Json::parse(R"({"pipeline": 2, "schedule": "interleaved", "virtual_stages": 3})")), 2);
   EXPECT_EQ(p.virtual_stages, 3);
   p = resolve_parallel(
       config::parallel_config(Json::parse(R"({"pipeline": 2, "schedule": "gpipe", "virtual_stages": 1})")), 2);
-  EXPECT_EQ(p.schedule, "gpipe");
+  EXPECT_EQ(p.schedule, spec::ScheduleKind::GPipe);
   EXPECT_EQ(p.virtual_stages, 1);
   p = resolve_parallel(config::parallel_config(Json::parse(R"({"activation_checkpointing": true, "timeout_s": 45.5})")),
                        1);
   EXPECT_TRUE(p.activation_checkpointing);
   EXPECT_EQ(p.timeout_s, 45.5);
-  EXPECT_EQ(p.schedule, "1f1b");
+  EXPECT_EQ(p.schedule, spec::ScheduleKind::OneFOneB);
   p = resolve_parallel(config::parallel_config(Json::parse(R"({"pipeline": 2, "stages": [[0, 1], [2, 5]]})")), 2);
   const std::vector<std::pair<int64_t, int64_t>> want = {{0, 1}, {2, 5}};
   EXPECT_EQ(p.stages, want);

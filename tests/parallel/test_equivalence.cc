@@ -20,10 +20,13 @@ namespace {
 
 using config::Json;
 
+constexpr auto kGPipe = spec::ScheduleKind::GPipe, k1F1B = spec::ScheduleKind::OneFOneB,
+               kInterleaved = spec::ScheduleKind::Interleaved;
+
 struct Case {
   std::string model;  // "gpt" | "gpt_tied" (head tied to the embedding) | "mlp" | "llama" (GQA) | "llama_tied"
   int dp, pp, tp, zero;
-  std::string schedule;
+  spec::ScheduleKind schedule;
   int virtual_stages;
   bool checkpointing;
   bool bf16 = false;  // compute in bf16 (fp32 master weights), against the single-device bf16 run
@@ -36,7 +39,9 @@ void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 std::string case_name(const Case& c) {
   std::ostringstream os;
   os << c.model << "_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_zero" << c.zero;
-  if (c.pp > 1) os << "_" << c.schedule << (c.virtual_stages > 1 ? "_v" + std::to_string(c.virtual_stages) : "");
+  if (c.pp > 1)
+    os << "_" << spec::schedule_name(c.schedule)
+       << (c.virtual_stages > 1 ? "_v" + std::to_string(c.virtual_stages) : "");
   if (c.checkpointing) os << "_recompute";
   if (c.bf16) os << "_bf16";
   return os.str();
@@ -52,49 +57,48 @@ std::vector<Case> cases() {
   for (const char* model : {"gpt", "mlp"})
     for (const auto& [dp, pp, tp] : layouts)
       for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
-        for (const char* schedule : {"gpipe", "1f1b", "interleaved"}) {
-          if (pp == 1 && std::string(schedule) != "1f1b") continue;
+        for (auto schedule : {kGPipe, k1F1B, kInterleaved}) {
+          if (pp == 1 && schedule != k1F1B) continue;
           for (bool recompute : {false, true})
-            out.push_back(
-                {model, dp, pp, tp, zero, schedule, std::string(schedule) == "interleaved" ? 2 : 1, recompute});
+            out.push_back({model, dp, pp, tp, zero, schedule, schedule == kInterleaved ? 2 : 1, recompute});
         }
   // bf16: each layout family once (dp under ZeRO 1 and 3, pp 1F1B, tp, dp x pp, dp x tp under ZeRO 3,
   // interleaved pp x tp with recomputation; all three axes on 8 processes).
   std::vector<Case> bf16;
   if (world == 4)
     for (const char* model : {"gpt", "mlp"})
-      bf16.insert(bf16.end(), {{model, 4, 1, 1, 1, "1f1b", 1, false},
-                               {model, 4, 1, 1, 3, "1f1b", 1, false},
-                               {model, 1, 4, 1, 0, "1f1b", 1, false},
-                               {model, 1, 1, 4, 0, "1f1b", 1, false},
-                               {model, 2, 2, 1, 1, "1f1b", 1, false},
-                               {model, 2, 1, 2, 3, "1f1b", 1, false},
-                               {model, 1, 2, 2, 0, "interleaved", 2, true}});
-  if (world == 8) bf16 = {{"gpt", 2, 2, 2, 1, "1f1b", 1, false}, {"mlp", 2, 2, 2, 3, "gpipe", 1, false}};
+      bf16.insert(bf16.end(), {{model, 4, 1, 1, 1, k1F1B, 1, false},
+                               {model, 4, 1, 1, 3, k1F1B, 1, false},
+                               {model, 1, 4, 1, 0, k1F1B, 1, false},
+                               {model, 1, 1, 4, 0, k1F1B, 1, false},
+                               {model, 2, 2, 1, 1, k1F1B, 1, false},
+                               {model, 2, 1, 2, 3, k1F1B, 1, false},
+                               {model, 1, 2, 2, 0, kInterleaved, 2, true}});
+  if (world == 8) bf16 = {{"gpt", 2, 2, 2, 1, k1F1B, 1, false}, {"mlp", 2, 2, 2, 3, kGPipe, 1, false}};
   // The head tied to the embedding: both uses on one rank (dp, tp), or on the first and last of 2 and 4 stages, the
   // gradient summed between them (interleaved too: chunk 0 and the last chunk), under every ZeRO stage.
   std::vector<Case> tied;
   if (world == 4)
-    tied = {{"gpt_tied", 4, 1, 1, 0, "1f1b", 1, false},       {"gpt_tied", 4, 1, 1, 3, "1f1b", 1, false},
-            {"gpt_tied", 1, 1, 4, 0, "1f1b", 1, false},       {"gpt_tied", 1, 4, 1, 0, "1f1b", 1, false},
-            {"gpt_tied", 1, 4, 1, 0, "interleaved", 2, true}, {"gpt_tied", 2, 2, 1, 1, "gpipe", 1, false},
-            {"gpt_tied", 2, 2, 1, 2, "1f1b", 1, true},        {"gpt_tied", 2, 2, 1, 3, "1f1b", 1, false},
-            {"gpt_tied", 1, 2, 2, 0, "1f1b", 1, false},       {"gpt_tied", 2, 1, 2, 3, "1f1b", 1, false}};
-  if (world == 8) tied = {{"gpt_tied", 2, 2, 2, 0, "1f1b", 1, false}, {"gpt_tied", 2, 2, 2, 3, "interleaved", 2, true}};
+    tied = {{"gpt_tied", 4, 1, 1, 0, k1F1B, 1, false},       {"gpt_tied", 4, 1, 1, 3, k1F1B, 1, false},
+            {"gpt_tied", 1, 1, 4, 0, k1F1B, 1, false},       {"gpt_tied", 1, 4, 1, 0, k1F1B, 1, false},
+            {"gpt_tied", 1, 4, 1, 0, kInterleaved, 2, true}, {"gpt_tied", 2, 2, 1, 1, kGPipe, 1, false},
+            {"gpt_tied", 2, 2, 1, 2, k1F1B, 1, true},        {"gpt_tied", 2, 2, 1, 3, k1F1B, 1, false},
+            {"gpt_tied", 1, 2, 2, 0, k1F1B, 1, false},       {"gpt_tied", 2, 1, 2, 3, k1F1B, 1, false}};
+  if (world == 8) tied = {{"gpt_tied", 2, 2, 2, 0, k1F1B, 1, false}, {"gpt_tied", 2, 2, 2, 3, kInterleaved, 2, true}};
   out.insert(out.end(), tied.begin(), tied.end());
   // The llama (4 query heads over 2 key/value heads, so tp is at most 2) on every axis and ZeRO stage, tied and
   // untied, in fp32 and bf16.
   std::vector<Case> llama;
   if (world == 4)
-    llama = {{"llama", 4, 1, 1, 0, "1f1b", 1, false},        {"llama", 4, 1, 1, 1, "1f1b", 1, false},
-             {"llama", 4, 1, 1, 2, "1f1b", 1, true},         {"llama", 4, 1, 1, 3, "1f1b", 1, false},
-             {"llama", 1, 4, 1, 0, "gpipe", 1, false},       {"llama", 1, 4, 1, 0, "1f1b", 1, true},
-             {"llama", 1, 4, 1, 0, "interleaved", 2, false}, {"llama", 2, 2, 1, 1, "1f1b", 1, false},
-             {"llama", 2, 1, 2, 3, "1f1b", 1, false},        {"llama", 1, 2, 2, 0, "interleaved", 2, true},
-             {"llama_tied", 4, 1, 1, 3, "1f1b", 1, false},   {"llama_tied", 1, 4, 1, 0, "1f1b", 1, false},
-             {"llama_tied", 2, 2, 1, 2, "gpipe", 1, true},   {"llama_tied", 1, 2, 2, 0, "1f1b", 1, false},
-             {"llama", 2, 2, 1, 1, "1f1b", 1, false, true},  {"llama_tied", 1, 2, 2, 0, "1f1b", 1, false, true}};
-  if (world == 8) llama = {{"llama", 2, 2, 2, 1, "1f1b", 1, false}, {"llama_tied", 2, 2, 2, 3, "interleaved", 2, true}};
+    llama = {{"llama", 4, 1, 1, 0, k1F1B, 1, false},        {"llama", 4, 1, 1, 1, k1F1B, 1, false},
+             {"llama", 4, 1, 1, 2, k1F1B, 1, true},         {"llama", 4, 1, 1, 3, k1F1B, 1, false},
+             {"llama", 1, 4, 1, 0, kGPipe, 1, false},       {"llama", 1, 4, 1, 0, k1F1B, 1, true},
+             {"llama", 1, 4, 1, 0, kInterleaved, 2, false}, {"llama", 2, 2, 1, 1, k1F1B, 1, false},
+             {"llama", 2, 1, 2, 3, k1F1B, 1, false},        {"llama", 1, 2, 2, 0, kInterleaved, 2, true},
+             {"llama_tied", 4, 1, 1, 3, k1F1B, 1, false},   {"llama_tied", 1, 4, 1, 0, k1F1B, 1, false},
+             {"llama_tied", 2, 2, 1, 2, kGPipe, 1, true},   {"llama_tied", 1, 2, 2, 0, k1F1B, 1, false},
+             {"llama", 2, 2, 1, 1, k1F1B, 1, false, true},  {"llama_tied", 1, 2, 2, 0, k1F1B, 1, false, true}};
+  if (world == 8) llama = {{"llama", 2, 2, 2, 1, k1F1B, 1, false}, {"llama_tied", 2, 2, 2, 3, kInterleaved, 2, true}};
   out.insert(out.end(), llama.begin(), llama.end());
   for (Case& c : bf16) {
     c.bf16 = true;
@@ -214,7 +218,7 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
   cfg["parallel"] = {{"virtual_gpus", c.dp},
                      {"pipeline", c.pp},
                      {"tensor", c.tp},
-                     {"schedule", c.schedule},
+                     {"schedule", spec::schedule_name(c.schedule)},
                      {"activation_checkpointing", c.checkpointing},
                      {"timeout_s", 120}};
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;

@@ -21,7 +21,7 @@ using config::Json;
 struct MemCase {
   std::string model;  // "gpt" | "mlp"
   int dp = 1, pp = 1, tp = 1, zero = 0;
-  std::string schedule = "1f1b";
+  spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool ckpt = false;
   int64_t micro = 2;
@@ -33,7 +33,7 @@ struct MemCase {
     std::ostringstream os;
     os << model << " dp" << dp << " pp" << pp << " tp" << tp << " zero" << zero;
     if (pp > 1 || virtual_stages > 1)
-      os << " " << schedule << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
+      os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
     os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (bf16 ? " bf16" : "");
     return os.str();
   }
@@ -42,7 +42,8 @@ struct MemCase {
 // Small enough that a step takes milliseconds, large enough that weights and activations are most of the bytes:
 // gpt ~0.3M parameters with (B, T, C) = (2, 64, 64) activations and 512-wide logits; mlp ~1.4M parameters.
 // A case of the grid; the model is filled in per model.
-inline MemCase mem_case(int dp, int pp, int tp, int zero = 0, std::string schedule = "1f1b", int virtual_stages = 1,
+inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
+                        spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB, int virtual_stages = 1,
                         int64_t micro = 2, bool bf16 = false) {
   MemCase c;
   c.bf16 = bf16;
@@ -50,7 +51,7 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0, std::string schedu
   c.pp = pp;
   c.tp = tp;
   c.zero = zero;
-  c.schedule = std::move(schedule);
+  c.schedule = schedule;
   c.virtual_stages = virtual_stages;
   c.micro = micro;
   return c;
@@ -80,7 +81,7 @@ inline Json case_config(const MemCase& c) {
                {{"virtual_gpus", c.dp},
                 {"pipeline", c.pp},
                 {"tensor", c.tp},
-                {"schedule", c.schedule},
+                {"schedule", spec::schedule_name(c.schedule)},
                 {"activation_checkpointing", c.ckpt},
                 {"timeout_s", 120}}}};
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;

@@ -45,23 +45,23 @@ std::vector<MemCase> grid() {
         out.push_back(c);
       }
     };
-    add(mem_case(1, 1, 1));                   // one device
-    add(mem_case(1, 1, 1, 0, "1f1b", 1, 1));  // 8 micro-batches of 1
+    add(mem_case(1, 1, 1));                                         // one device
+    add(mem_case(1, 1, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1));  // 8 micro-batches of 1
     for (int zero = 0; zero <= 3; ++zero) add(mem_case(2, 1, 1, zero));
-    add(mem_case(4, 1, 1, 3, "1f1b", 1, 1));  // shards padded: the last rank owns fewer elements
+    add(mem_case(4, 1, 1, 3, spec::ScheduleKind::OneFOneB, 1, 1));  // shards padded: the last rank owns fewer elements
     add(mem_case(1, 1, 2));
-    for (const char* s : {"gpipe", "1f1b"}) add(mem_case(1, 2, 1, 0, s));
-    add(mem_case(1, 2, 1, 0, "interleaved", 2));
-    add(mem_case(1, 4, 1, 0, "1f1b", 1, 1));
-    add(mem_case(1, 1, 1, 0, "interleaved", 2));  // two chunks on one rank: handed over, not sent
+    for (auto s : {spec::ScheduleKind::GPipe, spec::ScheduleKind::OneFOneB}) add(mem_case(1, 2, 1, 0, s));
+    add(mem_case(1, 2, 1, 0, spec::ScheduleKind::Interleaved, 2));
+    add(mem_case(1, 4, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1));
+    add(mem_case(1, 1, 1, 0, spec::ScheduleKind::Interleaved, 2));  // two chunks on one rank: handed over, not sent
     for (int zero : {1, 3}) add(mem_case(2, 2, 1, zero));
-    add(mem_case(2, 2, 1, 2, "interleaved", 2, 1));
-    add(mem_case(1, 2, 2, 0, "gpipe"));
+    add(mem_case(2, 2, 1, 2, spec::ScheduleKind::Interleaved, 2, 1));
+    add(mem_case(1, 2, 2, 0, spec::ScheduleKind::GPipe));
     add(mem_case(2, 1, 2, 3));
     // bf16 compute: bf16 values and activations, a separate fp32 master, fp32 scratch in the CPU matmuls.
-    for (int zero = 0; zero <= 3; ++zero) add(mem_case(2, 1, 1, zero, "1f1b", 1, 2, true));
-    add(mem_case(1, 2, 2, 0, "1f1b", 1, 2, true));
-    add(mem_case(1, 2, 1, 0, "interleaved", 2, 2, true));
+    for (int zero = 0; zero <= 3; ++zero) add(mem_case(2, 1, 1, zero, spec::ScheduleKind::OneFOneB, 1, 2, true));
+    add(mem_case(1, 2, 2, 0, spec::ScheduleKind::OneFOneB, 1, 2, true));
+    add(mem_case(1, 2, 1, 0, spec::ScheduleKind::Interleaved, 2, 2, true));
   }
   return out;
 }

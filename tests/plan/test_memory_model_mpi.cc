@@ -26,16 +26,16 @@ std::vector<MemCase> grid() {
         out.push_back(c);
       }
     };
-    for (int zero = 0; zero <= 3; ++zero) add(mem_case(4, 1, 1, zero, "1f1b", 1, 1));
-    for (const char* s : {"gpipe", "1f1b"}) add(mem_case(1, 4, 1, 0, s, 1, 1));
-    add(mem_case(1, 2, 2, 0, "interleaved", 2));
+    for (int zero = 0; zero <= 3; ++zero) add(mem_case(4, 1, 1, zero, spec::ScheduleKind::OneFOneB, 1, 1));
+    for (auto s : {spec::ScheduleKind::GPipe, spec::ScheduleKind::OneFOneB}) add(mem_case(1, 4, 1, 0, s, 1, 1));
+    add(mem_case(1, 2, 2, 0, spec::ScheduleKind::Interleaved, 2));
     add(mem_case(1, 1, 4));
     for (int zero : {1, 3}) add(mem_case(2, 2, 1, zero));
-    add(mem_case(2, 2, 1, 2, "interleaved", 2, 1));
+    add(mem_case(2, 2, 1, 2, spec::ScheduleKind::Interleaved, 2, 1));
     add(mem_case(2, 1, 2, 3));
     add(mem_case(1, 2, 2));
-    for (int zero : {0, 3}) add(mem_case(4, 1, 1, zero, "1f1b", 1, 1, true));
-    add(mem_case(2, 2, 1, 1, "1f1b", 1, 2, true));
+    for (int zero : {0, 3}) add(mem_case(4, 1, 1, zero, spec::ScheduleKind::OneFOneB, 1, 1, true));
+    add(mem_case(2, 2, 1, 1, spec::ScheduleKind::OneFOneB, 1, 2, true));
   }
   return out;
 }

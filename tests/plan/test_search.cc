@@ -135,7 +135,7 @@ TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
   s = plan::parse_candidate("dp2,micro8,ckpt,v2", o);
   EXPECT_EQ(s.plan.layout.pp, 2);  // the virtual GPU is a pipeline unless told otherwise
   EXPECT_TRUE(s.plan.activation_checkpointing);
-  EXPECT_EQ(s.plan.schedule, "interleaved");
+  EXPECT_EQ(s.plan.schedule, spec::ScheduleKind::Interleaved);
   EXPECT_EQ(s.micro_batches, 4);
   EXPECT_THROW(plan::parse_candidate("dp3", o), Error);
   EXPECT_THROW(plan::parse_candidate("dp2,micro7", o), Error);
@@ -150,7 +150,7 @@ TEST(TimeModel, BubbleFollowsTheSchedule) {
   s.micro_batches = 8;
   const plan::TimePrediction gpipe_like = plan::predict_time(mm, mm.predict(s), s, plan::builtin_rates("cpu"));
   EXPECT_NEAR(gpipe_like.bubble_fraction, 3.0 / 11.0, 1e-12);  // (pp - 1) / (m + pp - 1)
-  s.plan.schedule = "interleaved";
+  s.plan.schedule = spec::ScheduleKind::Interleaved;
   s.plan.virtual_stages = 2;
   const plan::TimePrediction inter = plan::predict_time(mm, mm.predict(s), s, plan::builtin_rates("cpu"));
   EXPECT_NEAR(inter.bubble_fraction, 1.5 / 9.5, 1e-12);  // the fill divided by v

@@ -139,9 +139,7 @@ ParallelConfig parallel_config(const Json& parallel) {
   c.virtual_gpus = positive("virtual_gpus");
   c.pipeline = positive("pipeline");
   c.tensor = positive("tensor");
-  c.schedule = parallel.value("schedule", std::string("1f1b"));
-  if (c.schedule != "gpipe" && c.schedule != "1f1b" && c.schedule != "interleaved")
-    TANDEM_FAIL("parallel.schedule '", c.schedule, "' is not one of gpipe, 1f1b, interleaved");
+  if (parallel.contains("schedule")) c.schedule = spec::schedule_from_name(parallel.at("schedule").get<std::string>());
   c.virtual_stages = positive("virtual_stages");
   c.activation_checkpointing = parallel.value("activation_checkpointing", false);
   if (parallel.contains("timeout_s")) c.timeout_s = parallel.at("timeout_s").get<double>();

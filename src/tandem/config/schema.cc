@@ -17,6 +17,7 @@
 #include "tandem/config/hf_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
+#include "tandem/spec/schedule.h"
 
 namespace tandem::config {
 namespace {
@@ -399,7 +400,7 @@ void validate_parallel(Fields& top) {
   // Only names and types for now: the layout code decides defaults and how the values combine.
   for (const char* key : {"virtual_gpus", "pipeline", "tensor", "virtual_stages"})
     if (p.has(key)) p.integer(key, std::nullopt, 1);
-  if (p.has("schedule")) p.choice("schedule", std::nullopt, {"gpipe", "1f1b", "interleaved"});
+  if (p.has("schedule")) p.choice("schedule", std::nullopt, spec::schedule_names());
   if (p.has("activation_checkpointing")) p.boolean("activation_checkpointing", std::nullopt);
   if (p.has("timeout_s")) p.number("timeout_s", std::nullopt, 0.0, std::numeric_limits<double>::infinity(), true);
   if (p.has("stages")) {

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/spec/schedule.h"
+
 namespace tandem::config {
 
 enum class OptimizerType { AdamW, Adam };
@@ -72,7 +74,7 @@ struct DataConfig {
 struct ParallelConfig {
   bool planned = false;
   std::optional<int> virtual_gpus, pipeline, tensor, virtual_stages;
-  std::string schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved"
+  spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   bool activation_checkpointing = false;
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
   std::optional<double> timeout_s;

@@ -46,8 +46,9 @@ ParallelPlan resolve_parallel(const config::ParallelConfig& p, int world) {
                 " or change parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
 
   plan.schedule = p.schedule;
-  plan.virtual_stages = p.virtual_stages.value_or(plan.schedule == "interleaved" ? 2 : 1);
-  if (plan.virtual_stages > 1 && plan.schedule != "interleaved")
+  const bool interleaved = plan.schedule == spec::ScheduleKind::Interleaved;
+  plan.virtual_stages = p.virtual_stages.value_or(interleaved ? 2 : 1);
+  if (plan.virtual_stages > 1 && !interleaved)
     TANDEM_FAIL("parallel.virtual_stages ", plan.virtual_stages, " needs \"schedule\": \"interleaved\"");
   plan.activation_checkpointing = p.activation_checkpointing;
   if (p.timeout_s) plan.timeout_s = *p.timeout_s;
@@ -58,7 +59,7 @@ ParallelPlan resolve_parallel(const config::ParallelConfig& p, int world) {
 void validate_for_model(const ParallelPlan& plan, const config::ModelConfig& model, int64_t micro_batches) {
   const Layout& l = plan.layout;
   config::check_layout(model, l.pp, l.tp, plan.virtual_stages, plan.stages);
-  if (plan.schedule == "interleaved" && l.pp > 1 && micro_batches % l.pp != 0)
+  if (plan.schedule == spec::ScheduleKind::Interleaved && l.pp > 1 && micro_batches % l.pp != 0)
     TANDEM_FAIL("the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here ",
                 micro_batches, ") to be a multiple of parallel.pipeline ", l.pp);
 }

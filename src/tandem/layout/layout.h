@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tandem/config/config.h"
+#include "tandem/spec/schedule.h"
 
 namespace tandem::layout {
 
@@ -34,7 +35,7 @@ int rank_of(const Layout& layout, const Coord& c);
 // Everything the "parallel" config object says, resolved against the world size.
 struct ParallelPlan {
   Layout layout;
-  std::string schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved"
+  spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool activation_checkpointing = false;
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance

@@ -34,7 +34,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     overflows_left_ = static_cast<int>(cfg.fp16.hysteresis);
   }
 
-  const auto kind = v > 1 ? pipeline::ScheduleKind::Interleaved : pipeline::schedule_from_name(cfg.plan.schedule);
+  const auto kind = v > 1 ? pipeline::ScheduleKind::Interleaved : cfg.plan.schedule;
   const pipeline::ScheduleSpec spec{l.pp, static_cast<int>(cfg.micro_batches), v};
   auto schedule = pipeline::build_schedule(kind, spec);
   pipeline::ExecutorSetup setup;

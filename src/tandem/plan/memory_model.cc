@@ -113,7 +113,7 @@ MemoryPrediction MemoryModel::predict(const Setup& setup, bool every_replica, ui
   const layout::Layout& l = s.plan.layout;
   if (l.dp == 1) s.zero_stage = 0;
   const int v = s.plan.virtual_stages;
-  const auto kind = v > 1 ? pl::ScheduleKind::Interleaved : pl::schedule_from_name(s.plan.schedule);
+  const auto kind = v > 1 ? pl::ScheduleKind::Interleaved : s.plan.schedule;
   const pl::ScheduleSpec spec{l.pp, static_cast<int>(s.micro_batches), v};
 
   MemoryPrediction out;

@@ -18,7 +18,7 @@ std::string bytes_str(int64_t b) { return format_bytes(static_cast<uint64_t>(std
 std::string config_keys(const Candidate& c) {
   const auto& p = c.setup.plan;
   config::Json parallel = {{"virtual_gpus", p.layout.dp}, {"pipeline", p.layout.pp}, {"tensor", p.layout.tp}};
-  if (p.layout.pp > 1) parallel["schedule"] = p.schedule;
+  if (p.layout.pp > 1) parallel["schedule"] = spec::schedule_name(p.schedule);
   if (p.virtual_stages > 1) parallel["virtual_stages"] = p.virtual_stages;
   if (p.activation_checkpointing) parallel["activation_checkpointing"] = true;
   std::ostringstream os;

@@ -34,7 +34,9 @@ std::string seconds_str(double s) {
 
 std::string schedule_label(const layout::ParallelPlan& p) {
   if (p.layout.pp == 1) return "-";
-  return p.virtual_stages > 1 ? "interleaved v" + std::to_string(p.virtual_stages) : p.schedule;
+  return p.virtual_stages > 1
+             ? spec::schedule_name(spec::ScheduleKind::Interleaved) + " v" + std::to_string(p.virtual_stages)
+             : spec::schedule_name(p.schedule);
 }
 
 std::vector<int> divisors(int64_t n) {
@@ -63,7 +65,8 @@ std::string Candidate::name() const {
      << setup.micro_batch;
   if (setup.plan.activation_checkpointing) os << ",ckpt";
   if (setup.plan.virtual_stages > 1) os << ",v" << setup.plan.virtual_stages;
-  if (l.pp > 1 && setup.plan.schedule == "gpipe") os << ",gpipe";
+  if (l.pp > 1 && setup.plan.schedule == spec::ScheduleKind::GPipe)
+    os << "," << spec::schedule_name(spec::ScheduleKind::GPipe);
   return os.str();
 }
 
@@ -112,7 +115,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
           if (v == 2 && (pp == 1 || m % pp != 0)) continue;
           layout::ParallelPlan plan;
           plan.layout = layout::Layout{dp, pp, tp};
-          plan.schedule = v > 1 ? "interleaved" : "1f1b";
+          plan.schedule = v > 1 ? spec::ScheduleKind::Interleaved : spec::ScheduleKind::OneFOneB;
           plan.virtual_stages = v;
           if (!valid_for_model(plan, model, m)) continue;
           for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
@@ -176,12 +179,13 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.plan.activation_checkpointing = true;
     } else if (tok == "ckpt0") {
       s.plan.activation_checkpointing = false;
-    } else if (tok == "interleaved") {
+    } else if (tok == spec::schedule_name(spec::ScheduleKind::Interleaved)) {
       s.plan.virtual_stages = 2;
     } else if (starts("v")) {
       s.plan.virtual_stages = static_cast<int>(number("v"));
-    } else if (tok == "1f1b" || tok == "gpipe") {
-      s.plan.schedule = tok;
+    } else if (tok == spec::schedule_name(spec::ScheduleKind::OneFOneB) ||
+               tok == spec::schedule_name(spec::ScheduleKind::GPipe)) {
+      s.plan.schedule = spec::schedule_from_name(tok);
     } else {
       TANDEM_FAIL("--explain: unknown part '", tok,
                   "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: ckpt, v2, gpipe)");
@@ -200,7 +204,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
   s.plan.layout = layout::Layout{dp, pp, tp};
   if (s.plan.layout.world() != opt.devices)
     TANDEM_FAIL("--explain: ", s.plan.layout.str(), " is ", s.plan.layout.world(), " devices, not ", opt.devices);
-  if (s.plan.virtual_stages > 1) s.plan.schedule = "interleaved";
+  if (s.plan.virtual_stages > 1) s.plan.schedule = spec::ScheduleKind::Interleaved;
   if (s.micro_batch < 1 || opt.global_batch % (s.micro_batch * dp) != 0)
     TANDEM_FAIL("--explain: micro-batch ", s.micro_batch, " x ", dp, " virtual GPUs does not divide the global batch ",
                 opt.global_batch);

@@ -207,7 +207,7 @@ void Trainer::setup() {
     std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
     std::printf("%s", engine_->describe_stages().c_str());
     if (l.pp > 1)
-      std::printf("  schedule: %s, %lld micro-batches per step\n", plan_.schedule.c_str(),
+      std::printf("  schedule: %s, %lld micro-batches per step\n", spec::schedule_name(plan_.schedule).c_str(),
                   static_cast<long long>(b.accum));
     if (ops::profile::enabled())
       std::printf(

@@ -9,25 +9,6 @@
 
 namespace tandem::parallel::pipeline {
 
-ScheduleKind schedule_from_name(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::GPipe;
-  if (name == "1f1b") return ScheduleKind::OneFOneB;
-  if (name == "interleaved") return ScheduleKind::Interleaved;
-  TANDEM_FAIL("unknown pipeline schedule '", name, "'; valid names: gpipe, 1f1b, interleaved");
-}
-
-std::string schedule_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::GPipe:
-      return "gpipe";
-    case ScheduleKind::OneFOneB:
-      return "1f1b";
-    case ScheduleKind::Interleaved:
-      return "interleaved";
-  }
-  TANDEM_CHECK(false, "unhandled ScheduleKind ", static_cast<int>(kind));
-}
-
 std::string action_kind_name(ActionKind kind) {
   switch (kind) {
     case ActionKind::RecvActivation:

@@ -6,13 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "tandem/spec/schedule.h"
+
 namespace tandem::parallel::pipeline {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
-
-// "gpipe" | "1f1b" | "interleaved"; anything else throws an Error listing the valid names.
-ScheduleKind schedule_from_name(const std::string& name);
-std::string schedule_name(ScheduleKind kind);
+// The kind is the run's one schedule enum (spec/schedule.h), with its names.
+using spec::schedule_from_name;
+using spec::schedule_name;
+using spec::ScheduleKind;
 
 enum class ActionKind { RecvActivation, Forward, SendActivation, RecvGradient, Backward, SendGradient };
 std::string action_kind_name(ActionKind kind);  // "RecvActivation", ...
