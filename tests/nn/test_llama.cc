@@ -78,7 +78,7 @@ std::vector<double> reference_logits(const LlamaConfig& c, const std::map<std::s
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string pre = "layers." + std::to_string(l) + ".";
     std::vector<double> qkv = linear(rmsnorm(x, w(pre + "attn_norm.weight")), C, w(pre + "qkv.weight"), W,
-                                     c.qkv_bias ? w(pre + "qkv.bias") : nullptr);
+                                     qkv_biased(c) ? w(pre + "qkv.bias") : nullptr);
     for (int64_t r = 0; r < B * T; ++r)
       for (int64_t head = 0; head < H + KV; ++head)  // q heads, then k heads
         for (int64_t i = 0; i < D / 2; ++i) {
@@ -109,7 +109,7 @@ std::vector<double> reference_logits(const LlamaConfig& c, const std::map<std::s
             for (int64_t i = 0; i < D; ++i) att[(b * T + t) * H * D + h * D + i] += std::exp(s[u] - mx) / sum * v[i];
           }
         }
-    const std::vector<double> o = linear(att, H * D, w(pre + "o.weight"), C, c.o_bias ? w(pre + "o.bias") : nullptr);
+    const std::vector<double> o = linear(att, H * D, w(pre + "o.weight"), C, o_biased(c) ? w(pre + "o.bias") : nullptr);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     const std::vector<double> gu =
         linear(rmsnorm(x, w(pre + "mlp_norm.weight")), C, w(pre + "gate_up.weight"), 2 * F, nullptr);
@@ -129,8 +129,7 @@ TEST(Llama, ForwardMatchesTransformersFormulas) {
   device::CpuDevice dev;
   for (const int kv : {2, 4, 1}) {
     LlamaConfig c = small(4, kv);
-    c.qkv_bias = true;
-    c.o_bias = true;
+    c.attention_bias = true;
     c.rope_theta = 100.0;  // fast rotations: positions 0..5 turn visibly
     Model m = build_llama(c);
     m.materialize(dev, 11);
@@ -151,8 +150,7 @@ TEST(Llama, ParameterCountMatchesTheBuiltModel) {
   configs.push_back(small(4, 4));  // multi-head
   configs.push_back(small(4, 1));  // multi-query
   LlamaConfig biased = small();
-  biased.qkv_bias = true;
-  biased.o_bias = true;
+  biased.attention_bias = true;
   configs.push_back(biased);
   LlamaConfig wide = small();
   wide.head_dim = 6;  // H D = 24 != C
@@ -179,7 +177,7 @@ TEST(Llama, ParameterCountOfLlama32_1B) {
   c.num_key_value_heads = 8;
   c.max_position_embeddings = 131072;
   c.rope_theta = 500000.0;
-  c.rope_scaling.rope_type = "llama3";
+  c.rope_scaling.type = spec::RopeType::Llama3;
   c.rope_scaling.factor = 32.0;
   c.tie_word_embeddings = true;
   EXPECT_EQ(llama_parameter_count(c), 1235814400);
@@ -347,10 +345,9 @@ TEST(GradCheck, LlamaTied) {
 TEST(GradCheck, LlamaMultiHeadBiasedScaledRope) {
   device::CpuDevice dev;
   LlamaConfig c = small(4, 4);
-  c.qkv_bias = true;
-  c.o_bias = true;
+  c.attention_bias = true;
   c.rope_theta = 500000.0;
-  c.rope_scaling.rope_type = "llama3";
+  c.rope_scaling.type = spec::RopeType::Llama3;
   c.rope_scaling.factor = 32.0;
   c.rope_scaling.original_max_position_embeddings = 4;
   Model m = build_llama(c);

@@ -11,49 +11,16 @@
 #include <variant>
 #include <vector>
 
+#include "tandem/spec/models.h"
+
 namespace tandem::config {
 
-// "type": "mlp". A classifier: Linear(sizes[0] -> sizes[1]), activation, ..., Linear(-> sizes.back()), no
-// activation after the last (nn::build_mlp). The structs here are what the config says; nn has its own, which the
-// factory fills, so nn does not depend on the config.
-struct MlpConfig {
-  std::vector<int64_t> sizes;       // input features, hidden widths..., classes
-  std::string activation = "relu";  // "relu" | "gelu"
-};
-
-// "type": "gpt". A GPT-2 style decoder (nn::build_gpt).
-struct GptConfig {
-  int64_t vocab_size = 0, seq_len = 0, dim = 0, layers = 0;
-  int heads = 0;
-  bool tie_word_embeddings = false;  // the head uses the token embedding's weight
-};
-
-// "type": "llama". A Llama decoder (RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP), with Hugging
-// Face LlamaConfig's names. Built by nn::build_llama once nn has it (train/model_factory.cc).
-enum class RopeType {
-  None,    // "rope_scaling": null
-  Llama3,  // "rope_type": "llama3": Llama 3's frequency-dependent scaling of the rotary frequencies
-};
-struct RopeScaling {
-  RopeType type = RopeType::None;
-  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;  // Llama3 only
-  int64_t original_max_position_embeddings = 0;                  // Llama3 only
-};
-struct LlamaConfig {
-  int64_t vocab_size = 0;
-  int64_t seq_len = 0;  // the training length ("seq_len", not a Hugging Face key)
-  int64_t hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
-  int num_attention_heads = 0;
-  int num_key_value_heads = 0;          // default num_attention_heads; divides it
-  int64_t head_dim = 0;                 // default hidden_size / num_attention_heads
-  int64_t max_position_embeddings = 0;  // default seq_len; at least seq_len
-  double rms_norm_eps = 1e-6;
-  double rope_theta = 10000;
-  RopeScaling rope_scaling;
-  bool tie_word_embeddings = false;
-  bool attention_bias = false;  // biases on the q, k, v and o projections
-  bool qkv_bias = false;        // biases on q, k and v only (Qwen2)
-};
+// The families' structs are spec's (spec/models.h), the same ones nn builds from.
+using spec::GptConfig;
+using spec::LlamaConfig;
+using spec::MlpConfig;
+using spec::RopeScaling;
+using spec::RopeType;
 
 using ModelConfig = std::variant<MlpConfig, GptConfig, LlamaConfig>;
 

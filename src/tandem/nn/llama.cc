@@ -7,6 +7,17 @@
 
 namespace tandem::nn {
 
+ops::RopeScaling rope_scaling_of(const LlamaConfig& c) {
+  ops::RopeScaling s;
+  if (c.rope_scaling.type == spec::RopeType::None) return s;  // "default"
+  s.rope_type = "llama3";
+  s.factor = c.rope_scaling.factor;
+  s.low_freq_factor = c.rope_scaling.low_freq_factor;
+  s.high_freq_factor = c.rope_scaling.high_freq_factor;
+  s.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
+  return s;
+}
+
 LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp) {
   LlamaConfig c = cfg;
   if (c.vocab_size <= 0 || c.seq_len <= 0 || c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_hidden_layers < 0)
@@ -46,14 +57,14 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp) {
                   " and vocab_size ", c.vocab_size, "; both must be multiples of it (pad the vocabulary or change tp)");
   }
   // The tables' own checks (theta, the llama3 numbers) say what is wrong with the rope fields.
-  (void)ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling);
+  (void)ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, rope_scaling_of(c));
   return c;
 }
 
 Model build_llama(const LlamaConfig& cfg, TpSlot tp) {
   const LlamaConfig c = resolve_llama(cfg, tp.size);
   auto rope = std::make_shared<RopeCache>(
-      ops::rope_tables(ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling), c.seq_len));
+      ops::rope_tables(ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, rope_scaling_of(c)), c.seq_len));
   LlamaBlockShape shape;
   shape.dim = c.hidden_size;
   shape.intermediate = c.intermediate_size;
@@ -61,8 +72,8 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp) {
   shape.kv_heads = c.num_key_value_heads;
   shape.head_dim = c.head_dim;
   shape.eps = static_cast<float>(c.rms_norm_eps);
-  shape.qkv_bias = c.qkv_bias;
-  shape.o_bias = c.o_bias;
+  shape.qkv_bias = qkv_biased(c);
+  shape.o_bias = o_biased(c);
   Model model;
   model.emplace<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) model.emplace<LlamaBlock>(static_cast<int>(i), shape, rope, tp);
@@ -75,7 +86,7 @@ int64_t llama_parameter_count(const LlamaConfig& cfg) {
   const LlamaConfig c = resolve_llama(cfg);
   const int64_t C = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
   const int64_t q = c.num_attention_heads * D, qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * D;
-  const int64_t block = 2 * C + qkv * C + (c.qkv_bias ? qkv : 0) + q * C + (c.o_bias ? C : 0) + 3 * F * C;
+  const int64_t block = 2 * C + qkv * C + (qkv_biased(c) ? qkv : 0) + q * C + (o_biased(c) ? C : 0) + 3 * F * C;
   return V * C + c.num_hidden_layers * block + C + (c.tie_word_embeddings ? 0 : V * C);
 }
 

@@ -6,26 +6,20 @@
 
 #include "tandem/nn/model.h"
 #include "tandem/nn/tensor_parallel.h"
+#include "tandem/spec/models.h"
 
 namespace tandem::nn {
 
 // A classifier: Linear(sizes[0] -> sizes[1]), activation, ..., Linear(-> sizes.back()), no activation
 // after the last. Parameters "layers.<i>.{weight,bias}". Tensor-parallel: linears pair up as column- then
 // row-parallel (the activation between them works on slices); an unpaired last linear is replicated.
-struct MlpConfig {
-  std::vector<int64_t> sizes;
-  std::string activation = "relu";
-};
+using MlpConfig = spec::MlpConfig;
 Model build_mlp(const MlpConfig& cfg, TpSlot tp = {});
 
 // GPT-2 style: the same function as the PyTorch reference (pre-LN, learned positions, fused qkv with bias,
 // GELU-tanh MLP of 4*dim, final LN, head without bias: its own weight, or with tie_word_embeddings the embedding
 // table, as Hugging Face's GPT-2).
-struct GptConfig {
-  int64_t vocab_size = 0, seq_len = 0, dim = 0, layers = 0;
-  int heads = 0;
-  bool tie_word_embeddings = false;
-};
+using GptConfig = spec::GptConfig;
 Model build_gpt(const GptConfig& cfg, TpSlot tp = {});
 // V*C + T*C + L*(12 C^2 + 13 C) + 2C (+ V*C untied), computed without building the model.
 int64_t gpt_parameter_count(const GptConfig& cfg);
