@@ -277,7 +277,7 @@ int run_export(const ExportArgs& a) {
     std::printf("wrote %zu tensors from %s to %s\n", entries.size(), folder.c_str(), a.to.c_str());
     return 0;
   }
-  const config::Json model = train::read_checkpoint_summary(folder).config.at("model");
+  const config::ModelConfig model = config::model_config(train::read_checkpoint_summary(folder).config.at("model"));
   std::map<std::string, interchange::HostWeights> host;
   for (const auto& [name, t] : weights) host[name] = {t.shape, t.values.data()};
   fs::create_directories(a.to);
@@ -291,7 +291,7 @@ int run_export(const ExportArgs& a) {
   o.bf16 = a.dtype == "bf16";
   o.max_shard_bytes = shard_bytes;
   const int files = interchange::write_hf_folder(a.to, model, host, o);
-  std::printf("wrote a Hugging Face %s model (%s, %d weight file%s) from %s to %s\n", model.value("type", "").c_str(),
+  std::printf("wrote a Hugging Face %s model (%s, %d weight file%s) from %s to %s\n", config::model_type(model).c_str(),
               a.dtype.c_str(), files, files > 1 ? "s" : "", folder.c_str(), a.to.c_str());
   return 0;
 }

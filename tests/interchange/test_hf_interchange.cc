@@ -22,6 +22,9 @@ namespace fs = std::filesystem;
 using config::Json;
 using tandem::testing::error_of;
 
+// A model object, as a config would hold it, checked and read as the config reads it.
+config::ModelConfig typed(const Json& model) { return config::model_config(config::validate_model(model)); }
+
 Json gpt2_hf() {
   return {{"architectures", {"GPT2LMHeadModel"}},
           {"model_type", "gpt2"},
@@ -79,7 +82,7 @@ std::map<std::string, std::vector<float>> random_weights(const Json& model) {
   std::mt19937 gen(3);
   std::normal_distribution<float> normal;
   std::map<std::string, std::vector<float>> out;
-  for (const HfMapping& m : hf_name_map(model)) {
+  for (const HfMapping& m : hf_name_map(typed(model))) {
     std::vector<float>& v = out[m.name];
     v.resize(static_cast<size_t>(shape_numel(m.shape)));
     for (float& x : v) x = normal(gen);
@@ -89,15 +92,15 @@ std::map<std::string, std::vector<float>> random_weights(const Json& model) {
 
 std::map<std::string, HostWeights> views(const Json& model, const std::map<std::string, std::vector<float>>& w) {
   std::map<std::string, HostWeights> out;
-  for (const HfMapping& m : hf_name_map(model)) out[m.name] = {m.shape, w.at(m.name).data()};
+  for (const HfMapping& m : hf_name_map(typed(model))) out[m.name] = {m.shape, w.at(m.name).data()};
   return out;
 }
 
 // Every parameter read back through the folder's weight source equals what was exported.
 void expect_round_trip(const std::string& dir, const Json& model, const std::map<std::string, std::vector<float>>& w) {
-  const auto source = open_weights(dir, model);
+  const auto source = open_weights(dir, typed(model));
   std::set<std::string> names;
-  for (const HfMapping& m : hf_name_map(model)) {
+  for (const HfMapping& m : hf_name_map(typed(model))) {
     names.insert(m.name);
     EXPECT_EQ(source->check(m.name, m.shape), "") << m.name;
     std::vector<float> got(w.at(m.name).size());
@@ -128,7 +131,7 @@ TEST_F(HfInterchange, Gpt2ConfigBecomesAGptModelAndBack) {
 
   Json with_seq = m;
   with_seq["seq_len"] = 16;
-  const Json back = config::hf_config_from_model(with_seq, "float32");
+  const Json back = config::hf_config_from_model(typed(with_seq), "float32");
   EXPECT_EQ(back.at("n_positions"), 16);
   EXPECT_EQ(back.at("architectures")[0], "GPT2LMHeadModel");
   EXPECT_EQ(config::model_from_hf_config(back, "d"), m);
@@ -189,10 +192,10 @@ TEST_F(HfInterchange, LlamaFamiliesKeepHuggingFaceKeyNames) {
 
   Json with_seq = m;
   with_seq["seq_len"] = 16;
-  EXPECT_EQ(config::hf_config_from_model(with_seq, "bfloat16").at("architectures")[0], "LlamaForCausalLM");
+  EXPECT_EQ(config::hf_config_from_model(typed(with_seq), "bfloat16").at("architectures")[0], "LlamaForCausalLM");
   Json qwen_seq = q;
   qwen_seq["seq_len"] = 16;
-  EXPECT_EQ(config::hf_config_from_model(qwen_seq, "float32").at("model_type"), "qwen2");
+  EXPECT_EQ(config::hf_config_from_model(typed(qwen_seq), "float32").at("model_type"), "qwen2");
 }
 
 TEST_F(HfInterchange, FromPretrainedExpandsFromTheFolderIdempotently) {
@@ -227,11 +230,11 @@ TEST_F(HfInterchange, FromPretrainedExpandsFromTheFolderIdempotently) {
 TEST_F(HfInterchange, Gpt2MapTransposesConv1DWeights) {
   const Json model = {{"type", "gpt"}, {"vocab_size", 64},           {"seq_len", 8}, {"dim", 32}, {"layers", 1},
                       {"heads", 4},    {"tie_word_embeddings", true}};
-  const auto maps = hf_name_map(model);
+  const auto maps = hf_name_map(typed(model));
   for (const HfMapping& m : maps) EXPECT_NE(m.name, "head.weight");  // tied: the embedding
   const auto w = random_weights(model);
   const std::string dir = folder("gpt2", gpt2_hf());
-  EXPECT_EQ(write_hf_folder(dir, model, views(model, w), {}), 1);
+  EXPECT_EQ(write_hf_folder(dir, typed(model), views(model, w), {}), 1);
   const checkpoint::SafetensorsFile file((fs::path(dir) / "model.safetensors").string());
   EXPECT_EQ(file.metadata().at("format"), "pt");
   EXPECT_FALSE(file.contains("lm_head.weight"));
@@ -250,7 +253,7 @@ TEST_F(HfInterchange, LlamaMapsRoundTripTiedAndUntiedWithBiasesAndShards) {
       Json model = config::model_from_hf_config(llama_hf(tied), "d");
       model["seq_len"] = 16;
       if (*bias) model[bias] = true;
-      const auto maps = hf_name_map(model);
+      const auto maps = hf_name_map(typed(model));
       const auto qkv = std::find_if(maps.begin(), maps.end(), [](auto& m) { return m.name == "layers.0.qkv.weight"; });
       ASSERT_NE(qkv, maps.end());
       EXPECT_EQ(qkv->shape, (Shape{(4 + 2 * 2) * 8, 32}));
@@ -263,7 +266,7 @@ TEST_F(HfInterchange, LlamaMapsRoundTripTiedAndUntiedWithBiasesAndShards) {
             folder(std::string("llama") + (tied ? "t" : "u") + bias + std::to_string(shard), llama_hf(tied));
         HfExportOptions o;
         o.max_shard_bytes = shard;
-        const int files = write_hf_folder(dir, model, views(model, w), o);
+        const int files = write_hf_folder(dir, typed(model), views(model, w), o);
         EXPECT_EQ(files > 1, shard == 8192);
         EXPECT_EQ(fs::exists(fs::path(dir) / "model.safetensors.index.json"), files > 1);
         expect_round_trip(dir, model, w);
@@ -281,38 +284,41 @@ TEST_F(HfInterchange, RefusalsNameTheTensors) {
                       {"tie_word_embeddings", false}};
   const auto w = random_weights(model);
   const std::string dir = folder("gpt2", gpt2_hf());
-  write_hf_folder(dir, model, views(model, w), {});
+  write_hf_folder(dir, typed(model), views(model, w), {});
 
   // A model with seq_len beyond the file's n_positions, one layer more, another dim.
   Json longer = model;
   longer["seq_len"] = 32;
-  EXPECT_HAS(open_weights(dir, longer)->check("wpe.weight", {32, 32}), "n_positions must be at least seq_len");
+  EXPECT_HAS(open_weights(dir, typed(longer))->check("wpe.weight", {32, 32}), "n_positions must be at least seq_len");
   Json deeper = model;
   deeper["layers"] = 2;
-  EXPECT_HAS(open_weights(dir, deeper)->check("blocks.1.ln1.weight", {32}), "missing 'transformer.h.1.ln_1.weight'");
-  EXPECT_HAS(open_weights(dir, model)->check("blocks.0.qkv.weight", {96, 16}), "is (96, 32) there, (96, 16) here");
+  EXPECT_HAS(open_weights(dir, typed(deeper))->check("blocks.1.ln1.weight", {32}),
+             "missing 'transformer.h.1.ln_1.weight'");
+  EXPECT_HAS(open_weights(dir, typed(model))->check("blocks.0.qkv.weight", {96, 16}),
+             "is (96, 32) there, (96, 16) here");
   // A tied model does not use lm_head.weight (transformers ties it on load); an untied one does.
   Json tied = model;
   tied["tie_word_embeddings"] = true;
   std::set<std::string> names;
-  for (const HfMapping& m : hf_name_map(tied)) names.insert(m.name);
-  EXPECT_TRUE(open_weights(dir, tied)->unused(names).empty());
+  for (const HfMapping& m : hf_name_map(typed(tied))) names.insert(m.name);
+  EXPECT_TRUE(open_weights(dir, typed(tied))->unused(names).empty());
   names.erase("lnf.bias");
-  EXPECT_EQ(open_weights(dir, tied)->unused(names), std::vector<std::string>{"transformer.ln_f.bias"});
+  EXPECT_EQ(open_weights(dir, typed(tied))->unused(names), std::vector<std::string>{"transformer.ln_f.bias"});
 
   // A llama model from a GPT-2 folder; a folder without config.json; an index naming a missing shard.
   Json llama = config::model_from_hf_config(llama_hf(false), "d");
   llama["seq_len"] = 16;
-  EXPECT_HAS(error_of([&] { open_weights(dir, llama); }), "its config.json is of a gpt model");
+  EXPECT_HAS(error_of([&] { open_weights(dir, typed(llama)); }), "its config.json is of a gpt model");
   fs::create_directories(dir_ / "bare");
-  EXPECT_HAS(error_of([&] { open_weights((dir_ / "bare").string(), model); }), "must be a Hugging Face model");
+  EXPECT_HAS(error_of([&] { open_weights((dir_ / "bare").string(), typed(model)); }), "must be a Hugging Face model");
   const std::string sharded = folder("sharded", gpt2_hf());
   std::ofstream(fs::path(sharded) / "model.safetensors.index.json")
       << Json{{"weight_map", {{"transformer.wte.weight", "model-00001-of-00002.safetensors"}}}}.dump();
-  EXPECT_HAS(error_of([&] { open_weights(sharded, model); }), "lacks the shard 'model-00001-of-00002.safetensors'");
+  EXPECT_HAS(error_of([&] { open_weights(sharded, typed(model)); }),
+             "lacks the shard 'model-00001-of-00002.safetensors'");
   const std::string none = folder("none", gpt2_hf());
   std::ofstream(fs::path(none) / "pytorch_model.bin") << "x";
-  EXPECT_HAS(error_of([&] { open_weights(none, model); }), "pytorch_model.bin");
+  EXPECT_HAS(error_of([&] { open_weights(none, typed(model)); }), "pytorch_model.bin");
 }
 
 }  // namespace

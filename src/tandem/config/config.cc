@@ -100,6 +100,8 @@ DataConfig data_config(const Json& d) {
   return c;
 }
 
+}  // namespace
+
 ModelConfig model_config(const Json& m) {
   if (m.at("type") == "llama") return llama_config(m);
   if (m.at("type") == "gpt") {
@@ -117,8 +119,6 @@ ModelConfig model_config(const Json& m) {
   c.activation = m.at("activation").get<std::string>();
   return c;
 }
-
-}  // namespace
 
 ParallelConfig parallel_config(const Json& parallel) {
   ParallelConfig c;

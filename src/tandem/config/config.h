@@ -72,6 +72,13 @@ struct TrainConfig {
 // the same words whether or not validate() saw them first.
 ParallelConfig parallel_config(const Json& parallel);
 
+// A "model" object as validate() wrote it (a validated config's, or one a checkpoint saved) as its family's struct.
+ModelConfig model_config(const Json& validated_model);
+
+// A "model" object alone checked and completed as validate() does a config's (defaults written, from_pretrained
+// expanded); errors name the keys as "model.<key>".
+Json validate_model(Json model);
+
 // The typed view of a config that validate() returned, read once. The batch sizes wait for the data-parallel size,
 // which the layout gives (layout::resolve_parallel, or the planner for "parallel": "auto"): set_data_parallel.
 TrainConfig parse(const Json& validated_cfg);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <variant>
 
 #include "tandem/config/fields.h"
 #include "tandem/core/error.h"
@@ -247,17 +248,15 @@ Json model_from_hf_config(const Json& hf, const std::string& dir, std::vector<st
   return m;
 }
 
-Json hf_config_from_model(const Json& model, const std::string& torch_dtype) {
-  const std::string type = model.value("type", "");
-  const bool tied = model.value("tie_word_embeddings", false);
-  if (type == "gpt") {
+Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dtype) {
+  if (const auto* g = std::get_if<GptConfig>(&model)) {
     return {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
-            {"vocab_size", model.at("vocab_size")},
-            {"n_positions", model.at("seq_len")},
-            {"n_embd", model.at("dim")},
-            {"n_layer", model.at("layers")},
-            {"n_head", model.at("heads")},
+            {"vocab_size", g->vocab_size},
+            {"n_positions", g->seq_len},
+            {"n_embd", g->dim},
+            {"n_layer", g->layers},
+            {"n_head", g->heads},
             {"n_inner", nullptr},
             {"activation_function", "gelu_new"},
             {"layer_norm_epsilon", kLayerNormEps},
@@ -265,31 +264,43 @@ Json hf_config_from_model(const Json& model, const std::string& torch_dtype) {
             {"embd_pdrop", 0.0},
             {"attn_pdrop", 0.0},
             {"scale_attn_weights", true},
-            {"tie_word_embeddings", tied},
+            {"tie_word_embeddings", g->tie_word_embeddings},
             {"torch_dtype", torch_dtype}};
   }
-  if (type == "llama") {
-    const bool qkv_bias = model.value("qkv_bias", false);
-    const bool attention_bias = model.value("attention_bias", false);
-    if (qkv_bias && attention_bias)
+  if (const auto* l = std::get_if<LlamaConfig>(&model)) {
+    if (l->qkv_bias && l->attention_bias)
       TANDEM_FAIL("model has both qkv_bias and attention_bias: no Hugging Face architecture has that combination");
-    const bool qwen2 = qkv_bias;
+    const bool qwen2 = l->qkv_bias;
     Json hf = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
                {"model_type", qwen2 ? "qwen2" : "llama"},
                {"hidden_act", "silu"},
-               {"torch_dtype", torch_dtype}};
-    for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                          "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling"})
-      if (model.contains(k)) hf[k] = model.at(k);
-    hf["max_position_embeddings"] = model.value("max_position_embeddings", model.at("seq_len").get<int64_t>());
-    hf["tie_word_embeddings"] = tied;
+               {"torch_dtype", torch_dtype},
+               {"vocab_size", l->vocab_size},
+               {"hidden_size", l->hidden_size},
+               {"intermediate_size", l->intermediate_size},
+               {"num_hidden_layers", l->num_hidden_layers},
+               {"num_attention_heads", l->num_attention_heads},
+               {"num_key_value_heads", l->num_key_value_heads ? l->num_key_value_heads : l->num_attention_heads},
+               {"rms_norm_eps", l->rms_norm_eps},
+               {"rope_theta", l->rope_theta},
+               {"rope_scaling", nullptr},
+               {"max_position_embeddings", l->max_position_embeddings ? l->max_position_embeddings : l->seq_len},
+               {"tie_word_embeddings", l->tie_word_embeddings}};
+    if (l->head_dim) hf["head_dim"] = l->head_dim;
+    if (l->rope_scaling.type == RopeType::Llama3)
+      hf["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", l->rope_scaling.factor},
+                            {"low_freq_factor", l->rope_scaling.low_freq_factor},
+                            {"high_freq_factor", l->rope_scaling.high_freq_factor},
+                            {"original_max_position_embeddings", l->rope_scaling.original_max_position_embeddings}};
     if (!qwen2) {
-      hf["attention_bias"] = attention_bias;
+      hf["attention_bias"] = l->attention_bias;
       hf["mlp_bias"] = false;
     }
     return hf;
   }
-  TANDEM_FAIL("a model of type '", type, "' has no Hugging Face architecture to export to; gpt and llama do");
+  TANDEM_FAIL("a model of type '", model_type(model),
+              "' has no Hugging Face architecture to export to; gpt and llama do");
 }
 
 Json read_hf_config(const std::string& dir) {

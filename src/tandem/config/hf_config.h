@@ -16,9 +16,9 @@ namespace tandem::config {
 Json model_from_hf_config(const Json& hf_config_json, const std::string& dir,
                           std::vector<std::string>* warnings = nullptr);
 
-// A config.json that transformers loads for a Tandem model object ("gpt" or "llama"); `torch_dtype` is
-// "float32" or "bfloat16".
-Json hf_config_from_model(const Json& tandem_model, const std::string& torch_dtype);
+// A config.json that transformers loads for a Tandem model (gpt or llama); `torch_dtype` is "float32" or
+// "bfloat16".
+Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dtype);
 
 // DIR/config.json parsed; errors say what is missing or malformed.
 Json read_hf_config(const std::string& dir);

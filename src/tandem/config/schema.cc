@@ -464,6 +464,13 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   return cfg;
 }
 
+Json validate_model(Json model) {
+  Json top = {{"model", std::move(model)}};
+  Fields t(top, "");
+  validate_model(t);
+  return top.at("model");
+}
+
 Json validate(Json cfg) {
   std::vector<std::string> no_effect;
   return validate(std::move(cfg), no_effect);

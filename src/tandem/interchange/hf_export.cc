@@ -29,7 +29,7 @@ std::string shard_name(size_t k, size_t n) {
 
 }  // namespace
 
-int write_hf_folder(const std::string& dir, const config::Json& model,
+int write_hf_folder(const std::string& dir, const config::ModelConfig& model,
                     const std::map<std::string, HostWeights>& weights, const HfExportOptions& options) {
   namespace fs = std::filesystem;
   const std::vector<HfMapping> maps = hf_name_map(model);

@@ -24,7 +24,7 @@ struct HfExportOptions {
 
 // Writes into the existing folder `dir`. `weights` must hold exactly the parameters of `model`. Returns the
 // number of files of weights written.
-int write_hf_folder(const std::string& dir, const config::Json& model,
+int write_hf_folder(const std::string& dir, const config::ModelConfig& model,
                     const std::map<std::string, HostWeights>& weights, const HfExportOptions& options);
 
 }  // namespace tandem::interchange

@@ -2,12 +2,12 @@
 // GPT2LMHeadModel and LlamaForCausalLM (Mistral and Qwen2 name their tensors as Llama does).
 #include "tandem/interchange/hf_names.h"
 
+#include <variant>
+
 #include "tandem/core/error.h"
 
 namespace tandem::interchange {
 namespace {
-
-int64_t get(const config::Json& model, const char* key) { return model.at(key).get<int64_t>(); }
 
 // A parameter filled by one Hugging Face tensor, whole.
 HfMapping whole(const std::string& name, Shape shape, const std::string& hf, bool transposed = false) {
@@ -27,12 +27,12 @@ HfMapping rows_of(const std::string& name, Shape shape, const std::vector<std::p
   return m;
 }
 
-std::vector<HfMapping> gpt2_map(const config::Json& model) {
-  const int64_t v = get(model, "vocab_size"), c = get(model, "dim"), s = get(model, "seq_len");
+std::vector<HfMapping> gpt2_map(const config::GptConfig& model) {
+  const int64_t v = model.vocab_size, c = model.dim, s = model.seq_len;
   std::vector<HfMapping> out;
   out.push_back(whole("wte.weight", {v, c}, "transformer.wte.weight"));
   out.push_back({"wpe.weight", {s, c}, {{"transformer.wpe.weight", 0, s, false, true}}});
-  for (int64_t i = 0; i < get(model, "layers"); ++i) {
+  for (int64_t i = 0; i < model.layers; ++i) {
     const std::string t = "blocks." + std::to_string(i) + ".", h = "transformer.h." + std::to_string(i) + ".";
     for (const char* p : {"weight", "bias"}) out.push_back(whole(t + "ln1." + p, {c}, h + "ln_1." + p));
     out.push_back(whole(t + "qkv.weight", {3 * c, c}, h + "attn.c_attn.weight", true));
@@ -47,20 +47,20 @@ std::vector<HfMapping> gpt2_map(const config::Json& model) {
   }
   for (const char* p : {"weight", "bias"})
     out.push_back(whole(std::string("lnf.") + p, {c}, std::string("transformer.ln_f.") + p));
-  if (!model.value("tie_word_embeddings", false)) out.push_back(whole("head.weight", {v, c}, "lm_head.weight"));
+  if (!model.tie_word_embeddings) out.push_back(whole("head.weight", {v, c}, "lm_head.weight"));
   return out;
 }
 
-std::vector<HfMapping> llama_map(const config::Json& model) {
-  const int64_t v = get(model, "vocab_size"), c = get(model, "hidden_size"), f = get(model, "intermediate_size");
-  const int64_t heads = get(model, "num_attention_heads");
-  const int64_t kv = model.value("num_key_value_heads", heads);
-  const int64_t d = model.contains("head_dim") && !model.at("head_dim").is_null() ? get(model, "head_dim") : c / heads;
-  const bool o_bias = model.value("attention_bias", false);
-  const bool qkv_bias = o_bias || model.value("qkv_bias", false);
+std::vector<HfMapping> llama_map(const config::LlamaConfig& model) {
+  const int64_t v = model.vocab_size, c = model.hidden_size, f = model.intermediate_size;
+  const int64_t heads = model.num_attention_heads;
+  const int64_t kv = model.num_key_value_heads ? model.num_key_value_heads : heads;
+  const int64_t d = model.head_dim ? model.head_dim : c / heads;
+  const bool o_bias = model.attention_bias;
+  const bool qkv_bias = o_bias || model.qkv_bias;
   std::vector<HfMapping> out;
   out.push_back(whole("embed.weight", {v, c}, "model.embed_tokens.weight"));
-  for (int64_t i = 0; i < get(model, "num_hidden_layers"); ++i) {
+  for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
     const std::string t = "layers." + std::to_string(i) + ".", h = "model.layers." + std::to_string(i) + ".";
     out.push_back(whole(t + "attn_norm.weight", {c}, h + "input_layernorm.weight"));
     const int64_t qkv_rows = (heads + 2 * kv) * d;
@@ -80,7 +80,7 @@ std::vector<HfMapping> llama_map(const config::Json& model) {
     out.push_back(whole(t + "down.weight", {c, f}, h + "mlp.down_proj.weight"));
   }
   out.push_back(whole("norm.weight", {c}, "model.norm.weight"));
-  if (!model.value("tie_word_embeddings", false)) out.push_back(whole("head.weight", {v, c}, "lm_head.weight"));
+  if (!model.tie_word_embeddings) out.push_back(whole("head.weight", {v, c}, "lm_head.weight"));
   return out;
 }
 
@@ -90,11 +90,11 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 }  // namespace
 
-std::vector<HfMapping> hf_name_map(const config::Json& model) {
-  const std::string type = model.value("type", "");
-  if (type == "gpt") return gpt2_map(model);
-  if (type == "llama") return llama_map(model);
-  TANDEM_FAIL("a model of type '", type, "' has no Hugging Face counterpart; gpt (GPT-2) and llama do");
+std::vector<HfMapping> hf_name_map(const config::ModelConfig& model) {
+  if (const auto* g = std::get_if<config::GptConfig>(&model)) return gpt2_map(*g);
+  if (const auto* l = std::get_if<config::LlamaConfig>(&model)) return llama_map(*l);
+  TANDEM_FAIL("a model of type '", config::model_type(model),
+              "' has no Hugging Face counterpart; gpt (GPT-2) and llama do");
 }
 
 const char* hf_tied_head_name() { return "lm_head.weight"; }

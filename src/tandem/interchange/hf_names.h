@@ -29,9 +29,9 @@ struct HfMapping {
   std::vector<HfPiece> pieces;
 };
 
-// Every parameter of `model` (a validated "gpt" or "llama" object) with its Hugging Face sources, in the order
-// the model lists them; a tied head has no entry (it is the embedding).
-std::vector<HfMapping> hf_name_map(const config::Json& model);
+// Every parameter of `model` (gpt or llama) with its Hugging Face sources, in the order the model lists them; a
+// tied head has no entry (it is the embedding).
+std::vector<HfMapping> hf_name_map(const config::ModelConfig& model);
 
 // The Hugging Face tensor name that a tied head may still be saved under ("lm_head.weight").
 const char* hf_tied_head_name();

@@ -290,7 +290,7 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
   return reader.manifest().at("step").get<int64_t>();
 }
 
-void load_initial_weights(const std::string& path, const config::Json& model, parallel::Engine& engine) {
+void load_initial_weights(const std::string& path, const config::ModelConfig& model, parallel::Engine& engine) {
   const std::unique_ptr<interchange::WeightSource> source = interchange::open_weights(path, model);
   const bool hf = interchange::is_hf_folder(path);
   std::ostringstream problems;

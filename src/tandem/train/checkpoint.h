@@ -43,7 +43,7 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
 // the same names), or from a Hugging Face model folder of `model`'s family (interchange/weight_source.h):
 // every parameter must be present with its logical shape, and nothing else; F32, BF16 or F16. Each rank
 // reads only the elements it owns.
-void load_initial_weights(const std::string& path, const config::Json& model, parallel::Engine& engine);
+void load_initial_weights(const std::string& path, const config::ModelConfig& model, parallel::Engine& engine);
 
 // The consolidated weights of a checkpoint: each parameter's logical tensor (for tandem export).
 struct LogicalTensor {

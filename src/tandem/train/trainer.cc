@@ -225,7 +225,7 @@ void Trainer::restore(const std::string& checkpoint) {
   // --init, else model.from_pretrained for a run that does not resume (a checkpoint holds its own weights).
   const std::string init = !options_.init.empty() ? options_.init : checkpoint.empty() ? cfg_.pretrained_dir : "";
   if (!init.empty()) {
-    load_initial_weights(init, cfg_.raw.is_object() ? cfg_.raw.at("model") : config::Json(), *engine_);
+    load_initial_weights(init, cfg_.model, *engine_);
     if (is_printer()) std::printf("initial weights from %s\n", init.c_str());
   }
 }
