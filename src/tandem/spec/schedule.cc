@@ -5,10 +5,13 @@
 
 namespace tandem::spec {
 
+namespace {
+constexpr ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved};
+}  // namespace
+
 ScheduleKind schedule_from_name(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::GPipe;
-  if (name == "1f1b") return ScheduleKind::OneFOneB;
-  if (name == "interleaved") return ScheduleKind::Interleaved;
+  for (const ScheduleKind kind : kKinds)
+    if (schedule_name(kind) == name) return kind;
   TANDEM_FAIL("parallel.schedule '", name, "' is not one of gpipe, 1f1b, interleaved");
 }
 
@@ -25,8 +28,9 @@ std::string schedule_name(ScheduleKind kind) {
 }
 
 std::vector<std::string> schedule_names() {
-  return {schedule_name(ScheduleKind::GPipe), schedule_name(ScheduleKind::OneFOneB),
-          schedule_name(ScheduleKind::Interleaved)};
+  std::vector<std::string> names;
+  for (const ScheduleKind kind : kKinds) names.push_back(schedule_name(kind));
+  return names;
 }
 
 }  // namespace tandem::spec
