@@ -816,9 +816,12 @@ void check_deferred_errors(Suite& s) {
 // ---- the Llama-family ops: RMSNorm, rotary embedding, SwiGLU, grouped-query attention ----
 
 void check_rmsnorm(Suite& s) {
-  // 37 columns: partial warps; (4096, 2048): B=2 T=2048 rows of a Llama 3.2 1B hidden state.
+  // 37 columns: partial warps, the general kernels; the rest the one-pass backward: 24 (3 packs of halves, 6 of f32,
+  // rows not a multiple of a group), (4096, 2048): B=2 T=2048 rows of a Llama 3.2 1B hidden state (1 or 2 packs a
+  // thread), 4096 (2 or 4), 8192 (4 for halves, the general kernels for f32).
   for (DType t : kFloatTypes) {
-    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {4096, 2048}}) {
+    for (const auto& [n, c] :
+         std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {7, 24}, {4096, 2048}, {9, 4096}, {37, 8192}}) {
       const std::string shape = dims({n, c});
       s.run("rmsnorm_forward", dtype_name(t), shape, [&] {
         auto x = s.make({n, c}, t, 200, 2.0f, 0.5f);
@@ -863,7 +866,13 @@ void check_rotary(Suite& s) {
   struct Case {
     int64_t b, t, heads, kv_heads, d, t_max;  // a fused qkv (B, T, (H + 2 Hkv) D); q and k rotated
   };
-  const std::vector<Case> cases = {{3, 5, 3, 1, 6, 7}, {2, 1024, 32, 8, 64, 2048}, {2, 1024, 32, 8, 128, 1024}};
+  // D=6: the scalar kernel; D=8: 16-byte packs of f32 only; D=16: one pack of halves per half head; then the
+  // model's shapes, packed.
+  const std::vector<Case> cases = {{3, 5, 3, 1, 6, 7},
+                                   {2, 7, 4, 2, 8, 9},
+                                   {3, 5, 2, 1, 16, 5},
+                                   {2, 1024, 32, 8, 64, 2048},
+                                   {2, 1024, 32, 8, 128, 1024}};
   for (DType t : kFloatTypes) {
     for (const Case& c : cases) {
       const int64_t w = (c.heads + 2 * c.kv_heads) * c.d;
@@ -894,9 +903,10 @@ void check_rotary(Suite& s) {
 }
 
 void check_swiglu(Suite& s) {
-  // 13 columns: odd; (4096, 8192): B=2 T=2048 rows of Llama 3.2 1B's MLP.
+  // 13 columns: odd, the scalar kernel; 20: 16-byte packs of f32 but not of halves (scalar there); 8: one pack of
+  // halves per row; (4096, 8192): B=2 T=2048 rows of Llama 3.2 1B's MLP, packed.
   for (DType t : kFloatTypes) {
-    for (const auto& [n, f] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {4096, 8192}}) {
+    for (const auto& [n, f] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {6, 20}, {5, 8}, {4096, 8192}}) {
       const std::string shape = dims({n, 2 * f});
       s.run("swiglu_forward", dtype_name(t), shape, [&] {
         auto gate_up = s.make({n, 2 * f}, t, 220, 2.0f);

@@ -49,10 +49,10 @@ int64_t linear_weight_grad_scratch(const ScratchContext&, const Tensor& dy, cons
   return dweight.dtype() == DType::F32 ? std::max(sums, dbias.numel() * 4) : sums;
 }
 
-// rmsnorm.cu: dgamma's (slices, C) f32 partials.
+// rmsnorm.cu: dgamma's f32 partials, (blocks, C) in the packed pass, (slices, C) in the general one.
 int64_t rmsnorm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&, const Tensor&,
                                  const Tensor&, const Tensor&) {
-  return rmsnorm_backward_scratch_bytes(rows_of(x), cols_of(x));
+  return rmsnorm_backward_scratch_bytes(rows_of(x), cols_of(x), static_cast<int64_t>(dtype_size(x.dtype())));
 }
 
 // attention_gqa.cu: rowsum(dO * O) (B, H, T) f32 (the plain kernels; cuDNN's workspace is not counted, as above).
