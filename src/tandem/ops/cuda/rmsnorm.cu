@@ -4,7 +4,8 @@
 // 1024 of them) and every tensor is aligned, the backward is one pass as LayerNorm's (layernorm.cu): each block takes
 // a fixed share of the rows, writes dx and sums its rows' dgamma terms into one row of f32 scratch, which
 // column_sum.cuh's finishing pass adds in block order. x and y (and dy and dx) may be the same tensor:
-// each lane reads an element before it writes the same element, so no __restrict__ on them.
+// each lane reads an element before it writes the same element, so no __restrict__ on them. rmsnorm_backward_add
+// adds a residual gradient dres to dx in fp32 before the one rounding, in both forms.
 #include "tandem/ops/cuda/column_sum.cuh"
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
@@ -44,10 +45,11 @@ __global__ void rmsnorm_forward_kernel(const T* x, const T* __restrict__ gamma, 
   }
 }
 
-// dx = rstd (g - xhat mean(g xhat)), g = dy * gamma, xhat = x * rstd.
+// dx = rstd (g - xhat mean(g xhat)) [+ dres], g = dy * gamma, xhat = x * rstd. dres (N, C) or null.
 template <class T>
 __global__ void rmsnorm_backward_dx_kernel(const T* dy, const T* __restrict__ x, const T* __restrict__ gamma,
-                                           const float* __restrict__ rstd, T* dx, int64_t n, int64_t c) {
+                                           const float* __restrict__ rstd, const T* __restrict__ dres, T* dx, int64_t n,
+                                           int64_t c) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const float inv_c = 1.0f / static_cast<float>(c);
@@ -61,7 +63,9 @@ __global__ void rmsnorm_backward_dx_kernel(const T* dy, const T* __restrict__ x,
     const float mean_gx = warp_reduce(sum_gx, SumOp{}) * inv_c;
     for (int64_t j = lane; j < c; j += 32) {
       const float xhat = to_f32(xr[j]) * rs;
-      out[j] = from_f32<T>(rs * (to_f32(gr[j]) * to_f32(gamma[j]) - xhat * mean_gx));
+      float v = rs * (to_f32(gr[j]) * to_f32(gamma[j]) - xhat * mean_gx);
+      if (dres) v += to_f32(dres[row * c + j]);
+      out[j] = from_f32<T>(v);
     }
   }
 }
@@ -100,8 +104,8 @@ __global__ void rmsnorm_dgamma_finish_kernel(const float* __restrict__ partial, 
 template <class T, int P, int R>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_backward_packed_kernel(const T* dy, const T* __restrict__ x, const T* __restrict__ gamma,
-                                   const float* __restrict__ rstd, T* dx, int64_t n, int64_t packs,
-                                   int64_t rows_per_block, float* __restrict__ partial) {
+                                   const float* __restrict__ rstd, const T* __restrict__ dres, T* dx, int64_t n,
+                                   int64_t packs, int64_t rows_per_block, float* __restrict__ partial) {
   constexpr int V = kPack<T>;
   __shared__ float red[2][R][kWarpsPerBlock];  // two buffers: one barrier per group suffices
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -112,6 +116,7 @@ __global__ void __launch_bounds__(kThreads)
   const auto* xp = reinterpret_cast<const Pack<T>*>(x);
   const auto* dyp = reinterpret_cast<const Pack<T>*>(dy);
   auto* dxp = reinterpret_cast<Pack<T>*>(dx);
+  const auto* resp = reinterpret_cast<const Pack<T>*>(dres);
 
   bool on[P];
   float g[P][V], acc_g[P][V];
@@ -181,12 +186,15 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < P; ++i) {
         if (!on[i]) continue;
         const int64_t at = row * packs + threadIdx.x + static_cast<int64_t>(kThreads) * i;
-        Pack<T> out;
+        Pack<T> out, res;
+        if (resp) res = resp[at];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           const float d = to_f32(gv[rr][i].v[k]), xf = to_f32(xv[rr][i].v[k]);
           const float xhat = xf * rs[rr];
-          out.v[k] = from_f32<T>(rs[rr] * (d * g[i][k] - xhat * mean_gx));
+          float v = rs[rr] * (d * g[i][k] - xhat * mean_gx);
+          if (resp) v += to_f32(res.v[k]);
+          out.v[k] = from_f32<T>(v);
           acc_g[i][k] += d * rounded<T>(xf * rs[rr]);
         }
         dxp[at] = out;
@@ -206,7 +214,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, int P>
 void launch_backward_packed(device::CudaDevice& dev, const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                            const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, int64_t n, int64_t c) {
+                            const Tensor& rstd, const T* dres, const Tensor& dx, const Tensor& dgamma, int64_t n,
+                            int64_t c) {
   constexpr int R = 4 / P;
   static_assert(R * P == 4);
   const int64_t packs = c / kPack<T>;
@@ -216,7 +225,7 @@ void launch_backward_packed(device::CudaDevice& dev, const Tensor& dy, const Ten
   TANDEM_CHECK(static_cast<int64_t>(partial.nbytes()) == rmsnorm_backward_scratch_bytes(n, c, sizeof(T)),
                "rmsnorm_backward: scratch size differs from the planner's (scratch_sizes.h)");
   rmsnorm_backward_packed_kernel<T, P, R><<<static_cast<unsigned>(blocks), kThreads, 0, dev.compute_stream()>>>(
-      dy.data<T>(), x.data<T>(), gamma.data<T>(), rstd.f32(), dx.data<T>(), n, packs, per, partial.f32());
+      dy.data<T>(), x.data<T>(), gamma.data<T>(), rstd.f32(), dres, dx.data<T>(), n, packs, per, partial.f32());
   TANDEM_CUDA_CHECK_LAUNCH();
   column_finish<1>(dev, partial.f32(), blocks, c, dgamma.f32(), nullptr);
 }
@@ -241,11 +250,14 @@ void rmsnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& y, cons
   });
 }
 
-void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dx,
-                      const Tensor& dgamma) {
-  const char* op = "rmsnorm_backward";
+namespace {
+
+// dx = RMSNorm'(dy) [+ dres]; dgamma accumulates. dres null: the plain backward.
+void backward(const char* op, const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+              const Tensor* dres, const Tensor& dx, const Tensor& dgamma) {
   check_float(op, "x", x);
   for (const Tensor* t : {&dy, &gamma, &dx}) check_dtype(op, "dy, gamma and dx", *t, x.dtype());
+  if (dres) check_dtype(op, "dres", *dres, x.dtype());
   for (const Tensor* t : {&rstd, &dgamma}) check_dtype(op, "rstd and dgamma", *t, DType::F32);
   const int64_t n = rows_of(x), c = cols_of(x);
   if (n == 0 || c == 0) return;
@@ -253,12 +265,13 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, co
   const cudaStream_t stream = dev.compute_stream();
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    bool aligned = true;
+    const T* res = dres ? dres->data<T>() : nullptr;
+    bool aligned = !dres || aligned16(dres->raw());
     for (const Tensor* t : {&dy, &x, &gamma, &dx}) aligned = aligned && aligned16(t->raw());
     const int p = aligned ? layernorm_backward_packs_per_thread(c, sizeof(T)) : 0;
-    if (p == 1) return launch_backward_packed<T, 1>(dev, dy, x, gamma, rstd, dx, dgamma, n, c);
-    if (p == 2) return launch_backward_packed<T, 2>(dev, dy, x, gamma, rstd, dx, dgamma, n, c);
-    if (p == 4) return launch_backward_packed<T, 4>(dev, dy, x, gamma, rstd, dx, dgamma, n, c);
+    if (p == 1) return launch_backward_packed<T, 1>(dev, dy, x, gamma, rstd, res, dx, dgamma, n, c);
+    if (p == 2) return launch_backward_packed<T, 2>(dev, dy, x, gamma, rstd, res, dx, dgamma, n, c);
+    if (p == 4) return launch_backward_packed<T, 4>(dev, dy, x, gamma, rstd, res, dx, dgamma, n, c);
     const int64_t slices = rmsnorm_slices(n);
     TANDEM_CHECK(slices <= 65535, op, ": ", n, " rows exceed the dgamma reduction's grid (at most ",
                  65535 * kRmsnormRowsPerSlice, " rows per call)");
@@ -273,9 +286,21 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, co
     rmsnorm_dgamma_finish_kernel<<<grid_for(dev, c), kThreads, 0, stream>>>(partial.f32(), slices, c, dgamma.f32());
     TANDEM_CUDA_CHECK_LAUNCH();
     rmsnorm_backward_dx_kernel<T><<<row_blocks(dev, n), kThreads, 0, stream>>>(
-        dy.data<T>(), x.data<T>(), gamma.data<T>(), rstd.f32(), dx.data<T>(), n, c);
+        dy.data<T>(), x.data<T>(), gamma.data<T>(), rstd.f32(), res, dx.data<T>(), n, c);
     TANDEM_CUDA_CHECK_LAUNCH();
   });
+}
+
+}  // namespace
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& dgamma) {
+  backward("rmsnorm_backward", dy, x, gamma, rstd, nullptr, dx, dgamma);
+}
+
+void rmsnorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                          const Tensor& dres, const Tensor& dx, const Tensor& dgamma) {
+  backward("rmsnorm_backward_add", dy, x, gamma, rstd, &dres, dx, dgamma);
 }
 
 }  // namespace tandem::ops::cuda

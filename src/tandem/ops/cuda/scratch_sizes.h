@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "tandem/core/tensor.h"
 #include "tandem/ops/cuda/workspace.h"
 
 namespace tandem::ops::cuda {
@@ -30,5 +31,10 @@ inline int64_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols, int64_
 inline int64_t attention_gqa_backward_scratch_bytes(int64_t batch, int64_t heads, int64_t t) {
   return batch * heads * t * 4;
 }
+
+// cuDNN's workspace for the fused attention graph of this shape (forward or backward), asked of cuDNN on `device`
+// when it is a CUDA device (attention_gqa.cc: the graph is built and cached there, and the run reuses it); 0 for
+// any other device, and where the plain kernels run.
+int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward);
 
 }  // namespace tandem::ops::cuda
