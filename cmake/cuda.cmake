@@ -112,8 +112,6 @@ target_link_libraries(tandem_device_cuda PUBLIC tandem_device tandem_device_aren
 set(_tandem_ops ${_tandem_root}/src/tandem/ops/cuda)
 add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/adamw.cu
-  ${_tandem_ops}/attention.cc
-  ${_tandem_ops}/attention.cu
   ${_tandem_ops}/backend.cc
   ${_tandem_ops}/cross_entropy.cu
   ${_tandem_ops}/elementwise.cu

@@ -137,13 +137,14 @@ int launch_with_mpirun(int argc, char** argv, int n) {
 }
 
 // The planner's prediction before anything is allocated: printed, and a refusal when it cannot fit.
-void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan, bool on_gpu,
-               uint64_t gpu_memory, bool print) {
+void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan,
+               tandem::device::AccountedDevice* gpu, uint64_t gpu_memory, bool print) {
   using namespace tandem;
   layout::validate_for_model(plan, tc.model, tc.batch.accum);  // its messages say what to change; say them first
   plan::PreflightOptions o;
-  o.backend = on_gpu ? plan::Backend::Cuda : plan::Backend::Cpu;
+  o.backend = gpu ? plan::Backend::Cuda : plan::Backend::Cpu;
   o.device_free_bytes = gpu_memory;
+  o.device = gpu;
   const plan::PreflightResult pre = plan::preflight(tc, plan, o);
   if (print) {
     std::printf("%s\n", pre.line.c_str());
@@ -215,7 +216,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     if (job.printer())
       for (const std::string& line : tc.notices) std::printf("%s\n", line.c_str());  // "auto" values, no-effect keys
     std::fflush(stdout);
-    preflight(tc, plan, gpu != nullptr, gpu_memory, job.printer());
+    preflight(tc, plan, gpu.get(), gpu_memory, job.printer());
   });
   const std::string out = job.from_rank0([&] { return train::prepare_run_folder(a.out, checkpoint, a.overwrite); });
   if (job.printer()) {

@@ -27,9 +27,9 @@
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/ops/cpu/cpu_ops.h"
 #include "tandem/ops/cuda/attention_gqa_plain.h"
-#include "tandem/ops/cuda/attention_plain.h"
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/gemm_stats.h"
+#include "tandem/ops/cuda/scratch_sizes.h"
 #include "tandem/ops/rope_tables.h"
 #include "tolerances.h"
 
@@ -591,7 +591,7 @@ void check_attention(Suite& s) {
           auto lse = s.output({c.b, c.h, c.t}, DType::F32);
           cpu::attention_forward(qkv.cpu, static_cast<int>(c.h), y.cpu, lse.cpu);
           if (plain) {
-            gpu::attention_forward_plain(qkv.gpu, static_cast<int>(c.h), y.gpu, lse.gpu);
+            gpu::attention_gqa_forward_plain(qkv.gpu, static_cast<int>(c.h), static_cast<int>(c.h), y.gpu, lse.gpu);
           } else {
             gpu::attention_forward(qkv.gpu, static_cast<int>(c.h), y.gpu, lse.gpu);
           }
@@ -610,7 +610,8 @@ void check_attention(Suite& s) {
           cpu::attention_backward(qkv.cpu, static_cast<int>(c.h), y, lse, dy.cpu, dqkv.cpu);
           auto run = [&](const Tensor& out) {
             if (plain) {
-              gpu::attention_backward_plain(qkv.gpu, static_cast<int>(c.h), y_g, lse_g, dy.gpu, out);
+              gpu::attention_gqa_backward_plain(qkv.gpu, static_cast<int>(c.h), static_cast<int>(c.h), y_g, lse_g,
+                                                dy.gpu, out);
             } else {
               gpu::attention_backward(qkv.gpu, static_cast<int>(c.h), y_g, lse_g, dy.gpu, out);
             }
@@ -816,9 +817,12 @@ void check_deferred_errors(Suite& s) {
 // ---- the Llama-family ops: RMSNorm, rotary embedding, SwiGLU, grouped-query attention ----
 
 void check_rmsnorm(Suite& s) {
-  // 37 columns: partial warps; (4096, 2048): B=2 T=2048 rows of a Llama 3.2 1B hidden state.
+  // 37 columns: partial warps, the general kernels; the rest the one-pass backward: 24 (3 packs of halves, 6 of f32,
+  // rows not a multiple of a group), (4096, 2048): B=2 T=2048 rows of a Llama 3.2 1B hidden state (1 or 2 packs a
+  // thread), 4096 (2 or 4), 8192 (4 for halves, the general kernels for f32).
   for (DType t : kFloatTypes) {
-    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {4096, 2048}}) {
+    for (const auto& [n, c] :
+         std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {7, 24}, {4096, 2048}, {9, 4096}, {37, 8192}}) {
       const std::string shape = dims({n, c});
       s.run("rmsnorm_forward", dtype_name(t), shape, [&] {
         auto x = s.make({n, c}, t, 200, 2.0f, 0.5f);
@@ -855,6 +859,25 @@ void check_rmsnorm(Suite& s) {
         s.row("rmsnorm_backward dgamma bitwise rerun", dtype_name(t), shape,
               same_bits(dgamma.gpu, dgamma_again) ? 0.0 : 1.0, gpu_check::kOpExact);
       });
+      s.run("rmsnorm_backward_add", dtype_name(t), shape, [&] {
+        auto x = s.make({n, c}, t, 206, 2.0f, 0.5f);
+        auto gamma = s.make({c}, t, 207, 0.2f, 1.0f);
+        auto dy = s.make({n, c}, t, 208);
+        auto dres = s.make({n, c}, t, 209);
+        Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
+        Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
+        cpu::rmsnorm_forward(x.cpu, gamma.cpu, y, rstd, 1e-5f);
+        Tensor rstd_g = s.upload(rstd, DType::F32);
+        auto dx = s.output({n, c}, t);
+        auto dgamma = s.make({c}, DType::F32, 210);  // accumulates
+        cpu::rmsnorm_backward_add(dy.cpu, x.cpu, gamma.cpu, rstd, dres.cpu, dx.cpu, dgamma.cpu);
+        gpu::rmsnorm_backward_add(dy.gpu, x.gpu, gamma.gpu, rstd_g, dres.gpu, dx.gpu, dgamma.gpu);
+        s.compare("rmsnorm_backward_add dx", t, shape, dx.gpu, dx.cpu);
+        s.compare("rmsnorm_backward_add dgamma", t, shape, dgamma.gpu, dgamma.cpu);
+        Tensor dg2 = Tensor::zeros({c}, DType::F32, s.dev(), "dgamma in place");
+        gpu::rmsnorm_backward_add(dy.gpu, x.gpu, gamma.gpu, rstd_g, dres.gpu, dy.gpu, dg2);  // dx is dy
+        s.compare("rmsnorm_backward_add in place", t, shape, dy.gpu, dx.cpu);
+      });
     }
   }
 }
@@ -863,7 +886,13 @@ void check_rotary(Suite& s) {
   struct Case {
     int64_t b, t, heads, kv_heads, d, t_max;  // a fused qkv (B, T, (H + 2 Hkv) D); q and k rotated
   };
-  const std::vector<Case> cases = {{3, 5, 3, 1, 6, 7}, {2, 1024, 32, 8, 64, 2048}, {2, 1024, 32, 8, 128, 1024}};
+  // D=6: the scalar kernel; D=8: 16-byte packs of f32 only; D=16: one pack of halves per half head; then the
+  // model's shapes, packed.
+  const std::vector<Case> cases = {{3, 5, 3, 1, 6, 7},
+                                   {2, 7, 4, 2, 8, 9},
+                                   {3, 5, 2, 1, 16, 5},
+                                   {2, 1024, 32, 8, 64, 2048},
+                                   {2, 1024, 32, 8, 128, 1024}};
   for (DType t : kFloatTypes) {
     for (const Case& c : cases) {
       const int64_t w = (c.heads + 2 * c.kv_heads) * c.d;
@@ -894,9 +923,10 @@ void check_rotary(Suite& s) {
 }
 
 void check_swiglu(Suite& s) {
-  // 13 columns: odd; (4096, 8192): B=2 T=2048 rows of Llama 3.2 1B's MLP.
+  // 13 columns: odd, the scalar kernel; 20: 16-byte packs of f32 but not of halves (scalar there); 8: one pack of
+  // halves per row; (4096, 8192): B=2 T=2048 rows of Llama 3.2 1B's MLP, packed.
   for (DType t : kFloatTypes) {
-    for (const auto& [n, f] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {4096, 8192}}) {
+    for (const auto& [n, f] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {6, 20}, {5, 8}, {4096, 8192}}) {
       const std::string shape = dims({n, 2 * f});
       s.run("swiglu_forward", dtype_name(t), shape, [&] {
         auto gate_up = s.make({n, 2 * f}, t, 220, 2.0f);
@@ -1192,6 +1222,20 @@ void bench(CudaDevice& dev) {
     print("attention_gqa bf16 fwd" + what, af, flops, "TFLOP/s");
     const double ab = median_ms(dev, [&] { gpu::attention_gqa_backward(qkv, H, KV, y, lse, dy, dqkv); });
     print("attention_gqa bf16 bwd" + what, ab, 2.5 * flops, "TFLOP/s");
+  }
+  // cuDNN's workspace at the model shapes (what the planner asks for through the scratch table).
+  struct WorkspaceShape {
+    const char* what;
+    int64_t b, t, h, kv, d;
+  };
+  for (const WorkspaceShape& w : {WorkspaceShape{"gpt 1.64B (B=8 T=1024 H=25 D=64)", 8, 1024, 25, 25, 64},
+                                  WorkspaceShape{"Llama 1B (B=4 T=2048 H=32 Hkv=8 D=64)", 4, 2048, 32, 8, 64},
+                                  WorkspaceShape{"Llama 3B (B=2 T=2048 H=24 Hkv=8 D=128)", 2, 2048, 24, 8, 128}}) {
+    Tensor qkv = Tensor::empty({w.b, w.t, (w.h + 2 * w.kv) * w.d}, bf, dev, "qkv");
+    const int h = static_cast<int>(w.h), kv = static_cast<int>(w.kv);
+    std::printf("cuDNN attention workspace, %s: forward %lld bytes, backward %lld bytes\n", w.what,
+                static_cast<long long>(gpu::attention_gqa_cudnn_workspace_bytes(&dev, qkv, h, kv, false)),
+                static_cast<long long>(gpu::attention_gqa_cudnn_workspace_bytes(&dev, qkv, h, kv, true)));
   }
 }
 

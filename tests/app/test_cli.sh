@@ -23,6 +23,8 @@ grep "^step" "$work/out" | sed 's/| [0-9.]* tok\/s.*//' >"$work/a.steps"
 check "the layout is printed once" $?
 grep -q "Peak memory per device: cpu:0 .*, cpu:1 " "$work/out"
 check "each device's peak is printed at the end" $?
+grep -q "^rank 0 at its peak (.*micro-batch.*): parameters .*activations " "$work/out"
+check "what rank 0 held at its peak, and when, is printed at the end" $?
 [ "$(wc -l <"$work/a/metrics.jsonl")" -eq 3 ] && grep -q '"peak_bytes"' "$work/a/metrics.jsonl"
 check "metrics.jsonl has one line per step with peak_bytes" $?
 

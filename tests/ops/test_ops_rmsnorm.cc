@@ -160,6 +160,18 @@ TEST_P(OpsRmsNormDtypes, ForwardAndBackwardMatchDoubleOnRoundedInputs) {
   const auto want_dg = numeric_grad([&](const auto& v) { return reference(xd, v, n, c); }, gd, w);
   EXPECT_LT(rel_error(values(dx), want_dx), tolerance(dt, 1e-4));
   EXPECT_LT(rel_error(values(dgamma), want_dg), tolerance(dt, 1e-5));
+
+  // With a residual gradient: dx gains dres, dgamma accumulates the same terms again.
+  Tensor dres = randn_as(dev, {2, 3, c}, 25, dt);
+  Tensor dx2 = Tensor::empty(x.shape(), dt, dev, "dx2");
+  rmsnorm_backward_add(dy, x, gamma, rstd, dres, dx2, dgamma);
+  std::vector<double> want_dx2 = want_dx;
+  const auto r = values(dres);
+  for (size_t i = 0; i < want_dx2.size(); ++i) want_dx2[i] += r[i];
+  EXPECT_LT(rel_error(values(dx2), want_dx2), tolerance(dt, 1e-4));
+  std::vector<double> want_dg2 = want_dg;
+  for (double& v : want_dg2) v *= 2;
+  EXPECT_LT(rel_error(values(dgamma), want_dg2), tolerance(dt, 1e-5));
 }
 
 // transformers: hidden = x.float() * rsqrt(mean(x^2) + eps); return weight * hidden.to(input_dtype). So in 16 bits
@@ -234,6 +246,9 @@ TEST(OpsRmsNorm, RefusedShapesDtypesAndOverlapsThrow) {
   EXPECT_THROW(rmsnorm_backward(y, x, g, rstd, y, Tensor::zeros({13}, bf, dev, "dgamma")), Error);
   EXPECT_THROW(rmsnorm_backward(randn(dev, {7, 13}, 18), x, g, rstd, y, dg), Error);
   EXPECT_THROW(rmsnorm_backward(y, x, g, rstd, x, dg), Error);  // dx over x
+  Tensor dres = randn_as(dev, {7, 13}, 19, bf);
+  EXPECT_THROW(rmsnorm_backward_add(y, x, g, rstd, y, y, dg), Error);                // dx over dres
+  EXPECT_THROW(rmsnorm_backward_add(y, x, g, rstd, dres.rows(0, 6), y, dg), Error);  // dres of another shape
   // y over part of x: a row would read elements an earlier row already overwrote.
   Tensor big = randn_as(dev, {8, 13}, 19, bf);
   EXPECT_THROW(rmsnorm_forward(big.rows(0, 7), g, big.rows(1, 7), rstd), Error);

@@ -46,6 +46,10 @@ class CountingDevice final : public AccountedDevice {
   std::string name() const override { return "counting:" + std::to_string(index_); }
   DeviceKind planned() const { return planned_; }
   int cpu_threads() const { return cpu_threads_; }
+  // The real device this one stands for, when the planning process has it (null otherwise): kernels whose scratch
+  // only their library can tell (cuDNN's attention workspace) are asked there.
+  void set_planned_device(Device* device) { planned_device_ = device; }
+  Device* planned_device() const { return planned_device_; }
 
   // Nothing is stored: moves do nothing, and reads give zeros.
   void fill_zero(void*, size_t) override {}
@@ -67,6 +71,7 @@ class CountingDevice final : public AccountedDevice {
 
  private:
   DeviceKind planned_;
+  Device* planned_device_ = nullptr;
   int cpu_threads_;
   int index_;
   uintptr_t next_;  // the next address handed out: distinct, aligned ranges, so overlap checks still work

@@ -28,6 +28,16 @@ Tensor RmsNorm::backward(const Tensor& dy, Saved& saved) {
   return dx;
 }
 
+Tensor RmsNorm::backward_add(const Tensor& dy, const Tensor& dres, Saved& saved) {
+  const Tensor x = saved.tensors.at(0);
+  const int64_t rows = x.numel() / dim_;
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
+  ops::rmsnorm_backward_add(dy.view({rows, dim_}), x.view({rows, dim_}), weight_->value, saved.tensors.at(1),
+                            dres.view({rows, dim_}), dx.view({rows, dim_}), weight_->grad);
+  saved.clear();
+  return dx;
+}
+
 void RopeCache::place(Device& device) {
   if (device_ == &device) return;
   const PurposeScope scope(device, MemoryPurpose::Other);
@@ -130,16 +140,16 @@ Tensor LlamaBlock::backward(const Tensor& dy, Saved& saved) {
   // nothing reads after it.
   Tensor dh = down_.backward(dy, saved.children[kDown]);
   ops::swiglu_backward(gate_up, dh, gate_up);
-  Tensor dx1 = mlp_norm_.backward(gate_up_.backward(gate_up, saved.children[kGateUp]), saved.children[kMlpNorm]);
-  ops::add(dx1, dy, dx1);
+  // (B, T, C): dy + mlp_norm'(g), one pass
+  Tensor dx1 =
+      mlp_norm_.backward_add(gate_up_.backward(gate_up, saved.children[kGateUp]), dy, saved.children[kMlpNorm]);
   // Attention branch: dx = dx1 + attn_norm'(qkv'(rope'(attention'(o'(dx1))))), the rotation undone in place.
   Tensor datt = o_.backward(dx1, saved.children[kO]);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, T, (H + 2 Hkv) D / tp)
   ops::attention_gqa_backward(qkv, heads_, kv_heads_, att, lse, datt, dqkv);
   saved.tensors.clear();
   ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads_ + kv_heads_, dqkv);
-  Tensor dx = attn_norm_.backward(qkv_.backward(dqkv, saved.children[kQkv]), saved.children[kAttnNorm]);
-  ops::add(dx, dx1, dx);
+  Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
   saved.clear();
   return dx;
 }

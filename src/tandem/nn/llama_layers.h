@@ -19,6 +19,9 @@ class RmsNorm final : public Layer {
   // x (..., C) -> y (..., C)
   Tensor forward(const Tensor& x, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override;
+  // backward plus a residual gradient (..., C) in the same pass: the input gradient of a pre-norm block's skip
+  // connection and its RMSNorm branch together, what backward then ops::add give.
+  Tensor backward_add(const Tensor& dy, const Tensor& dres, Saved& saved);
 
  private:
   int64_t dim_;

@@ -21,6 +21,9 @@ struct Backend {
 // What an op's scratch depends on besides its arguments.
 struct ScratchContext {
   int cpu_threads = 1;  // OpenMP threads of the process (the CPU attention keeps scratch per thread)
+  // The device the plan is for, when the planning process has it (the run's own preflight): the CUDA attention
+  // asks cuDNN there for its graphs' workspace. Null otherwise.
+  Device* planned_device = nullptr;
 };
 
 // Bytes of scratch an op allocates (and frees before returning) on a backend, from its arguments; null for an op

@@ -46,7 +46,7 @@ void count(Fn Scratch::*entry, const A&... a) {
     d.allocate(static_cast<size_t>(s.fixed), "fixed workspaces");  // kept for the device's life
   }
   if (const auto fn = s.*entry) {
-    const int64_t bytes = fn(ScratchContext{d.cpu_threads()}, a...);
+    const int64_t bytes = fn(ScratchContext{d.cpu_threads(), d.planned_device()}, a...);
     if (bytes > 0) d.release(d.allocate(static_cast<size_t>(bytes), "op scratch"), static_cast<size_t>(bytes));
   }
   record<id>(d.work(), a...);

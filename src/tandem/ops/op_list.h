@@ -91,6 +91,9 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
   X(void, rmsnorm_backward, (const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,          \
                              const Tensor& dx, const Tensor& dgamma),                                              \
     (dy, x, gamma, rstd, dx, dgamma))                                                                              \
+  X(void, rmsnorm_backward_add, (const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,      \
+                                 const Tensor& dres, const Tensor& dx, const Tensor& dgamma),                      \
+    (dy, x, gamma, rstd, dres, dx, dgamma))                                                                        \
   X(void, rotary_forward, (const Tensor& x, const Tensor& cos, const Tensor& sin, int heads, const Tensor& y),     \
     (x, cos, sin, heads, y))                                                                                       \
   X(void, rotary_backward, (const Tensor& dy, const Tensor& cos, const Tensor& sin, int heads, const Tensor& dx),  \

@@ -611,6 +611,25 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, co
   return backend_of(op, dx).rmsnorm_backward(dy, x, gamma, rstd, dx, dgamma);
 }
 
+void rmsnorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                          const Tensor& dres, const Tensor& dx, const Tensor& dgamma) {
+  const char* op = "rmsnorm_backward_add";
+  check_devices(op, dx, dy, x, gamma, rstd, dres, dgamma);
+  check_compute(op, {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"dres", dres}, {"dx", dx}});
+  check_f32(op, "rstd", rstd);
+  check_f32(op, "dgamma", dgamma);
+  check_same_shape(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dx", dx);
+  check_same_shape(op, "x", x, "dres", dres);
+  check_channels(op, "gamma", gamma, x);
+  check_channels(op, "dgamma", dgamma, x);
+  check_per_row(op, "rstd", rstd, x);
+  check_same_or_apart(op, "dx", dx, "dy", dy);
+  check_apart(op, "dx", dx, {{"x", x}, {"gamma", gamma}, {"rstd", rstd}, {"dres", dres}, {"dgamma", dgamma}});
+  check_apart(op, "dgamma", dgamma, {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"rstd", rstd}, {"dres", dres}});
+  return backend_of(op, dx).rmsnorm_backward_add(dy, x, gamma, rstd, dres, dx, dgamma);
+}
+
 namespace {
 // x and y (B, T, ...) with rows of W elements, cos and sin (T_max, D/2) f32, `heads` D-wide heads rotated per row.
 void check_rotary(const char* op, const char* in_name, const Tensor& in, const Tensor& cos, const Tensor& sin,

@@ -174,6 +174,11 @@ void rmsnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& y, cons
 // dx may be dy (in place).
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dgamma);
+// The same with a residual gradient added: dx = (rmsnorm_backward's dx) + dres, dres (N, C) in X; dgamma
+// accumulates as there. As layernorm_backward_add: on the CPU exactly rmsnorm_backward then add(dx, dres, dx); on
+// CUDA the sum is formed in fp32 and rounded once. dx may share memory with dy, not with dres.
+void rmsnorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                          const Tensor& dres, const Tensor& dx, const Tensor& dgamma);
 
 // Rotary position embedding, transformers' rotate_half convention: each head's D dims split into two halves
 // (dims i and i + D/2 rotate together), not interleaved pairs. x (B, T, ...) is read as rows of W = numel / (B T)

@@ -54,6 +54,7 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
   layout::Groups groups = layout::make_stand_in_groups(l, layout::rank_of(l, layout::Coord{dp_rank, pp_rank, 0}));
   device::CountingDevice dev(s.backend == Backend::Cuda ? DeviceKind::Cuda : DeviceKind::Cpu, s.cpu_threads,
                              groups.rank);
+  dev.set_planned_device(s.device);
   parallel::Engine engine(m.build, engine_config(s), groups, dev, m.input_shape(s.micro_batch));
   RankRun r;
   r.memory.dp_rank = dp_rank;

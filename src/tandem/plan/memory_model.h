@@ -31,6 +31,9 @@ struct Setup {
   int dtype_bytes = 4;
   Backend backend = Backend::Cpu;
   int cpu_threads = 1;  // OpenMP threads per process (CPU attention scratch is per thread)
+  // The device the run will use, when this process has it: CUDA kernels whose scratch only their library knows
+  // (cuDNN's attention workspace) are asked there; without it that scratch is estimated (ops/cuda/scratch.cc).
+  Device* device = nullptr;
 };
 
 // One device's prediction. Every tp slot of a (replica, stage) holds the same bytes, so one stands for all.

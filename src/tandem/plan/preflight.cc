@@ -40,6 +40,7 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   s.dtype_bytes = options.dtype_bytes ? options.dtype_bytes : (cfg.bf16 || cfg.fp16.enabled ? 2 : 4);
   s.backend = options.backend;
   s.cpu_threads = options.cpu_threads > 0 ? options.cpu_threads : omp_get_max_threads();
+  s.device = options.device;
   MemoryModel model(planned_model(cfg.model));
 
   PreflightResult r;

@@ -21,6 +21,7 @@ struct PreflightOptions {
   // Without a "device_memory" budget in the config, the run must fit in this many bytes (a GPU's free memory
   // before the run allocates); 0: no limit.
   uint64_t device_free_bytes = 0;
+  Device* device = nullptr;  // the run's device when this process has it (plan::Setup::device)
 };
 
 struct PreflightResult {

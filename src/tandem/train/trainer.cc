@@ -302,6 +302,9 @@ void Trainer::report(int64_t last_step) {
                 format_bytes(static_cast<uint64_t>(peaks[r])).c_str(), r + 1 < l.world() ? "," : "");
   if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
   std::printf("\n");
+  // What rank 0 held at its peak and when, in the planner's terms (`tandem plan --explain` gives the prediction).
+  std::printf("rank 0 at its peak (%s): %s\n", device_->peak_label().empty() ? "setup" : device_->peak_label().c_str(),
+              device_->at_peak().describe().c_str());
   if (ops::profile::enabled()) std::printf("%s", ops::profile::table(ops::profile::summary(), "rank 0").c_str());
   std::fflush(stdout);
 }

@@ -96,4 +96,10 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, co
   visit_float(x.dtype(), [&](auto t) { backward_kernel<decltype(t)>(dy, x, gamma, rstd, dx, dgamma); });
 }
 
+void rmsnorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                          const Tensor& dres, const Tensor& dx, const Tensor& dgamma) {
+  rmsnorm_backward(dy, x, gamma, rstd, dx, dgamma);
+  add(dx, dres, dx);
+}
+
 }  // namespace tandem::ops::cpu

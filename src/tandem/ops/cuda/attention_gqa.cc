@@ -1,7 +1,9 @@
 // CUDA causal grouped-query self-attention (ops.h): cuDNN's fused flash attention (SDPA forward and backward graphs
 // through the cudnn-frontend headers, which take H query heads over Hkv key/value heads and sum dk and dv over each
 // group) for bf16 and f16, and the plain kernels (attention_gqa.cu) for f32 and for shapes or alignments cuDNN
-// cannot take. Graphs are built once per shape and cached in a per-device context of their own.
+// cannot take. Graphs are built once per shape and cached in a per-device context of their own. Multi-head attention
+// (the gpt's attention_forward / attention_backward) is the case Hkv = H: the same fused qkv layout, graphs and
+// kernels.
 //
 // No copies around cuDNN: with W = (H + 2 Hkv) D, q is a (B, H, T, D) view of the fused qkv (B, T, W) buffer with
 // strides (T*W, D, W, 1), k and v (B, Hkv, T, D) views with the same strides starting H*D and (H + Hkv) D elements
@@ -300,6 +302,31 @@ void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Te
   }
 #endif
   attention_gqa_backward_plain(qkv, heads, kv_heads, y, lse, dy, dqkv);
+}
+
+void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
+  attention_gqa_forward(qkv, heads, heads, y, lse);
+}
+
+void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
+                        const Tensor& dqkv) {
+  attention_gqa_backward(qkv, heads, heads, y, lse, dy, dqkv);
+}
+
+int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward) {
+#if TANDEM_HAVE_CUDNN_FRONTEND
+  auto* dev = dynamic_cast<device::CudaDevice*>(device);
+  const GqaShape s = shape_of(qkv, heads, kv_heads);
+  // The pointers of a planned run are not known; the engine's buffers are 16-byte aligned, as cuDNN wants.
+  if (!dev || s.b == 0 || s.t == 0 || s.d == 0 || !cudnn_can_take(qkv.dtype(), {}, s)) return 0;
+  GqaAttentionContext& ctx = dev->context<GqaAttentionContext>();
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  const CachedGraph& entry = graph_for(ctx, backward, s, qkv.dtype());
+  return entry.graph ? (entry.workspace + 3) / 4 * 4 : 0;
+#else
+  (void)device, (void)qkv, (void)heads, (void)kv_heads, (void)backward;
+  return 0;
+#endif
 }
 
 }  // namespace tandem::ops::cuda

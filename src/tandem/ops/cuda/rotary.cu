@@ -1,7 +1,9 @@
 // CUDA rotary position embedding (ops.h): the rotate_half rotation of the first `heads` heads of each (b, t) row,
 // forward and backward (the transpose: -sin), with fp32 math and f32 cos/sin tables. One thread per rotated pair
-// (i, i + D/2): it reads both elements before writing either, so y may be x. Columns past the rotated heads are
-// copied by a second kernel, only when y is not x.
+// (i, i + D/2), or per 16-byte pack of such pairs (8 halves or 4 floats) when D/2 and the row width are multiples of
+// the pack and x and y are aligned: the same formula per element either way, so the same bits. A thread reads both
+// elements before writing either, so y may be x. Columns past the rotated heads are copied by a second kernel, only
+// when y is not x.
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
 #include "tandem/ops/cuda/kernel_util.cuh"
@@ -33,6 +35,34 @@ __global__ void rotary_kernel(const T* x, const float* __restrict__ cos, const f
   }
 }
 
+// The packed form: pack e of the (rows, heads, D/2 / P) packs is pairs [P i, P i + P) of head h of row r.
+template <class T>
+__global__ void rotary_packed_kernel(const T* x, const float* __restrict__ cos, const float* __restrict__ sin, T* y,
+                                     RotaryDims s, float sign) {
+  constexpr int P = kPack<T>;
+  const int64_t half_packs = s.half / P, per_row = s.heads * half_packs;
+  const int64_t total = s.rows * per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t r = e / per_row, rem = e - r * per_row;
+    const int64_t h = rem / half_packs, i = (rem - h * half_packs) * P;
+    const int64_t pos = r % s.t;
+    const int64_t at = r * s.width + h * 2 * s.half + i;  // elements i.. of head h; their partners D/2 further
+    const Pack<T> a = *reinterpret_cast<const Pack<T>*>(x + at);
+    const Pack<T> b = *reinterpret_cast<const Pack<T>*>(x + at + s.half);
+    Pack<T> ya, yb;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float c = cos[pos * s.half + i + k], si = sign * sin[pos * s.half + i + k];
+      const float x1 = to_f32(a.v[k]), x2 = to_f32(b.v[k]);
+      ya.v[k] = from_f32<T>(x1 * c - x2 * si);
+      yb.v[k] = from_f32<T>(x2 * c + x1 * si);
+    }
+    *reinterpret_cast<Pack<T>*>(y + at) = ya;
+    *reinterpret_cast<Pack<T>*>(y + at + s.half) = yb;
+  }
+}
+
 // y[r, j] = x[r, j] for the columns j >= first of each row.
 template <class T>
 __global__ void rotary_copy_rest_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t width,
@@ -60,7 +90,13 @@ void rotary(const char* op, const Tensor& x, const Tensor& cos, const Tensor& si
   const cudaStream_t stream = dev.compute_stream();
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    if (s.heads > 0) {
+    constexpr int P = kPack<T>;
+    const bool packed = s.half % P == 0 && s.width % P == 0 && aligned16(x.raw()) && aligned16(y.raw());
+    if (s.heads > 0 && packed) {
+      rotary_packed_kernel<T><<<grid_for(dev, rows * s.heads * s.half / P), kThreads, 0, stream>>>(
+          x.data<T>(), cos.f32(), sin.f32(), y.data<T>(), s, sign);
+      TANDEM_CUDA_CHECK_LAUNCH();
+    } else if (s.heads > 0) {
       rotary_kernel<T><<<grid_for(dev, rows * s.heads * s.half), kThreads, 0, stream>>>(
           x.data<T>(), cos.f32(), sin.f32(), y.data<T>(), s, sign);
       TANDEM_CUDA_CHECK_LAUNCH();

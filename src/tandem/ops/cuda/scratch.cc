@@ -1,6 +1,8 @@
 // The scratch the CUDA kernels allocate (backend.h's Scratch), for the planner; the kernels are in the .cu files
-// beside this one. Not counted: CUB's radix-sort temporary in embedding_backward and cuDNN's per-graph attention
-// workspace (both vary with the library version; a few MiB at model shapes).
+// beside this one. cuDNN's attention workspace is asked of cuDNN on the run's device when the planning process has it
+// (ScratchContext::planned_device: the run's own preflight), and is not counted otherwise (`tandem plan` away from
+// the GPU); it is up to B H T T bytes for the deterministic backward. Not counted: CUB's radix-sort temporary in
+// embedding_backward (a few KiB at model shapes).
 #include <algorithm>
 
 #include "tandem/ops/backend.h"
@@ -11,10 +13,34 @@
 namespace tandem::ops::cuda {
 namespace {
 
-// attention.cu: rowsum(dO * O) (B, H, T) f32.
-int64_t attention_backward_scratch(const ScratchContext&, const Tensor& qkv, int heads, const Tensor&, const Tensor&,
-                                   const Tensor&, const Tensor&) {
-  return qkv.dim(0) * heads * qkv.dim(1) * 4;
+// cuDNN's workspace for the attention graph of this shape; a build without CUDA has no cuDNN to ask.
+int64_t cudnn_workspace(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads, bool backward) {
+#ifdef TANDEM_WITH_CUDA
+  return attention_gqa_cudnn_workspace_bytes(ctx.planned_device, qkv, heads, kv_heads, backward);
+#else
+  (void)ctx, (void)qkv, (void)heads, (void)kv_heads, (void)backward;
+  return 0;
+#endif
+}
+
+// attention_gqa.cc, .cu: cuDNN's workspace, or the plain backward's rowsum(dO * O) (B, H, T) f32. Multi-head
+// attention is the case Hkv = H.
+int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                      const Tensor&, const Tensor&) {
+  return cudnn_workspace(ctx, qkv, heads, kv_heads, false);
+}
+int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  const int64_t cudnn = cudnn_workspace(ctx, qkv, heads, kv_heads, true);
+  return std::max(cudnn, attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1)));
+}
+int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
+                                  const Tensor& lse) {
+  return attention_gqa_forward_scratch(ctx, qkv, heads, heads, y, lse);
+}
+int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
+                                   const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
+  return attention_gqa_backward_scratch(ctx, qkv, heads, heads, y, lse, dy, dqkv);
 }
 
 // embedding.cu: the sort's keys and positions in and out, (3, N) i32.
@@ -49,16 +75,14 @@ int64_t linear_weight_grad_scratch(const ScratchContext&, const Tensor& dy, cons
   return dweight.dtype() == DType::F32 ? std::max(sums, dbias.numel() * 4) : sums;
 }
 
-// rmsnorm.cu: dgamma's (slices, C) f32 partials.
+// rmsnorm.cu: dgamma's f32 partials, (blocks, C) in the packed pass, (slices, C) in the general one.
 int64_t rmsnorm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&, const Tensor&,
                                  const Tensor&, const Tensor&) {
-  return rmsnorm_backward_scratch_bytes(rows_of(x), cols_of(x));
+  return rmsnorm_backward_scratch_bytes(rows_of(x), cols_of(x), static_cast<int64_t>(dtype_size(x.dtype())));
 }
-
-// attention_gqa.cu: rowsum(dO * O) (B, H, T) f32 (the plain kernels; cuDNN's workspace is not counted, as above).
-int64_t attention_gqa_backward_scratch(const ScratchContext&, const Tensor& qkv, int heads, int, const Tensor&,
-                                       const Tensor&, const Tensor&, const Tensor&) {
-  return attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1));
+int64_t rmsnorm_backward_add_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&,
+                                     const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  return rmsnorm_backward_scratch_bytes(rows_of(x), cols_of(x), static_cast<int64_t>(dtype_size(x.dtype())));
 }
 
 }  // namespace
@@ -66,6 +90,7 @@ int64_t attention_gqa_backward_scratch(const ScratchContext&, const Tensor& qkv,
 const Scratch& scratch() {
   static const Scratch table = [] {
     Scratch s;
+    s.attention_forward = &attention_forward_scratch;
     s.attention_backward = &attention_backward_scratch;
     s.embedding_backward = &embedding_backward_scratch;
     s.bias_backward = &bias_backward_scratch;
@@ -73,6 +98,8 @@ const Scratch& scratch() {
     s.layernorm_backward_add = &layernorm_backward_add_scratch;
     s.linear_weight_grad = &linear_weight_grad_scratch;
     s.rmsnorm_backward = &rmsnorm_backward_scratch;
+    s.rmsnorm_backward_add = &rmsnorm_backward_add_scratch;
+    s.attention_gqa_forward = &attention_gqa_forward_scratch;
     s.attention_gqa_backward = &attention_gqa_backward_scratch;
     s.fixed = kGemmWorkspaceBytes;
     return s;

@@ -46,6 +46,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
   };
 
   device::CountingDevice* counting = device::as_counting(device_);
+  auto* accounted = dynamic_cast<device::AccountedDevice*>(&device_);  // labels its peak with the action
   action_work_.clear();
   for (const Action& a : s_.actions) {
     const bool gradient_action =
@@ -55,17 +56,18 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
     const int stage = stage_of(a.chunk);
     const LayerRange range = s_.chunks[a.chunk];
     device::WorkLog before;
-    if (counting) {
-      // The planner's account of its peak says which action it was in and how many micro-batches were held.
+    if (accounted) {
+      // The account of the peak (the planner's and the run's) says which action it was in and how many
+      // micro-batches were held.
       const bool fwd = a.kind == ActionKind::Forward;
       std::string label = (fwd                              ? "forward"
                            : a.kind == ActionKind::Backward ? "backward"
                                                             : action_kind_name(a.kind)) +
                           std::string(" of micro-batch ") + std::to_string(a.micro_batch);
       if (s_.virtual_stages > 1) label += " (chunk " + std::to_string(a.chunk) + ")";
-      counting->set_label(label, static_cast<int>(runner_->held()) + (fwd ? 1 : 0));
-      before = counting->work();
+      accounted->set_label(std::move(label), static_cast<int>(runner_->held()) + (fwd ? 1 : 0));
     }
+    if (counting) before = counting->work();
     switch (a.kind) {
       case ActionKind::RecvActivation: {
         const PurposeScope scope(device_, MemoryPurpose::Communication);
