@@ -8,17 +8,18 @@
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
 #include "tandem/ops/cuda/kernel_util.cuh"
+#include "tandem/ops/cuda/workspace.h"
 
 namespace tandem::ops::cuda {
 namespace {
 
-constexpr int kMaxBlocks = 1024;
+constexpr int kMaxBlocks = static_cast<int>(kSumSquaresBlocks);
 
 // Per device: the partial sums and a pinned landing place for the result (allocating either per call would cost
 // more than the reduction).
 struct ReduceContext {
   explicit ReduceContext(device::CudaDevice& dev)
-      : partial(Tensor::empty({2 * (kMaxBlocks + 2)}, DType::F32, dev, "sum_squares scratch")),
+      : partial(Tensor::empty({kSumSquaresScratchBytes / 4}, DType::F32, dev, "sum_squares scratch")),
         result(sizeof(double)) {}
   // kMaxBlocks partial sums, the total, the running sum of sum_squares_total: kMaxBlocks + 2 doubles (tensors have
   // no f64 dtype: twice as many floats).

@@ -1,8 +1,8 @@
 // The scratch the CUDA kernels allocate (backend.h's Scratch), for the planner; the kernels are in the .cu files
-// beside this one. cuDNN's attention workspace is asked of cuDNN on the run's device when the planning process has it
-// (ScratchContext::planned_device: the run's own preflight), and is not counted otherwise (`tandem plan` away from
-// the GPU); it is up to B H T T bytes for the deterministic backward. Not counted: CUB's radix-sort temporary in
-// embedding_backward (a few KiB at model shapes).
+// beside this one. cuDNN's attention workspace (2 B H T^2 bytes and more for the deterministic backward) is asked of
+// cuDNN on the run's device when the planning process has it (ScratchContext::planned_device: the run's own
+// preflight), and estimated from the sizes cuDNN gave on an H200 otherwise (`tandem plan` away from the GPU). Not
+// counted: CUB's radix-sort temporary in embedding_backward (a few KiB at model shapes).
 #include <algorithm>
 
 #include "tandem/ops/backend.h"
@@ -13,14 +13,15 @@
 namespace tandem::ops::cuda {
 namespace {
 
-// cuDNN's workspace for the attention graph of this shape; a build without CUDA has no cuDNN to ask.
+// cuDNN's workspace for the attention graph of this shape: asked of cuDNN on the run's device, else estimated (a
+// build without CUDA has no cuDNN to ask).
 int64_t cudnn_workspace(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads, bool backward) {
 #ifdef TANDEM_WITH_CUDA
-  return attention_gqa_cudnn_workspace_bytes(ctx.planned_device, qkv, heads, kv_heads, backward);
-#else
-  (void)ctx, (void)qkv, (void)heads, (void)kv_heads, (void)backward;
-  return 0;
+  if (ctx.planned_device)
+    return attention_gqa_cudnn_workspace_bytes(ctx.planned_device, qkv, heads, kv_heads, backward);
 #endif
+  const int64_t d = qkv.dim(2) / (heads + 2 * static_cast<int64_t>(kv_heads));
+  return attention_cudnn_workspace_estimate(qkv.dtype(), qkv.dim(0), heads, kv_heads, qkv.dim(1), d, backward);
 }
 
 // attention_gqa.cc, .cu: cuDNN's workspace, or the plain backward's rowsum(dO * O) (B, H, T) f32. Multi-head
@@ -101,7 +102,7 @@ const Scratch& scratch() {
     s.rmsnorm_backward_add = &rmsnorm_backward_add_scratch;
     s.attention_gqa_forward = &attention_gqa_forward_scratch;
     s.attention_gqa_backward = &attention_gqa_backward_scratch;
-    s.fixed = kGemmWorkspaceBytes;
+    s.fixed = kGemmWorkspaceBytes + kSumSquaresScratchBytes;
     return s;
   }();
   return table;

@@ -10,6 +10,11 @@ namespace tandem::ops::cuda {
 // cuBLASLt's workspace: one per device, allocated with its first matmul and kept.
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 
+// sum_squares (reduce.cu): per device, kept from its first call, the partial sums of at most kSumSquaresBlocks
+// blocks, the total and the running sum of sum_squares_total, in double.
+inline constexpr int64_t kSumSquaresBlocks = 1024;
+inline constexpr int64_t kSumSquaresScratchBytes = (kSumSquaresBlocks + 2) * 8;
+
 // ---- column sums (column_sum.cuh): bias gradients, the LayerNorm parameter gradients ----
 
 // Elements of one 16-byte pack of an element of `elem_bytes` bytes: a thread's columns in the packed kernels.
