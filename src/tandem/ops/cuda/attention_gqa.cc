@@ -11,6 +11,7 @@
 // into dqkv with qkv's strides; lse (B, H, T) is cuDNN's fp32 "stats" output as a (B, H, T, 1) tensor.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tandem/ops/cuda/attention_gqa_plain.h"
 #include "tandem/ops/cuda/cuda_ops.h"
@@ -48,11 +49,15 @@ struct CachedGraph {
   int64_t workspace = 0;
 };
 
-// One cuDNN handle on the compute stream and the graphs built so far, per device.
+// One cuDNN handle on the compute stream and the graphs built so far, per device. The backward is cuDNN's
+// deterministic algorithm (the same bits every run), unless TANDEM_NONDETERMINISTIC_ATTENTION=1 is in the
+// environment: then the other one, which is not, to measure what the rule costs.
 struct GqaAttentionContext {
   explicit GqaAttentionContext(device::CudaDevice& dev) {
     TANDEM_CUDNN_CHECK(cudnnCreate(&handle));
     TANDEM_CUDNN_CHECK(cudnnSetStream(handle, dev.compute_stream()));
+    const char* nd = std::getenv("TANDEM_NONDETERMINISTIC_ATTENTION");
+    deterministic = !(nd && std::string(nd) == "1");
   }
   ~GqaAttentionContext() {
     graphs.clear();
@@ -62,6 +67,7 @@ struct GqaAttentionContext {
   GqaAttentionContext& operator=(const GqaAttentionContext&) = delete;
 
   cudnnHandle_t handle = nullptr;
+  bool deterministic = true;
   std::map<GraphKey, CachedGraph> graphs;
   std::mutex mu;
 };
@@ -191,8 +197,8 @@ const CachedGraph& graph_for(GqaAttentionContext& ctx, bool backward, const GqaS
   Built built;
   if (backward) {
     // Deterministic first (the project's rule: same bits every run); the other algorithm only if that one is missing.
-    built = build_backward(s, t, ctx.handle, true);
-    if (!built.first) {
+    built = build_backward(s, t, ctx.handle, ctx.deterministic);
+    if (!built.first && ctx.deterministic) {
       Built second = build_backward(s, t, ctx.handle, false);
       if (second.first) {
         std::fprintf(stderr,
