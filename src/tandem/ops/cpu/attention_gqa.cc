@@ -1,7 +1,8 @@
 // CPU causal grouped-query self-attention on a fused qkv projection (ops.h): forward (saving each row's log-sum-exp)
 // and backward (recomputing the probabilities from it), over f32, bf16 and f16 qkv/y/dy/dqkv with fp32 math; lse is
-// f32. The approach of cpu/attention.cc: a task's q, k, v (and o, dO) are widened into contiguous fp32 scratch, the
-// products run through cblas_sgemm in blocks of rows, and the results are rounded into the strided outputs once.
+// f32. A task's q, k, v (and o, dO) are widened into contiguous fp32 scratch, the products run through cblas_sgemm
+// in blocks of rows, and the results are rounded into the strided outputs once. Multi-head attention (the gpt's
+// attention_forward / attention_backward) is the case Hkv = H.
 // Forward takes one (batch, query head) pair per task; backward one (batch, kv head) pair, which walks the query
 // heads of its group in order and sums their dk and dv in fp32 scratch: a fixed order, no atomics, so the result does
 // not depend on the thread count.
@@ -20,8 +21,12 @@
 namespace tandem::ops::cpu {
 namespace {
 
-// As cpu/attention.cc: products of at most 2^18 multiply-adds stay on the calling thread in OpenBLAS (a bigger one
-// nested inside our team serialises the team on OpenBLAS's lock), and blocks have at least 16 rows.
+// OpenBLAS runs a product on its own thread pool once m*n*k exceeds 4 * 65536 (its default
+// GEMM_MULTITHREAD_THRESHOLD times SMP_THRESHOLD_MIN). Called from inside our team, that nests a second pool in
+// every per-head product and serialises the team on OpenBLAS's level-3 lock: measured 45x slower for 64 products
+// of 65 x 128 x 32 on 2 threads than for 64 x 128 x 32. Blocks of rows keep each product at or under the limit, and
+// have at least 16 rows: fewer waste BLAS on tiny shapes; such (long T, wide D) heads take one product per block on
+// OpenBLAS's threads instead, one pair at a time.
 constexpr int64_t kBlasSerialLimit = int64_t{1} << 18;
 constexpr int64_t kMinBlockRows = 16;
 
@@ -254,6 +259,25 @@ void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Ten
 void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
                             const Tensor& dy, const Tensor& dqkv) {
   visit_float(qkv.dtype(), [&](auto t) { backward_kernel<decltype(t)>(qkv, heads, kv_heads, y, lse, dy, dqkv); });
+}
+
+int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
+                                  const Tensor& lse) {
+  return attention_gqa_forward_scratch(ctx, qkv, heads, heads, y, lse);
+}
+
+int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
+                                   const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
+  return attention_gqa_backward_scratch(ctx, qkv, heads, heads, y, lse, dy, dqkv);
+}
+
+void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
+  attention_gqa_forward(qkv, heads, heads, y, lse);
+}
+
+void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
+                        const Tensor& dqkv) {
+  attention_gqa_backward(qkv, heads, heads, y, lse, dy, dqkv);
 }
 
 }  // namespace tandem::ops::cpu
