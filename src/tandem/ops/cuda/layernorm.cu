@@ -4,14 +4,15 @@
 // shapes): forward, one warp per row holding the row in registers (one read of x, one write of y); backward, one
 // pass in which each block takes a fixed share of the rows, 256 threads per row, and both writes dx and sums its
 // rows' dgamma and dbeta terms into one row of an f32 scratch matrix, which column_sum.cuh's finishing pass adds
-// in a fixed order (no atomics: the same bits on every run). Other shapes take the general kernels: one warp per row
-// with one element per lane, and the parameter gradients as a separate column sum.
-// x and y (and dy, dres and dx) may share memory: each element is read before the thread that reads it writes it, so
-// no __restrict__ on them.
+// in a fixed order (no atomics: the same bits on every run): norm_backward.cuh, shared with RMSNorm. Other shapes take
+// the general kernels: one warp per row with one element per lane, and the parameter gradients as a separate column
+// sum. x and y (and dy, dres and dx) may share memory: each element is read before the thread that reads it writes it,
+// so no __restrict__ on them.
 #include "tandem/ops/cuda/column_sum.cuh"
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
 #include "tandem/ops/cuda/kernel_util.cuh"
+#include "tandem/ops/cuda/norm_backward.cuh"
 #include "tandem/ops/cuda/workspace.h"
 #include "tandem/ops/op_util.h"
 
@@ -157,136 +158,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Backward in one pass. Block b takes rows [b * rows_per_block, ...) in groups of R: thread t holds packs t, t + 256,
-// ..., t + 256 (P - 1) of each row of the group (those below `packs`), the group's 2R row sums (of g and g xhat) are
-// one block reduction (warp sums, then the 8 warps' sums in warp order), then the thread writes its part of dx and
-// adds its columns' dgamma and dbeta terms, in row order, into registers. At the end partial[0][b][c] and
-// partial[1][b][c] get the block's sums (partial: (2, gridDim.x, C) f32). dres (N, C) or null is added to dx.
-template <class T, int P, int R>
-__global__ void __launch_bounds__(kThreads)
-    layernorm_backward_packed_kernel(const T* dy, const T* __restrict__ x, const T* __restrict__ gamma,
-                                     const float* __restrict__ mean, const float* __restrict__ rstd, const T* dres,
-                                     T* dx, int64_t n, int64_t packs, int64_t rows_per_block,
-                                     float* __restrict__ partial) {
-  constexpr int V = kPack<T>;
-  __shared__ float red[2][2 * R][kWarpsPerBlock];  // two buffers: one barrier per group suffices
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t c = packs * V;
-  const float inv_c = 1.0f / static_cast<float>(c);
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
-  const int64_t r1 = r0 + rows_per_block < n ? r0 + rows_per_block : n;
-  const auto* xp = reinterpret_cast<const Pack<T>*>(x);
-  const auto* dyp = reinterpret_cast<const Pack<T>*>(dy);
-  const auto* resp = reinterpret_cast<const Pack<T>*>(dres);
-  auto* dxp = reinterpret_cast<Pack<T>*>(dx);
-
-  bool on[P];
-  float g[P][V], acc_g[P][V], acc_b[P][V];
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    const int64_t p = threadIdx.x + static_cast<int64_t>(kThreads) * i;
-    on[i] = p < packs;
-    Pack<T> gv;
-    if (on[i]) gv = reinterpret_cast<const Pack<T>*>(gamma)[p];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      g[i][k] = on[i] ? to_f32(gv.v[k]) : 0.0f;
-      acc_g[i][k] = 0.0f;
-      acc_b[i][k] = 0.0f;
-    }
-  }
-
-  int buf = 0;
-  for (int64_t row0 = r0; row0 < r1; row0 += R, buf ^= 1) {
-    Pack<T> xv[R][P], gv[R][P];
-    float mu[R], rs[R], s[2 * R];
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      const int64_t row = row0 + rr;
-      const bool valid = row < r1;
-      mu[rr] = valid ? mean[row] : 0.0f;
-      rs[rr] = valid ? rstd[row] : 0.0f;
-#pragma unroll
-      for (int i = 0; i < P; ++i) {
-        if (valid && on[i]) {
-          const int64_t at = row * packs + threadIdx.x + static_cast<int64_t>(kThreads) * i;
-          xv[rr][i] = xp[at];
-          gv[rr][i] = dyp[at];
-        }
-      }
-    }
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      float sum_g = 0.0f, sum_gx = 0.0f;
-      if (row0 + rr < r1) {
-#pragma unroll
-        for (int i = 0; i < P; ++i) {
-          if (on[i]) {
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-              const float gg = to_f32(gv[rr][i].v[k]) * g[i][k];
-              sum_g += gg;
-              sum_gx += gg * ((to_f32(xv[rr][i].v[k]) - mu[rr]) * rs[rr]);
-            }
-          }
-        }
-      }
-      s[2 * rr] = warp_reduce(sum_g, SumOp{});
-      s[2 * rr + 1] = warp_reduce(sum_gx, SumOp{});
-    }
-    if (lane == 0) {
-#pragma unroll
-      for (int j = 0; j < 2 * R; ++j) red[buf][j][warp] = s[j];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < 2 * R; ++j) {
-      float t = red[buf][j][0];
-#pragma unroll
-      for (int w = 1; w < kWarpsPerBlock; ++w) t += red[buf][j][w];
-      s[j] = t;
-    }
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      const int64_t row = row0 + rr;
-      if (row >= r1) continue;
-      const float mean_g = s[2 * rr] * inv_c, mean_gx = s[2 * rr + 1] * inv_c;
-#pragma unroll
-      for (int i = 0; i < P; ++i) {
-        if (!on[i]) continue;
-        const int64_t at = row * packs + threadIdx.x + static_cast<int64_t>(kThreads) * i;
-        Pack<T> res;
-        if (resp) res = resp[at];
-        Pack<T> out;
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float d = to_f32(gv[rr][i].v[k]);
-          const float xhat = (to_f32(xv[rr][i].v[k]) - mu[rr]) * rs[rr];
-          float v = rs[rr] * (d * g[i][k] - mean_g - xhat * mean_gx);
-          if (resp) v += to_f32(res.v[k]);
-          out.v[k] = from_f32<T>(v);
-          acc_g[i][k] += d * xhat;
-          acc_b[i][k] += d;
-        }
-        dxp[at] = out;
-      }
-    }
-  }
-
-  float* pg = partial + static_cast<int64_t>(blockIdx.x) * c;                // dgamma row of this block
-  float* pb = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * c;  // dbeta row
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if (!on[i]) continue;
-    const int64_t col = (threadIdx.x + static_cast<int64_t>(kThreads) * i) * V;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      pg[col + k] = acc_g[i][k];
-      pb[col + k] = acc_b[i][k];
-    }
-  }
-}
-
 // Packs per lane of the packed forward (2, 4, 8 or 16 a lane: C up to 512 packs), or 0 for the general kernel.
 int forward_packs_per_lane(int64_t packs) {
   for (int p : {2, 4, 8, 16})
@@ -314,7 +185,7 @@ void launch_backward_packed(device::CudaDevice& dev, const Tensor& dy, const Ten
   const int64_t per = layernorm_backward_rows_per_block(n, P);
   const int64_t blocks = (n + per - 1) / per;
   Tensor partial = Tensor::empty({2, blocks, c}, DType::F32, dev, "layernorm_backward scratch");
-  layernorm_backward_packed_kernel<T, P, R><<<static_cast<unsigned>(blocks), kThreads, 0, dev.compute_stream()>>>(
+  norm_backward_packed_kernel<T, P, R, true><<<static_cast<unsigned>(blocks), kThreads, 0, dev.compute_stream()>>>(
       dy.data<T>(), x.data<T>(), gamma.data<T>(), mean.f32(), rstd.f32(), dres, dx.data<T>(), n, packs, per,
       partial.f32());
   TANDEM_CUDA_CHECK_LAUNCH();

@@ -1,8 +1,8 @@
 // CUDA RMSNorm over the last dim (ops.h): forward (saving rstd per row) and backward. One warp per row with an fp32
 // sum of squares; dgamma is a deterministic column sum in two passes (fixed slices of rows per column into scratch,
 // then the slices in order: no atomics, the same bits every run). When C is a whole number of 16-byte packs (at most
-// 1024 of them) and every tensor is aligned, the backward is one pass as LayerNorm's (layernorm.cu): each block takes
-// a fixed share of the rows, writes dx and sums its rows' dgamma terms into one row of f32 scratch, which
+// 1024 of them) and every tensor is aligned, the backward is LayerNorm's one pass (norm_backward.cuh): each block
+// takes a fixed share of the rows, writes dx and sums its rows' dgamma terms into one row of f32 scratch, which
 // column_sum.cuh's finishing pass adds in block order. x and y (and dy and dx) may be the same tensor:
 // each lane reads an element before it writes the same element, so no __restrict__ on them. rmsnorm_backward_add
 // adds a residual gradient dres to dx in fp32 before the one rounding, in both forms.
@@ -10,6 +10,7 @@
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
 #include "tandem/ops/cuda/kernel_util.cuh"
+#include "tandem/ops/cuda/norm_backward.cuh"
 #include "tandem/ops/cuda/scratch_sizes.h"
 #include "tandem/ops/op_util.h"
 
@@ -17,12 +18,6 @@ namespace tandem::ops::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = kThreads / 32;
-
-// v rounded to T and widened again: the normalised x as transformers hands it to the weight.
-template <class T>
-__device__ __forceinline__ float rounded(float v) {
-  return to_f32(from_f32<T>(v));
-}
 
 // x, y (N, C) in T; gamma (C) in T; rstd (N) f32.
 template <class T>
@@ -96,122 +91,6 @@ __global__ void rmsnorm_dgamma_finish_kernel(const float* __restrict__ partial, 
   }
 }
 
-// Backward in one pass. Block b takes rows [b * rows_per_block, ...) in groups of R: thread t holds packs t, t + 256,
-// ..., t + 256 (P - 1) of each row of the group (those below `packs`), the group's R sums of g xhat are one block
-// reduction (warp sums, then the 8 warps' sums in warp order), then the thread writes its part of dx and adds its
-// columns' dgamma terms, dy round_T(x rstd), in row order into registers; at the end partial[b][c] gets them
-// (partial: (gridDim.x, C) f32). Per element the formulas are those of the general kernels.
-template <class T, int P, int R>
-__global__ void __launch_bounds__(kThreads)
-    rmsnorm_backward_packed_kernel(const T* dy, const T* __restrict__ x, const T* __restrict__ gamma,
-                                   const float* __restrict__ rstd, const T* __restrict__ dres, T* dx, int64_t n,
-                                   int64_t packs, int64_t rows_per_block, float* __restrict__ partial) {
-  constexpr int V = kPack<T>;
-  __shared__ float red[2][R][kWarpsPerBlock];  // two buffers: one barrier per group suffices
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t c = packs * V;
-  const float inv_c = 1.0f / static_cast<float>(c);
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
-  const int64_t r1 = r0 + rows_per_block < n ? r0 + rows_per_block : n;
-  const auto* xp = reinterpret_cast<const Pack<T>*>(x);
-  const auto* dyp = reinterpret_cast<const Pack<T>*>(dy);
-  auto* dxp = reinterpret_cast<Pack<T>*>(dx);
-  const auto* resp = reinterpret_cast<const Pack<T>*>(dres);
-
-  bool on[P];
-  float g[P][V], acc_g[P][V];
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    const int64_t p = threadIdx.x + static_cast<int64_t>(kThreads) * i;
-    on[i] = p < packs;
-    Pack<T> gv;
-    if (on[i]) gv = reinterpret_cast<const Pack<T>*>(gamma)[p];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      g[i][k] = on[i] ? to_f32(gv.v[k]) : 0.0f;
-      acc_g[i][k] = 0.0f;
-    }
-  }
-
-  int buf = 0;
-  for (int64_t row0 = r0; row0 < r1; row0 += R, buf ^= 1) {
-    Pack<T> xv[R][P], gv[R][P];
-    float rs[R], s[R];
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      const int64_t row = row0 + rr;
-      const bool valid = row < r1;
-      rs[rr] = valid ? rstd[row] : 0.0f;
-#pragma unroll
-      for (int i = 0; i < P; ++i) {
-        if (valid && on[i]) {
-          const int64_t at = row * packs + threadIdx.x + static_cast<int64_t>(kThreads) * i;
-          xv[rr][i] = xp[at];
-          gv[rr][i] = dyp[at];
-        }
-      }
-    }
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      float sum_gx = 0.0f;
-      if (row0 + rr < r1) {
-#pragma unroll
-        for (int i = 0; i < P; ++i) {
-          if (on[i]) {
-#pragma unroll
-            for (int k = 0; k < V; ++k) sum_gx += to_f32(gv[rr][i].v[k]) * g[i][k] * (to_f32(xv[rr][i].v[k]) * rs[rr]);
-          }
-        }
-      }
-      s[rr] = warp_reduce(sum_gx, SumOp{});
-    }
-    if (lane == 0) {
-#pragma unroll
-      for (int j = 0; j < R; ++j) red[buf][j][warp] = s[j];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      float t = red[buf][j][0];
-#pragma unroll
-      for (int w = 1; w < kWarpsPerBlock; ++w) t += red[buf][j][w];
-      s[j] = t;
-    }
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      const int64_t row = row0 + rr;
-      if (row >= r1) continue;
-      const float mean_gx = s[rr] * inv_c;
-#pragma unroll
-      for (int i = 0; i < P; ++i) {
-        if (!on[i]) continue;
-        const int64_t at = row * packs + threadIdx.x + static_cast<int64_t>(kThreads) * i;
-        Pack<T> out, res;
-        if (resp) res = resp[at];
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float d = to_f32(gv[rr][i].v[k]), xf = to_f32(xv[rr][i].v[k]);
-          const float xhat = xf * rs[rr];
-          float v = rs[rr] * (d * g[i][k] - xhat * mean_gx);
-          if (resp) v += to_f32(res.v[k]);
-          out.v[k] = from_f32<T>(v);
-          acc_g[i][k] += d * rounded<T>(xf * rs[rr]);
-        }
-        dxp[at] = out;
-      }
-    }
-  }
-
-  float* pg = partial + static_cast<int64_t>(blockIdx.x) * c;  // dgamma row of this block
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if (!on[i]) continue;
-    const int64_t col = (threadIdx.x + static_cast<int64_t>(kThreads) * i) * V;
-#pragma unroll
-    for (int k = 0; k < V; ++k) pg[col + k] = acc_g[i][k];
-  }
-}
-
 template <class T, int P>
 void launch_backward_packed(device::CudaDevice& dev, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                             const Tensor& rstd, const T* dres, const Tensor& dx, const Tensor& dgamma, int64_t n,
@@ -224,8 +103,9 @@ void launch_backward_packed(device::CudaDevice& dev, const Tensor& dy, const Ten
   Tensor partial = Tensor::empty({blocks, c}, DType::F32, dev, "rmsnorm_backward dgamma partials");
   TANDEM_CHECK(static_cast<int64_t>(partial.nbytes()) == rmsnorm_backward_scratch_bytes(n, c, sizeof(T)),
                "rmsnorm_backward: scratch size differs from the planner's (scratch_sizes.h)");
-  rmsnorm_backward_packed_kernel<T, P, R><<<static_cast<unsigned>(blocks), kThreads, 0, dev.compute_stream()>>>(
-      dy.data<T>(), x.data<T>(), gamma.data<T>(), rstd.f32(), dres, dx.data<T>(), n, packs, per, partial.f32());
+  norm_backward_packed_kernel<T, P, R, false><<<static_cast<unsigned>(blocks), kThreads, 0, dev.compute_stream()>>>(
+      dy.data<T>(), x.data<T>(), gamma.data<T>(), nullptr, rstd.f32(), dres, dx.data<T>(), n, packs, per,
+      partial.f32());
   TANDEM_CUDA_CHECK_LAUNCH();
   column_finish<1>(dev, partial.f32(), blocks, c, dgamma.f32(), nullptr);
 }
