@@ -573,62 +573,6 @@ void check_embedding(Suite& s) {
   }
 }
 
-void check_attention(Suite& s) {
-  struct Case {
-    int64_t b, t, h, d;
-  };
-  const std::vector<Case> cases = {{1, 7, 2, 8}, {2, 77, 3, 16}, {2, 1024, 25, 64}};
-  for (DType t : kFloatTypes) {
-    for (const Case& c : cases) {
-      for (bool plain : {false, true}) {
-        if (plain && t == DType::F32) continue;  // f32 always runs the plain kernels
-        const int64_t cc = c.h * c.d;
-        const std::string shape = dims({c.b, c.t, c.h, c.d}) + (plain ? " plain" : "");
-        const std::string fwd = "attention_forward", bwd = "attention_backward";
-        s.run(fwd, dtype_name(t), shape, [&] {
-          auto qkv = s.make({c.b, c.t, 3 * cc}, t, 60);
-          auto y = s.output({c.b, c.t, cc}, t);
-          auto lse = s.output({c.b, c.h, c.t}, DType::F32);
-          cpu::attention_forward(qkv.cpu, static_cast<int>(c.h), y.cpu, lse.cpu);
-          if (plain) {
-            gpu::attention_gqa_forward_plain(qkv.gpu, static_cast<int>(c.h), static_cast<int>(c.h), y.gpu, lse.gpu);
-          } else {
-            gpu::attention_forward(qkv.gpu, static_cast<int>(c.h), y.gpu, lse.gpu);
-          }
-          s.compare(fwd + " y", t, shape, y.gpu, y.cpu);
-          s.compare(fwd + " lse", t, shape, lse.gpu, lse.cpu);
-        });
-        s.run(bwd, dtype_name(t), shape, [&] {
-          auto qkv = s.make({c.b, c.t, 3 * cc}, t, 61);
-          auto dy = s.make({c.b, c.t, cc}, t, 62);
-          // The CPU forward's y and lse feed both backwards, so only the backward is compared.
-          Tensor y = Tensor::empty({c.b, c.t, cc}, DType::F32, s.host(), "y");
-          Tensor lse = Tensor::empty({c.b, c.h, c.t}, DType::F32, s.host(), "lse");
-          cpu::attention_forward(qkv.cpu, static_cast<int>(c.h), y, lse);
-          Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
-          auto dqkv = s.output({c.b, c.t, 3 * cc}, t);
-          cpu::attention_backward(qkv.cpu, static_cast<int>(c.h), y, lse, dy.cpu, dqkv.cpu);
-          auto run = [&](const Tensor& out) {
-            if (plain) {
-              gpu::attention_gqa_backward_plain(qkv.gpu, static_cast<int>(c.h), static_cast<int>(c.h), y_g, lse_g,
-                                                dy.gpu, out);
-            } else {
-              gpu::attention_backward(qkv.gpu, static_cast<int>(c.h), y_g, lse_g, dy.gpu, out);
-            }
-          };
-          run(dqkv.gpu);
-          s.compare(bwd + " dqkv", t, shape, dqkv.gpu, dqkv.cpu);
-          Tensor again = Tensor::empty(dqkv.gpu.shape(), t, s.dev(), "dqkv again");
-          run(again);
-          const bool same = std::memcmp(dqkv.gpu.to_host_floats().data(), again.to_host_floats().data(),
-                                        static_cast<size_t>(again.numel()) * sizeof(float)) == 0;
-          s.row(bwd + " bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, gpu_check::kOpExact);
-        });
-      }
-    }
-  }
-}
-
 void check_cross_entropy(Suite& s) {
   struct Case {
     int64_t n, v;
@@ -837,47 +781,45 @@ void check_rmsnorm(Suite& s) {
         gpu::rmsnorm_forward(x.gpu, gamma.gpu, x.gpu, rstd2.gpu, 1e-5f);  // in place: y is x
         s.compare("rmsnorm_forward in place", t, shape, x.gpu, y.cpu);
       });
-      s.run("rmsnorm_backward", dtype_name(t), shape, [&] {
-        auto x = s.make({n, c}, t, 202, 2.0f, 0.5f);
-        auto gamma = s.make({c}, t, 203, 0.2f, 1.0f);
-        auto dy = s.make({n, c}, t, 204);
-        // rstd from the CPU forward, shared by both sides.
-        Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
-        Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
-        cpu::rmsnorm_forward(x.cpu, gamma.cpu, y, rstd, 1e-5f);
-        Tensor rstd_g = s.upload(rstd, DType::F32);
-        auto dx = s.output({n, c}, t);
-        auto dgamma = s.make({c}, DType::F32, 205);  // accumulates
-        Tensor dgamma_again = Tensor::empty({c}, DType::F32, s.dev(), "dgamma copy");
-        dgamma_again.copy_from(dgamma.gpu);
-        cpu::rmsnorm_backward(dy.cpu, x.cpu, gamma.cpu, rstd, dx.cpu, dgamma.cpu);
-        gpu::rmsnorm_backward(dy.gpu, x.gpu, gamma.gpu, rstd_g, dx.gpu, dgamma.gpu);
-        s.compare("rmsnorm_backward dx", t, shape, dx.gpu, dx.cpu);
-        s.compare("rmsnorm_backward dgamma", t, shape, dgamma.gpu, dgamma.cpu);
-        gpu::rmsnorm_backward(dy.gpu, x.gpu, gamma.gpu, rstd_g, dy.gpu, dgamma_again);  // in place: dx is dy
-        s.compare("rmsnorm_backward in place", t, shape, dy.gpu, dx.cpu);
-        s.row("rmsnorm_backward dgamma bitwise rerun", dtype_name(t), shape,
-              same_bits(dgamma.gpu, dgamma_again) ? 0.0 : 1.0, gpu_check::kOpExact);
-      });
-      s.run("rmsnorm_backward_add", dtype_name(t), shape, [&] {
-        auto x = s.make({n, c}, t, 206, 2.0f, 0.5f);
-        auto gamma = s.make({c}, t, 207, 0.2f, 1.0f);
-        auto dy = s.make({n, c}, t, 208);
-        auto dres = s.make({n, c}, t, 209);
-        Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
-        Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
-        cpu::rmsnorm_forward(x.cpu, gamma.cpu, y, rstd, 1e-5f);
-        Tensor rstd_g = s.upload(rstd, DType::F32);
-        auto dx = s.output({n, c}, t);
-        auto dgamma = s.make({c}, DType::F32, 210);  // accumulates
-        cpu::rmsnorm_backward_add(dy.cpu, x.cpu, gamma.cpu, rstd, dres.cpu, dx.cpu, dgamma.cpu);
-        gpu::rmsnorm_backward_add(dy.gpu, x.gpu, gamma.gpu, rstd_g, dres.gpu, dx.gpu, dgamma.gpu);
-        s.compare("rmsnorm_backward_add dx", t, shape, dx.gpu, dx.cpu);
-        s.compare("rmsnorm_backward_add dgamma", t, shape, dgamma.gpu, dgamma.cpu);
-        Tensor dg2 = Tensor::zeros({c}, DType::F32, s.dev(), "dgamma in place");
-        gpu::rmsnorm_backward_add(dy.gpu, x.gpu, gamma.gpu, rstd_g, dres.gpu, dy.gpu, dg2);  // dx is dy
-        s.compare("rmsnorm_backward_add in place", t, shape, dy.gpu, dx.cpu);
-      });
+      // The backward, and with a residual gradient (rmsnorm_backward_add), each against the CPU op, in place
+      // (dx is dy) too, and dgamma bit for bit on a rerun.
+      for (const bool add : {false, true}) {
+        const std::string op = add ? "rmsnorm_backward_add" : "rmsnorm_backward";
+        s.run(op, dtype_name(t), shape, [&] {
+          auto x = s.make({n, c}, t, 202, 2.0f, 0.5f);
+          auto gamma = s.make({c}, t, 203, 0.2f, 1.0f);
+          auto dy = s.make({n, c}, t, 204);
+          auto dres = s.make({n, c}, t, 209);
+          // rstd from the CPU forward, shared by both sides.
+          Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
+          Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
+          cpu::rmsnorm_forward(x.cpu, gamma.cpu, y, rstd, 1e-5f);
+          Tensor rstd_g = s.upload(rstd, DType::F32);
+          auto dx = s.output({n, c}, t);
+          auto dgamma = s.make({c}, DType::F32, 205);  // accumulates
+          Tensor dgamma_again = Tensor::empty({c}, DType::F32, s.dev(), "dgamma copy");
+          dgamma_again.copy_from(dgamma.gpu);
+          auto gpu_backward = [&](const Tensor& dy_g, const Tensor& dx_g, const Tensor& dg) {
+            if (add) {
+              gpu::rmsnorm_backward_add(dy_g, x.gpu, gamma.gpu, rstd_g, dres.gpu, dx_g, dg);
+            } else {
+              gpu::rmsnorm_backward(dy_g, x.gpu, gamma.gpu, rstd_g, dx_g, dg);
+            }
+          };
+          if (add) {
+            cpu::rmsnorm_backward_add(dy.cpu, x.cpu, gamma.cpu, rstd, dres.cpu, dx.cpu, dgamma.cpu);
+          } else {
+            cpu::rmsnorm_backward(dy.cpu, x.cpu, gamma.cpu, rstd, dx.cpu, dgamma.cpu);
+          }
+          gpu_backward(dy.gpu, dx.gpu, dgamma.gpu);
+          s.compare(op + " dx", t, shape, dx.gpu, dx.cpu);
+          s.compare(op + " dgamma", t, shape, dgamma.gpu, dgamma.cpu);
+          gpu_backward(dy.gpu, dy.gpu, dgamma_again);  // in place: dx is dy
+          s.compare(op + " in place", t, shape, dy.gpu, dx.cpu);
+          s.row(op + " dgamma bitwise rerun", dtype_name(t), shape, same_bits(dgamma.gpu, dgamma_again) ? 0.0 : 1.0,
+                gpu_check::kOpExact);
+        });
+      }
     }
   }
 }
@@ -953,10 +895,12 @@ void check_attention_gqa(Suite& s) {
   struct Case {
     int64_t b, t, h, kv, d;
   };
-  // Small odd shapes, multi-query, a head dim cuDNN refuses (12: the plain kernels run in every dtype), and Llama's
-  // 32 query heads over 8 kv heads at D = 64 and D = 128.
+  // Small odd shapes, multi-query, a head dim cuDNN refuses (12: the plain kernels run in every dtype), Llama's
+  // 32 query heads over 8 kv heads at D = 64 and D = 128, and multi-head attention (Hkv = H, the gpt's
+  // attention_forward / attention_backward): small odd shapes and the gpt 1.64B's 25 heads of 64.
   const std::vector<Case> cases = {{1, 7, 4, 2, 8},  {2, 77, 6, 2, 16},    {1, 33, 4, 1, 64},
-                                   {2, 9, 4, 2, 12}, {2, 1024, 32, 8, 64}, {2, 1024, 32, 8, 128}};
+                                   {2, 9, 4, 2, 12}, {2, 1024, 32, 8, 64}, {2, 1024, 32, 8, 128},
+                                   {1, 7, 2, 2, 8},  {2, 77, 3, 3, 16},    {2, 1024, 25, 25, 64}};
   for (DType t : kFloatTypes) {
     for (const Case& c : cases) {
       for (bool plain : {false, true}) {
@@ -1057,9 +1001,9 @@ void bench(CudaDevice& dev) {
     gpu::fill(dy, 0.01f);
     // Causal: half of the T x T scores. Forward 2 matmuls (QK^T, PV), backward 5 (2.5x the forward).
     const double flops = 4.0 * B * H * T * T * D / 2.0;
-    const double f = median_ms(dev, [&] { gpu::attention_forward(qkv, H, y, lse); });
+    const double f = median_ms(dev, [&] { gpu::attention_gqa_forward(qkv, H, H, y, lse); });
     print("attention bf16 fwd (B=8 T=1024 H=25 D=64)", f, flops, "TFLOP/s");
-    const double b = median_ms(dev, [&] { gpu::attention_backward(qkv, H, y, lse, dy, dqkv); });
+    const double b = median_ms(dev, [&] { gpu::attention_gqa_backward(qkv, H, H, y, lse, dy, dqkv); });
     print("attention bf16 bwd (B=8 T=1024 H=25 D=64)", b, 2.5 * flops, "TFLOP/s");
   }
   {
@@ -1267,7 +1211,6 @@ int run(int argc, char** argv) {
   check_elementwise(s);
   check_layernorm(s);
   check_embedding(s);
-  check_attention(s);
   check_cross_entropy(s);
   check_reduce_and_adamw(s);
   check_deferred_errors(s);

@@ -92,26 +92,21 @@ std::string model_type(const ModelConfig& model) {
 }
 
 ModelIO model_io(const ModelConfig& model) {
+  auto tokens = [](int64_t seq_len, int64_t vocab_size) {  // a decoder: token sequences in, next tokens out
+    ModelIO io;
+    io.tokens = true;
+    io.seq_len = seq_len;
+    io.vocab_size = vocab_size;
+    return io;
+  };
   return std::visit(Cases{[](const MlpConfig& m) {
                             ModelIO io;
                             io.features = m.sizes.empty() ? 0 : m.sizes.front();
                             io.classes = m.sizes.empty() ? 0 : m.sizes.back();
                             return io;
                           },
-                          [](const GptConfig& g) {
-                            ModelIO io;
-                            io.tokens = true;
-                            io.seq_len = g.seq_len;
-                            io.vocab_size = g.vocab_size;
-                            return io;
-                          },
-                          [](const LlamaConfig& c) {
-                            ModelIO io;
-                            io.tokens = true;
-                            io.seq_len = c.seq_len;
-                            io.vocab_size = c.vocab_size;
-                            return io;
-                          }},
+                          [&](const GptConfig& g) { return tokens(g.seq_len, g.vocab_size); },
+                          [&](const LlamaConfig& c) { return tokens(c.seq_len, c.vocab_size); }},
                     model);
 }
 

@@ -53,11 +53,6 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
     (ids, dy, dtable, start, vocab))                                                                               \
   X(void, add_positions, (const Tensor& y, const Tensor& pos), (y, pos))                                           \
   X(void, add_positions_backward, (const Tensor& dy, const Tensor& dpos), (dy, dpos))                              \
-  X(void, attention_forward, (const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse),                   \
-    (qkv, heads, y, lse))                                                                                          \
-  X(void, attention_backward, (const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse,                   \
-                               const Tensor& dy, const Tensor& dqkv),                                              \
-    (qkv, heads, y, lse, dy, dqkv))                                                                                \
   X(void, cross_entropy_forward, (const Tensor& logits, const Tensor& targets, const Tensor& losses,               \
                                   const Tensor& lse),                                                              \
     (logits, targets, losses, lse))                                                                                \

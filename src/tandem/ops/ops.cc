@@ -413,7 +413,7 @@ void check_attention(const char* op, const Tensor& qkv, int heads, const Tensor&
 void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
   check_devices("attention_forward", y, qkv, lse);
   check_attention("attention_forward", qkv, heads, y, lse);
-  return backend_of("attention_forward", y).attention_forward(qkv, heads, y, lse);
+  return backend_of("attention_forward", y).attention_gqa_forward(qkv, heads, heads, y, lse);  // Hkv = H
 }
 
 void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
@@ -425,7 +425,7 @@ void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Ten
   check_same_shape("attention_backward", "qkv", qkv, "dqkv", dqkv);
   TANDEM_CHECK(!overlaps(dqkv, qkv) && !overlaps(dqkv, y) && !overlaps(dqkv, dy) && !overlaps(dqkv, lse),
                "attention_backward: dqkv shares memory with an input");
-  return backend_of("attention_backward", dqkv).attention_backward(qkv, heads, y, lse, dy, dqkv);
+  return backend_of("attention_backward", dqkv).attention_gqa_backward(qkv, heads, heads, y, lse, dy, dqkv);
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {
@@ -593,9 +593,10 @@ void rmsnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& y, cons
   return backend_of(op, y).rmsnorm_forward(x, gamma, y, rstd, eps);
 }
 
-void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dx,
-                      const Tensor& dgamma) {
-  const char* op = "rmsnorm_backward";
+namespace {
+// rmsnorm_backward's checks, and with dres those of rmsnorm_backward_add.
+void check_rmsnorm_backward(const char* op, const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                            const Tensor* dres, const Tensor& dx, const Tensor& dgamma) {
   check_devices(op, dx, dy, x, gamma, rstd, dgamma);
   check_compute(op, {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"dx", dx}});
   check_f32(op, "rstd", rstd);
@@ -608,26 +609,25 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, co
   check_same_or_apart(op, "dx", dx, "dy", dy);
   check_apart(op, "dx", dx, {{"x", x}, {"gamma", gamma}, {"rstd", rstd}, {"dgamma", dgamma}});
   check_apart(op, "dgamma", dgamma, {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"rstd", rstd}});
-  return backend_of(op, dx).rmsnorm_backward(dy, x, gamma, rstd, dx, dgamma);
+  if (!dres) return;
+  check_devices(op, dx, *dres);
+  check_compute(op, {{"x", x}, {"dres", *dres}});
+  check_same_shape(op, "x", x, "dres", *dres);
+  check_apart(op, "dx", dx, {{"dres", *dres}});
+  check_apart(op, "dgamma", dgamma, {{"dres", *dres}});
+}
+}  // namespace
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& dgamma) {
+  check_rmsnorm_backward("rmsnorm_backward", dy, x, gamma, rstd, nullptr, dx, dgamma);
+  return backend_of("rmsnorm_backward", dx).rmsnorm_backward(dy, x, gamma, rstd, dx, dgamma);
 }
 
 void rmsnorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
                           const Tensor& dres, const Tensor& dx, const Tensor& dgamma) {
-  const char* op = "rmsnorm_backward_add";
-  check_devices(op, dx, dy, x, gamma, rstd, dres, dgamma);
-  check_compute(op, {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"dres", dres}, {"dx", dx}});
-  check_f32(op, "rstd", rstd);
-  check_f32(op, "dgamma", dgamma);
-  check_same_shape(op, "x", x, "dy", dy);
-  check_same_shape(op, "x", x, "dx", dx);
-  check_same_shape(op, "x", x, "dres", dres);
-  check_channels(op, "gamma", gamma, x);
-  check_channels(op, "dgamma", dgamma, x);
-  check_per_row(op, "rstd", rstd, x);
-  check_same_or_apart(op, "dx", dx, "dy", dy);
-  check_apart(op, "dx", dx, {{"x", x}, {"gamma", gamma}, {"rstd", rstd}, {"dres", dres}, {"dgamma", dgamma}});
-  check_apart(op, "dgamma", dgamma, {{"dy", dy}, {"x", x}, {"gamma", gamma}, {"rstd", rstd}, {"dres", dres}});
-  return backend_of(op, dx).rmsnorm_backward_add(dy, x, gamma, rstd, dres, dx, dgamma);
+  check_rmsnorm_backward("rmsnorm_backward_add", dy, x, gamma, rstd, &dres, dx, dgamma);
+  return backend_of("rmsnorm_backward_add", dx).rmsnorm_backward_add(dy, x, gamma, rstd, dres, dx, dgamma);
 }
 
 namespace {

@@ -33,14 +33,8 @@ double tensor_bytes(const T&) {
   return 0.0;
 }
 
-// Causal attention on qkv (B, T, 3C): q k^T and p v, B H T^2 D multiply-adds each, half of them masked.
-inline double attention_forward_flops(const Tensor& qkv) {
-  const double b = static_cast<double>(qkv.dim(0)), t = static_cast<double>(qkv.dim(1));
-  return 2.0 * b * t * t * static_cast<double>(qkv.dim(2) / 3);
-}
-
-// Causal grouped-query attention writing y (B, T, H*D): the same products per query head as above, whatever the
-// number of kv heads.
+// Causal (grouped-query or multi-head) attention writing y (B, T, H*D): q k^T and p v, B H T^2 D multiply-adds
+// each, half of them masked, whatever the number of kv heads.
 inline double attention_gqa_forward_flops(const Tensor& y) {
   const double b = static_cast<double>(y.dim(0)), t = static_cast<double>(y.dim(1));
   return 2.0 * b * t * t * static_cast<double>(y.dim(2));
@@ -86,14 +80,10 @@ OpWork work_of(const A&... a) {
                          static_cast<double>(rows_of(x));
     (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = flops;
     w.bytes = work_detail::tensor_bytes(dbias);
-  } else if constexpr (id == OpId::attention_forward) {
-    w.attention_flops = work_detail::attention_forward_flops(std::get<0>(std::tie(a...)));
-  } else if constexpr (id == OpId::attention_backward) {
-    // dV, dP, dQ, dK and the recomputed scores: 2.5 times the forward's products.
-    w.attention_flops = 2.5 * work_detail::attention_forward_flops(std::get<0>(std::tie(a...)));
   } else if constexpr (id == OpId::attention_gqa_forward) {
     w.attention_flops = work_detail::attention_gqa_forward_flops(std::get<3>(std::tie(a...)));  // y
   } else if constexpr (id == OpId::attention_gqa_backward) {
+    // dV, dP, dQ, dK and the recomputed scores: 2.5 times the forward's products.
     w.attention_flops = 2.5 * work_detail::attention_gqa_forward_flops(std::get<3>(std::tie(a...)));  // y
   } else if constexpr (id == OpId::adamw_step) {
     w.bytes = 28.0 * static_cast<double>(std::get<0>(std::tie(a...)).numel());

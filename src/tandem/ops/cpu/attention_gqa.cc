@@ -1,8 +1,8 @@
 // CPU causal grouped-query self-attention on a fused qkv projection (ops.h): forward (saving each row's log-sum-exp)
 // and backward (recomputing the probabilities from it), over f32, bf16 and f16 qkv/y/dy/dqkv with fp32 math; lse is
 // f32. A task's q, k, v (and o, dO) are widened into contiguous fp32 scratch, the products run through cblas_sgemm
-// in blocks of rows, and the results are rounded into the strided outputs once. Multi-head attention (the gpt's
-// attention_forward / attention_backward) is the case Hkv = H.
+// in blocks of rows, and the results are rounded into the strided outputs once. Multi-head attention (ops.h's
+// attention_forward / attention_backward) reaches it as the case Hkv = H.
 // Forward takes one (batch, query head) pair per task; backward one (batch, kv head) pair, which walks the query
 // heads of its group in order and sums their dk and dv in fp32 scratch: a fixed order, no atomics, so the result does
 // not depend on the thread count.
@@ -259,25 +259,6 @@ void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Ten
 void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
                             const Tensor& dy, const Tensor& dqkv) {
   visit_float(qkv.dtype(), [&](auto t) { backward_kernel<decltype(t)>(qkv, heads, kv_heads, y, lse, dy, dqkv); });
-}
-
-int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
-                                  const Tensor& lse) {
-  return attention_gqa_forward_scratch(ctx, qkv, heads, heads, y, lse);
-}
-
-int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
-                                   const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
-  return attention_gqa_backward_scratch(ctx, qkv, heads, heads, y, lse, dy, dqkv);
-}
-
-void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
-  attention_gqa_forward(qkv, heads, heads, y, lse);
-}
-
-void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
-                        const Tensor& dqkv) {
-  attention_gqa_backward(qkv, heads, heads, y, lse, dy, dqkv);
 }
 
 }  // namespace tandem::ops::cpu

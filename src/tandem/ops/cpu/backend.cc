@@ -14,8 +14,6 @@ const Scratch& scratch() {
   static const Scratch table = [] {
     Scratch s;
     s.matmul = &matmul_scratch;
-    s.attention_forward = &attention_forward_scratch;
-    s.attention_backward = &attention_backward_scratch;
     s.linear_forward = &linear_forward_scratch;
     s.linear_weight_grad = &linear_weight_grad_scratch;
     s.attention_gqa_forward = &attention_gqa_forward_scratch;

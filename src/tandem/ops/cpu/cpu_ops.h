@@ -17,10 +17,6 @@ TANDEM_OPS(TANDEM_OP_DECLARE)
 // The scratch the kernels allocate (backend.h's Scratch), each defined beside its kernel.
 int64_t matmul_scratch(const ScratchContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
                        bool trans_b, float beta);
-int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
-                                  const Tensor& lse);
-int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
-                                   const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
 int64_t linear_forward_scratch(const ScratchContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                                const Tensor& residual, const Tensor& y);
 int64_t linear_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dweight,

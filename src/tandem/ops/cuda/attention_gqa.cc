@@ -2,8 +2,7 @@
 // through the cudnn-frontend headers, which take H query heads over Hkv key/value heads and sum dk and dv over each
 // group) for bf16 and f16, and the plain kernels (attention_gqa.cu) for f32 and for shapes or alignments cuDNN
 // cannot take. Graphs are built once per shape and cached in a per-device context of their own. Multi-head attention
-// (the gpt's attention_forward / attention_backward) is the case Hkv = H: the same fused qkv layout, graphs and
-// kernels.
+// (ops.h's attention_forward / attention_backward) reaches it as the case Hkv = H: the same fused qkv layout.
 //
 // No copies around cuDNN: with W = (H + 2 Hkv) D, q is a (B, H, T, D) view of the fused qkv (B, T, W) buffer with
 // strides (T*W, D, W, 1), k and v (B, Hkv, T, D) views with the same strides starting H*D and (H + Hkv) D elements
@@ -16,6 +15,7 @@
 #include "tandem/ops/cuda/attention_gqa_plain.h"
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
+#include "tandem/ops/cuda/scratch_sizes.h"
 
 #if TANDEM_HAVE_CUDNN_FRONTEND
 #include <cudnn.h>
@@ -224,11 +224,10 @@ const CachedGraph& graph_for(GqaAttentionContext& ctx, bool backward, const GqaS
   return ctx.graphs.emplace(key, std::move(entry)).first->second;
 }
 
-// cuDNN wants 16-bit data, head dims and row strides in multiples of 8 elements, and every operand on a 16-byte
-// boundary (q, k and v start inside one row of qkv).
+// cuDNN wants the shapes of cudnn_attention_shape (scratch_sizes.h) and every operand on a 16-byte boundary (q, k
+// and v start inside one row of qkv).
 bool cudnn_can_take(DType t, std::initializer_list<const void*> pointers, const GqaShape& s) {
-  if (t != DType::BF16 && t != DType::F16) return false;
-  if (s.d % 8 != 0 || s.width() % 8 != 0) return false;
+  if (!cudnn_attention_shape(t, s.d, s.width())) return false;
   for (const void* p : pointers)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   return true;
@@ -308,15 +307,6 @@ void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Te
   }
 #endif
   attention_gqa_backward_plain(qkv, heads, kv_heads, y, lse, dy, dqkv);
-}
-
-void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
-  attention_gqa_forward(qkv, heads, heads, y, lse);
-}
-
-void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
-                        const Tensor& dqkv) {
-  attention_gqa_backward(qkv, heads, heads, y, lse, dy, dqkv);
 }
 
 int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward) {

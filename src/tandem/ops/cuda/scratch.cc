@@ -24,8 +24,7 @@ int64_t cudnn_workspace(const ScratchContext& ctx, const Tensor& qkv, int heads,
   return attention_cudnn_workspace_estimate(qkv.dtype(), qkv.dim(0), heads, kv_heads, qkv.dim(1), d, backward);
 }
 
-// attention_gqa.cc, .cu: cuDNN's workspace, or the plain backward's rowsum(dO * O) (B, H, T) f32. Multi-head
-// attention is the case Hkv = H.
+// attention_gqa.cc, .cu: cuDNN's workspace where cuDNN runs, else the plain backward's rowsum(dO * O) (B, H, T) f32.
 int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
                                       const Tensor&, const Tensor&) {
   return cudnn_workspace(ctx, qkv, heads, kv_heads, false);
@@ -33,17 +32,8 @@ int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& q
 int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
                                        const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   const int64_t cudnn = cudnn_workspace(ctx, qkv, heads, kv_heads, true);
-  return std::max(cudnn, attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1)));
+  return cudnn > 0 ? cudnn : attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1));
 }
-int64_t attention_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
-                                  const Tensor& lse) {
-  return attention_gqa_forward_scratch(ctx, qkv, heads, heads, y, lse);
-}
-int64_t attention_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, const Tensor& y,
-                                   const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
-  return attention_gqa_backward_scratch(ctx, qkv, heads, heads, y, lse, dy, dqkv);
-}
-
 // embedding.cu: the sort's keys and positions in and out, (3, N) i32.
 int64_t embedding_backward_scratch(const ScratchContext&, const Tensor& ids, const Tensor&, const Tensor&, int64_t,
                                    int64_t) {
@@ -91,8 +81,6 @@ int64_t rmsnorm_backward_add_scratch(const ScratchContext&, const Tensor&, const
 const Scratch& scratch() {
   static const Scratch table = [] {
     Scratch s;
-    s.attention_forward = &attention_forward_scratch;
-    s.attention_backward = &attention_backward_scratch;
     s.embedding_backward = &embedding_backward_scratch;
     s.bias_backward = &bias_backward_scratch;
     s.layernorm_backward = &layernorm_backward_scratch;

@@ -37,6 +37,12 @@ inline int64_t attention_gqa_backward_scratch_bytes(int64_t batch, int64_t heads
 // any other device, and where the plain kernels run.
 int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward);
 
+// The shapes cuDNN's fused attention takes: 16-bit data, the head dim D and the fused row width (H + 2 Hkv) D in
+// multiples of 8 elements (its pointers on 16-byte boundaries besides: attention_gqa.cc checks those).
+inline bool cudnn_attention_shape(DType t, int64_t d, int64_t width) {
+  return (t == DType::BF16 || t == DType::F16) && d % 8 == 0 && width % 8 == 0;
+}
+
 // The same where cuDNN cannot be asked (planning away from the GPU): the sizes cuDNN 9 gave on an H200 for the
 // deterministic graphs (bench/gpu/ops_check prints them; docs/benchmarks.md, 2026-12-01), 256 bytes forward, and
 // backward 2 B H T^2 bytes, a (B, H, T) f32 row statistic and 256 bytes, plus a (B, H, T, D) f32 dq accumulator
@@ -44,7 +50,7 @@ int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, i
 // D or the row width not a multiple of 8).
 inline int64_t attention_cudnn_workspace_estimate(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
                                                   bool backward) {
-  if ((t != DType::BF16 && t != DType::F16) || d % 8 != 0 || ((h + 2 * kv) * d) % 8 != 0) return 0;
+  if (!cudnn_attention_shape(t, d, (h + 2 * kv) * d)) return 0;
   if (!backward) return 256;
   return 2 * b * h * seq * seq + 4 * b * h * seq + 256 + (kv < h ? 4 * b * h * seq * d : 0);
 }
