@@ -7,15 +7,23 @@
 // B there, over the product's K = N rows), which cuBLASLt writes rather than adds: into f32 scratch, then added to
 // dbias. Where cuBLASLt has no algorithm with the epilogue, the ops fall back to matmul and the separate passes.
 //
+// Algorithm choice: the heuristic's first choice is often not its fastest candidate at the model's shapes (by 5-15%
+// at the gpt's, bench/gpu/gemm_sweep). So the first call of each shape times the heuristic's candidates without
+// split-K on that call's operands and keeps the fastest. Without split-K every output element sums its K products in
+// the same order whichever tile the algorithm uses, so the choice changes the time and never the bits (gemm_sweep
+// checks the outputs of all candidates against each other); when the first choice itself splits K it is kept, untimed.
+//
 // Row-major to column-major: cuBLASLt is column-major, and a row-major (r, c) matrix is the column-major (c, r)
 // matrix with the same bytes. So the row-major C = op(a) op(b) is computed as the column-major
 // C^T = op(b)^T op(a)^T: cuBLASLt's A is our b, its B is our a, and its (m, n) is our (N, M).
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
@@ -27,6 +35,7 @@ namespace tandem::ops::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = static_cast<size_t>(kGemmWorkspaceBytes);
+constexpr int kCandidates = 8;  // heuristic results asked for and timed at a shape's first call
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -66,7 +75,17 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our b), B (our a), C and D
   cublasLtMatmulAlgo_t algo{};
   bool supported = true;  // false: cuBLASLt has no algorithm for this epilogue (the caller does without it)
+  std::vector<cublasLtMatmulAlgo_t> untimed;  // candidates to time at the first call (algo among them); then empty
 };
+
+int split_k_of(const cublasLtMatmulAlgo_t& algo) {
+  int split = 1;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split, &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return 0;  // unknown: treated as splitting K (never timed against the others)
+  return split;
+}
 
 void destroy(Plan& p) {
   if (p.a) cublasLtMatrixLayoutDestroy(p.a);
@@ -125,7 +144,7 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const void* bias) {
   const uint64_t workspace = kWorkspaceBytes;
   const uint32_t aligns[4] = {static_cast<uint32_t>(align_b), static_cast<uint32_t>(align_a),
                               static_cast<uint32_t>(align_c), static_cast<uint32_t>(align_d)};
-  cublasLtMatmulHeuristicResult_t result{};
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
   int found = 0;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                &workspace, sizeof(workspace));
@@ -135,7 +154,8 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const void* bias) {
   for (int i = 0; i < 4 && status == CUBLAS_STATUS_SUCCESS; ++i)
     status = cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i], sizeof(aligns[i]));
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    status =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, kCandidates, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if ((status != CUBLAS_STATUS_SUCCESS || found == 0) && ep != Epilogue::None) {
     destroy(p);
@@ -156,8 +176,66 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const void* bias) {
                 ", operand alignments ", align_a, "/", align_b, "/", align_d,
                 " bytes: ", status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
   }
-  p.algo = result.algo;
+  p.algo = results[0].algo;
+  if (split_k_of(p.algo) == 1) {
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && split_k_of(results[i].algo) == 1)
+        p.untimed.push_back(results[i].algo);
+    if (p.untimed.size() < 2) p.untimed.clear();  // nothing to choose between
+  }
   return p;
+}
+
+// Launches the plan's product with `algo`: D = op(a) op(b) + beta C, C and D sharing the plan's layout.
+cublasStatus_t launch(GemmContext& ctx, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Tensor& a,
+                      const Tensor& b, const void* c, void* d, float beta, cudaStream_t stream) {
+  const float alpha = 1.0f;
+  return cublasLtMatmul(ctx.handle, p.op, &alpha, b.raw(), p.a, a.raw(), p.b, &beta, c, p.c, d, p.c, &algo,
+                        ctx.workspace.raw(), kWorkspaceBytes, stream);
+}
+
+// Times the plan's candidates on this call's operands (one warm-up, then the best of three runs each) and keeps the
+// fastest as p.algo. The timed runs write into d itself when the product does not read it (beta 0), else into a
+// buffer of d's size outside the arena, so the call's data are never changed; when that buffer cannot be had, the
+// heuristic's first choice stays. Waits for the stream: it runs once per shape.
+void choose_fastest(GemmContext& ctx, device::CudaDevice& dev, Plan& p, const Tensor& a, const Tensor& b,
+                    const Tensor& c_in, const Tensor& d, float beta) {
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  candidates.swap(p.untimed);
+  const cudaStream_t stream = dev.compute_stream();
+  void* out = d.raw();
+  void* scratch = nullptr;
+  if (beta != 0.0f) {
+    dev.make_current();
+    if (cudaMalloc(&scratch, d.nbytes()) != cudaSuccess) {
+      cudaGetLastError();  // not enough room beside the arena: keep the first choice
+      return;
+    }
+    out = scratch;
+  }
+  float best_ms = 0.0f;
+  for (const cublasLtMatmulAlgo_t& algo : candidates) {
+    if (launch(ctx, p, algo, a, b, c_in.raw(), out, beta, stream) != CUBLAS_STATUS_SUCCESS) continue;
+    float ms = 0.0f;
+    bool ok = true;
+    for (int run = 0; run < 3 && ok; ++run) {
+      device::CudaEvent start(true), stop(true);
+      start.record(stream);
+      ok = launch(ctx, p, algo, a, b, c_in.raw(), out, beta, stream) == CUBLAS_STATUS_SUCCESS;
+      stop.record(stream);
+      stop.synchronize();
+      const float t = stop.ms_since(start);
+      ms = run == 0 ? t : std::min(ms, t);
+    }
+    if (ok && (best_ms == 0.0f || ms < best_ms)) {
+      best_ms = ms;
+      p.algo = algo;
+    }
+  }
+  if (scratch) {
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+    TANDEM_CUDA_CHECK(cudaFree(scratch));
+  }
 }
 
 // Queues D = op(a) op(b) + beta C through the plan of this shape and epilogue: C is `c_in` (the residual of
@@ -190,11 +268,9 @@ bool queue_product(device::CudaDevice& dev, const Tensor& a, const Tensor& b, co
   if (!p.supported) return false;
   if (epilogue != Epilogue::None)
     TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  const float alpha = 1.0f;
+  if (!p.untimed.empty()) choose_fastest(ctx, dev, p, a, b, c_in, d, beta);
   // C and D share one descriptor: the same type and shape (in place when c_in is d, as cuBLASLt requires for that).
-  const cublasStatus_t status =
-      cublasLtMatmul(ctx.handle, p.op, &alpha, b.raw(), p.a, a.raw(), p.b, &beta, c_in.raw(), p.c, d.raw(), p.c,
-                     &p.algo, ctx.workspace.raw(), kWorkspaceBytes, dev.compute_stream());
+  const cublasStatus_t status = launch(ctx, p, p.algo, a, b, c_in.raw(), d.raw(), beta, dev.compute_stream());
   if (status == CUBLAS_STATUS_NOT_SUPPORTED && epilogue != Epilogue::None) {
     destroy(p);
     p.supported = false;  // refused at the call: do without the epilogue from now on
