@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Speed on one GPU beside PyTorch, in one call of under 9 minutes: for gpt d1600 L48 (1.64B, micro 8 x 2), d2048 L24
-# (micro 8 x 2) and d4096 L32 (6.86B, micro 4 x 4), all with 16 sequences of 1024 tokens per step, V=50304, bf16,
-# AdamW and synthetic data: Tandem's tokens/s, then PyTorch (the reference script, --mode single) compiled and
-# eager. The 1.64B also runs once with TANDEM_PROFILE=1 first: its per-op time breakdown is printed at the end. The
+# Speed on one GPU beside PyTorch, in one call of under 9 minutes: for gpt d1600 L48 (1.64B) and d2048 L24 at micro
+# 8 x 2 and at 16 x 1, and d4096 L32 (6.86B, micro 4 x 4: PyTorch's micro 8 does not fit), all with 16 sequences of
+# 1024 tokens per step, V=50304, bf16, AdamW and synthetic data: Tandem's tokens/s, then PyTorch (the reference
+# script, --mode single) compiled and eager, at the same micro-batch. Compiled PyTorch is fastest at micro 16 on the
+# two smaller shapes, so the table's last lines compare each side's best micro-batch. The 1.64B also runs once with TANDEM_PROFILE=1 first: its per-op time breakdown is printed at the end. The
 # first PyTorch run measures the bf16 GEMM peak (--probe), against which the table states each run's model TFLOP/s.
 # With GPU_SPEED_MODELS="llama1b llama3b": Llama-3.2-1B (d2048 L16 h32 kv8 ffn 8192, micro 4 x 4) and -3B (d3072 L28
 # h24 kv8 ffn 8192, micro 2 x 8), both V=128256 tied, rope_theta 500000 with llama3 rope scaling, 16 sequences of
@@ -16,7 +17,8 @@
 #   GPU_SPEED_TORCH_STEPS (default 3): PyTorch's timed steps after its 3 warm-up steps;
 #   GPU_SPEED_BUDGET_S (default 520): a run starts only when it fits in what is left of this, so the whole call
 #   ends in time; a run that does not fit is reported as skipped.
-#   GPU_SPEED_MODELS (default "1b6 d2048 6b9"): which models run, of 1b6 d2048 6b9 llama1b llama3b;
+#   GPU_SPEED_MODELS (default "1b6 1b6m16 d2048 d2048m16 6b9"): which models run, of 1b6 1b6m16 d2048 d2048m16 6b9
+#   llama1b llama3b (m16: micro 16 x 1);
 #   GPU_SPEED_EAGER=0 leaves out the eager PyTorch runs (compiled is PyTorch's best configuration and the one the
 #   ratio is taken against); GPU_SPEED_DRY_RUN=1 writes the configs and prints the commands without running them.
 set -u
@@ -33,8 +35,8 @@ fi
 steps="${GPU_SPEED_STEPS:-5}"
 torch_steps="${GPU_SPEED_TORCH_STEPS:-3}"
 budget="${GPU_SPEED_BUDGET_S:-520}"
-models=" ${GPU_SPEED_MODELS:-1b6 d2048 6b9} "
-known=" 1b6 d2048 6b9 llama1b llama3b "
+models=" ${GPU_SPEED_MODELS:-1b6 1b6m16 d2048 d2048m16 6b9} "
+known=" 1b6 1b6m16 d2048 d2048m16 6b9 llama1b llama3b "
 for m in $models; do
   [[ $known == *" $m "* ]] || { echo "GPU_SPEED_MODELS: unknown model '$m' (choose among$known)"; exit 2; }
 done
@@ -124,6 +126,15 @@ if [[ $models == *" 1b6 "* ]]; then
   [ "$eager" = 0 ] || torch torch_1b6_eager 60 --dim 1600 --layers 48 --heads 25 --micro 8 --accum 2
 fi
 
+if [[ $models == *" 1b6m16 "* ]]; then
+  echo "== gpt d1600 L48 h25 (1.64B), micro 16 x 1"
+  tandem_config tandem_1b6m16 1600 48 25 16
+  tandem tandem_1b6m16 90
+  torch torch_1b6m16_compile 150 --dim 1600 --layers 48 --heads 25 --micro 16 --accum 1 --compile $probe
+  probe=
+  [ "$eager" = 0 ] || torch torch_1b6m16_eager 60 --dim 1600 --layers 48 --heads 25 --micro 16 --accum 1
+fi
+
 if [[ $models == *" d2048 "* ]]; then
   echo "== gpt d2048 L24 h16, micro 8 x 2"
   tandem_config tandem_d2048 2048 24 16 8
@@ -131,6 +142,15 @@ if [[ $models == *" d2048 "* ]]; then
   torch torch_d2048_compile 120 --dim 2048 --layers 24 --heads 16 --micro 8 --accum 2 --compile $probe
   probe=
   [ "$eager" = 0 ] || torch torch_d2048_eager 60 --dim 2048 --layers 24 --heads 16 --micro 8 --accum 2
+fi
+
+if [[ $models == *" d2048m16 "* ]]; then
+  echo "== gpt d2048 L24 h16, micro 16 x 1"
+  tandem_config tandem_d2048m16 2048 24 16 16
+  tandem tandem_d2048m16 80
+  torch torch_d2048m16_compile 120 --dim 2048 --layers 24 --heads 16 --micro 16 --accum 1 --compile $probe
+  probe=
+  [ "$eager" = 0 ] || torch torch_d2048m16_eager 60 --dim 2048 --layers 24 --heads 16 --micro 16 --accum 1
 fi
 
 if [[ $models == *" 6b9 "* ]]; then

@@ -4,8 +4,9 @@ planner's predictions printed by the preflight, with the errors; for each torch_
 RESULT line. Writes OUT/results.json. Usage: python3 bench/run_summary.py OUT_DIR
 With --speed (bench/gpu_speed.sh's folder): one row per model, Tandem (tandem_KEY) beside PyTorch compiled and eager
 (torch_KEY_compile, torch_KEY_eager), the ratio to compiled, model TFLOP/s per GPU as a fraction of the bf16 GEMM
-peak that a --probe run measured, and peak GiB with the planner's predicted peak; then one line per model with
-the ratios to compiled and eager and the peaks side by side; writes OUT/speed.json. gpt and llama configs alike.
+peak that a --probe run measured, and peak GiB with the planner's predicted peak; then one line per row with
+the ratios to compiled and eager and the peaks side by side; then, for a model run at more than one micro-batch,
+Tandem's fastest over compiled PyTorch's fastest; writes OUT/speed.json. gpt and llama configs alike.
 Usage: python3 bench/run_summary.py --speed OUT_DIR
 """
 import glob, json, os, re, statistics, sys
@@ -43,7 +44,7 @@ def model_flops_per_token(m):
 def tandem_run(out, name):
     cfg = json.load(open(f"{out}/{name}.json"))
     text = open(f"{out}/{name}.log").read()
-    e = {"model": model_label(cfg["model"])}
+    e = {"model": model_label(cfg["model"]), "micro": cfg.get("train_micro_batch_size_per_gpu")}
     lay = re.search(r"layout dp (\d+) x pp (\d+) x tp (\d+)", text)
     auto = re.search(r"^parallel: auto -> (\S+)", text, re.M)
     if lay:
@@ -87,10 +88,10 @@ def speed(out):
     def cell(v, fmt, width):
         return format(v, fmt).rjust(width) if isinstance(v, (int, float)) else str(v or "-").rjust(width)
 
-    head = (f"{'model':15s} {'Tandem':>8s} {'eager':>8s} {'compiled':>8s} {'T/comp':>6s} | {'TFLOP/s per GPU':>23s} "
+    head = (f"{'model':20s} {'Tandem':>8s} {'eager':>8s} {'compiled':>8s} {'T/comp':>6s} | {'TFLOP/s per GPU':>23s} "
             f"| {'of GEMM peak':>17s} | {'peak GiB':>27s}")
     print(head)
-    print(f"{'':15s} {'tok/s':>8s} {'tok/s':>8s} {'tok/s':>8s} {'':6s} | {'Tandem eager compiled':>23s} "
+    print(f"{'':20s} {'tok/s':>8s} {'tok/s':>8s} {'tok/s':>8s} {'':6s} | {'Tandem eager compiled':>23s} "
           f"| {'Tandem compiled':>17s} | {'Tandem planned eager compiled':>27s}")
     rows = {}
     configs = {m.group(1): p for p in glob.glob(f"{out}/tandem_*.json")
@@ -100,9 +101,10 @@ def speed(out):
         e, c = results.get(f"torch_{key}_eager", {}), results.get(f"torch_{key}_compile", {})
         ratio = t.get("tokens_per_s") / c["tokens_per_s"] if t.get("tokens_per_s") and c.get("tokens_per_s") else None
         frac = lambda tf: tf / peak if tf and peak else None
-        rows[key] = {"model": t.get("model"), "tandem": t, "torch_eager": e, "torch_compile": c,
+        label = f"{t['model']} m{t['micro']}" if t.get("model") else key
+        rows[key] = {"model": t.get("model"), "label": label, "tandem": t, "torch_eager": e, "torch_compile": c,
                      "ratio_to_compiled": ratio, "gemm_peak_tflops": peak}
-        print(f"{(t.get('model') or key):15s} {cell(t.get('tokens_per_s'), '.0f', 8)} "
+        print(f"{label:20s} {cell(t.get('tokens_per_s'), '.0f', 8)} "
               f"{cell(e.get('tokens_per_s'), '.0f', 8)} {cell(c.get('tokens_per_s'), '.0f', 8)} "
               f"{cell(ratio, '.3f', 6)} | {cell(t.get('tflops_per_gpu'), '.1f', 7)} "
               f"{cell(e.get('model_tflops_per_gpu'), '.1f', 7)} {cell(c.get('model_tflops_per_gpu'), '.1f', 7)} "
@@ -121,9 +123,25 @@ def speed(out):
         err = f" ({(pred / peak - 1) * 100:+.1f}%)" if peak and pred else ""
         mem = lambda other: (f"{peak - other['peak_mem_GiB']:+.2f} GiB"
                              if peak and other.get("peak_mem_GiB") else "-")
-        print(f"  {(t.get('model') or key):15s} Tandem/compiled {over(c)}, Tandem/eager {over(e)}; peak "
+        print(f"  {r['label']:20s} Tandem/compiled {over(c)}, Tandem/eager {over(e)}; peak "
               f"{cell(peak, '.2f', 0)} GiB, planner predicted {cell(pred, '.2f', 0)} GiB{err}; "
               f"against compiled {mem(c)}, eager {mem(e)}")
+    best = {}  # model -> (Tandem's fastest row, compiled PyTorch's fastest row), over its micro-batches
+    for r in rows.values():
+        if not r["model"]:
+            continue
+        t_best, c_best = best.get(r["model"], (None, None))
+        if r["tandem"].get("tokens_per_s") and (not t_best or r["tandem"]["tokens_per_s"] > t_best["tandem"]["tokens_per_s"]):
+            t_best = r
+        if r["torch_compile"].get("tokens_per_s") and (
+                not c_best or r["torch_compile"]["tokens_per_s"] > c_best["torch_compile"]["tokens_per_s"]):
+            c_best = r
+        best[r["model"]] = (t_best, c_best)
+    for model, (t_best, c_best) in best.items():
+        if t_best and c_best and sum(r["model"] == model for r in rows.values()) > 1:
+            tt, ct = t_best["tandem"]["tokens_per_s"], c_best["torch_compile"]["tokens_per_s"]
+            print(f"  {model}: best against best: Tandem {tt:.0f} tok/s (micro {t_best['tandem']['micro']}) over "
+                  f"compiled {ct:.0f} (micro {c_best['torch_compile'].get('micro')}): {tt / ct:.3f}x")
     json.dump(rows, open(f"{out}/speed.json", "w"), indent=1)
     return all(r["tandem"].get("tokens_per_s") for r in rows.values())
 
