@@ -190,13 +190,17 @@ TEST(MemoryModel, PlansTheGpuPeaksMeasuredOnAnH200) {
     Json model;
     int64_t micro, measured_peak;
   };
-  const std::vector<Measured> runs = {
-      {"gpt 1.64B",
-       {{"type", "gpt"}, {"vocab_size", 50304}, {"seq_len", 1024}, {"dim", 1600}, {"layers", 48}, {"heads", 25}},
-       8,
-       50864699924},
-      {"Llama 3.2 1B", llama(2048, 16, 32), 4, 35555815700},
-      {"Llama 3.2 3B", llama(3072, 28, 24), 2, 69781960980}};
+  auto gpt = [](int64_t dim, int64_t layers, int heads) {
+    return Json{{"type", "gpt"}, {"vocab_size", 50304}, {"seq_len", 1024},
+                {"dim", dim},    {"layers", layers},    {"heads", heads}};
+  };
+  const std::vector<Measured> runs = {{"gpt 1.64B", gpt(1600, 48, 25), 8, 50864699924},
+                                      {"gpt 1.64B micro 16", gpt(1600, 48, 25), 16, 72208726548},
+                                      {"gpt d2048 L24", gpt(2048, 24, 16), 8, 39428047124},
+                                      {"gpt d2048 L24 micro 16", gpt(2048, 24, 16), 16, 53321122068},
+                                      {"gpt 6.86B", gpt(4096, 32, 32), 4, 141300736276},
+                                      {"Llama 3.2 1B", llama(2048, 16, 32), 4, 35555815700},
+                                      {"Llama 3.2 3B", llama(3072, 28, 24), 2, 69781960980}};
   for (const Measured& r : runs) {
     const config::TrainConfig cfg = config::parse(
         config::validate({{"model", r.model}, {"train_batch_size", 16}, {"train_micro_batch_size_per_gpu", r.micro}}));
