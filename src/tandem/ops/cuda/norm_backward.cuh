@@ -22,6 +22,17 @@ namespace tandem::ops::cuda {
 
 inline constexpr int kNormWarps = kThreads / 32;
 
+// The register budget by P, the packs a thread holds per row. At P = 2 (C of 257-512 packs: d 2049-4096 in bf16)
+// groups of two rows took 168 registers a thread, so one block of 8 warps an SM, and ran at 1.2 TB/s; there the
+// kernel takes one row at a time and loads the row's dres with its x and dy, which fits two blocks an SM in 128
+// registers (1.7 TB/s on the 6.86B's d4096). P = 1 and 4 keep groups of 4 / P rows with dres loaded just before dx
+// is written: the same change at P = 1 measured slower (12.1 against 11.2 ms a step on the 1.64B's d1600). Neither
+// changes the bits: each row is reduced on its own and the column sums add the rows in order.
+template <int P>
+inline constexpr bool kNormCompact = P == 2;
+template <int P>
+inline constexpr int kNormRowsAtOnce = kNormCompact<P> ? 1 : 4 / P;
+
 // v rounded to T and widened again.
 template <class T>
 __device__ __forceinline__ float rounded(float v) {
@@ -29,7 +40,7 @@ __device__ __forceinline__ float rounded(float v) {
 }
 
 template <class T, int P, int R, bool kCentered>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kNormCompact<P> ? 2 : 0)  // 0: no minimum
     norm_backward_packed_kernel(const T* dy, const T* __restrict__ x, const T* __restrict__ gamma,
                                 const float* __restrict__ mean, const float* __restrict__ rstd, const T* dres, T* dx,
                                 int64_t n, int64_t packs, int64_t rows_per_block, float* __restrict__ partial) {
@@ -65,6 +76,7 @@ __global__ void __launch_bounds__(kThreads)
   int buf = 0;
   for (int64_t row0 = r0; row0 < r1; row0 += R, buf ^= 1) {
     Pack<T> xv[R][P], gv[R][P];
+    Pack<T> rv[kNormCompact<P> ? R : 1][P];  // the group's dres, when loaded with x and dy
     float mu[R], rs[R], s[S * R];
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
@@ -78,6 +90,9 @@ __global__ void __launch_bounds__(kThreads)
           const int64_t at = row * packs + threadIdx.x + static_cast<int64_t>(kThreads) * i;
           xv[rr][i] = xp[at];
           gv[rr][i] = dyp[at];
+          if constexpr (kNormCompact<P>) {
+            if (resp) rv[rr][i] = resp[at];
+          }
         }
       }
     }
@@ -127,7 +142,11 @@ __global__ void __launch_bounds__(kThreads)
         if (!on[i]) continue;
         const int64_t at = row * packs + threadIdx.x + static_cast<int64_t>(kThreads) * i;
         Pack<T> res;
-        if (resp) res = resp[at];
+        if constexpr (kNormCompact<P>) {
+          if (resp) res = rv[rr][i];
+        } else {
+          if (resp) res = resp[at];
+        }
         Pack<T> out;
 #pragma unroll
         for (int k = 0; k < V; ++k) {

@@ -95,8 +95,7 @@ template <class T, int P>
 void launch_backward_packed(device::CudaDevice& dev, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                             const Tensor& rstd, const T* dres, const Tensor& dx, const Tensor& dgamma, int64_t n,
                             int64_t c) {
-  constexpr int R = 4 / P;
-  static_assert(R * P == 4);
+  constexpr int R = kNormRowsAtOnce<P>;
   const int64_t packs = c / kPack<T>;
   const int64_t per = layernorm_backward_rows_per_block(n, P);
   const int64_t blocks = (n + per - 1) / per;
