@@ -9,9 +9,10 @@
 //
 // Algorithm choice: the heuristic's first choice is often not its fastest candidate at the model's shapes (by 5-15%
 // at the gpt's, bench/gpu/gemm_sweep). So the first call of each shape times the heuristic's candidates without
-// split-K on that call's operands and keeps the fastest. Without split-K every output element sums its K products in
-// the same order whichever tile the algorithm uses, so the choice changes the time and never the bits (gemm_sweep
-// checks the outputs of all candidates against each other); when the first choice itself splits K it is kept, untimed.
+// split-K on that call's operands and keeps the fastest, if its output bits equal the first choice's there. Without
+// split-K every output element sums its K products in the same order whichever tile the algorithm uses (gemm_sweep
+// found all such candidates bit-equal at the gpt's shapes), and the comparison keeps any exception out, so the choice
+// changes the time and never the bits; when the first choice itself splits K it is kept, untimed.
 //
 // Row-major to column-major: cuBLASLt is column-major, and a row-major (r, c) matrix is the column-major (c, r)
 // matrix with the same bytes. So the row-major C = op(a) op(b) is computed as the column-major
@@ -194,12 +195,26 @@ cublasStatus_t launch(GemmContext& ctx, const Plan& p, const cublasLtMatmulAlgo_
                         ctx.workspace.raw(), kWorkspaceBytes, stream);
 }
 
+// The bytes a product left in `out` and, when its epilogue writes one, in the bias gradient `bias_grad`, once the
+// stream's work is done.
+std::vector<unsigned char> result_bytes(const void* out, size_t out_bytes, const void* bias_grad, size_t bias_bytes,
+                                        cudaStream_t stream) {
+  std::vector<unsigned char> host(out_bytes + bias_bytes);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(host.data(), out, out_bytes, cudaMemcpyDeviceToHost, stream));
+  if (bias_bytes > 0)
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(host.data() + out_bytes, bias_grad, bias_bytes, cudaMemcpyDeviceToHost, stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host;
+}
+
 // Times the plan's candidates on this call's operands (one warm-up, then the best of three runs each) and keeps the
-// fastest as p.algo. The timed runs write into d itself when the product does not read it (beta 0), else into a
-// buffer of d's size outside the arena, so the call's data are never changed; when that buffer cannot be had, the
-// heuristic's first choice stays. Waits for the stream: it runs once per shape.
+// fastest as p.algo, if it gives the same bits as the heuristic's first choice here (its output and the epilogue's
+// bias gradient, `bias_grad` of `bias_bytes`, are compared); else the first choice stays. The runs write into d
+// itself when the product does not read it (beta 0), else into a buffer of d's size outside the arena, so the call's
+// data are never changed; when that buffer cannot be had, the first choice stays. Waits for the stream: it runs once
+// per shape.
 void choose_fastest(GemmContext& ctx, device::CudaDevice& dev, Plan& p, const Tensor& a, const Tensor& b,
-                    const Tensor& c_in, const Tensor& d, float beta) {
+                    const Tensor& c_in, const Tensor& d, float beta, const void* bias_grad, size_t bias_bytes) {
   std::vector<cublasLtMatmulAlgo_t> candidates;
   candidates.swap(p.untimed);
   const cudaStream_t stream = dev.compute_stream();
@@ -214,7 +229,9 @@ void choose_fastest(GemmContext& ctx, device::CudaDevice& dev, Plan& p, const Te
     out = scratch;
   }
   float best_ms = 0.0f;
-  for (const cublasLtMatmulAlgo_t& algo : candidates) {
+  size_t best = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const cublasLtMatmulAlgo_t& algo = candidates[i];
     if (launch(ctx, p, algo, a, b, c_in.raw(), out, beta, stream) != CUBLAS_STATUS_SUCCESS) continue;
     float ms = 0.0f;
     bool ok = true;
@@ -229,8 +246,17 @@ void choose_fastest(GemmContext& ctx, device::CudaDevice& dev, Plan& p, const Te
     }
     if (ok && (best_ms == 0.0f || ms < best_ms)) {
       best_ms = ms;
-      p.algo = algo;
+      best = i;
     }
+  }
+  if (best != 0) {
+    // The first choice's bits, then the fastest's: taken only when they are the same.
+    const bool first_ran = launch(ctx, p, candidates[0], a, b, c_in.raw(), out, beta, stream) == CUBLAS_STATUS_SUCCESS;
+    const std::vector<unsigned char> want = result_bytes(out, d.nbytes(), bias_grad, bias_bytes, stream);
+    const bool best_ran =
+        launch(ctx, p, candidates[best], a, b, c_in.raw(), out, beta, stream) == CUBLAS_STATUS_SUCCESS;
+    const std::vector<unsigned char> got = result_bytes(out, d.nbytes(), bias_grad, bias_bytes, stream);
+    if (first_ran && best_ran && want == got) p.algo = candidates[best];
   }
   if (scratch) {
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -268,7 +294,11 @@ bool queue_product(device::CudaDevice& dev, const Tensor& a, const Tensor& b, co
   if (!p.supported) return false;
   if (epilogue != Epilogue::None)
     TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  if (!p.untimed.empty()) choose_fastest(ctx, dev, p, a, b, c_in, d, beta);
+  if (!p.untimed.empty()) {
+    const bool writes_bias = epilogue == Epilogue::BiasGradB;  // then `bias` is the (m) f32 gradient it writes
+    choose_fastest(ctx, dev, p, a, b, c_in, d, beta, writes_bias ? bias : nullptr,
+                   writes_bias ? static_cast<size_t>(m) * sizeof(float) : 0);
+  }
   // C and D share one descriptor: the same type and shape (in place when c_in is d, as cuBLASLt requires for that).
   const cublasStatus_t status = launch(ctx, p, p.algo, a, b, c_in.raw(), d.raw(), beta, dev.compute_stream());
   if (status == CUBLAS_STATUS_NOT_SUPPORTED && epilogue != Epilogue::None) {
