@@ -8,8 +8,9 @@
 //   dw     dW (out, in) f32 += dy^T x, with no epilogue and with BGRADB (the bias gradient).
 // Every candidate the heuristic returns (up to --candidates) is timed: the median of 10 runs after 3 warm-ups. A row
 // gives the heuristic's first choice and the fastest candidate, in ms and TFLOP/s, with their tile and split-K.
-// It also says whether the candidates' outputs are the same bits as the first's (split-K and the others apart), and
-// checks which GELU cuBLASLt's epilogue computes (tanh approximation or erf) against its own aux output.
+// It also says whether the candidates' outputs (with BGRADB's bias gradient) are the same bits as the first's (split-K
+// and the others apart), and checks which GELU cuBLASLt's epilogue computes (tanh approximation or erf) against its own
+// aux output.
 // Usage: gemm_sweep [--dims 1600,2048,4096] [--tokens 8192,8192,4096] [--candidates 16]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -198,7 +199,8 @@ std::vector<Candidate> time_candidates(const Sweep& s, const Problem& p, const c
       // The bits of one run from a zeroed output: the same for every candidate, or not.
       CHECK_CUDA(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.m * p.n * (p.c_type == CUDA_R_32F ? 4 : 2)), s.stream));
       ok = launch() == CUBLAS_STATUS_SUCCESS;
-      const uint64_t h = checksum(p.c, p.m * p.n * (p.c_type == CUDA_R_32F ? 4 : 2));
+      uint64_t h = checksum(p.c, p.m * p.n * (p.c_type == CUDA_R_32F ? 4 : 2));
+      if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB) h ^= checksum(p.bias, p.n * 4) * 31;  // its f32 bias gradient too
       if (out.empty() || out[0].ms == 0) {
         first_bits = h;
       } else if (h != first_bits) {
