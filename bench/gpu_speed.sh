@@ -115,52 +115,31 @@ torch_llama() {  # NAME LIMIT_S ARGS...: the Llama reference script (no wrapper,
 }
 
 probe=--probe  # the first PyTorch run measures the GEMM peak
+
+# gpt_row KEY DIM LAYERS HEADS MICRO TANDEM_S TORCH_S EAGER_S: when KEY is among the models, Tandem (tandem_KEY) and
+# PyTorch compiled and eager (torch_KEY_compile, torch_KEY_eager) at micro MICRO x 16/MICRO, each under its limit.
+gpt_row() {
+  local key="$1" dim="$2" layers="$3" heads="$4" micro="$5" tandem_s="$6" torch_s="$7" eager_s="$8"
+  [[ $models == *" $key "* ]] || return 0
+  local shape=(--dim "$dim" --layers "$layers" --heads "$heads" --micro "$micro" --accum $((16 / micro)))
+  echo "== gpt d$dim L$layers h$heads, micro $micro x $((16 / micro))"
+  tandem_config "tandem_$key" "$dim" "$layers" "$heads" "$micro"
+  tandem "tandem_$key" "$tandem_s"
+  torch "torch_${key}_compile" "$torch_s" "${shape[@]}" --compile $probe
+  probe=
+  [ "$eager" = 0 ] || torch "torch_${key}_eager" "$eager_s" "${shape[@]}"
+}
+
 if [[ $models == *" 1b6 "* ]]; then
-  echo "== gpt d1600 L48 h25 (1.64B), micro 8 x 2"
+  echo "== gpt d1600 L48 h25 (1.64B), micro 8 x 2, with TANDEM_PROFILE=1 (its op table below)"
   tandem_config profile_1b6 1600 48 25 8
   TANDEM_PROFILE=1 tandem profile_1b6 90
-  tandem_config tandem_1b6 1600 48 25 8
-  tandem tandem_1b6 90
-  torch torch_1b6_compile 150 --dim 1600 --layers 48 --heads 25 --micro 8 --accum 2 --compile $probe
-  probe=
-  [ "$eager" = 0 ] || torch torch_1b6_eager 60 --dim 1600 --layers 48 --heads 25 --micro 8 --accum 2
 fi
-
-if [[ $models == *" 1b6m16 "* ]]; then
-  echo "== gpt d1600 L48 h25 (1.64B), micro 16 x 1"
-  tandem_config tandem_1b6m16 1600 48 25 16
-  tandem tandem_1b6m16 90
-  torch torch_1b6m16_compile 150 --dim 1600 --layers 48 --heads 25 --micro 16 --accum 1 --compile $probe
-  probe=
-  [ "$eager" = 0 ] || torch torch_1b6m16_eager 60 --dim 1600 --layers 48 --heads 25 --micro 16 --accum 1
-fi
-
-if [[ $models == *" d2048 "* ]]; then
-  echo "== gpt d2048 L24 h16, micro 8 x 2"
-  tandem_config tandem_d2048 2048 24 16 8
-  tandem tandem_d2048 80
-  torch torch_d2048_compile 120 --dim 2048 --layers 24 --heads 16 --micro 8 --accum 2 --compile $probe
-  probe=
-  [ "$eager" = 0 ] || torch torch_d2048_eager 60 --dim 2048 --layers 24 --heads 16 --micro 8 --accum 2
-fi
-
-if [[ $models == *" d2048m16 "* ]]; then
-  echo "== gpt d2048 L24 h16, micro 16 x 1"
-  tandem_config tandem_d2048m16 2048 24 16 16
-  tandem tandem_d2048m16 80
-  torch torch_d2048m16_compile 120 --dim 2048 --layers 24 --heads 16 --micro 16 --accum 1 --compile $probe
-  probe=
-  [ "$eager" = 0 ] || torch torch_d2048m16_eager 60 --dim 2048 --layers 24 --heads 16 --micro 16 --accum 1
-fi
-
-if [[ $models == *" 6b9 "* ]]; then
-  echo "== gpt d4096 L32 h32 (6.86B), micro 4 x 4"
-  tandem_config tandem_6b9 4096 32 32 4
-  tandem tandem_6b9 110
-  torch torch_6b9_compile 150 --dim 4096 --layers 32 --heads 32 --micro 4 --accum 4 --compile $probe
-  probe=
-  [ "$eager" = 0 ] || torch torch_6b9_eager 70 --dim 4096 --layers 32 --heads 32 --micro 4 --accum 4
-fi
+gpt_row 1b6 1600 48 25 8 90 150 60
+gpt_row 1b6m16 1600 48 25 16 90 150 60
+gpt_row d2048 2048 24 16 8 80 120 60
+gpt_row d2048m16 2048 24 16 16 80 120 60
+gpt_row 6b9 4096 32 32 4 110 150 70
 
 if [[ $models == *" llama"* && -n $probe ]]; then
   echo "== the bf16 GEMM peak (gpt reference script --probe on a one-block gpt)"
