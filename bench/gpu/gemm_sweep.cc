@@ -25,53 +25,29 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/device/cuda/cuda_check.h"
+#include "tandem/ops/cuda/workspace.h"
+
 namespace {
 
-#define CHECK_CUDA(x)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-#define CHECK_LT(x)                                                                                 \
-  do {                                                                                              \
-    cublasStatus_t s_ = (x);                                                                        \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusString(s_)); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
-
-constexpr size_t kWorkspaceBytes = 32u << 20;  // the engine's cuBLASLt workspace
-
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+constexpr size_t kWorkspaceBytes = static_cast<size_t>(tandem::ops::cuda::kGemmWorkspaceBytes);  // the engine's
 
 // A device buffer of n bf16 values drawn from N(0, scale^2), or n f32 zeros.
 void* random_bf16(int64_t n, float scale, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<uint16_t> host(static_cast<size_t>(n));
-  for (auto& v : host) v = to_bf16(dist(rng));
+  for (auto& v : host) v = tandem::f32_to_bf16(dist(rng));
   void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, host.size() * 2));
-  CHECK_CUDA(cudaMemcpy(p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  TANDEM_CUDA_CHECK(cudaMalloc(&p, host.size() * 2));
+  TANDEM_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
   return p;
 }
 void* zeros(int64_t bytes) {
   void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, static_cast<size_t>(bytes)));
-  CHECK_CUDA(cudaMemset(p, 0, static_cast<size_t>(bytes)));
+  TANDEM_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(bytes)));
+  TANDEM_CUDA_CHECK(cudaMemset(p, 0, static_cast<size_t>(bytes)));
   return p;
 }
 
@@ -120,7 +96,7 @@ int splitk_of(const cublasLtMatmulAlgo_t& algo) {
 // FNV-1a over the 64-bit words of a device buffer (its byte count a multiple of 8).
 uint64_t checksum(const void* p, int64_t bytes) {
   std::vector<uint64_t> host(static_cast<size_t>(bytes / 8));
-  CHECK_CUDA(cudaMemcpy(host.data(), p, host.size() * 8, cudaMemcpyDeviceToHost));
+  TANDEM_CUDA_CHECK(cudaMemcpy(host.data(), p, host.size() * 8, cudaMemcpyDeviceToHost));
   uint64_t h = 1469598103934665603ull;
   for (uint64_t w : host) h = (h ^ w) * 1099511628211ull;
   return h;
@@ -136,31 +112,34 @@ struct Sweep {
 // Times every candidate of the problem; returns them in the heuristic's order (ms 0: it failed to run).
 std::vector<Candidate> time_candidates(const Sweep& s, const Problem& p, const char* name, double flops) {
   cublasLtMatmulDesc_t op;
-  CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &p.op_a, sizeof p.op_a));
-  CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &p.op_b, sizeof p.op_b));
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &p.op_a, sizeof p.op_a));
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &p.op_b, sizeof p.op_b));
   if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof p.epilogue));
-    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
+    TANDEM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof p.epilogue));
+    TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias));
     if (p.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
-      CHECK_LT(
+      TANDEM_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &p.bias_type, sizeof p.bias_type));
     }
     if (p.aux) {
-      CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux, sizeof p.aux));
+      TANDEM_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux, sizeof p.aux));
       const int64_t ld = p.m;
-      CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+      TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
   }
   cublasLtMatrixLayout_t la, lb, lc;
   const bool ta = p.op_a == CUBLAS_OP_T, tb = p.op_b == CUBLAS_OP_T;
-  CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? p.k : p.m, ta ? p.m : p.k, p.ld_a));
-  CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? p.n : p.k, tb ? p.k : p.n, p.ld_b));
-  CHECK_LT(cublasLtMatrixLayoutCreate(&lc, p.c_type, p.m, p.n, p.ld_c));
+  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? p.k : p.m, ta ? p.m : p.k, p.ld_a));
+  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? p.n : p.k, tb ? p.k : p.n, p.ld_b));
+  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, p.c_type, p.m, p.n, p.ld_c));
   cublasLtMatmulPreference_t pref;
-  CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
-  CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  TANDEM_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(s.candidates));
   int found = 0;
   const cublasStatus_t hs =
@@ -173,8 +152,8 @@ std::vector<Candidate> time_candidates(const Sweep& s, const Problem& p, const c
   }
   const float alpha = 1.0f;
   cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
+  TANDEM_CUDA_CHECK(cudaEventCreate(&start));
+  TANDEM_CUDA_CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < found; ++i) {
     Candidate cand{results[static_cast<size_t>(i)].algo, 0.0f};
     auto launch = [&] {
@@ -185,19 +164,20 @@ std::vector<Candidate> time_candidates(const Sweep& s, const Problem& p, const c
     for (int w = 0; w < 3 && ok; ++w) ok = launch() == CUBLAS_STATUS_SUCCESS;
     std::vector<float> ms;
     for (int r = 0; r < 10 && ok; ++r) {
-      CHECK_CUDA(cudaEventRecord(start, s.stream));
+      TANDEM_CUDA_CHECK(cudaEventRecord(start, s.stream));
       ok = launch() == CUBLAS_STATUS_SUCCESS;
-      CHECK_CUDA(cudaEventRecord(stop, s.stream));
-      CHECK_CUDA(cudaEventSynchronize(stop));
+      TANDEM_CUDA_CHECK(cudaEventRecord(stop, s.stream));
+      TANDEM_CUDA_CHECK(cudaEventSynchronize(stop));
       float t = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
+      TANDEM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
       ms.push_back(t);
     }
     if (ok) {
       std::sort(ms.begin(), ms.end());
       cand.ms = (ms[4] + ms[5]) / 2;
       // The bits of one run from a zeroed output: the same for every candidate, or not.
-      CHECK_CUDA(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.m * p.n * (p.c_type == CUDA_R_32F ? 4 : 2)), s.stream));
+      TANDEM_CUDA_CHECK(
+          cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.m * p.n * (p.c_type == CUDA_R_32F ? 4 : 2)), s.stream));
       ok = launch() == CUBLAS_STATUS_SUCCESS;
       uint64_t h = checksum(p.c, p.m * p.n * (p.c_type == CUDA_R_32F ? 4 : 2));
       if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB) h ^= checksum(p.bias, p.n * 4) * 31;  // its f32 bias gradient too
@@ -210,7 +190,7 @@ std::vector<Candidate> time_candidates(const Sweep& s, const Problem& p, const c
     }
     out.push_back(cand);
   }
-  CHECK_CUDA(cudaStreamSynchronize(s.stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   if (!out.empty()) {
     int best = -1;
     for (int i = 0; i < static_cast<int>(out.size()); ++i)
@@ -236,11 +216,11 @@ std::vector<Candidate> time_candidates(const Sweep& s, const Problem& p, const c
 // Which GELU the epilogue applies: its output against the tanh and erf forms of its own aux (pre-activation).
 void report_gelu(const void* y, const void* aux, int64_t count) {
   std::vector<uint16_t> hy(static_cast<size_t>(count)), ha(static_cast<size_t>(count));
-  CHECK_CUDA(cudaMemcpy(hy.data(), y, hy.size() * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(ha.data(), aux, ha.size() * 2, cudaMemcpyDeviceToHost));
+  TANDEM_CUDA_CHECK(cudaMemcpy(hy.data(), y, hy.size() * 2, cudaMemcpyDeviceToHost));
+  TANDEM_CUDA_CHECK(cudaMemcpy(ha.data(), aux, ha.size() * 2, cudaMemcpyDeviceToHost));
   double tanh_err = 0, erf_err = 0, scale = 0;
   for (size_t i = 0; i < hy.size(); ++i) {
-    const double v = from_bf16(ha[i]), out = from_bf16(hy[i]);
+    const double v = tandem::bf16_to_f32(ha[i]), out = tandem::bf16_to_f32(hy[i]);
     const double t = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
     const double e = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
     tanh_err = std::max(tanh_err, std::fabs(out - t));
@@ -331,9 +311,7 @@ void sweep_width(const Sweep& s, int64_t d, int64_t tokens, std::mt19937& rng) {
   cudaFree(fc_bias_grad);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::vector<int64_t> dims{1600, 2048, 4096}, tokens{8192, 8192, 4096};
   Sweep s;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -353,13 +331,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemm_sweep: --tokens needs one count per width in --dims\n");
     return 2;
   }
-  CHECK_LT(cublasLtCreate(&s.handle));
-  CHECK_CUDA(cudaStreamCreate(&s.stream));
-  CHECK_CUDA(cudaMalloc(&s.workspace, kWorkspaceBytes));
+  TANDEM_CUBLAS_CHECK(cublasLtCreate(&s.handle));
+  TANDEM_CUDA_CHECK(cudaStreamCreate(&s.stream));
+  TANDEM_CUDA_CHECK(cudaMalloc(&s.workspace, kWorkspaceBytes));
   std::printf("cuBLASLt %zu, candidates up to %d, workspace %zu MiB\n", cublasLtGetVersion(), s.candidates,
               kWorkspaceBytes >> 20);
   std::mt19937 rng(1);
   for (size_t i = 0; i < dims.size(); ++i) sweep_width(s, dims[i], tokens[i], rng);
   cublasLtDestroy(s.handle);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gemm_sweep: %s\n", e.what());
+    return 1;
+  }
 }
