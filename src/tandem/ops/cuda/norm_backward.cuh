@@ -17,6 +17,7 @@
 
 #include "tandem/ops/cuda/cuda_util.h"
 #include "tandem/ops/cuda/kernel_util.cuh"
+#include "tandem/ops/cuda/workspace.h"
 
 namespace tandem::ops::cuda {
 
@@ -31,7 +32,7 @@ inline constexpr int kNormWarps = kThreads / 32;
 template <int P>
 inline constexpr bool kNormCompact = P == 2;
 template <int P>
-inline constexpr int kNormRowsAtOnce = kNormCompact<P> ? 1 : 4 / P;
+inline constexpr int kNormRowsAtOnce = kNormCompact<P> ? 1 : layernorm_backward_row_multiple(P);
 
 // v rounded to T and widened again.
 template <class T>

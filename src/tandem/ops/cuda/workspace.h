@@ -57,11 +57,13 @@ inline int layernorm_backward_packs_per_thread(int64_t cols, int64_t elem_bytes)
   const int64_t packs = cols / pack;
   return packs <= 256 ? 1 : packs <= 512 ? 2 : packs <= 1024 ? 4 : 0;
 }
-// Rows a block of the packed backward takes: rows / kLayerNormBlocks rounded up to a multiple of 4 / packs per
-// thread (the kernel's row groups, norm_backward.cuh, divide it). The block count fixes the order of the parameter
-// gradients' sums, and so their bits.
+// What a block's row count of the packed backward is a multiple of: 4 / packs per thread. The kernel's row groups
+// (norm_backward.cuh) are this many rows or divide it.
+constexpr int layernorm_backward_row_multiple(int packs_per_thread) { return 4 / packs_per_thread; }
+// Rows a block of the packed backward takes: rows / kLayerNormBlocks rounded up to that multiple. The block count
+// fixes the order of the parameter gradients' sums, and so their bits.
 inline int64_t layernorm_backward_rows_per_block(int64_t rows, int packs_per_thread) {
-  const int64_t at_once = 4 / packs_per_thread;
+  const int64_t at_once = layernorm_backward_row_multiple(packs_per_thread);
   const int64_t per = (rows + kLayerNormBlocks - 1) / kLayerNormBlocks;
   return std::max<int64_t>(at_once, (per + at_once - 1) / at_once * at_once);
 }
