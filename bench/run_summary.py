@@ -126,22 +126,19 @@ def speed(out):
         print(f"  {r['label']:20s} Tandem/compiled {over(c)}, Tandem/eager {over(e)}; peak "
               f"{cell(peak, '.2f', 0)} GiB, planner predicted {cell(pred, '.2f', 0)} GiB{err}; "
               f"against compiled {mem(c)}, eager {mem(e)}")
-    best = {}  # model -> (Tandem's fastest row, compiled PyTorch's fastest row), over its micro-batches
+    by_model = {}  # model -> its rows, one per micro-batch
     for r in rows.values():
-        if not r["model"]:
+        if r["model"]:
+            by_model.setdefault(r["model"], []).append(r)
+    for model, runs in by_model.items():
+        tandem = [r["tandem"] for r in runs if r["tandem"].get("tokens_per_s")]
+        compiled = [r["torch_compile"] for r in runs if r["torch_compile"].get("tokens_per_s")]
+        if len(runs) < 2 or not tandem or not compiled:
             continue
-        t_best, c_best = best.get(r["model"], (None, None))
-        if r["tandem"].get("tokens_per_s") and (not t_best or r["tandem"]["tokens_per_s"] > t_best["tandem"]["tokens_per_s"]):
-            t_best = r
-        if r["torch_compile"].get("tokens_per_s") and (
-                not c_best or r["torch_compile"]["tokens_per_s"] > c_best["torch_compile"]["tokens_per_s"]):
-            c_best = r
-        best[r["model"]] = (t_best, c_best)
-    for model, (t_best, c_best) in best.items():
-        if t_best and c_best and sum(r["model"] == model for r in rows.values()) > 1:
-            tt, ct = t_best["tandem"]["tokens_per_s"], c_best["torch_compile"]["tokens_per_s"]
-            print(f"  {model}: best against best: Tandem {tt:.0f} tok/s (micro {t_best['tandem']['micro']}) over "
-                  f"compiled {ct:.0f} (micro {c_best['torch_compile'].get('micro')}): {tt / ct:.3f}x")
+        t = max(tandem, key=lambda x: x["tokens_per_s"])
+        c = max(compiled, key=lambda x: x["tokens_per_s"])
+        print(f"  {model}: best against best: Tandem {t['tokens_per_s']:.0f} tok/s (micro {t['micro']}) over "
+              f"compiled {c['tokens_per_s']:.0f} (micro {c.get('micro')}): {t['tokens_per_s'] / c['tokens_per_s']:.3f}x")
     json.dump(rows, open(f"{out}/speed.json", "w"), indent=1)
     return all(r["tandem"].get("tokens_per_s") for r in rows.values())
 
