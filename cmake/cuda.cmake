@@ -105,7 +105,7 @@ function(tandem_cuda_host_flags target)
 endfunction()
 
 set(_tandem_dev ${_tandem_root}/src/tandem/device/cuda)
-add_library(tandem_device_cuda STATIC ${_tandem_dev}/cuda_device.cc)
+add_library(tandem_device_cuda STATIC ${_tandem_dev}/cuda_device.cc ${_tandem_dev}/pinned_host_device.cc)
 target_include_directories(tandem_device_cuda PUBLIC ${_tandem_root}/src)
 target_link_libraries(tandem_device_cuda PUBLIC tandem_device tandem_device_arena CUDA::cudart)
 
@@ -114,6 +114,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/adamw.cu
   ${_tandem_ops}/backend.cc
   ${_tandem_ops}/cross_entropy.cu
+  ${_tandem_ops}/dropout.cu
   ${_tandem_ops}/elementwise.cu
   ${_tandem_ops}/embedding.cu
   ${_tandem_ops}/gemm.cc

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
 
     // 3. The data: synthetic classification with 64 features and 10 classes.
-    config::ModelIO io;
+    spec::ModelIO io;
     io.features = 64;
     io.classes = 10;
     auto dataset = data::make_dataset(tc.data, io, tc.seed);

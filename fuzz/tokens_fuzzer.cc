@@ -41,11 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static tandem::device::CpuDevice cpu;
   file.write(data + 1, size - 1);
 
-  tandem::config::DataConfig cfg;
-  cfg.type = tandem::config::DataType::Tokens;
+  tandem::spec::DataConfig cfg;
+  cfg.type = tandem::spec::DataType::Tokens;
   cfg.path = file.path();
   cfg.token_bytes = data[0] % 2 == 0 ? 2 : 4;
-  const tandem::config::ModelIO io{/*tokens=*/true, kSeqLen, kVocab, /*features=*/0, /*classes=*/0};
+  const tandem::spec::ModelIO io{/*tokens=*/true, kSeqLen, kVocab, /*features=*/0, /*classes=*/0};
   // Bad files (empty, odd length, too short, ids past the vocab) are tandem::Errors; anything else escapes.
   try {
     const auto dataset = tandem::data::make_dataset(cfg, io, /*seed=*/1234);

@@ -82,6 +82,15 @@ std::string Job::from_rank0(const std::function<std::string()>& fn) {
   return out;
 }
 
+void Job::fail_agreed(const std::string& message) {
+  if (!world_) TANDEM_FAIL(message);
+  if (rank() == 0) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    std::fflush(stderr);
+  }
+  end_setup_failed();
+}
+
 void Job::fail(const std::string& message) {
   if (!world_) TANDEM_FAIL(message);
   // The other ranks may be waiting in a collective: end the whole job now rather than at the watchdog.

@@ -38,6 +38,9 @@ class Job {
   double min(double value);
   // Prints "error on rank R: <message>" and ends every rank (a job of one: throws the message instead).
   [[noreturn]] void fail(const std::string& message);
+  // For an error every rank raised at the same point (train::AgreedError): rank 0 prints "error: <message>" once
+  // and the job ends with exit code 1 (a job of one: throws the message instead).
+  [[noreturn]] void fail_agreed(const std::string& message);
 
  private:
   [[noreturn]] void end_setup_failed();

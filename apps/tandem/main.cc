@@ -1,5 +1,5 @@
 // The tandem command line: `tandem train [-n N] CONFIG.json [--out DIR] [--set key=value]... [--resume DIR]`
-// and `tandem export CHECKPOINT --to FILE|DIR [--format safetensors|hf] [--dtype fp32|bf16]`.
+// and `tandem export CHECKPOINT --to FILE|DIR [--format safetensors|hf|peft] [--merge] [--dtype fp32|bf16]`.
 // With -n it starts N processes through mpirun; under mpirun/mpiexec each process is one device. The only
 // place that catches errors and exits.
 #include <signal.h>
@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -22,18 +23,23 @@
 
 #include "info_command.h"
 #include "job.h"
+#include "lora_export.h"
 #include "plan_command.h"
+#include "tandem/checkpoint/disk_space.h"
+#include "tandem/checkpoint/progress.h"
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
+#include "tandem/device/cpu_device.h"
 #include "tandem/interchange/hf_export.h"
 #include "tandem/layout/groups.h"
 #include "tandem/layout/placement.h"
 #include "tandem/plan/preflight.h"
 #include "tandem/plan/rates.h"
 #include "tandem/plan/search.h"
+#include "tandem/train/agreed_error.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/run_folder.h"
 #include "tandem/train/stop_signal.h"
@@ -136,21 +142,27 @@ int launch_with_mpirun(int argc, char** argv, int n) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
 
-// The planner's prediction before anything is allocated: printed, and a refusal when it cannot fit.
-void preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan,
-               tandem::device::AccountedDevice* gpu, uint64_t gpu_memory, bool print) {
+// The planner's prediction before anything is allocated: printed, and a refusal when it cannot fit. Returns the
+// predicted peak of the fullest device.
+int64_t preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan,
+                  tandem::device::AccountedDevice* gpu, uint64_t gpu_memory, bool print) {
   using namespace tandem;
   layout::validate_for_model(plan, tc.model, tc.batch.accum);  // its messages say what to change; say them first
   plan::PreflightOptions o;
   o.backend = gpu ? plan::Backend::Cuda : plan::Backend::Cpu;
   o.device_free_bytes = gpu_memory;
   o.device = gpu;
+  // Offloaded state and background checkpoints share the node's host memory with the other ranks on it.
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  o.ranks_per_node = local_size ? std::max(1, std::atoi(local_size)) : 1;
+  o.host_memory_bytes = tc.host_memory_bytes ? tc.host_memory_bytes : device::available_host_memory();
   const plan::PreflightResult pre = plan::preflight(tc, plan, o);
   if (print) {
     std::printf("%s\n", pre.line.c_str());
     std::fflush(stdout);
   }
   if (!pre.fits) TANDEM_FAIL(pre.message);
+  return pre.peak;
 }
 
 // "parallel": "auto": the planner's fastest layout that fits `world` devices (with its ZeRO stage, activation
@@ -165,19 +177,19 @@ tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_
   o.dtype_bytes = given.bf16 || given.fp16.enabled ? 2 : 4;
   o.global_batch = config::global_batch(given.batch_config);
   o.device_memory = given.device_memory_bytes ? given.device_memory_bytes : gpu_memory;
-  const plan::SearchResult r = plan::search_layouts(plan::planned_model(given.model), o);
+  o.host_memory = given.host_memory_bytes ? given.host_memory_bytes : device::available_host_memory();
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(given.model, given.lora), o);
   if (r.fit.empty())
     TANDEM_FAIL("\"parallel\": \"auto\" found no layout of ", world, " devices that fits",
                 r.no_fit.empty() ? std::string()
                                  : ": the closest, " + r.no_fit.front().name() + ", " + r.no_fit.front().why_not);
   const plan::Setup& s = r.fit.front().setup;
-  cfg["parallel"] = {{"virtual_gpus", s.plan.layout.dp},
-                     {"pipeline", s.plan.layout.pp},
-                     {"tensor", s.plan.layout.tp},
-                     {"schedule", spec::schedule_name(s.plan.schedule)},
-                     {"virtual_stages", s.plan.virtual_stages},
-                     {"activation_checkpointing", s.plan.activation_checkpointing}};
-  cfg["zero_optimization"]["stage"] = s.zero_stage;
+  // The candidate's layout, ZeRO stage (and offload, when only an offloaded one fits) and micro-batch.
+  const config::Json keys = r.fit.front().config();
+  cfg["parallel"] = keys.at("parallel");
+  cfg["parallel"]["schedule"] = spec::schedule_name(s.plan.schedule);
+  cfg["parallel"]["virtual_stages"] = s.plan.virtual_stages;
+  for (const auto& [key, value] : keys.at("zero_optimization").items()) cfg["zero_optimization"][key] = value;
   cfg["train_batch_size"] = o.global_batch;
   cfg["train_micro_batch_size_per_gpu"] = s.micro_batch;
   cfg["gradient_accumulation_steps"] = s.micro_batches;
@@ -206,6 +218,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
 
   layout::ParallelPlan plan;
   config::TrainConfig tc;
+  int64_t predicted_peak = 0;
   std::string checkpoint;
   job.agreed([&] {
     if (!a.resume.empty()) checkpoint = train::find_checkpoint(a.resume);
@@ -216,9 +229,14 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     if (job.printer())
       for (const std::string& line : tc.notices) std::printf("%s\n", line.c_str());  // "auto" values, no-effect keys
     std::fflush(stdout);
-    preflight(tc, plan, gpu.get(), gpu_memory, job.printer());
+    predicted_peak = preflight(tc, plan, gpu.get(), gpu_memory, job.printer());
   });
-  const std::string out = job.from_rank0([&] { return train::prepare_run_folder(a.out, checkpoint, a.overwrite); });
+  train::RunFolderLock folder_lock;  // rank 0's, for the whole job: a second job into the folder is refused
+  const std::string out = job.from_rank0([&] {
+    train::RunFolder run = train::prepare_run_folder(a.out, checkpoint, a.overwrite);
+    folder_lock = std::move(run.lock);
+    return run.dir;
+  });
   if (job.printer()) {
     std::printf("run folder: %s (metrics.jsonl, checkpoints/)\n", out.c_str());
     std::fflush(stdout);
@@ -226,10 +244,13 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
 
   try {
     layout::Groups groups = layout::make_job_groups(job.mpi(), plan.layout, gpu.get());
-    train::TrainOptions opt{out, checkpoint, a.init, true, gpu.get()};
+    train::TrainOptions opt{out, checkpoint, a.init, true, gpu.get(), /*out_dir_locked=*/true};
+    opt.predicted_peak_bytes = predicted_peak;
     train::Trainer trainer = train::Trainer::from_config(tc, opt, &groups);
     trainer.run();
     groups.world->barrier();
+  } catch (const train::AgreedError& e) {
+    job.fail_agreed(e.what());
   } catch (const std::exception& e) {
     job.fail(e.what());
   }
@@ -242,6 +263,7 @@ struct ExportArgs {
   std::string dtype = "fp32";
   std::string max_shard_size = "5GB";
   bool overwrite = false;
+  bool merge = false;  // a LoRA checkpoint: the base with its adapters merged
 };
 
 // Consolidates a checkpoint of any layout into one file of fp32 logical tensors, or into a Hugging Face model
@@ -249,13 +271,26 @@ struct ExportArgs {
 int run_export(const ExportArgs& a) {
   namespace fs = std::filesystem;
   using namespace tandem;
-  if (a.format != "safetensors" && a.format != "hf")
+  if (a.format != "safetensors" && a.format != "hf" && a.format != "peft")
     TANDEM_FAIL("--format '", a.format,
-                "': use safetensors (one file in Tandem's names) or hf (a Hugging Face folder)");
+                "': use safetensors (one file in Tandem's names), hf (a Hugging Face folder) or peft (a LoRA run's ",
+                "adapters as a PEFT folder)");
   if (a.dtype != "fp32" && a.dtype != "bf16") TANDEM_FAIL("--dtype '", a.dtype, "': use fp32 or bf16");
-  const bool hf = a.format == "hf";
-  if (!hf && a.dtype != "fp32") TANDEM_FAIL("--dtype ", a.dtype, " is for --format hf; the safetensors file is fp32");
+  const bool peft = a.format == "peft";
+  const bool hf = a.format == "hf" || peft;  // a folder
+  if (a.format != "hf" && a.dtype != "fp32")
+    TANDEM_FAIL("--dtype ", a.dtype, " is for --format hf; the ", a.format, " files are fp32");
   const std::string folder = train::find_checkpoint(a.from);
+  // A LoRA run's checkpoint holds the adapters alone (lora_export.h).
+  const config::Json saved = train::read_checkpoint_summary(folder).config;
+  const bool lora = saved.contains("lora");
+  if (!lora && (peft || a.merge))
+    TANDEM_FAIL(peft ? "--format peft" : "--merge", " is for checkpoints of LoRA runs (a config with \"lora\"); '",
+                folder, "' holds the whole model: export it with --format hf or safetensors");
+  if (lora && a.format == "hf" && !a.merge)
+    TANDEM_FAIL("'", folder, "' is a LoRA run's checkpoint: it holds the adapters alone. Export them with --format ",
+                "peft (PeftModel.from_pretrained loads the folder), or the base with the adapters merged with ",
+                "--format hf --merge");
   std::error_code ec;
   const fs::path target = fs::weakly_canonical(a.to, ec);
   for (fs::path p = hf ? target : target.parent_path(); !ec && !p.empty() && p != p.parent_path(); p = p.parent_path())
@@ -265,20 +300,33 @@ int run_export(const ExportArgs& a) {
   if (!hf && fs::exists(a.to) && !a.overwrite)
     TANDEM_FAIL("--to '", a.to, "' exists: choose another file, or pass --overwrite to replace it");
   if (hf && fs::exists(a.to) && !fs::is_directory(a.to))
-    TANDEM_FAIL("--to '", a.to, "' is a file: --format hf writes a folder");
+    TANDEM_FAIL("--to '", a.to, "' is a file: --format ", a.format, " writes a folder");
   if (hf && fs::is_directory(a.to) && !fs::is_empty(a.to) && !a.overwrite)
     TANDEM_FAIL("--to '", a.to, "' is a folder that is not empty: choose another, or pass --overwrite to replace ",
                 "the model files in it");
   const uint64_t shard_bytes = parse_bytes(a.max_shard_size);
-  const auto weights = train::read_checkpoint_weights(folder);
+  if (lora && (peft || a.merge))
+    return app::export_lora({folder, a.to, a.format, a.dtype == "bf16", shard_bytes, a.merge}, saved);
+  // The export's bytes against the destination's free space, before anything is read: the weights (4 or 2 bytes an
+  // element) and their headers, index and config (a few kB a tensor at most: 1 MiB is ample for any model here).
+  checkpoint::SpaceNeed need;
+  need.bytes = train::checkpoint_weight_bytes(folder) / (a.dtype == "bf16" ? 2 : 1) + (uint64_t{1} << 20);
+  need.what =
+      std::string("the export (") + (hf ? "a Hugging Face folder" : "one safetensors file") + ", " + a.dtype + ")";
+  need.advice = std::string("choose another --to on a disk with room") +
+                (hf && a.dtype == "fp32" ? ", or --dtype bf16 (half the bytes)" : "") + ", or free space there";
+  checkpoint::check_free_space(a.to, need);
+  const auto weights = train::read_checkpoint_weights(folder, /*print=*/true);
+  checkpoint::Progress progress("writing " + a.to, need.bytes - (uint64_t{1} << 20), true);
   if (!hf) {
     std::vector<checkpoint::TensorEntry> entries;
     for (const auto& [name, t] : weights) entries.push_back({name, DType::F32, t.shape, t.values.data()});
-    checkpoint::write_safetensors(a.to, entries, {{"format", "pt"}, {"source", folder}});
+    checkpoint::write_safetensors(a.to, entries, {{"format", "pt"}, {"source", folder}}, &progress);
+    progress.finish();
     std::printf("wrote %zu tensors from %s to %s\n", entries.size(), folder.c_str(), a.to.c_str());
     return 0;
   }
-  const config::ModelConfig model = config::model_config(train::read_checkpoint_summary(folder).config.at("model"));
+  const spec::ModelConfig model = config::model_config(saved.at("model"));
   std::map<std::string, interchange::HostWeights> host;
   for (const auto& [name, t] : weights) host[name] = {t.shape, t.values.data()};
   fs::create_directories(a.to);
@@ -291,8 +339,10 @@ int run_export(const ExportArgs& a) {
   interchange::HfExportOptions o;
   o.bf16 = a.dtype == "bf16";
   o.max_shard_bytes = shard_bytes;
+  o.progress = &progress;
   const int files = interchange::write_hf_folder(a.to, model, host, o);
-  std::printf("wrote a Hugging Face %s model (%s, %d weight file%s) from %s to %s\n", config::model_type(model).c_str(),
+  progress.finish();
+  std::printf("wrote a Hugging Face %s model (%s, %d weight file%s) from %s to %s\n", spec::model_type(model).c_str(),
               a.dtype.c_str(), files, files > 1 ? "s" : "", folder.c_str(), a.to.c_str());
   return 0;
 }
@@ -300,6 +350,9 @@ int run_export(const ExportArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) then makes a write fail with EFBIG, reported with the file's name like a full
+  // disk, instead of killing the process with SIGXFSZ.
+  signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Tandem: train models too big for one device on several, used as fewer, bigger ones."};
   app.require_subcommand(1);
 
@@ -331,8 +384,11 @@ int main(int argc, char** argv) {
       ->required();
   exporter->add_option("--to", ex.to, "The safetensors file (PyTorch-style parameter names) or folder to write")
       ->required();
-  exporter->add_option("--format", ex.format, "safetensors (one file, Tandem's names) or hf (a Hugging Face folder)")
+  exporter
+      ->add_option("--format", ex.format,
+                   "safetensors (one file, Tandem's names), hf (a Hugging Face folder) or peft (a LoRA run's adapters)")
       ->capture_default_str();
+  exporter->add_flag("--merge", ex.merge, "A LoRA run's checkpoint: the base model with the adapters merged into it");
   exporter->add_option("--dtype", ex.dtype, "fp32 or bf16 (--format hf)")->capture_default_str();
   exporter->add_option("--max-shard-size", ex.max_shard_size, "Largest weight file of --format hf, e.g. 5GB")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
 #include "tandem/core/units.h"
+#include "tandem/device/cpu_device.h"
 #include "tandem/plan/calibrate.h"
 #include "tandem/plan/search.h"
 
@@ -37,8 +38,12 @@ void add_plan_options(CLI::App& sub, PlanArgs& a) {
   sub.add_option("--nodes", a.nodes, "Hosts the devices are spread over; tensor parallelism stays inside one")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  sub.add_option("--rates", a.rates, "Speeds for the time model: cpu, h200, or a file from `tandem calibrate`")
-      ->capture_default_str();
+  sub.add_option("--rates", a.rates,
+                 "Speeds for the time model: cpu, h200, or a file from `tandem calibrate` (default: h200 for devices "
+                 "of 8 GiB or more, else cpu)");
+  sub.add_option("--host-memory", a.host_memory,
+                 "Host memory per node for offloaded state, e.g. 512GiB (default: the config's host_memory, else "
+                 "what this machine has free)");
   sub.add_option("--dtype", a.dtype, "Compute dtype: fp32 or bf16 (default: bf16 if the config enables bf16/fp16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub.add_option("--explain", a.explain, "Print the full breakdown of one layout, e.g. dp2,pp2,tp1,zero1,micro16");
@@ -53,14 +58,23 @@ int run_plan_command(const PlanArgs& a) {
   opt.devices = a.devices;
   opt.nodes = a.nodes;
   opt.device_memory = a.device_memory.empty() ? tc.device_memory_bytes : parse_bytes(a.device_memory);
-  opt.rates = plan::load_rates(a.rates);
+  // Devices of a GPU's size are priced as GPUs: a CPU process's budget is a test's, far smaller.
+  constexpr uint64_t kGpuSized = uint64_t{8} << 30;
+  const std::string rates = !a.rates.empty() ? a.rates : opt.device_memory >= kGpuSized ? "h200" : "cpu";
+  opt.rates = plan::load_rates(rates);
+  opt.host_memory = !a.host_memory.empty() ? parse_bytes(a.host_memory)
+                    : tc.host_memory_bytes ? tc.host_memory_bytes
+                                           : device::available_host_memory();
+  opt.default_schedule =
+      tc.parallel.virtual_stages.value_or(1) > 1 ? spec::ScheduleKind::Interleaved : tc.parallel.schedule;
+  opt.default_checkpointing = tc.parallel.activation_checkpointing;
   const bool half = a.dtype.empty() ? tc.bf16 || tc.fp16.enabled : a.dtype != "fp32";
   opt.dtype_bytes = half ? 2 : 4;
   opt.cpu_threads = threads_per_process(a.devices);
   opt.global_batch = config::global_batch(tc.batch_config);
   opt.default_micro = tc.batch_config.micro.value_or(1);
 
-  plan::MemoryModel memory(plan::planned_model(tc.model));
+  plan::MemoryModel memory(plan::planned_model(tc.model, tc.lora));
   const plan::PlannedModel& info = memory.model();
   const std::string budget = opt.device_memory ? format_bytes(opt.device_memory) : "unlimited memory";
   std::printf("model: %s, %.3gB parameters; global batch %lld sample%s", info.type.c_str(),
@@ -69,6 +83,11 @@ int run_plan_command(const PlanArgs& a) {
   if (info.rows_per_sample > 1) std::printf(" of %lld tokens", static_cast<long long>(info.rows_per_sample));
   std::printf("\n%d device%s (%d node%s) of %s; compute %s; rates '%s'\n", opt.devices, opt.devices == 1 ? "" : "s",
               opt.nodes, opt.nodes == 1 ? "" : "s", budget.c_str(), half ? "bf16" : "fp32", opt.rates.name.c_str());
+  std::printf("host memory for offloaded state: %s per node (%s)\n",
+              opt.host_memory ? format_bytes(opt.host_memory).c_str() : "unlimited",
+              !a.host_memory.empty() ? "--host-memory"
+              : tc.host_memory_bytes ? "the config's host_memory"
+                                     : "what this machine has free; --host-memory sets it");
 
   if (!a.explain.empty()) {
     const plan::Setup setup = plan::parse_candidate(a.explain, opt);
@@ -86,7 +105,8 @@ int run_plan_command(const PlanArgs& a) {
     std::string again = "tandem plan " + a.config + " --devices " + std::to_string(a.devices);
     if (!a.device_memory.empty()) again += " --device-memory " + a.device_memory;
     if (a.nodes != 1) again += " --nodes " + std::to_string(a.nodes);
-    if (a.rates != "cpu") again += " --rates " + a.rates;
+    if (!a.rates.empty()) again += " --rates " + a.rates;
+    if (!a.host_memory.empty()) again += " --host-memory " + a.host_memory;
     if (!a.dtype.empty()) again += " --dtype " + a.dtype;
     for (const std::string& o : a.overrides) again += " --set " + o;
     std::printf("\n`%s --explain %s` shows where the memory and time go.\n", again.c_str(),

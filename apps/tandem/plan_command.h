@@ -15,9 +15,10 @@ struct PlanArgs {
   int devices = 0;
   std::string device_memory;  // "141GiB"; empty: the config's "device_memory"
   int nodes = 1;
-  std::string rates = "cpu";  // "cpu", "h200" or a file from `tandem calibrate`
-  std::string dtype;          // "fp32" | "bf16"; empty: bf16 when the config enables bf16 or fp16
-  std::string explain;        // "dp2,pp2,tp1,zero1,micro16": the full breakdown of one layout
+  std::string rates;        // "cpu", "h200" or a file from `tandem calibrate`; empty: h200 for GPU-sized devices
+  std::string host_memory;  // per node, "512GiB"; empty: the config's "host_memory", else this machine's free
+  std::string dtype;        // "fp32" | "bf16"; empty: bf16 when the config enables bf16 or fp16
+  std::string explain;      // "dp2,pp2,tp1,zero1,micro16": the full breakdown of one layout
   size_t top = 15;
 };
 

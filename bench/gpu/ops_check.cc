@@ -399,6 +399,22 @@ void check_elementwise(Suite& s) {
         s.compare("fill", t, shape, x.gpu, std::vector<float>(static_cast<size_t>(n), -3.25f));
       });
     }
+    // Dropout (LoRA's): the same Philox decision per logical element on both sides, so exactly the same elements are
+    // dropped and the kept ones are scaled once; a block of columns [32, 32 + C) of rows 7.. of a wider tensor.
+    for (const auto& [n, c] : std::vector<std::pair<int64_t, int64_t>>{{5, 3}, {4096, 96}}) {
+      const std::string shape = dims({n, c});
+      s.run("dropout", tn, shape, [&] {
+        auto x = s.make({n, c}, t, 31);
+        auto y = s.output({n, c}, t);
+        cpu::dropout(x.cpu, y.cpu, 0.3f, 5, 77, 7, 2 * c + 32, 32);
+        gpu::dropout(x.gpu, y.gpu, 0.3f, 5, 77, 7, 2 * c + 32, 32);
+        s.compare("dropout", t, shape, y.gpu, y.cpu);
+        const std::vector<float> g = y.gpu.to_host_floats(), w = y.cpu.to_host_floats();
+        int64_t differ = 0;
+        for (size_t i = 0; i < g.size(); ++i) differ += (g[i] == 0.0f) != (w[i] == 0.0f);
+        s.row("dropout mask", tn, shape, static_cast<double>(differ), 0.0, "elements dropped on one side only");
+      });
+    }
   }
   // Casts: the exact conversion of the host's rounding functions (round to nearest even), so the error should be
   // 0; the bound is a fraction of the target dtype's.
@@ -580,7 +596,9 @@ void check_cross_entropy(Suite& s) {
   for (DType t : kFloatTypes) {
     for (const Case& c : std::vector<Case>{{5, 17}, {2048, 50304}}) {
       const std::string shape = dims({c.n, c.v});
-      const std::vector<int32_t> target_values = random_ids(c.n, 70 + c.n, 0, c.v);
+      std::vector<int32_t> target_values = random_ids(c.n, 70 + c.n, 0, c.v);
+      // Every seventh row does not count (a masked position): no loss, no gradient.
+      for (size_t i = 3; i < target_values.size(); i += 7) target_values[i] = ops::kIgnoreTarget;
       // d(mean loss)/d(row loss) = 1/N; with f16, times a loss scale as f16 training uses (without it most of the
       // gradient, ~1e-8, sits in f16's subnormals and the check would measure underflow, not the kernel).
       const float scale = (t == DType::F16 ? 1024.0f : 1.0f) / static_cast<float>(c.n);
@@ -637,7 +655,8 @@ void check_cross_entropy(Suite& s) {
       });
     }
   }
-  // finish: lse = row_max + log(sum_exp); loss_sum += sum(lse - target_logit). Host reference (no CPU op yet).
+  // finish: lse = row_max + log(sum_exp); loss_sum += sum(lse - target_logit) over the rows that count (every
+  // third does not). Host reference.
   for (int64_t n : {int64_t{3}, int64_t{16384}}) {
     s.run("cross_entropy_finish", "f32", dims({n}), [&] {
       auto row_max = s.make({n}, DType::F32, 80);
@@ -646,13 +665,17 @@ void check_cross_entropy(Suite& s) {
       for (int64_t i = 0; i < n; ++i) sum_exp[i] = 1.0f + 1000.0f * uniform_at(82, 0, i);
       auto lse = s.from_values({n}, DType::F32, sum_exp);
       auto loss_sum = s.from_values({1}, DType::F32, {2.5f});
+      std::vector<int32_t> target_values(static_cast<size_t>(n), 1);
+      for (size_t i = 1; i < target_values.size(); i += 3) target_values[i] = ops::kIgnoreTarget;
+      auto targets = s.ids(target_values);
       std::vector<float> want_lse(static_cast<size_t>(n));
       double total = 2.5;
       for (int64_t i = 0; i < n; ++i) {
         want_lse[i] = row_max.cpu.f32()[i] + std::log(sum_exp[i]);
-        total += static_cast<double>(want_lse[i]) - picked.cpu.f32()[i];
+        if (target_values[static_cast<size_t>(i)] != ops::kIgnoreTarget)
+          total += static_cast<double>(want_lse[i]) - picked.cpu.f32()[i];
       }
-      gpu::cross_entropy_finish(row_max.gpu, picked.gpu, lse.gpu, loss_sum.gpu);
+      gpu::cross_entropy_finish(row_max.gpu, picked.gpu, lse.gpu, targets.gpu, loss_sum.gpu);
       s.compare("cross_entropy_finish lse", DType::F32, dims({n}), lse.gpu, want_lse);
       s.compare("cross_entropy_finish loss_sum", DType::F32, dims({n}), loss_sum.gpu,
                 std::vector<float>{static_cast<float>(total)});

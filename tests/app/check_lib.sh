@@ -24,6 +24,17 @@ run() {  # run SECONDS COMMAND...: output in $work/out, exit code in $rc, second
   secs=$(($(date +%s) - start))
 }
 
+tiny_config() {  # tiny_config FILE: a 4-layer gpt of 3 steps on synthetic data, the scripts' common run
+  cat >"$1" <<'JSON'
+{
+  "model": { "type": "gpt", "vocab_size": 64, "seq_len": 16, "dim": 32, "layers": 4, "heads": 4 },
+  "data": { "type": "synthetic" },
+  "train_batch_size": 8, "gradient_accumulation_steps": 2, "steps": 3, "seed": 3,
+  "optimizer": { "type": "AdamW", "params": { "lr": 1e-3 } }
+}
+JSON
+}
+
 report() {  # the totals; fails when any check failed
   echo "$passed passed, $failed failed"
   [ "$failed" -eq 0 ]

@@ -1,12 +1,13 @@
 """Hugging Face interchange end to end, against transformers and torch.
 
-Usage: hf_check.py TANDEM_BINARY FAMILY, FAMILY one of gpt2, llama, llama-tied.
+Usage: hf_check.py TANDEM_BINARY FAMILY, FAMILY one of gpt2, llama, llama-tied, mistral, qwen2.
 
 A tiny model of the family is made with a fixed seed and saved with save_pretrained. Tandem trains it from
 {"model": {"from_pretrained": DIR, "seq_len": 16}} for 3 steps on a token file holding exactly one window, so every
 step sees the same batch; its losses must equal transformers' loss on that window before and after torch's AdamW
 steps (configured like Tandem's). Then the final checkpoint is exported with --format hf and loaded by
-AutoModelForCausalLM with no missing or unexpected keys; its loss must equal torch's after 3 steps.
+AutoModelForCausalLM with no missing or unexpected keys; its loss must equal torch's after 3 steps, and its
+config.json must name the architecture and model_type read, with that family's own keys as read.
 Prints one PASS or FAIL line per check and "N passed, M failed".
 """
 
@@ -48,7 +49,24 @@ def make_model(family):
                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
                                        tie_word_embeddings=family == "llama-tied", bos_token_id=0, eos_token_id=0)
         return transformers.LlamaForCausalLM(cfg)
+    if family == "mistral":
+        # A window no shorter than the training windows: the attention is full, as Tandem's.
+        cfg = transformers.MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
+                                         sliding_window=2 * SEQ, bos_token_id=0, eos_token_id=0)
+        return transformers.MistralForCausalLM(cfg)
+    if family == "qwen2":
+        cfg = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
+                                       use_sliding_window=False, max_window_layers=1, tie_word_embeddings=True,
+                                       bos_token_id=0, eos_token_id=0)
+        return transformers.Qwen2ForCausalLM(cfg)
     raise SystemExit("unknown family " + family)
+
+
+# The keys each family's export must carry as the folder Tandem read had them.
+OWN_KEYS = {"gpt2": [], "llama": [], "llama-tied": [], "mistral": ["sliding_window"],
+            "qwen2": ["use_sliding_window", "sliding_window", "max_window_layers"]}
 
 
 def loss_of(model, tokens):
@@ -137,6 +155,13 @@ def main():
                                                                      dtype=torch.float32)
     problems = {k: v for k, v in info.items() if v}
     check(family + " the export loads in transformers with no missing or unexpected keys", not problems, str(problems))
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        read = json.load(f)
+    with open(os.path.join(out_dir, "config.json")) as f:
+        written = json.load(f)
+    same = {k: (read.get(k), written.get(k)) for k in ["architectures", "model_type"] + OWN_KEYS[family]}
+    check(family + " the export's config.json keeps the architecture, model_type and own keys read",
+          all(a == b for a, b in same.values()) and type(loaded).__name__ == read["architectures"][0], str(same))
     with torch.no_grad():
         final = loss_of(loaded.eval(), tokens).item()
     print("  exported: loss %.8f (torch after %d steps %.8f, |diff| %.3g)" % (final, STEPS, want[-1],

@@ -9,14 +9,7 @@ python=$(realpath -s "$2")
 source "$(dirname "$0")/check_lib.sh"
 cd "$work" || exit 1
 
-cat >tiny.json <<'JSON'
-{
-  "model": { "type": "gpt", "vocab_size": 64, "seq_len": 16, "dim": 32, "layers": 4, "heads": 4 },
-  "data": { "type": "synthetic" },
-  "train_batch_size": 8, "gradient_accumulation_steps": 2, "steps": 3, "seed": 3,
-  "optimizer": { "type": "AdamW", "params": { "lr": 1e-3 } }
-}
-JSON
+tiny_config tiny.json
 printf '{ "model": { "type": "gpt", }\n' >broken.json
 
 # --- every failure exits non-zero with its message once, the same under one process, -n 4 and mpirun -np 4
@@ -187,5 +180,30 @@ check "--init with a NaN weight is refused at load, naming the tensor and elemen
 run 60 "$tandem" train tiny.json --out i3 --init huge.safetensors
 [ $rc -ne 0 ] && grep -q "the first of this run, before any update: the weights it started from (the --init file)" out
 check "a non-finite loss before any update blames the starting weights, not the learning rate" $? "$(grep error out)"
+
+# --- LoRA runs: their checkpoints hold the adapters alone
+cat >lora.json <<'JSON'
+{
+  "model": { "type": "llama", "vocab_size": 64, "seq_len": 16, "hidden_size": 32, "intermediate_size": 48,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2 },
+  "lora": { "r": 4, "target_modules": ["q_proj", "down_proj"] },
+  "data": { "type": "synthetic" },
+  "train_batch_size": 4, "steps": 2, "optimizer": { "type": "AdamW", "params": { "lr": 1e-3 } }
+}
+JSON
+run 60 "$tandem" train lora.json --out l1
+check "a LoRA run trains" $rc "$(tail -2 out)"
+run 60 "$tandem" export l1 --to l1_hf --format hf
+[ $rc -ne 0 ] && grep -q "holds the adapters alone. Export them with --format peft" out && [ ! -e l1_hf ]
+check "--format hf of a LoRA checkpoint is refused, naming --format peft and --merge" $? "$(tail -1 out)"
+run 60 "$tandem" export a --to a_peft --format peft
+[ $rc -ne 0 ] && grep -q 'is for checkpoints of LoRA runs' out
+check "--format peft of a checkpoint without LoRA is refused" $? "$(tail -1 out)"
+run 60 "$tandem" train lora.json --out l2 --init w.safetensors
+[ $rc -ne 0 ] && grep -q 'with "lora": a LoRA run.s checkpoints hold the adapters alone' out
+check "--init beside lora is refused, naming model.from_pretrained" $? "$(grep error out)"
+run 60 "$tandem" train lora.json --out l3 --set 'lora.target_modules=["lm_head"]'
+[ $rc -ne 0 ] && grep -q "names 'lm_head', which is lm_head: Tandem adapts the blocks' projections" out
+check "a LoRA target on the head is refused before anything trains" $? "$(grep error out)"
 
 report

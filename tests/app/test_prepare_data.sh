@@ -81,4 +81,14 @@ assert ids[0] == 0 and ids[1] == 7919 and ids[-1] == 70001, (ids[:2], ids[-1])  
 PY
 check "a vocabulary past 65,536 ids is written as uint32 (llm.c's Llama 3 format)" $? "$(tail -1 out)"
 
+# Instruction data needs its chat template: this tokenizer's folder has none.
+echo '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}' >chat.jsonl
+run 60 "$python" "$prepare" --tokenizer tokenizer.json --out chat.bin chat.jsonl
+[ $rc -ne 0 ] && grep -q 'messages need a chat template.*--chat-template FILE' out && [ ! -e chat.bin ]
+check "messages without a chat template are refused, saying how to give one" $? "$(tail -1 out)"
+echo '{"prompt": "Q: ", "completion": "A."}' >pc.jsonl
+run 60 "$python" "$prepare" --tokenizer tokenizer.json --out pc.bin pc.jsonl docs.jsonl
+[ $rc -eq 0 ] && grep -q "wrote the loss mask pc.mask.bin" out && [ -e pc.mask.bin ] && [ ! -e train.mask.bin ]
+check "prompt/completion lines write a loss mask beside the tokens; plain documents alone write none" $? "$(tail -2 out)"
+
 report

@@ -484,5 +484,18 @@ TEST(LoadConfig, ShippedConfigsValidate) {
   EXPECT_GT(count, 0);
 }
 
+TEST(Config, DocumentMaskNeedsTheEndOfDocumentToken) {
+  Json cfg = gpt_cfg();
+  cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 0}};
+  const TrainConfig tc = parse(validate(cfg));
+  EXPECT_TRUE(tc.data.document_mask);
+  EXPECT_EQ(tc.data.eos_token_id, 0);
+  EXPECT_FALSE(parse(validate(gpt_cfg())).data.document_mask);
+  cfg["data"].erase("eos_token_id");
+  EXPECT_HAS(error_of([&] { validate(cfg); }), "'data.eos_token_id' beside data.document_mask");
+  cfg["data"] = {{"type", "synthetic"}, {"eos_token_id", 2}};
+  EXPECT_HAS(error_of([&] { validate(cfg); }), "has no effect without data.document_mask");
+}
+
 }  // namespace
 }  // namespace tandem::config

@@ -5,8 +5,8 @@
 #include <variant>
 
 #include "tandem/config/config.h"
-#include "tandem/config/model_config.h"
 #include "tandem/core/error.h"
+#include "tandem/spec/model_config.h"
 #include "test_util.h"
 
 namespace tandem::config {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "tandem/core/error.h"
+#include "tandem/core/ignore_target.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/sampler.h"
 #include "tandem/device/cpu_device.h"
@@ -45,27 +46,27 @@ class DataFiles : public ::testing::Test {
   device::CpuDevice cpu_;
 };
 
-config::DataConfig synthetic_data(int64_t samples = 65536) {
-  config::DataConfig d;
+spec::DataConfig synthetic_data(int64_t samples = 65536) {
+  spec::DataConfig d;
   d.samples = samples;
   return d;
 }
-config::DataConfig text_data(const std::string& path) {
-  config::DataConfig d;
-  d.type = config::DataType::Text;
+spec::DataConfig text_data(const std::string& path) {
+  spec::DataConfig d;
+  d.type = spec::DataType::Text;
   d.path = path;
   return d;
 }
-config::DataConfig token_data(const std::string& path, int token_bytes = 2) {
-  config::DataConfig d;
-  d.type = config::DataType::Tokens;
+spec::DataConfig token_data(const std::string& path, int token_bytes = 2) {
+  spec::DataConfig d;
+  d.type = spec::DataType::Tokens;
   d.path = path;
   d.token_bytes = token_bytes;
   return d;
 }
 
-config::ModelIO gpt_io(int64_t seq_len, int64_t vocab) { return {true, seq_len, vocab, 0, 0}; }
-config::ModelIO mlp_io(int64_t features, int64_t classes) { return {false, 0, 0, features, classes}; }
+spec::ModelIO gpt_io(int64_t seq_len, int64_t vocab) { return {true, seq_len, vocab, 0, 0}; }
+spec::ModelIO mlp_io(int64_t features, int64_t classes) { return {false, 0, 0, features, classes}; }
 
 // Rows [first, first + count) of `whole` must equal `part`, bit for bit.
 void expect_rows_equal(const Tensor& whole, const Tensor& part, int64_t first) {
@@ -296,6 +297,60 @@ TEST_F(DataFiles, FirstInvalidTokenByPart) {
   EXPECT_EQ(ok->first_invalid(0, 1), -1);
   const auto text = make_dataset(text_data(write("t.txt", std::string(64, 'x'))), gpt_io(8, 256), 1);
   EXPECT_EQ(text->scanned_bytes(), 0u);
+}
+
+// A loss mask beside a token file: byte i says whether token i counts as a target. Targets that do not count are
+// kIgnoreTarget, the step's counted targets are known before the step, bad masks are refused with what to do.
+TEST_F(DataFiles, LossMaskBesideATokenFile) {
+  auto header = [](int32_t magic, int32_t version, int32_t count) {
+    std::string bytes;
+    for (int i = 0; i < 256; ++i) {
+      const int32_t v = i == 0 ? magic : i == 1 ? version : i == 2 ? count : 0;
+      for (int b = 0; b < 4; ++b) bytes += static_cast<char>((static_cast<uint32_t>(v) >> (8 * b)) & 0xff);
+    }
+    return bytes;
+  };
+  std::vector<uint16_t> ids(40);
+  std::string mask;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<uint16_t>(i + 1);
+    mask += static_cast<char>(i % 3 == 0 ? 1 : 0);  // tokens 0, 3, 6, ... count
+  }
+  const std::string path = write_tokens("inst.bin", ids);
+  write("inst.mask.bin", header(20240522, 1, 40) + mask);
+  const auto d = make_dataset(token_data(path), gpt_io(8, 100), 3);
+  EXPECT_HAS(d->describe(), "loss mask '" + (dir_ / "inst.mask.bin").string() + "': 14 of its tokens count as targets");
+  const Batch b = d->batch(2, 0, 5, cpu_);
+  int64_t counted = 0;
+  for (int64_t r = 0; r < 5; ++r) {
+    const int32_t first = b.inputs.i32()[r * 8];  // token id i + 1 at index i: the window starts at index first - 1
+    for (int64_t k = 0; k < 8; ++k) {
+      const int64_t target_index = first - 1 + k + 1;
+      const int32_t want = target_index % 3 == 0 ? static_cast<int32_t>(target_index + 1) : kIgnoreTarget;
+      EXPECT_EQ(b.targets.i32()[r * 8 + k], want) << r << ", " << k;
+      counted += want != kIgnoreTarget;
+      EXPECT_EQ(b.inputs.i32()[r * 8 + k], first + k);  // inputs are never masked
+    }
+  }
+  EXPECT_EQ(d->counted_targets(2, 0, 5), std::optional<int64_t>(counted));
+  EXPECT_EQ(d->scanned_bytes(), 40u * 2 + 40u);
+  EXPECT_EQ(d->first_invalid(0, 1), -1);
+  // Without a mask every target counts: nullopt.
+  EXPECT_EQ(make_dataset(token_data(write_tokens("plain.bin", ids)), gpt_io(8, 100), 3)->counted_targets(0, 0, 5),
+            std::nullopt);
+
+  // A byte other than 0 or 1 is found by the scan and named.
+  std::string bad = mask;
+  bad[17] = 2;
+  write("inst.mask.bin", header(20240522, 1, 40) + bad);
+  const auto b2 = make_dataset(token_data(path), gpt_io(8, 100), 3);
+  EXPECT_EQ(b2->first_invalid(0, 1), 40 + 17);
+  EXPECT_HAS(b2->describe_invalid(40 + 17), "byte 2 at token 17 (byte offset 1,041) is neither 0 nor 1");
+  // Another file's mask, or not a mask at all, is refused before anything trains.
+  write("inst.mask.bin", header(20240522, 1, 39) + mask.substr(0, 39));
+  EXPECT_HAS(error_of([&] { make_dataset(token_data(path), gpt_io(8, 100), 3); }), "the two files are not a pair");
+  write("inst.mask.bin", header(20240520, 1, 40) + mask);
+  EXPECT_HAS(error_of([&] { make_dataset(token_data(path), gpt_io(8, 100), 3); }), "magic 20240522, version 1");
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ using config::Json;
 using tandem::testing::error_of;
 
 // A model object, as a config would hold it, checked and read as the config reads it.
-config::ModelConfig typed(const Json& model) { return config::model_config(config::validate_model(model)); }
+spec::ModelConfig typed(const Json& model) { return config::model_config(config::validate_model(model)); }
 
 Json gpt2_hf() {
   return {{"architectures", {"GPT2LMHeadModel"}},
@@ -198,6 +198,96 @@ TEST_F(HfInterchange, LlamaFamiliesKeepHuggingFaceKeyNames) {
   EXPECT_EQ(config::hf_config_from_model(typed(qwen_seq), "float32").at("model_type"), "qwen2");
 }
 
+TEST_F(HfInterchange, ExportKeepsTheFamilyReadWithItsOwnKeys) {
+  Json mistral = llama_hf(false);
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = 4096;
+  Json m = config::model_from_hf_config(mistral, "d");
+  EXPECT_EQ(m.at("family"), "mistral");
+  m["seq_len"] = 16;
+  const Json hf = config::hf_config_from_model(typed(m), "float32");
+  EXPECT_EQ(hf.at("architectures")[0], "MistralForCausalLM");
+  EXPECT_EQ(hf.at("model_type"), "mistral");
+  EXPECT_EQ(hf.at("sliding_window"), 4096);
+  EXPECT_FALSE(hf.contains("attention_bias"));
+  // Absent, the window is transformers' default 4096; null stays null.
+  mistral.erase("sliding_window");
+  EXPECT_EQ(config::model_from_hf_config(mistral, "d").at("sliding_window"), 4096);
+  mistral["sliding_window"] = nullptr;
+  Json no_window = config::model_from_hf_config(mistral, "d");
+  no_window["seq_len"] = 16;
+  EXPECT_TRUE(config::hf_config_from_model(typed(no_window), "float32").at("sliding_window").is_null());
+  // A window shorter than the training windows would change the attention.
+  Json short_window = m;
+  short_window["sliding_window"] = 8;
+  EXPECT_HAS(error_of([&] { typed(short_window); }), "model.sliding_window (8) is shorter than model.seq_len (16)");
+
+  Json qwen = llama_hf(true);
+  qwen["architectures"] = {"Qwen2ForCausalLM"};
+  qwen["model_type"] = "qwen2";
+  qwen["use_sliding_window"] = false;
+  qwen["sliding_window"] = nullptr;
+  qwen["max_window_layers"] = 21;
+  Json q = config::model_from_hf_config(qwen, "d");
+  q["seq_len"] = 16;
+  const Json qhf = config::hf_config_from_model(typed(q), "float32");
+  EXPECT_EQ(qhf.at("architectures")[0], "Qwen2ForCausalLM");
+  EXPECT_EQ(qhf.at("model_type"), "qwen2");
+  EXPECT_EQ(qhf.at("use_sliding_window"), false);
+  EXPECT_TRUE(qhf.at("sliding_window").is_null());
+  EXPECT_EQ(qhf.at("max_window_layers"), 21);
+  EXPECT_EQ(qhf.at("tie_word_embeddings"), true);
+
+  // A model written in a config: the family with the others' keys, or without its biases, is refused.
+  Json llama = config::model_from_hf_config(llama_hf(false), "d");
+  llama["seq_len"] = 16;
+  Json with_window = llama;
+  with_window["sliding_window"] = 64;
+  EXPECT_HAS(error_of([&] { typed(with_window); }), "model.sliding_window is a key of model.family");
+  Json qwen_no_bias = q;
+  qwen_no_bias["qkv_bias"] = false;
+  EXPECT_HAS(error_of([&] { typed(qwen_no_bias); }), "Qwen2's attention has biases on q, k and v");
+  // Without "family" (configs and checkpoints from before it), qkv_bias means Qwen2, as exports did then.
+  Json old_qwen = llama;
+  old_qwen.erase("family");
+  old_qwen["qkv_bias"] = true;
+  EXPECT_EQ(config::hf_config_from_model(typed(old_qwen), "float32").at("architectures")[0], "Qwen2ForCausalLM");
+}
+
+TEST_F(HfInterchange, ConflictingRopeKeysAreRefusedNamingBoth) {
+  const Json llama3 = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  Json both = llama_hf(false);
+  both["rope_parameters"] = llama3;
+  both["rope_parameters"]["rope_theta"] = 500000.0;
+  both["rope_scaling"] = llama3;
+  both["rope_scaling"]["factor"] = 32.0;
+  const std::string e = error_of([&] { config::model_from_hf_config(both, "d"); });
+  EXPECT_HAS(e, "has both 'rope_parameters' {\"factor\":8.0");
+  EXPECT_HAS(e, "and the legacy 'rope_scaling' {\"factor\":32.0");
+  EXPECT_HAS(e, "transformers 5 uses rope_scaling");
+  // The legacy key says no scaling where rope_parameters says llama3: refused too.
+  both["rope_scaling"] = {{"type", "default"}};
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(both, "d"); }), "which disagree");
+  // The same scaling in both (the theta given once, at the top level) is one model.
+  both["rope_scaling"] = llama3;
+  both["rope_parameters"].erase("rope_theta");
+  both["rope_theta"] = 500000.0;
+  const Json m = config::model_from_hf_config(both, "d");
+  EXPECT_EQ(m.at("rope_theta"), 500000.0);
+  EXPECT_EQ(m.at("rope_scaling").at("factor"), 8.0);
+  // rope_scaling alone, as older files have it, is read as before.
+  Json legacy = llama_hf(false);
+  legacy.erase("rope_parameters");
+  legacy["rope_scaling"] = llama3;
+  legacy["rope_theta"] = 500000.0;
+  EXPECT_EQ(config::model_from_hf_config(legacy, "d").at("rope_scaling").at("rope_type"), "llama3");
+}
+
 TEST_F(HfInterchange, FromPretrainedExpandsFromTheFolderIdempotently) {
   const std::string dir = folder("gpt2", gpt2_hf());
   Json model = {{"from_pretrained", dir}, {"seq_len", 8}};
@@ -253,6 +343,7 @@ TEST_F(HfInterchange, LlamaMapsRoundTripTiedAndUntiedWithBiasesAndShards) {
       Json model = config::model_from_hf_config(llama_hf(tied), "d");
       model["seq_len"] = 16;
       if (*bias) model[bias] = true;
+      if (std::string(bias) == "qkv_bias") model["family"] = "qwen2";  // Qwen2's form alone
       const auto maps = hf_name_map(typed(model));
       const auto qkv = std::find_if(maps.begin(), maps.end(), [](auto& m) { return m.name == "layers.0.qkv.weight"; });
       ASSERT_NE(qkv, maps.end());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/config/config.h"
 #include "tandem/layout/groups.h"
 #include "tandem/layout/layout.h"
 #include "test_util.h"
@@ -256,9 +257,9 @@ TEST(ResolveParallel, AutoNeedsThePlanner) {
 
 // ---- validate_for_model ----
 
-config::ModelConfig gpt(int layers, int heads, int vocab) { return config::GptConfig{vocab, 16, 32, layers, heads}; }
+spec::ModelConfig gpt(int layers, int heads, int vocab) { return spec::GptConfig{vocab, 16, 32, layers, heads}; }
 
-config::ModelConfig mlp(std::vector<int64_t> sizes) { return config::MlpConfig{std::move(sizes)}; }
+spec::ModelConfig mlp(std::vector<int64_t> sizes) { return spec::MlpConfig{std::move(sizes)}; }
 
 ParallelPlan plan_of(int dp, int pp, int tp, const std::string& extra = "{}") {
   Json p = Json::parse(extra);
@@ -268,7 +269,7 @@ ParallelPlan plan_of(int dp, int pp, int tp, const std::string& extra = "{}") {
   return resolve_parallel(config::parallel_config(p), dp * pp * tp);
 }
 
-std::string model_error(const ParallelPlan& plan, const config::ModelConfig& model, int64_t micro_batches = 4) {
+std::string model_error(const ParallelPlan& plan, const spec::ModelConfig& model, int64_t micro_batches = 4) {
   return error_of([&] { validate_for_model(plan, model, micro_batches); });
 }
 
@@ -308,7 +309,7 @@ TEST(ValidateForModel, TooFewLayersForThePipeline) {
 }
 
 TEST(ValidateForModel, StageMapsMustCoverTheBlocksInOrder) {
-  const config::ModelConfig m = gpt(6, 4, 64);
+  const spec::ModelConfig m = gpt(6, 4, 64);
   EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"stages": [[0, 5]]})"), m),
             "parallel.stages lists 1 stages but the layout has 2");
   EXPECT_EQ(model_error(plan_of(1, 2, 1, R"({"schedule": "interleaved", "stages": [[0, 2], [3, 5]]})"), m),

@@ -39,8 +39,10 @@ void PrintTo(const Dims& s, std::ostream* os) {
   *os << "B=" << s.b << " T=" << s.t << " H=" << s.h << " Hkv=" << s.kv << " D=" << s.d;
 }
 
-// y (B, T, H*D) from qkv (B, T, W) in double; query head h reads kv head h / (H / Hkv). Fills lse (B, H, T).
-std::vector<double> reference(const std::vector<double>& qkv, const Dims& s, std::vector<double>* lse = nullptr) {
+// y (B, T, H*D) from qkv (B, T, W) in double; query head h reads kv head h / (H / Hkv). Fills lse (B, H, T). With
+// `docs` (B, T), position i attends only to the positions j <= i of its own document.
+std::vector<double> reference(const std::vector<double>& qkv, const Dims& s, std::vector<double>* lse = nullptr,
+                              const std::vector<int32_t>* docs = nullptr) {
   std::vector<double> y(static_cast<size_t>(s.b * s.t * s.c()));
   if (lse) lse->assign(static_cast<size_t>(s.b * s.h * s.t), 0.0);
   std::vector<double> scores(static_cast<size_t>(s.t));
@@ -53,7 +55,8 @@ std::vector<double> reference(const std::vector<double>& qkv, const Dims& s, std
         for (int64_t j = 0; j < s.t; ++j) {
           double dot = 0;
           for (int64_t e = 0; e < s.d; ++e) dot += qkv[row(i) + s.q_at(hi, e)] * qkv[row(j) + s.k_at(g, e)];
-          scores[j] = j > i ? -std::numeric_limits<double>::infinity() : dot / std::sqrt(double(s.d));
+          const bool other = docs && (*docs)[bi * s.t + j] != (*docs)[bi * s.t + i];
+          scores[j] = j > i || other ? -std::numeric_limits<double>::infinity() : dot / std::sqrt(double(s.d));
           mx = std::max(mx, scores[j]);
         }
         for (int64_t j = 0; j < s.t; ++j) sum += std::exp(scores[j] - mx);
@@ -364,6 +367,123 @@ TEST(OpsAttentionGqa, RefusedShapesThrow) {
   const std::string msg = testing::error_of([&] { attention_gqa_forward(qkv, 3, 2, y, lse); });
   for (const char* part : {"attention_gqa_forward", "3 query heads", "2 key/value heads", "multiple"})
     EXPECT_HAS(msg, part);
+}
+
+// Attention kept inside documents (data.document_mask): against the float64 reference that masks other documents'
+// keys, over several of the kernel's row blocks; backward against finite differences of that reference; one document
+// is exactly the causal attention; ids that decrease are refused.
+Tensor documents_tensor(Device& dev, const Dims& s, const std::vector<int32_t>& ids) {
+  Tensor t = Tensor::empty({s.b, s.t}, DType::I32, dev, "documents");
+  std::copy(ids.begin(), ids.end(), t.i32());
+  return t;
+}
+
+// Positions [first, first + n) of a (1, T, W) tensor as a (1, n, W) one.
+Tensor copy_rows(Device& dev, const Tensor& t, int64_t first, int64_t n) {
+  const int64_t w = t.dim(2);
+  Tensor out = Tensor::empty({1, n, w}, t.dtype(), dev, "rows");
+  out.copy_from(t.flat_slice(first * w, n * w, {1, n, w}));
+  return out;
+}
+
+// Sequence b's ids: a new document at each of `starts`.
+std::vector<int32_t> packed(const Dims& s, const std::vector<std::vector<int64_t>>& starts) {
+  std::vector<int32_t> ids;
+  for (int64_t bi = 0; bi < s.b; ++bi) {
+    int32_t doc = 0;
+    for (int64_t i = 0; i < s.t; ++i) {
+      for (int64_t st : starts[static_cast<size_t>(bi)]) doc += st == i;
+      ids.push_back(doc);
+    }
+  }
+  return ids;
+}
+
+TEST(OpsAttentionGqaDocuments, ForwardMatchesDoubleAcrossRowBlocks) {
+  device::CpuDevice dev;
+  // T 200 with D 64: the kernel works in blocks of 20 rows, so documents start inside and at the edge of blocks.
+  const Dims s{2, 200, 4, 2, 64};
+  const std::vector<int32_t> ids = packed(s, {{40, 57, 133}, {1, 199}});
+  Tensor qkv = randn(dev, {s.b, s.t, s.width()}, 41);
+  Outputs r{Tensor::empty({s.b, s.t, s.c()}, DType::F32, dev, "y"),
+            Tensor::empty({s.b, s.h, s.t}, DType::F32, dev, "lse")};
+  attention_gqa_documents_forward(qkv, 4, 2, documents_tensor(dev, s, ids), r.y, r.lse);
+  std::vector<double> want_lse;
+  const std::vector<double> want = reference(to_double(qkv), s, &want_lse, &ids);
+  EXPECT_LT(rel_error(to_double(r.y), want), 1e-5);
+  EXPECT_LT(rel_error(to_double(r.lse), want_lse), 1e-6);
+  // Not the causal attention across the boundaries.
+  EXPECT_GT(rel_error(to_double(r.y), reference(to_double(qkv), s)), 1e-2);
+}
+
+TEST(OpsAttentionGqaDocuments, BackwardMatchesFiniteDifferences) {
+  device::CpuDevice dev;
+  const Dims s{2, 9, 4, 2, 4};
+  const std::vector<int32_t> ids = packed(s, {{3, 5}, {8}});
+  Tensor qkv = randn(dev, {s.b, s.t, s.width()}, 42);
+  Tensor dy = randn(dev, {s.b, s.t, s.c()}, 43);
+  const Tensor docs = documents_tensor(dev, s, ids);
+  Outputs r{Tensor::empty({s.b, s.t, s.c()}, DType::F32, dev, "y"),
+            Tensor::empty({s.b, s.h, s.t}, DType::F32, dev, "lse")};
+  attention_gqa_documents_forward(qkv, 4, 2, docs, r.y, r.lse);
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, dev, "dqkv");
+  attention_gqa_documents_backward(qkv, 4, 2, docs, r.y, r.lse, dy, dqkv);
+  const auto want = numeric_grad([&](const std::vector<double>& x) { return reference(x, s, nullptr, &ids); },
+                                 to_double(qkv), to_double(dy));
+  EXPECT_LT(rel_error(to_double(dqkv), want), 1e-4);
+}
+
+// Across several row blocks: each document's rows of y and dqkv equal the causal attention run on that document
+// alone, as a sequence of its own.
+TEST(OpsAttentionGqaDocuments, EachDocumentIsItsOwnSequenceForwardAndBackward) {
+  device::CpuDevice dev;
+  const Dims s{1, 200, 4, 2, 64};
+  const std::vector<int64_t> starts = {0, 40, 57, 133, 200};
+  const std::vector<int32_t> ids = packed(s, {{40, 57, 133}});
+  Tensor qkv = randn(dev, {s.b, s.t, s.width()}, 46);
+  Tensor dy = randn(dev, {s.b, s.t, s.c()}, 47);
+  const Tensor docs = documents_tensor(dev, s, ids);
+  Outputs r{Tensor::empty({s.b, s.t, s.c()}, DType::F32, dev, "y"),
+            Tensor::empty({s.b, s.h, s.t}, DType::F32, dev, "lse")};
+  attention_gqa_documents_forward(qkv, 4, 2, docs, r.y, r.lse);
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, dev, "dqkv");
+  attention_gqa_documents_backward(qkv, 4, 2, docs, r.y, r.lse, dy, dqkv);
+  for (size_t k = 0; k + 1 < starts.size(); ++k) {
+    const int64_t a = starts[k], n = starts[k + 1] - a;
+    const Dims one{1, n, 4, 2, 64};
+    const Tensor q = copy_rows(dev, qkv, a, n), g = copy_rows(dev, dy, a, n);
+    const Outputs want = forward(dev, q, one);
+    Tensor dq = Tensor::empty(q.shape(), DType::F32, dev, "dq");
+    attention_gqa_backward(q, 4, 2, want.y, want.lse, g, dq);
+    EXPECT_LT(rel_error(to_double(copy_rows(dev, r.y, a, n)), to_double(want.y)), 1e-6) << "document " << k;
+    EXPECT_LT(rel_error(to_double(copy_rows(dev, dqkv, a, n)), to_double(dq)), 1e-5) << "document " << k;
+  }
+}
+
+TEST(OpsAttentionGqaDocuments, OneDocumentIsTheCausalAttentionAndDecreasingIdsAreRefused) {
+  device::CpuDevice dev;
+  const Dims s{1, 50, 4, 2, 16};
+  Tensor qkv = randn(dev, {s.b, s.t, s.width()}, 44);
+  Tensor dy = randn(dev, {s.b, s.t, s.c()}, 45);
+  const Tensor one = documents_tensor(dev, s, std::vector<int32_t>(50, 3));
+  const Outputs plain = forward(dev, qkv, s);
+  Outputs r{Tensor::empty({s.b, s.t, s.c()}, DType::F32, dev, "y"),
+            Tensor::empty({s.b, s.h, s.t}, DType::F32, dev, "lse")};
+  attention_gqa_documents_forward(qkv, 4, 2, one, r.y, r.lse);
+  EXPECT_TRUE(testing::bit_equal(r.y, plain.y));
+  EXPECT_TRUE(testing::bit_equal(r.lse, plain.lse));
+  Tensor d_plain = Tensor::empty(qkv.shape(), DType::F32, dev, "d plain"),
+         d = Tensor::empty(qkv.shape(), DType::F32, dev, "d");
+  attention_gqa_backward(qkv, 4, 2, plain.y, plain.lse, dy, d_plain);
+  attention_gqa_documents_backward(qkv, 4, 2, one, r.y, r.lse, dy, d);
+  EXPECT_TRUE(testing::bit_equal(d, d_plain));
+  std::vector<int32_t> bad(50, 1);
+  bad[20] = 0;
+  const std::string e =
+      testing::error_of([&] { attention_gqa_documents_forward(qkv, 4, 2, documents_tensor(dev, s, bad), r.y, r.lse); });
+  EXPECT_HAS(e, "document id 0 at position 20 of sequence 0 follows 1");
+  EXPECT_THROW(attention_gqa_documents_forward(qkv, 4, 2, Tensor::zeros({1, 49}, DType::I32, dev, "short"), r.y, r.lse),
+               Error);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ops_test_util.h"
+#include "tandem/ops/op_list.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::ops {
@@ -165,7 +166,8 @@ TEST(OpsCrossEntropyFinish, TurnsSumExpIntoLseAndAccumulatesTheLoss) {
   Tensor tl = testing::from_double(dev, {2, 2}, target);
   Tensor lse = testing::from_double(dev, {2, 2}, sum_exp);  // sum_exp in, lse out
   Tensor loss_sum = testing::from_double(dev, {1}, {0.5});  // accumulates
-  cross_entropy_finish(mx, tl, lse, loss_sum);
+  Tensor targets = ids_tensor(dev, {1, 2, 3, 4});           // every row counts
+  cross_entropy_finish(mx, tl, lse, targets, loss_sum);
   std::vector<double> want_lse(4);
   double want_sum = 0.5;
   for (int i = 0; i < 4; ++i) {
@@ -175,10 +177,47 @@ TEST(OpsCrossEntropyFinish, TurnsSumExpIntoLseAndAccumulatesTheLoss) {
   EXPECT_LT(rel_error(values(lse), want_lse), 1e-7);
   EXPECT_NEAR(loss_sum.f32()[0], want_sum, 1e-6 * std::fabs(want_sum));
 
-  EXPECT_THROW(cross_entropy_finish(mx, tl, lse, Tensor::zeros({2}, DType::F32, dev, "two")), Error);
-  EXPECT_THROW(cross_entropy_finish(mx, Tensor::zeros({3}, DType::F32, dev, "three"), lse, loss_sum), Error);
-  EXPECT_THROW(cross_entropy_finish(mx, tl, Tensor::zeros({2, 2}, DType::BF16, dev, "lse"), loss_sum), Error);
-  EXPECT_THROW(cross_entropy_finish(mx, tl, lse, Tensor::zeros({1}, DType::BF16, dev, "loss")), Error);
+  EXPECT_THROW(cross_entropy_finish(mx, tl, lse, targets, Tensor::zeros({2}, DType::F32, dev, "two")), Error);
+  EXPECT_THROW(cross_entropy_finish(mx, Tensor::zeros({3}, DType::F32, dev, "three"), lse, targets, loss_sum), Error);
+  EXPECT_THROW(cross_entropy_finish(mx, tl, Tensor::zeros({2, 2}, DType::BF16, dev, "lse"), targets, loss_sum), Error);
+  EXPECT_THROW(cross_entropy_finish(mx, tl, lse, targets, Tensor::zeros({1}, DType::BF16, dev, "loss")), Error);
+  EXPECT_THROW(cross_entropy_finish(mx, tl, lse, ids_tensor(dev, {1, 2, 3}), loss_sum), Error);
+}
+
+// Rows whose target is kIgnoreTarget (a masked position) count nothing: loss 0 and a zero gradient row in the
+// unsharded ops, and in the sharded ones no target logit and nothing added by finish; the other rows are unchanged.
+TEST(OpsCrossEntropy, IgnoredTargetsHaveNoLossAndNoGradient) {
+  device::CpuDevice dev;
+  std::vector<int32_t> masked = kTargets;
+  masked[1] = masked[4] = kIgnoreTarget;
+  Tensor logits = randn(dev, {kN, kV}, 5, 3.0f);  // (N, V)
+  const Outputs all = forward(dev, logits, ids_tensor(dev, kTargets));
+  const Outputs r = forward(dev, logits, ids_tensor(dev, masked));
+  Tensor d_all = Tensor::empty({kN, kV}, DType::F32, dev, "d all"), d = Tensor::empty({kN, kV}, DType::F32, dev, "d");
+  cross_entropy_backward(logits, ids_tensor(dev, kTargets), all.lse, 0.5f, d_all);
+  cross_entropy_backward(logits, ids_tensor(dev, masked), r.lse, 0.5f, d);
+  for (int64_t i = 0; i < kN; ++i) {
+    const bool ignored = masked[static_cast<size_t>(i)] == kIgnoreTarget;
+    EXPECT_EQ(r.losses.f32()[i], ignored ? 0.0f : all.losses.f32()[i]) << i;
+    EXPECT_EQ(r.lse.f32()[i], all.lse.f32()[i]) << i;
+    for (int64_t j = 0; j < kV; ++j) ASSERT_EQ(d.f32()[i * kV + j], ignored ? 0.0f : d_all.f32()[i * kV + j]) << i;
+  }
+  // Sharded: one slot holding the whole vocabulary, joined by finish: the sum of the counted rows' losses.
+  Tensor mx = Tensor::empty({kN}, DType::F32, dev, "max"), tl = Tensor::empty({kN}, DType::F32, dev, "target");
+  cross_entropy_stats(logits, ids_tensor(dev, masked), 0, kV, mx, tl);
+  EXPECT_EQ(tl.f32()[1], 0.0f);
+  Tensor lse = Tensor::empty({kN}, DType::F32, dev, "lse"), sum = Tensor::zeros({1}, DType::F32, dev, "sum");
+  row_sum_exp(logits, mx, lse);
+  cross_entropy_finish(mx, tl, lse, ids_tensor(dev, masked), sum);
+  double want = 0;
+  for (int64_t i = 0; i < kN; ++i) want += r.losses.f32()[i];
+  EXPECT_NEAR(sum.f32()[0], want, 1e-5 * want);
+  Tensor ds = Tensor::empty({kN, kV}, DType::F32, dev, "d sharded");
+  cross_entropy_backward(logits, ids_tensor(dev, masked), lse, 0.5f, ds, 0);
+  for (int64_t j = 0; j < kV; ++j) EXPECT_EQ(ds.f32()[4 * kV + j], 0.0f);
+  // Other negative targets are still refused.
+  masked[2] = -1;
+  EXPECT_THROW(forward(dev, logits, ids_tensor(dev, masked)), Error);
 }
 
 class OpsCrossEntropyDtypes : public ::testing::TestWithParam<DType> {};
@@ -239,7 +278,7 @@ TEST_P(OpsCrossEntropyDtypes, ShardedStatisticsFinishToTheFullLoss) {
     add(lse, se, lse);
   }
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, dev, "loss sum");
-  cross_entropy_finish(row_max, target_logit, lse, loss_sum);
+  cross_entropy_finish(row_max, target_logit, lse, targets, loss_sum);
   std::vector<double> want_lse;
   const auto losses = reference(full, &want_lse);
   double want_sum = 0;

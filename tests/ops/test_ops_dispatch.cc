@@ -49,9 +49,10 @@ TEST(OpsDispatch, DeviceWithoutBackendThrowsNamingOpAndDevice) {
   Tensor h = Tensor::zeros({4, 3}, DType::BF16, gpu, "h");
   Tensor n = Tensor::zeros({4}, DType::F32, gpu, "n");
   Tensor one = Tensor::zeros({1}, DType::F32, gpu, "one");
+  Tensor targets = Tensor::zeros({4}, DType::I32, gpu, "targets");
   const std::pair<const char*, std::function<void()>> calls[] = {
       {"fill", [&] { fill(h, 1.0f); }},
-      {"cross_entropy_finish", [&] { cross_entropy_finish(n, n, n, one); }},
+      {"cross_entropy_finish", [&] { cross_entropy_finish(n, n, n, targets, one); }},
       {"matmul",
        [&] {
          matmul(h, h, Tensor::zeros({4, 4}, DType::F32, gpu, "c"), false, true);

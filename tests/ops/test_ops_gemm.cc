@@ -3,6 +3,7 @@
 // ops (linear_forward, linear_weight_grad) against float64 and, bitwise, against the ops they stand for.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops_test_util.h"
@@ -86,6 +87,34 @@ TEST(OpsMatmul, LargerSizeStaysWithinFp32Accuracy) {
   matmul(a, b, c, false, true);
   // fp32 sums of 257 products: relative error grows like sqrt(K) * 2^-24, about 1e-6.
   EXPECT_LT(rel_error(to_double(c), reference(to_double(a), to_double(b), {}, m, n, k, false, true, 0.0)), 1e-5);
+}
+
+// A row of c depends only on its own row of a, never on how many rows share the call: the micro-batch, and so the
+// layout, must not change a sample's arithmetic. OpenBLAS's AVX-512 kernels for small a b^T broke this (16 rows and
+// 64 rows gave different bits for the same row). With and without b transposed, products on both sides of the size
+// below which the CPU op pads the rows (10^6 multiply-adds), with K past OpenBLAS's blocking (1000), f32 and bf16
+// operands.
+TEST(OpsMatmul, ARowDoesNotDependOnTheRowsBesideIt) {
+  device::CpuDevice dev;
+  const int64_t rows = 64;
+  for (DType dt : {DType::F32, DType::BF16})
+    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+             {96, 32}, {32, 32}, {128, 128}, {512, 128}, {1000, 1000}, {1000, 1001}})
+      for (int tb = 0; tb < 2; ++tb) {
+        Tensor a = randn_as(dev, {rows, k}, 91, dt);                            // (M, K)
+        Tensor b = randn_as(dev, tb ? Shape{n, k} : Shape{k, n}, 92 + tb, dt);  // (N, K) or (K, N)
+        Tensor all = Tensor::empty({rows, n}, DType::F32, dev, "c");            // (M, N)
+        matmul(a, b, all, false, tb);
+        const std::vector<float> want = all.to_host_floats();
+        for (int64_t m : {1, 2, 4, 8, 16, 32, 48}) {
+          Tensor part = Tensor::empty({m, n}, DType::F32, dev, "c");  // (m, N)
+          matmul(a.rows(0, m), b, part, false, tb);
+          const std::vector<float> got = part.to_host_floats();
+          EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()))
+              << dtype_name(dt) << " n " << n << " k " << k << " trans_b " << tb << ": the first " << m
+              << " rows differ from the same rows in a call of " << rows;
+        }
+      }
 }
 
 TEST(OpsMatmul, EmptyInnerDimensionAppliesBetaOnly) {

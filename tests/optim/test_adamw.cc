@@ -16,7 +16,7 @@ using testing::rel_error;
 using testing::to_double;
 
 // The float64 step of one element, for a weight `p` with moments `m`, `v` at step `t`.
-void reference_step(double& p, double g, double& m, double& v, int t, const config::OptimizerConfig& c, double wd,
+void reference_step(double& p, double g, double& m, double& v, int t, const spec::OptimizerConfig& c, double wd,
                     double lr) {
   const double gi = g + (c.adam_w_mode ? 0.0 : wd * p);
   m = c.beta1 * m + (1 - c.beta1) * gi;
@@ -28,7 +28,7 @@ void reference_step(double& p, double g, double& m, double& v, int t, const conf
 void check_decay_only_where_marked(bool decoupled) {
   device::CpuDevice dev;
   const int64_t n = 37;
-  config::OptimizerConfig cfg;
+  spec::OptimizerConfig cfg;
   cfg.weight_decay = 0.2;
   cfg.adam_w_mode = decoupled;
   std::vector<Segment> segments;

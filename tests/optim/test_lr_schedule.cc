@@ -8,16 +8,16 @@
 namespace tandem::optim {
 
 TEST(Schedule, Constant) {
-  config::SchedulerConfig c;
+  spec::SchedulerConfig c;
   c.peak_lr = 3e-4;
   EXPECT_DOUBLE_EQ(learning_rate(c, 0), 3e-4);
   EXPECT_DOUBLE_EQ(learning_rate(c, 1000), 3e-4);
 }
 
 TEST(Schedule, WarmupLinearThenConstant) {
-  config::SchedulerConfig c;
-  c.type = config::SchedulerType::WarmupLR;
-  c.warmup_type = config::WarmupType::Linear;
+  spec::SchedulerConfig c;
+  c.type = spec::SchedulerType::WarmupLR;
+  c.warmup_type = spec::WarmupType::Linear;
   c.peak_lr = 1.1;
   c.warmup_num_steps = 10;
   c.warmup_min_lr = 0.1;
@@ -29,9 +29,9 @@ TEST(Schedule, WarmupLinearThenConstant) {
 }
 
 TEST(Schedule, WarmupLogIsDeepSpeedsDefault) {
-  config::SchedulerConfig c;
-  c.type = config::SchedulerType::WarmupLR;
-  EXPECT_EQ(c.warmup_type, config::WarmupType::Log);
+  spec::SchedulerConfig c;
+  c.type = spec::SchedulerType::WarmupLR;
+  EXPECT_EQ(c.warmup_type, spec::WarmupType::Log);
   c.peak_lr = 1.1;
   c.warmup_num_steps = 10;
   c.warmup_min_lr = 0.1;
@@ -42,13 +42,13 @@ TEST(Schedule, WarmupLogIsDeepSpeedsDefault) {
 }
 
 TEST(Schedule, WarmupOfOneStepIsTwoAsInDeepSpeed) {
-  config::SchedulerConfig c;
-  c.type = config::SchedulerType::WarmupLR;
+  spec::SchedulerConfig c;
+  c.type = spec::SchedulerType::WarmupLR;
   c.peak_lr = 1.0;
   c.warmup_num_steps = 1;  // DeepSpeed uses max(2, warmup_num_steps)
   EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.0);
   EXPECT_DOUBLE_EQ(learning_rate(c, 1), 1.0);  // log 2 / log 2
-  c.warmup_type = config::WarmupType::Linear;
+  c.warmup_type = spec::WarmupType::Linear;
   EXPECT_DOUBLE_EQ(learning_rate(c, 1), 0.5);  // 1 / 2
   EXPECT_DOUBLE_EQ(learning_rate(c, 2), 1.0);
   c.warmup_num_steps = 0;  // no warmup at all
@@ -56,9 +56,9 @@ TEST(Schedule, WarmupOfOneStepIsTwoAsInDeepSpeed) {
 }
 
 TEST(Schedule, WarmupDecayLinearToMinAtTotal) {
-  config::SchedulerConfig c;
-  c.type = config::SchedulerType::WarmupDecayLR;
-  c.warmup_type = config::WarmupType::Linear;
+  spec::SchedulerConfig c;
+  c.type = spec::SchedulerType::WarmupDecayLR;
+  c.warmup_type = spec::WarmupType::Linear;
   c.peak_lr = 1.0;
   c.warmup_min_lr = 0.2;
   c.warmup_num_steps = 10;
@@ -73,9 +73,9 @@ TEST(Schedule, WarmupDecayLinearToMinAtTotal) {
 }
 
 TEST(Schedule, WarmupCosine) {
-  config::SchedulerConfig c;
-  c.type = config::SchedulerType::WarmupCosineLR;
-  c.warmup_type = config::WarmupType::Linear;
+  spec::SchedulerConfig c;
+  c.type = spec::SchedulerType::WarmupCosineLR;
+  c.warmup_type = spec::WarmupType::Linear;
   c.peak_lr = 1.0;
   c.warmup_num_steps = 10;
   c.total_num_steps = 110;
@@ -86,14 +86,14 @@ TEST(Schedule, WarmupCosine) {
   EXPECT_NEAR(learning_rate(c, 59), 0.55, 1e-12);                // halfway: 0.1 + 0.9 * 0.5
   EXPECT_NEAR(learning_rate(c, 109), 0.1, 1e-12);                // the floor at the last step of 110
   EXPECT_NEAR(learning_rate(c, 500), 0.1, 1e-12);
-  c.warmup_type = config::WarmupType::Log;
+  c.warmup_type = spec::WarmupType::Log;
   c.warmup_min_ratio = 0.2;
   EXPECT_NEAR(learning_rate(c, 4), 0.7591760034688151, 1e-15);  // 0.2 + 0.8 log 5 / log 10
 }
 
 TEST(Schedule, WarmupCosineDefaultFloorIsDeepSpeeds) {
-  config::SchedulerConfig c;
-  c.type = config::SchedulerType::WarmupCosineLR;
+  spec::SchedulerConfig c;
+  c.type = spec::SchedulerType::WarmupCosineLR;
   EXPECT_DOUBLE_EQ(c.cos_min_ratio, 1e-4);
   c.peak_lr = 1.0;
   c.warmup_num_steps = 0;

@@ -2,11 +2,13 @@
 // device. For gpt, mlp and llama (each gpt and llama also with the head tied to the embedding), per-step losses over 5
 // steps, the first step's gradient norm and the final parameters must match the single-device run within 1e-5 relative,
 // under every ZeRO stage (dp > 1), every schedule (pp > 1), with and without activation checkpointing; a representative
-// set of layouts also in bf16 against the single-device bf16 run, within the measured bounds kBf16 and kBf16Tp. Also
-// the memory claim of ZeRO-3. Run under mpirun -np TANDEM_TEST_WORLD.
+// set of layouts also in bf16 against the single-device bf16 run, within the measured bounds kBf16 and kBf16Tp; LoRA
+// adapters on a frozen llama and gpt (with dropout on a tied llama) on a representative set. Also the memory claim of
+// ZeRO-3. Run under mpirun -np TANDEM_TEST_WORLD.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -24,7 +26,11 @@ constexpr auto kGPipe = spec::ScheduleKind::GPipe, k1F1B = spec::ScheduleKind::O
                kInterleaved = spec::ScheduleKind::Interleaved;
 
 struct Case {
-  std::string model;  // "gpt" | "gpt_tied" (head tied to the embedding) | "mlp" | "llama" (GQA) | "llama_tied"
+  // "gpt" | "gpt_tied" (head tied to the embedding) | "mlp" | "llama" (GQA) | "llama_tied"; "llama_lora" and
+  // "gpt_lora" (LoRA on every projection of a frozen base, B not zero at the start) and "llama_lora_dropout" (the same
+  // on a tied llama with lora_dropout, the mask drawn per sample); "llama_docs" and "gpt_docs" with attention kept
+  // inside documents
+  std::string model;
   int dp, pp, tp, zero;
   spec::ScheduleKind schedule;
   int virtual_stages;
@@ -100,6 +106,38 @@ std::vector<Case> cases() {
              {"llama", 2, 2, 1, 1, k1F1B, 1, false, true},  {"llama_tied", 1, 2, 2, 0, k1F1B, 1, false, true}};
   if (world == 8) llama = {{"llama", 2, 2, 2, 1, k1F1B, 1, false}, {"llama_tied", 2, 2, 2, 3, kInterleaved, 2, true}};
   out.insert(out.end(), llama.begin(), llama.end());
+  // LoRA: frozen units at every ZeRO stage, adapters split over tp (A whole on a column-parallel slot, B on a
+  // row-parallel one), across stages, with dropout masks drawn per sample, tied frozen embeddings on two stages.
+  std::vector<Case> lora;
+  if (world == 4)
+    lora = {{"llama_lora", 4, 1, 1, 0, k1F1B, 1, false},
+            {"llama_lora", 4, 1, 1, 3, k1F1B, 1, true},
+            {"llama_lora", 1, 4, 1, 0, k1F1B, 1, false},
+            {"llama_lora", 1, 2, 2, 0, kInterleaved, 2, false},
+            {"llama_lora", 2, 1, 2, 3, k1F1B, 1, false},
+            {"llama_lora", 2, 2, 1, 2, kGPipe, 1, false},
+            {"gpt_lora", 1, 1, 4, 0, k1F1B, 1, false},
+            {"gpt_lora", 2, 1, 2, 1, k1F1B, 1, false},
+            {"gpt_lora", 1, 2, 2, 0, k1F1B, 1, true},
+            {"llama_lora_dropout", 2, 1, 2, 3, k1F1B, 1, false},
+            {"llama_lora_dropout", 1, 4, 1, 0, k1F1B, 1, false},
+            {"llama_lora_dropout", 2, 2, 1, 1, k1F1B, 1, true},
+            {"llama_lora", 2, 2, 1, 1, k1F1B, 1, false, true}};
+  if (world == 8)
+    lora = {{"llama_lora", 2, 2, 2, 3, k1F1B, 1, false},
+            {"gpt_lora", 2, 2, 2, 1, kInterleaved, 2, true},
+            {"llama_lora_dropout", 2, 2, 2, 0, k1F1B, 1, false}};
+  out.insert(out.end(), lora.begin(), lora.end());
+  // Attention kept inside documents (data.document_mask, id 5 ending each): every stage's attention reads each
+  // micro-batch's documents.
+  std::vector<Case> docs;
+  if (world == 4)
+    docs = {{"llama_docs", 2, 1, 2, 3, k1F1B, 1, false},
+            {"llama_docs", 1, 4, 1, 0, k1F1B, 1, true},
+            {"llama_docs", 2, 2, 1, 1, kGPipe, 1, false},
+            {"gpt_docs", 1, 2, 2, 0, kInterleaved, 2, false}};
+  if (world == 8) docs = {{"llama_docs", 2, 2, 2, 1, k1F1B, 1, true}};
+  out.insert(out.end(), docs.begin(), docs.end());
   for (Case& c : bf16) {
     c.bf16 = true;
     out.push_back(c);
@@ -118,19 +156,25 @@ Json base_config(const std::string& model) {
               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}, {"eps", 1e-6}}}}},
               {"gradient_clipping", 1.0},
               {"eval", {{"data", {{"type", "synthetic"}}}, {"steps", 2}}}};  // after the last step
-  if (model == "gpt" || model == "gpt_tied") {
+  if (model.rfind("gpt", 0) == 0) {
     cfg["model"] = {{"type", "gpt"}, {"vocab_size", 64}, {"seq_len", 16}, {"dim", 32}, {"layers", 6}, {"heads", 4}};
     if (model == "gpt_tied") cfg["model"]["tie_word_embeddings"] = true;
     cfg["data"] = {{"type", "synthetic"}};
-  } else if (model == "llama" || model == "llama_tied") {
-    cfg["model"] = {
-        {"type", "llama"},          {"vocab_size", 64},         {"seq_len", 16},
-        {"hidden_size", 32},        {"intermediate_size", 48},  {"num_hidden_layers", 6},
-        {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"tie_word_embeddings", model == "llama_tied"}};
+  } else if (model.rfind("llama", 0) == 0) {
+    const bool tied = model == "llama_tied" || model == "llama_lora_dropout";
+    cfg["model"] = {{"type", "llama"},          {"vocab_size", 64},         {"seq_len", 16},
+                    {"hidden_size", 32},        {"intermediate_size", 48},  {"num_hidden_layers", 6},
+                    {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"tie_word_embeddings", tied}};
     cfg["data"] = {{"type", "synthetic"}};
   } else {
     cfg["model"] = {{"type", "mlp"}, {"sizes", {24, 32, 32, 32, 32, 32, 32, 32, 10}}, {"activation", "gelu"}};
     cfg["data"] = {{"type", "synthetic"}};
+  }
+  if (model.find("docs") != std::string::npos)
+    cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
+  if (model.find("lora") != std::string::npos) {
+    cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}, {"init_lora_weights", false}};
+    if (model == "llama_lora_dropout") cfg["lora"]["lora_dropout"] = 0.2;
   }
   return cfg;
 }
@@ -283,6 +327,109 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// Offload (offload_optimizer, offload_param): the same layout with its optimizer state in host memory computes the
+// same bits as with it on the device, on the CPU backend: the host AdamW is the same kernel, the gradients are summed
+// in the same order. Every ZeRO stage, pp and tp, one replica (where every stage is stage 0), part of the state
+// offloaded (ratio), a tied head across stages (kept on the device) and on one stage, fp32, bf16 and fp16.
+struct OffloadCase {
+  std::string model;
+  int dp, pp, tp, zero;
+  std::string precision;  // "fp32", "bf16", "fp16"
+  bool param = false;     // offload_param too (stage 3)
+  double ratio = 1;
+  bool checkpointing = false;
+  std::string device = "cpu";  // where the optimizer goes: "cpu" or "nvme" (a swap file in a temporary folder)
+  int accumulation = 4;        // gradient_accumulation_steps
+};
+
+std::string offload_case_name(const OffloadCase& c) {
+  std::ostringstream os;
+  os << c.model << "_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_zero" << c.zero << "_" << c.precision
+     << (c.param ? "_param" : "") << (c.ratio < 1 ? "_ratio" + std::to_string(static_cast<int>(c.ratio * 100)) : "")
+     << (c.checkpointing ? "_recompute" : "") << (c.device == "nvme" ? "_nvme" : "")
+     << (c.accumulation != 4 ? "_accum" + std::to_string(c.accumulation) : "");
+  return os.str();
+}
+void PrintTo(const OffloadCase& c, std::ostream* os) { *os << offload_case_name(c); }
+
+std::vector<OffloadCase> offload_cases() {
+  if (TANDEM_TEST_WORLD == 8)
+    return {{"gpt", 2, 2, 2, 3, "bf16", true},
+            {"llama_tied", 2, 2, 2, 2, "fp32", false, 1, true},
+            {"gpt", 2, 2, 2, 1, "fp16", false, 1, false, "nvme"}};
+  return {{"gpt", 4, 1, 1, 1, "fp32"},
+          {"gpt", 4, 1, 1, 2, "bf16"},
+          {"gpt", 4, 1, 1, 3, "fp32"},
+          {"gpt", 4, 1, 1, 3, "bf16", true},
+          {"gpt", 1, 4, 1, 2, "fp32"},
+          {"gpt", 1, 1, 4, 1, "bf16"},
+          {"gpt", 2, 2, 1, 1, "fp16"},
+          {"gpt", 2, 1, 2, 3, "fp16", true},
+          {"gpt", 2, 2, 1, 2, "fp32", false, 0.5},
+          {"gpt_tied", 2, 2, 1, 1, "fp32"},
+          {"llama", 2, 1, 2, 3, "bf16", true},
+          {"llama", 1, 2, 2, 3, "fp32", true, 1, true},
+          {"mlp", 4, 1, 1, 2, "fp32", false, 1, true},
+          {"gpt", 4, 1, 1, 2, "bf16", false, 1, false, "nvme"},
+          {"gpt", 1, 2, 2, 1, "fp32", false, 1, false, "nvme"},
+          {"llama", 2, 2, 1, 3, "fp32", false, 0.5, true, "nvme"},
+          {"gpt", 4, 1, 1, 3, "bf16", true, 1, false, "nvme"},
+          {"gpt", 1, 1, 4, 3, "fp32", true, 1, false, "nvme"},
+          // A tied embedding and head on one stage: one unit with two backward passes a micro-batch.
+          {"gpt_tied", 4, 1, 1, 1, "fp32"},
+          {"gpt_tied", 4, 1, 1, 2, "bf16"},
+          {"gpt_tied", 1, 1, 4, 1, "fp32", false, 1, false, "cpu", 1}};
+}
+
+class OffloadEquivalence : public ::testing::TestWithParam<OffloadCase> {};
+
+TEST_P(OffloadEquivalence, SameBitsAsTheStateOnTheDevice) {
+  const OffloadCase& c = GetParam();
+  Json cfg = base_config(c.model);
+  if (c.precision != "fp32") cfg[c.precision] = {{"enabled", true}};
+  cfg["gradient_accumulation_steps"] = c.accumulation;
+  cfg["parallel"] = {{"virtual_gpus", c.dp},
+                     {"pipeline", c.pp},
+                     {"tensor", c.tp},
+                     {"activation_checkpointing", c.checkpointing},
+                     {"timeout_s", 120}};
+  cfg["zero_optimization"] = {{"stage", c.zero}};
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp});
+  const Result device = train(cfg, &groups);
+  cfg["zero_optimization"]["offload_optimizer"] = {{"device", c.device}, {"ratio", c.ratio}};
+  if (c.param) cfg["zero_optimization"]["offload_param"] = {{"device", c.device}};
+  if (c.device == "nvme") {
+    const std::filesystem::path swap = std::filesystem::temp_directory_path() / "tandem_offload_test_swap";
+    std::filesystem::create_directories(swap);
+    for (const char* key : {"offload_optimizer", "offload_param"})
+      if (cfg["zero_optimization"].contains(key)) cfg["zero_optimization"][key]["nvme_path"] = swap.string();
+  }
+  const Result host = train(cfg, &groups);
+  double failures = 0;
+  if (testing::mpi_world().rank() == 0) {
+    EXPECT_EQ(host.losses, device.losses);
+    EXPECT_EQ(host.grad_norms, device.grad_norms);
+    EXPECT_EQ(host.val_loss, device.val_loss);
+    std::string differ;
+    for (const auto& [name, values] : device.params) {
+      const auto it = host.params.find(name);
+      if (it == host.params.end() || it->second != values) differ += " " + name;
+    }
+    EXPECT_EQ(differ, "") << "parameters that differ after the last step";
+    failures += (host.losses != device.losses) + (host.grad_norms != device.grad_norms) +
+                (host.val_loss != device.val_loss) + !differ.empty() + (host.params.size() != device.params.size());
+    // The optimizer state left the device: its peak is lower.
+    EXPECT_LT(host.peak_bytes, device.peak_bytes);
+  }
+  failures = groups.world->all_reduce_scalar(failures);
+  EXPECT_EQ(failures, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, OffloadEquivalence, ::testing::ValuesIn(offload_cases()),
+                         [](const ::testing::TestParamInfo<OffloadCase>& info) {
+                           return offload_case_name(info.param);
+                         });
 
 #if TANDEM_TEST_WORLD == 4
 // ZeRO-3 over 4 replicas holds a quarter of the training state plus one layer's gathered parameters and

@@ -19,7 +19,9 @@ namespace tandem::testing {
 using config::Json;
 
 struct MemCase {
-  std::string model;  // "gpt" | "mlp"
+  // "gpt" | "mlp" | "llama_lora" (LoRA on every projection of a frozen llama) | "llama_docs" (a llama whose attention
+  // stays inside documents: data.document_mask)
+  std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
@@ -28,13 +30,17 @@ struct MemCase {
   int64_t global = 8;
   bool bf16 = false;  // compute in bf16: fp32 master, bf16 values and activations
   int steps = 2;      // the peak comes in the first; a second shows nothing is left over from it
+  // "": none; "cpu": the optimizer to host memory; "param": parameters too; "nvme": the optimizer to a swap file;
+  // "param-nvme": both to swap files
+  std::string offload;
 
   std::string name() const {
     std::ostringstream os;
     os << model << " dp" << dp << " pp" << pp << " tp" << tp << " zero" << zero;
     if (pp > 1 || virtual_stages > 1)
       os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
-    os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (bf16 ? " bf16" : "");
+    os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (bf16 ? " bf16" : "")
+       << (offload.empty() ? "" : " offload " + offload);
     return os.str();
   }
 };
@@ -58,14 +64,29 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
+  if (model == "llama_lora" || model == "llama_docs")
+    return {{"type", "llama"},          {"vocab_size", 512},       {"seq_len", 64},
+            {"hidden_size", 64},        {"intermediate_size", 96}, {"num_hidden_layers", 4},
+            {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
   if (model == "gpt")
     return {{"type", "gpt"}, {"vocab_size", 512}, {"seq_len", 64}, {"dim", 64}, {"layers", 4}, {"heads", 4}};
   return {{"type", "mlp"}, {"sizes", {256, 512, 512, 512, 512, 64}}, {"activation", "gelu"}};
 }
 
+// The "lora" object of a model of the grid (none but llama_lora's).
+inline Json lora_config(const std::string& model) {
+  if (model != "llama_lora") return nullptr;
+  return {{"r", 8}, {"lora_alpha", 16}, {"target_modules", "all-linear"}};
+}
+
 // The same model as the config's struct.
-inline config::ModelConfig typed_model(const std::string& model) {
+inline spec::ModelConfig typed_model(const std::string& model) {
   return config::parse(config::validate({{"model", model_config(model)}, {"train_batch_size", 8}})).model;
+}
+inline spec::LoraConfig typed_lora(const std::string& model) {
+  return config::parse(
+             config::validate({{"model", model_config(model)}, {"lora", lora_config(model)}, {"train_batch_size", 8}}))
+      .lora;
 }
 
 inline Json case_config(const MemCase& c) {
@@ -86,6 +107,18 @@ inline Json case_config(const MemCase& c) {
                 {"timeout_s", 120}}}};
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;
   if (c.bf16) cfg["bf16"] = {{"enabled", true}};
+  if (!lora_config(c.model).is_null()) cfg["lora"] = lora_config(c.model);
+  if (c.model == "llama_docs") cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
+  if (!c.offload.empty()) {
+    Json& z = cfg["zero_optimization"];
+    z["stage"] = c.offload == "param" ? 3 : std::max(c.zero, 1);
+    const bool nvme = c.offload == "nvme" || c.offload == "param-nvme";
+    if (c.offload == "param-nvme") z["stage"] = 3;
+    z["offload_optimizer"] = {{"device", nvme ? "nvme" : "cpu"}};
+    if (nvme) z["offload_optimizer"]["nvme_path"] = "/tmp";
+    if (c.offload == "param") z["offload_param"] = {{"device", "cpu"}};
+    if (c.offload == "param-nvme") z["offload_param"] = {{"device", "nvme"}, {"nvme_path", "/tmp"}};
+  }
   return cfg;
 }
 
@@ -97,6 +130,11 @@ inline plan::Setup case_setup(const MemCase& c) {
   s.micro_batches = c.global / (c.micro * c.dp);
   s.dtype_bytes = c.bf16 ? 2 : 4;
   s.cpu_threads = omp_get_max_threads();
+  s.documents = c.model == "llama_docs";
+  const config::TrainConfig tc = config::parse(config::validate(case_config(c)));
+  s.zero_stage = static_cast<int>(tc.zero_stage);
+  s.offload_optimizer = tc.offload_optimizer;
+  s.offload_param = tc.offload_param;
   return s;
 }
 

@@ -5,6 +5,7 @@
 // appear under each ZeRO stage, and a model of custom layers planned like any other.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include "plan/plan_test_util.h"
@@ -14,6 +15,7 @@
 #include "tandem/nn/linear.h"
 #include "tandem/ops/ops.h"
 #include "tandem/plan/preflight.h"
+#include "tandem/train/model_factory.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -23,15 +25,21 @@ using config::Json;
 using testing::mem_case;
 using testing::MemCase;
 
-uint64_t measure(const MemCase& c, int rank) {
-  const Json json = testing::case_config(c);
-  const config::TrainConfig cfg = config::parse(config::validate(json), c.dp);
+// Trains case `c` as `rank` of its layout (stand-in groups), then hands the trainer to `inspect`.
+void run_case(const MemCase& c, int rank, const std::function<void(train::Trainer&)>& inspect) {
+  const config::TrainConfig cfg = config::parse(config::validate(testing::case_config(c)), c.dp);
   layout::Groups groups = layout::make_stand_in_groups(layout::Layout{c.dp, c.pp, c.tp}, rank);
   train::TrainOptions opt;
   opt.print = false;
   train::Trainer trainer = train::Trainer::from_config(cfg, opt, &groups);
   trainer.run();
-  return trainer.device().peak_bytes();
+  inspect(trainer);
+}
+
+uint64_t measure(const MemCase& c, int rank) {
+  uint64_t peak = 0;
+  run_case(c, rank, [&](train::Trainer& t) { peak = t.device().peak_bytes(); });
+  return peak;
 }
 
 std::vector<MemCase> grid() {
@@ -63,6 +71,20 @@ std::vector<MemCase> grid() {
     add(mem_case(1, 2, 2, 0, spec::ScheduleKind::OneFOneB, 1, 2, true));
     add(mem_case(1, 2, 1, 0, spec::ScheduleKind::Interleaved, 2, 2, true));
   }
+  // LoRA: frozen units beside the adapters' under every ZeRO stage, split over tp and pipeline stages, in bf16 too.
+  for (MemCase c : {mem_case(1, 1, 1), mem_case(2, 1, 1, 1), mem_case(2, 1, 1, 3), mem_case(1, 2, 2),
+                    mem_case(2, 1, 1, 2, spec::ScheduleKind::OneFOneB, 1, 2, true),
+                    mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_lora";
+    c.steps = 1;
+    out.push_back(c);
+  }
+  // Documents (data.document_mask): every stage fetches each micro-batch's.
+  for (MemCase c : {mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1), mem_case(2, 1, 1, 3)}) {
+    c.model = "llama_docs";
+    c.steps = 1;
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -70,7 +92,8 @@ TEST(MemoryModel, PredictsEveryRanksMeasuredPeakExactly) {
   std::vector<testing::MemRow> rows;
   for (const MemCase& c : grid()) {
     const plan::MemoryPrediction p =
-        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(c), true);
+        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model), testing::typed_lora(c.model)))
+            .predict(testing::case_setup(c), true);
     testing::MemRow row{c.name()};
     for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
       const int64_t measured = static_cast<int64_t>(measure(c, rank));
@@ -88,10 +111,71 @@ TEST(MemoryModel, PredictsEveryRanksMeasuredPeakExactly) {
   std::printf("[memory model, one process, stand-in communicators]\n%s", testing::format_rows(rows).c_str());
 }
 
+// Offload: the device's peak and the host memory the offloaded state takes, both predicted to the byte, on every
+// rank; the device holds less than without offload.
+TEST(MemoryModel, OffloadPredictsTheDeviceAndTheHostExactly) {
+  std::vector<MemCase> cases;
+  for (const char* offload : {"cpu", "param", "nvme", "param-nvme"})
+    for (MemCase c : {mem_case(1, 1, 1), mem_case(2, 1, 1, 2), mem_case(2, 2, 1, 1), mem_case(1, 1, 2, 3),
+                      mem_case(2, 1, 1, 3, spec::ScheduleKind::OneFOneB, 1, 1, true)}) {
+      c.model = "gpt";
+      c.steps = 1;
+      c.offload = offload;
+      cases.push_back(c);
+    }
+  std::vector<testing::MemRow> rows;
+  for (const MemCase& c : cases) {
+    const plan::MemoryPrediction p =
+        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(c), true);
+    MemCase device_only = c;
+    device_only.offload.clear();
+    const plan::MemoryPrediction without =
+        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(device_only));
+    EXPECT_LT(p.peak(), without.peak()) << c.name();
+    testing::MemRow row{c.name()};
+    for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
+      run_case(c, rank, [&](train::Trainer& trainer) {
+        const auto measured = static_cast<int64_t>(trainer.device().peak_bytes());
+        ASSERT_NE(trainer.engine().host_memory(), nullptr) << c.name();
+        const auto host = static_cast<int64_t>(trainer.engine().host_memory()->peak_bytes());
+        EXPECT_EQ(p.of_rank(rank).peak, measured) << c.name() << " rank " << rank << ": device";
+        EXPECT_EQ(p.of_rank(rank).host_peak, host) << c.name() << " rank " << rank << ": host";
+        EXPECT_GT(host, 0) << c.name();
+        EXPECT_EQ(p.of_rank(rank).disk_bytes, static_cast<int64_t>(trainer.engine().store().swap_bytes()))
+            << c.name() << " rank " << rank << ": disk";
+        EXPECT_EQ(p.of_rank(rank).disk_bytes > 0, c.offload.find("nvme") != std::string::npos) << c.name();
+        if (measured > row.measured) {
+          row.measured = measured;
+          row.predicted = p.of_rank(rank).peak;
+        }
+      });
+    }
+    rows.push_back(row);
+  }
+  std::printf("[memory model with offload: the device's peak]\n%s", testing::format_rows(rows).c_str());
+}
+
+// With one replica and several micro-batches an offloaded unit keeps one fp32 gradient on the host: the step's
+// running sum, whose last copy down is the reduced gradient the host AdamW reads (not a second buffer beside it).
+TEST(MemoryModel, OffloadKeepsOneGradientOnTheHost) {
+  MemCase c = mem_case(1, 1, 1);
+  c.model = "gpt";
+  c.steps = 1;
+  c.offload = "cpu";
+  ASSERT_GT(c.global / c.micro, 1) << "the case needs several micro-batches";
+  run_case(c, 0, [&](train::Trainer& trainer) {
+    int64_t params = 0;
+    for (const nn::Parameter* p : trainer.engine().model().parameters()) params += shape_numel(p->shape);
+    ASSERT_NE(trainer.engine().host_memory(), nullptr);
+    EXPECT_EQ(trainer.engine().host_memory()->live()[MemoryPurpose::Gradients], 4 * params);
+  });
+}
+
 TEST(MemoryModel, LiveMicroBatchesStayWithinTheScheduleBound) {
   for (const MemCase& c : grid()) {
     const plan::MemoryPrediction p =
-        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(c));
+        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model), testing::typed_lora(c.model)))
+            .predict(testing::case_setup(c));
     for (const plan::RankMemory& r : p.ranks) {
       EXPECT_GE(r.live_micro_batches, 1) << c.name();
       EXPECT_LE(r.live_micro_batches, r.activation_bound) << c.name() << " stage " << r.pp_rank;
@@ -120,6 +204,28 @@ TEST(MemoryModel, ZeroStagesHoldWhatParameterStoreHolds) {
   EXPECT_EQ(by_stage[3].resident[MemoryPurpose::Parameters], 2 * P);
   EXPECT_EQ(by_stage[0].at_peak[MemoryPurpose::ZeroBuffers], 0);
   EXPECT_GT(by_stage[3].at_peak[MemoryPurpose::ZeroBuffers], 0);  // a gathered layer (and its gradient)
+}
+
+// Under LoRA the base is frozen: its values are held in the compute dtype alone, with no gradient, no fp32 master and
+// no optimizer state; the adapters carry the usual fp32 training state.
+TEST(MemoryModel, LoraHoldsTheFrozenBaseInTheComputeDtypeOnly) {
+  const nn::Model whole = train::build_model(testing::typed_model("llama_lora"), {}, testing::typed_lora("llama_lora"));
+  int64_t base = 0, adapters = 0;
+  for (const nn::Parameter* p : whole.parameters()) (p->adapter ? adapters : base) += shape_numel(p->shape);
+  ASSERT_GT(adapters, 0);
+  for (const bool bf16 : {false, true}) {
+    MemCase c = mem_case(1, 1, 1, 0, spec::ScheduleKind::OneFOneB, 1, 2, bf16);
+    c.model = "llama_lora";
+    const plan::RankMemory r =
+        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model), testing::typed_lora(c.model)))
+            .predict(testing::case_setup(c))
+            .worst();
+    const int64_t x = bf16 ? 2 : 4;  // the compute dtype's bytes
+    // Values in the compute dtype for every parameter, an fp32 master only for the adapters in bf16.
+    EXPECT_EQ(r.resident[MemoryPurpose::Parameters], x * (base + adapters) + (bf16 ? 4 * adapters : 0)) << bf16;
+    EXPECT_EQ(r.resident[MemoryPurpose::Gradients], 4 * adapters) << bf16;
+    EXPECT_EQ(r.resident[MemoryPurpose::Optimizer], 8 * adapters) << bf16;
+  }
 }
 
 // A layer the planner has never heard of: y = x + b over the last dim, with a scratch buffer of its own in forward
@@ -236,7 +342,7 @@ TEST(MemoryModel, PlansAModelOfCustomLayers) {
   const config::TrainConfig tc = config::parse(config::validate(cfg), 2);
   for (int rank = 0; rank < 4; ++rank) {
     layout::Groups groups = layout::make_stand_in_groups(s.plan.layout, rank);
-    config::ModelIO io;
+    spec::ModelIO io;
     io.features = 16;
     io.classes = 8;
     train::TrainOptions opt;

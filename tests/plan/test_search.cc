@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "tandem/config/config.h"
 #include "tandem/core/units.h"
 #include "tandem/plan/search.h"
 
@@ -16,6 +17,7 @@ namespace {
 
 using config::Json;
 
+// Without offload: these cases are about what fits on the devices themselves (Offload.* tries host memory too).
 plan::SearchOptions options(int devices, uint64_t memory, int64_t global) {
   plan::SearchOptions o;
   o.devices = devices;
@@ -23,6 +25,7 @@ plan::SearchOptions options(int devices, uint64_t memory, int64_t global) {
   o.rates = plan::builtin_rates("cpu");
   o.cpu_threads = 1;
   o.global_batch = global;
+  o.offload = false;
   return o;
 }
 
@@ -33,7 +36,7 @@ void print(const char* title, const plan::SearchResult& r, const plan::SearchOpt
 TEST(Search, ALayerLargerThanADeviceNeedsTensorParallelism) {
   // Linear 0 is 2048 x 8192: its fp32 values alone are 64 MiB, over the 60 MiB budget. Any layout that keeps
   // the layer whole on a device holds them (ZeRO 0-2) or gathers them (ZeRO-3); tp slices it.
-  const config::MlpConfig model{{2048, 8192, 16}};
+  const spec::MlpConfig model{{2048, 8192, 16}};
   const uint64_t budget = 60ull << 20;
   ASSERT_GT(int64_t{2048} * 8192 * 4, static_cast<int64_t>(budget));
   const auto o = options(8, budget, 8);
@@ -52,7 +55,7 @@ TEST(Search, StateThatOnlyFitsShardedNeedsZero) {
   // (16 B per parameter); ZeRO-1 halves the moments and keeps a gradient shard (4 + 4 + 2 + 4 = 14 B); ZeRO-2
   // and 3 add a whole-layer transient gradient (and, at 3, the gathered layer) on top of their shards. A
   // budget of 15 B per parameter leaves exactly ZeRO-1.
-  const config::MlpConfig model{{1024, 1024}};
+  const spec::MlpConfig model{{1024, 1024}};
   const int64_t P = 1024 * 1024 + 1024;
   const auto o = options(2, static_cast<uint64_t>(15 * P), 2);
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
@@ -95,7 +98,7 @@ TEST(Search, SeventyBClassOnEightH200sFitsOnlyDividedEightWays) {
 }
 
 TEST(Search, WithRoomAndFastLinksPlainDataParallelismWins) {
-  const config::GptConfig model{256, 32, 64, 4, 4};
+  const spec::GptConfig model{256, 32, 64, 4, 4};
   auto o = options(4, 0, 16);
   o.rates.dp_bus_bw = o.rates.tp_bus_bw = o.rates.pp_p2p_bw = 1e15;
   o.rates.latency_s = 1e-9;
@@ -110,7 +113,7 @@ TEST(Search, WithRoomAndFastLinksPlainDataParallelismWins) {
 }
 
 TEST(Search, NothingFitsSaysHowMuchMemoryItWouldNeed) {
-  const config::GptConfig model{1024, 64, 128, 2, 4};
+  const spec::GptConfig model{1024, 64, 128, 2, 4};
   const auto o = options(2, 1 << 20, 4);  // 1 MiB: the parameters alone are more
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
   print("nothing fits", r, o);
@@ -122,6 +125,44 @@ TEST(Search, NothingFitsSaysHowMuchMemoryItWouldNeed) {
   const std::string need = format_bytes(static_cast<uint64_t>(r.no_fit.front().memory.peak()));
   EXPECT_NE(table.find(need), std::string::npos) << table;
   EXPECT_NE(r.no_fit.front().why_not.find("resident state alone"), std::string::npos) << r.no_fit.front().why_not;
+}
+
+// The seed's situation: Llama-3-8B (T 2048, 16 sequences, bf16) on 4 devices of 24 GiB. Nothing fits on the
+// devices (the smallest peak is 29.9 GiB); with host memory the planner answers with an offloaded layout, its config
+// keys, its host bytes and a time that counts the copies and the host AdamW, priced with a GPU's rates.
+TEST(Offload, TheEightBOnFourDevicesOf24GiBGetsAnOffloadedAnswer) {
+  const config::TrainConfig cfg =
+      config::parse(config::load_config(std::string(TANDEM_SOURCE_DIR) + "/configs/llama3_8b.json", {}));
+  plan::SearchOptions o = options(4, uint64_t{24} << 30, config::global_batch(cfg.batch_config));
+  o.rates = plan::builtin_rates("h200");
+  o.dtype_bytes = 2;
+  o.offload = false;
+  const plan::PlannedModel model = plan::planned_model(cfg.model);
+  EXPECT_TRUE(plan::search_layouts(model, o).fit.empty());
+  o.offload = true;
+  o.host_memory = uint64_t{512} << 30;
+  const plan::SearchResult r = plan::search_layouts(model, o);
+  print("Llama-3-8B on 4 x 24 GiB with host memory", r, o);
+  ASSERT_FALSE(r.fit.empty());
+  const plan::Candidate& best = r.fit.front();
+  EXPECT_TRUE(best.setup.offload_optimizer.enabled()) << best.name();
+  EXPECT_LE(best.memory.peak(), int64_t{24} << 30);
+  EXPECT_GT(best.memory.host_peak(), 0);
+  EXPECT_LE(best.memory.host_per_node(4), int64_t{512} << 30);
+  EXPECT_GT(best.time.offload_s, 0);
+  EXPECT_GT(best.time.host_s, 0);
+  const std::string keys = best.config_keys();
+  EXPECT_NE(keys.find("\"offload_optimizer\":{\"device\":\"cpu\""), std::string::npos) << keys;
+  const std::string table = plan::format_table(r, o, 5);
+  EXPECT_NE(table.find("the fastest candidate offloads to host memory"), std::string::npos) << table;
+  // A node with too little host memory for any of them: nothing fits, and the reason says host memory.
+  o.host_memory = uint64_t{8} << 30;
+  const plan::SearchResult small = plan::search_layouts(model, o);
+  for (const plan::Candidate& c : small.fit) EXPECT_FALSE(c.setup.offload_optimizer.enabled()) << c.name();
+  bool host_reason = false;
+  for (const plan::Candidate& c : small.no_fit)
+    host_reason |= c.why_not.find("of host memory per node") != std::string::npos;
+  EXPECT_TRUE(host_reason);
 }
 
 TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
@@ -143,7 +184,7 @@ TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
 }
 
 TEST(TimeModel, BubbleFollowsTheSchedule) {
-  const config::GptConfig model{256, 32, 64, 6, 4};
+  const spec::GptConfig model{256, 32, 64, 6, 4};
   plan::MemoryModel mm(plan::planned_model(model));
   plan::Setup s;
   s.plan.layout = {1, 4, 1};
@@ -161,7 +202,7 @@ TEST(TimeModel, BubbleFollowsTheSchedule) {
 }
 
 TEST(TimeModel, ModelFlopsAreSixNPlusTwelveLdTPerToken) {
-  const config::GptConfig model{256, 32, 64, 2, 4};
+  const spec::GptConfig model{256, 32, 64, 2, 4};
   plan::MemoryModel mm(plan::planned_model(model));
   plan::Setup s;
   s.micro_batch = 4;
@@ -174,7 +215,7 @@ TEST(TimeModel, ModelFlopsAreSixNPlusTwelveLdTPerToken) {
 // The per-op cost is paid once per op the engine runs, however small: the same batch in 8 micro-batches runs each
 // micro-batch's ops 8 times (the optimizer's once a step either way), and the step time follows the op count.
 TEST(TimeModel, OpOverheadIsPaidPerOpRun) {
-  const config::GptConfig model{256, 32, 64, 2, 4};
+  const spec::GptConfig model{256, 32, 64, 2, 4};
   plan::MemoryModel mm(plan::planned_model(model));
   plan::Rates free_ops = plan::builtin_rates("cpu"), costly_ops = free_ops;
   costly_ops.op_overhead_s = 1e-3;

@@ -8,6 +8,9 @@
 
 #include "tandem/config/config.h"
 #include "tandem/ops/profile.h"
+#include "tandem/train/checkpoint.h"
+#include "tandem/train/event_file.h"
+#include "tandem/train/lora_weights.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::train {
@@ -92,8 +95,20 @@ TEST(Train, ResumeIsBitExact) {
     std::ifstream in(p, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  EXPECT_EQ(read(a / "checkpoints/step_00000006/model.safetensors"),
-            read(b / "checkpoints/step_00000006/model.safetensors"));
+  const std::string final_state = read(a / "checkpoints/step_00000006/rank_0.safetensors");
+  EXPECT_GT(final_state.size(), 1000u);
+  EXPECT_EQ(final_state, read(b / "checkpoints/step_00000006/rank_0.safetensors"));
+
+  // Written on the spot instead of in the background: the same bytes.
+  const fs::path c = fresh_dir("c");
+  Json sync = cfg;
+  sync["checkpoint"]["async"] = false;
+  train(sync, c.string());
+  for (const char* step : {"step_00000003", "step_00000006"})
+    EXPECT_EQ(read(a / "checkpoints" / step / "rank_0.safetensors"),
+              read(c / "checkpoints" / step / "rank_0.safetensors"))
+        << step;
+  fs::remove_all(c);
 
   // A run folder resumes from its newest checkpoint; metrics.jsonl keeps one line per step.
   const auto again = train(cfg, a.string(), a.string());
@@ -104,6 +119,133 @@ TEST(Train, ResumeIsBitExact) {
   EXPECT_EQ(lines, 6);
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+// A LoRA run (bf16 base, dropout on, so every draw is keyed by the step) resumes bit-exactly in the same layout: its
+// checkpoints hold the adapters and their optimizer state alone, and the frozen base is drawn again from the seed.
+TEST(Train, LoraResumeIsBitExactAndCheckpointsHoldTheAdaptersAlone) {
+  const fs::path a = fresh_dir("lora_a"), b = fresh_dir("lora_b");
+  Json cfg = {{"train_batch_size", 4},
+              {"train_micro_batch_size_per_gpu", 2},
+              {"steps", 6},
+              {"seed", 9},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}}}}},
+              {"bf16", {{"enabled", true}}},
+              {"model",
+               {{"type", "llama"},
+                {"vocab_size", 256},
+                {"seq_len", 16},
+                {"hidden_size", 32},
+                {"intermediate_size", 48},
+                {"num_hidden_layers", 2},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 2}}},
+              {"lora",
+               {{"r", 4},
+                {"lora_alpha", 8},
+                {"lora_dropout", 0.1},
+                {"target_modules", "all-linear"},
+                {"init_lora_weights", false}}},
+              {"data", {{"type", "text"}, {"path", kText}}},
+              {"checkpoint", {{"every", 3}, {"keep", 5}}}};
+  const auto straight = train(cfg, a.string());
+  ASSERT_EQ(straight.size(), 6u);
+  EXPECT_LT(straight.back().loss, straight.front().loss);
+  const auto saved = read_checkpoint_weights((a / "checkpoints" / "step_00000003").string());
+  EXPECT_EQ(saved.size(), 2u * 7 * 2);  // A and B of 7 projections in 2 layers
+  for (const auto& [name, t] : saved) EXPECT_NE(name.find(".lora_"), std::string::npos) << name;
+  fs::create_directories(b);
+  const auto resumed = train(cfg, b.string(), (a / "checkpoints" / "step_00000003").string());
+  ASSERT_EQ(resumed.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(resumed[i].loss, straight[3 + i].loss) << "step " << resumed[i].step;
+    EXPECT_EQ(resumed[i].grad_norm, straight[3 + i].grad_norm) << "step " << resumed[i].step;
+  }
+  // Resuming it without "lora" is refused as another model's checkpoint.
+  Json plain = cfg;
+  plain.erase("lora");
+  plain["steps"] = 7;
+  EXPECT_THROW(train(plain, "", (a / "checkpoints" / "step_00000006").string()), Error);
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+// A LoRA run without model.from_pretrained trains on a base drawn from its seed; export (--merge) draws the same base
+// from the checkpoint's config: exactly what the run held (fp32 compute).
+TEST(Train, LoraBaseFromTheSeedIsDrawnAgainForExport) {
+  Json cfg = {
+      {"train_batch_size", 2},
+      {"steps", 2},
+      {"seed", 17},
+      {"model", {{"type", "gpt"}, {"vocab_size", 64}, {"seq_len", 8}, {"dim", 16}, {"layers", 2}, {"heads", 2}}},
+      {"lora", {{"r", 2}, {"target_modules", "all-linear"}}},
+      {"data", {{"type", "synthetic"}}}};
+  const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
+  TrainOptions opt;
+  opt.print = false;
+  Trainer t = Trainer::from_config(tc, opt);
+  t.run();
+  const auto held = t.engine().collect_parameters();
+  const auto base = lora_base_weights(tc.raw);
+  ASSERT_EQ(base.size() + 2 * 4 * 2, held.size());  // the adapters (A, B of 4 projections in 2 blocks) besides
+  for (const auto& [name, tensor] : base) EXPECT_EQ(tensor.values, held.at(name)) << name;
+}
+
+// "data": {"document_mask": true}: attention stays inside each document of a window. On windows with several
+// documents the loss changes; where no window holds an end of document, it is the plain causal run's, bit for bit.
+TEST(Train, DocumentMaskKeepsAttentionInsideDocuments) {
+  const fs::path dir = fresh_dir("documents");
+  fs::create_directories(dir);
+  auto token_file = [&](const std::string& name, bool with_ends) {
+    std::ofstream out(dir / name, std::ios::binary);
+    for (int i = 0; i < 400; ++i) {
+      const uint16_t id = with_ends && i % 7 == 6 ? 5 : static_cast<uint16_t>(6 + (i * 37) % 50);
+      out.write(reinterpret_cast<const char*>(&id), 2);
+    }
+    return (dir / name).string();
+  };
+  auto first_loss = [&](const std::string& path, bool documents) {
+    Json cfg = {{"train_batch_size", 4},
+                {"steps", 1},
+                {"model",
+                 {{"type", "llama"},
+                  {"vocab_size", 64},
+                  {"seq_len", 16},
+                  {"hidden_size", 32},
+                  {"intermediate_size", 48},
+                  {"num_hidden_layers", 2},
+                  {"num_attention_heads", 4},
+                  {"num_key_value_heads", 2}}},
+                {"data", {{"type", "tokens"}, {"path", path}}}};
+    if (documents) cfg["data"].update({{"document_mask", true}, {"eos_token_id", 5}});
+    return train(cfg, "").at(0).loss;
+  };
+  const std::string ends = token_file("ends.bin", true), none = token_file("none.bin", false);
+  EXPECT_GT(std::fabs(first_loss(ends, true) - first_loss(ends, false)), 1e-4);
+  EXPECT_EQ(first_loss(none, true), first_loss(none, false));
+  fs::remove_all(dir);
+}
+
+TEST(Train, AsyncCheckpointHostBytesAreTheRankFilesData) {
+  // What the planner adds for a background checkpoint: the owned fp32 values and both moments.
+  const config::TrainConfig tc = config::parse(config::validate(tiny_gpt_config(1)), 1);
+  TrainOptions opt;
+  opt.print = false;
+  Trainer t = Trainer::from_config(tc, opt);
+  t.run();
+  const uint64_t bytes = async_checkpoint_host_bytes(t.engine(), layout::Coord{});
+  EXPECT_EQ(bytes, static_cast<uint64_t>(t.engine().model().num_parameters()) * 12);
+  layout::Groups groups = layout::make_single_process_groups();
+  CheckpointWriter writer(t.engine(), groups, CheckpointWriterOptions{});
+  EXPECT_EQ(writer.host_bytes(), bytes);
+  EXPECT_GT(writer.rank_file_bytes(), bytes);  // and the header
+}
+
+TEST(Train, TensorBoardRecordChecksumIsCrc32c) {
+  // CRC-32C's check value (RFC 3720) and TFRecord's mask of it.
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  const uint32_t c = 0xE3069283u;
+  EXPECT_EQ(masked_crc32c("123456789", 9), ((c >> 15) | (c << 17)) + 0xa282ead8u);
 }
 
 TEST(Train, CorruptedCheckpointRefusedByName) {

@@ -6,12 +6,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
+#include "tandem/checkpoint/progress.h"
 #include "tandem/core/error.h"
 
 namespace tandem::checkpoint {
@@ -85,17 +87,33 @@ void fsync_directory(const std::string& dir) {
   if (rc != 0 && err != EINVAL) TANDEM_FAIL("cannot flush directory '", dir, "' (", std::strerror(err), ")");
 }
 
-uint32_t crc32_file(const std::string& path) {
+uint32_t crc32_file(const std::string& path, Progress* progress) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) TANDEM_FAIL("cannot open '", path, "' to checksum it (", errno_text(), ")");
   std::vector<unsigned char> buf(1 << 20);
   uLong crc = ::crc32(0L, Z_NULL, 0);
   size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) crc = ::crc32(crc, buf.data(), static_cast<uInt>(n));
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+    crc = ::crc32(crc, buf.data(), static_cast<uInt>(n));
+    if (progress) progress->add(n);
+  }
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) TANDEM_FAIL("cannot read '", path, "' to checksum it");
   return static_cast<uint32_t>(crc);
+}
+
+uint32_t crc32_bytes(uint32_t crc, const void* data, size_t bytes) {
+  // zlib takes 32-bit lengths: 1 GiB at a time.
+  const auto* p = static_cast<const unsigned char*>(data);
+  uLong c = crc;
+  while (bytes > 0) {
+    const size_t n = std::min(bytes, size_t{1} << 30);
+    c = ::crc32(c, p, static_cast<uInt>(n));
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<uint32_t>(c);
 }
 
 }  // namespace tandem::checkpoint

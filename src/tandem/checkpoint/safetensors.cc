@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "tandem/checkpoint/atomic_file.h"
+#include "tandem/checkpoint/progress.h"
 #include "tandem/core/error.h"
 
 namespace tandem::checkpoint {
@@ -63,14 +64,14 @@ std::optional<uint64_t> as_size(const Json& v) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<TensorEntry>& entries,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsLayout safetensors_layout(const std::string& path, const std::vector<TensorEntry>& entries,
+                                     const std::map<std::string, std::string>& metadata) {
   std::vector<const TensorEntry*> sorted;
   for (const auto& e : entries) sorted.push_back(&e);
   std::sort(sorted.begin(), sorted.end(), [](const TensorEntry* a, const TensorEntry* b) { return a->name < b->name; });
 
+  SafetensorsLayout layout;
   Json header = Json::object();
-  std::vector<size_t> sizes;
   size_t offset = 0;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const TensorEntry& e = *sorted[i];
@@ -81,11 +82,11 @@ void write_safetensors(const std::string& path, const std::vector<TensorEntry>& 
     for (int64_t d : e.shape)
       TANDEM_CHECK(d >= 0, "tensor '", e.name, "' has shape ", shape_str(e.shape), " for '", path, "'");
     const size_t bytes = static_cast<size_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
-    TANDEM_CHECK(e.data != nullptr || bytes == 0, "tensor '", e.name, "' has no data for '", path, "'");
     header[e.name] = {{"dtype", format_dtype(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
-    sizes.push_back(bytes);
+    layout.offsets[e.name] = offset;
     offset += bytes;
   }
+  layout.data_bytes = offset;
   if (!metadata.empty()) header["__metadata__"] = metadata;
 
   // Spaces after the JSON are allowed by the format; they put the data on an 8-byte boundary, so the
@@ -97,14 +98,29 @@ void write_safetensors(const std::string& path, const std::vector<TensorEntry>& 
     TANDEM_FAIL("cannot write '", path, "': a tensor name or metadata string is not valid UTF-8");
   }
   text.append((8 - text.size() % 8) % 8, ' ');
-  uint8_t len[8];
-  for (int b = 0; b < 8; ++b) len[b] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * b));
+  layout.prefix.resize(8);
+  for (int b = 0; b < 8; ++b)
+    layout.prefix[static_cast<size_t>(b)] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * b));
+  layout.prefix += text;
+  return layout;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorEntry>& entries,
+                       const std::map<std::string, std::string>& metadata, Progress* progress) {
+  const SafetensorsLayout layout = safetensors_layout(path, entries, metadata);
+  std::vector<const TensorEntry*> sorted;
+  for (const auto& e : entries) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](const TensorEntry* a, const TensorEntry* b) { return a->name < b->name; });
 
   AtomicFileWriter out(path);
-  out.write(len, sizeof len);
-  out.write(text.data(), text.size());
-  for (size_t i = 0; i < sorted.size(); ++i)
-    if (sizes[i] > 0) out.write(sorted[i]->data, sizes[i]);
+  out.write(layout.prefix.data(), layout.prefix.size());
+  for (const TensorEntry* e : sorted) {
+    const size_t bytes = static_cast<size_t>(shape_numel(e->shape)) * dtype_size(e->dtype);
+    TANDEM_CHECK(e->data != nullptr || bytes == 0, "tensor '", e->name, "' has no data for '", path, "'");
+    if (bytes == 0) continue;
+    out.write(e->data, bytes);
+    if (progress) progress->add(bytes);
+  }
   out.commit();
 }
 

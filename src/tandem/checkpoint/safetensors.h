@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/checkpoint/progress.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/tensor.h"
 
@@ -21,10 +22,25 @@ struct TensorEntry {
   const void* data;
 };
 
+// A safetensors file's bytes before its tensors, known before any tensor exists: the 8-byte header length and the
+// JSON header (entries sorted by name, padded with spaces so that the data section starts 8-byte aligned), and where
+// each tensor starts in the data section. A writer that has the whole data section in one buffer (laid out by
+// `offsets`) writes `prefix` and then that buffer: two large writes, whatever the number of tensors.
+struct SafetensorsLayout {
+  std::string prefix;
+  std::map<std::string, size_t> offsets;  // by tensor name: the first byte in the data section
+  size_t data_bytes = 0;
+  uint64_t file_bytes() const { return prefix.size() + data_bytes; }
+};
+// `entries`' data pointers are not read. Errors (reserved, repeated or non-UTF-8 names) name `path`.
+SafetensorsLayout safetensors_layout(const std::string& path, const std::vector<TensorEntry>& entries,
+                                     const std::map<std::string, std::string>& metadata);
+
 // Writes atomically (to "<path>.tmp", fsync, rename over <path>, fsync the directory). The header lists the
-// entries sorted by name and the data follows in that order, starting 8-byte aligned.
+// entries sorted by name and the data follows in that order, starting 8-byte aligned. `progress`, when given, is
+// told the tensors' bytes as they are written (not the header's).
 void write_safetensors(const std::string& path, const std::vector<TensorEntry>& entries,
-                       const std::map<std::string, std::string>& metadata);
+                       const std::map<std::string, std::string>& metadata, Progress* progress = nullptr);
 
 // Reads a safetensors file through mmap. The constructor validates the whole header against the file
 // (offsets in range, contiguous, covering the data exactly, sizes matching shapes); every error names the file.

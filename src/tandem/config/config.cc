@@ -13,6 +13,7 @@
 #include "tandem/config/auto_values.h"
 #include "tandem/config/fields.h"
 #include "tandem/config/hf_config.h"
+#include "tandem/config/lora_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
 
@@ -86,6 +87,14 @@ LlamaConfig llama_config(const Json& m) {
   c.tie_word_embeddings = m.at("tie_word_embeddings").get<bool>();
   c.attention_bias = m.at("attention_bias").get<bool>();
   c.qkv_bias = m.at("qkv_bias").get<bool>();
+  // A model saved before "family" existed (an older checkpoint's config) was Qwen2's when it had qkv_bias.
+  const std::string family = m.value("family", c.qkv_bias ? "qwen2" : "llama");
+  c.family = family == "mistral" ? spec::LlamaFamily::Mistral
+             : family == "qwen2" ? spec::LlamaFamily::Qwen2
+                                 : spec::LlamaFamily::Llama;
+  if (const auto w = m.find("sliding_window"); w != m.end() && !w->is_null()) c.sliding_window = w->get<int64_t>();
+  c.use_sliding_window = m.value("use_sliding_window", false);
+  c.max_window_layers = m.value("max_window_layers", int64_t{28});
   return c;
 }
 
@@ -97,6 +106,20 @@ DataConfig data_config(const Json& d) {
   if (c.type == DataType::Synthetic) c.samples = d.at("samples").get<int64_t>();
   if (c.type != DataType::Synthetic) c.path = d.at("path").get<std::string>();
   if (c.type == DataType::Tokens) c.token_bytes = d.at("dtype") == "uint32" ? 4 : 2;
+  c.document_mask = d.value("document_mask", false);
+  if (c.document_mask) c.eos_token_id = d.at("eos_token_id").get<int64_t>();
+  return c;
+}
+
+// A validated zero_optimization.offload_optimizer or offload_param object.
+OffloadConfig offload_config(const Json& o) {
+  OffloadConfig c;
+  const std::string device = o.at("device").get<std::string>();
+  c.device = device == "cpu" ? OffloadDevice::Cpu : device == "nvme" ? OffloadDevice::Nvme : OffloadDevice::None;
+  c.nvme_path = o.value("nvme_path", "");
+  c.pin_memory = o.at("pin_memory").get<bool>();
+  c.buffer_count = o.at("buffer_count").get<int64_t>();
+  c.ratio = o.value("ratio", 1.0);
   return c;
 }
 
@@ -281,6 +304,8 @@ TrainConfig parse(const Json& validated_cfg) {
 
   tc.gradient_clipping = cfg.at("gradient_clipping").get<double>();
   tc.zero_stage = cfg.at("zero_optimization").at("stage").get<int64_t>();
+  tc.offload_optimizer = offload_config(cfg.at("zero_optimization").at("offload_optimizer"));
+  tc.offload_param = offload_config(cfg.at("zero_optimization").at("offload_param"));
   const Json& h = cfg.at("fp16");
   tc.fp16.enabled = h.at("enabled").get<bool>();
   tc.fp16.loss_scale = h.at("loss_scale").get<double>();
@@ -296,6 +321,7 @@ TrainConfig parse(const Json& validated_cfg) {
     Json pretrained = cfg.at("model");  // validated already: this only collects the warnings about its config.json
     expand_from_pretrained(pretrained, &tc.pretrained_notices);
   }
+  tc.lora = lora_config(cfg);
   tc.data = data_config(cfg.at("data"));
   if (cfg.contains("eval")) {
     tc.eval.enabled = true;
@@ -307,12 +333,22 @@ TrainConfig parse(const Json& validated_cfg) {
   tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();
   tc.checkpoint.keep = cfg.at("checkpoint").at("keep").get<int64_t>();
   tc.checkpoint.at_end = cfg.at("checkpoint").at("at_end").get<bool>();
-
-  tc.device_memory_bytes = 0;
-  if (cfg.contains("device_memory")) {
-    const Json& dm = cfg.at("device_memory");
-    tc.device_memory_bytes = dm.is_string() ? parse_bytes(dm.get<std::string>()) : dm.get<uint64_t>();
+  tc.checkpoint.async = cfg.at("checkpoint").at("async").get<bool>();
+  for (auto [key, monitor] :
+       {std::pair<const char*, MonitorConfig*>{"tensorboard", &tc.tensorboard}, {"csv_monitor", &tc.csv_monitor}}) {
+    const Json& m = cfg.at(key);
+    monitor->enabled = m.at("enabled").get<bool>();
+    monitor->output_path = m.at("output_path").get<std::string>();
+    monitor->job_name = m.at("job_name").get<std::string>();
   }
+
+  const auto memory_size = [&](const char* key) -> uint64_t {
+    if (!cfg.contains(key)) return 0;
+    const Json& v = cfg.at(key);
+    return v.is_string() ? parse_bytes(v.get<std::string>()) : v.get<uint64_t>();
+  };
+  tc.device_memory_bytes = memory_size("device_memory");
+  tc.host_memory_bytes = memory_size("host_memory");
   tc.raw = cfg;
   tc.raw.erase(kAutoRecord);
   if (cfg.contains(kAutoRecord)) tc.auto_resolved = cfg.at(kAutoRecord).get<std::vector<std::string>>();

@@ -7,12 +7,48 @@
 #include <string>
 #include <vector>
 
-#include "tandem/config/model_config.h"
-#include "tandem/config/train_config.h"
+#include "tandem/spec/lora.h"
+#include "tandem/spec/model_config.h"
+#include "tandem/spec/train.h"
 
 namespace tandem::config {
 
 using Json = nlohmann::json;
+
+// The plain values parse() produces are spec's (spec/train.h, spec/model_config.h, spec/models.h); config's own code
+// names them unqualified, every other module as spec::.
+using spec::BatchConfig;
+using spec::BatchSizes;
+using spec::CheckpointConfig;
+using spec::DataConfig;
+using spec::DataType;
+using spec::EvalConfig;
+using spec::Fp16Config;
+using spec::GptConfig;
+using spec::LlamaConfig;
+using spec::MlpConfig;
+using spec::model_type;
+using spec::ModelConfig;
+using spec::ModelIO;
+using spec::MonitorConfig;
+using spec::OffloadConfig;
+using spec::OffloadDevice;
+using spec::OptimizerConfig;
+using spec::OptimizerType;
+using spec::ParallelConfig;
+using spec::RopeScaling;
+using spec::RopeType;
+using spec::SchedulerConfig;
+using spec::SchedulerType;
+using spec::WarmupType;
+
+// DeepSpeed's rule train_batch_size = micro * accum * dp; one or two of the three may be omitted and are
+// derived. Throws when none is given or when the given ones cannot satisfy the rule.
+BatchSizes resolve_batch(const BatchConfig& given, int64_t dp);
+
+// The samples per step the keys ask for, whatever the data-parallel size: train_batch_size, else micro x
+// accumulation.
+int64_t global_batch(const BatchConfig& given);
 
 // Reads the file (errors name the file, and the line and column of a JSON syntax error), applies the
 // overrides in order, validates and fills defaults.
@@ -33,7 +69,7 @@ void apply_override(Json& cfg, const std::string& assignment);
 // resolved where the Hugging Face Trainer fills them (and recorded under "auto_resolved").
 Json validate(Json cfg);
 
-// resolve_batch (train_config.h) on the batch keys of `cfg`, whose types it checks.
+// resolve_batch (above) on the batch keys of `cfg`, whose types it checks.
 BatchSizes resolve_batch(const Json& cfg, int64_t dp);
 
 struct TrainConfig {
@@ -47,14 +83,20 @@ struct TrainConfig {
   SchedulerConfig scheduler;
   double gradient_clipping;  // 0 = off
   int64_t zero_stage;
+  OffloadConfig offload_optimizer;  // zero_optimization.offload_optimizer (or the older cpu_offload)
+  OffloadConfig offload_param;      // zero_optimization.offload_param (stage 3)
   Fp16Config fp16;
   bool bf16;
   ModelConfig model;
+  spec::LoraConfig lora;  // "lora": adapters on the frozen model (enabled false without it)
   DataConfig data;
   EvalConfig eval;
   ParallelConfig parallel;
   CheckpointConfig checkpoint;
+  MonitorConfig tensorboard;                // "tensorboard": event files for TensorBoard
+  MonitorConfig csv_monitor;                // "csv_monitor": DeepSpeed's CSV files
   uint64_t device_memory_bytes;             // 0 = no budget
+  uint64_t host_memory_bytes;               // a node's host memory for offloaded state; 0 = what the node has free
   Json raw;                                 // the whole validated config, for saving next to checkpoints
   std::vector<std::string> auto_resolved;   // keys whose "auto" validate() resolved (docs/deepspeed.md)
   std::vector<std::string> no_effect_keys;  // DeepSpeed keys present that change nothing in Tandem, sorted
@@ -74,6 +116,9 @@ ParallelConfig parallel_config(const Json& parallel);
 
 // A "model" object as validate() wrote it (a validated config's, or one a checkpoint saved) as its family's struct.
 ModelConfig model_config(const Json& validated_model);
+
+// A validated config's "lora" object (one a checkpoint saved, too) as the plain struct; without one, enabled false.
+spec::LoraConfig lora_config(const Json& validated_cfg);
 
 // A "model" object alone checked and completed as validate() does a config's (defaults written, from_pretrained
 // expanded); errors name the keys as "model.<key>".

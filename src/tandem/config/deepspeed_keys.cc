@@ -52,7 +52,6 @@ DeepSpeedKey only_when(std::string path, std::vector<Json> values, std::string n
 
 std::vector<DeepSpeedKey> build_catalogue() {
   const std::string monitor = "Tandem writes every step's loss, rate and timing to OUT/metrics.jsonl instead";
-  const std::string offload_only = "used only when offloading, which Tandem refuses";
   const std::string bucket = "Tandem reduces each layer's gradients in one message, with no buckets";
   return {
       // Batch size
@@ -189,39 +188,47 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("zero_optimization.grad_hooks",
                 "Tandem reduces a layer's gradients when backward is done with it (stages 2, 3) or at the step's "
                 "end (0, 1)"),
-      object("zero_optimization.offload_param", "offloading parameters to CPU or NVMe memory"),
-      only_when("zero_optimization.offload_param.device", {"none"}, "\"none\": nothing is offloaded",
-                std::string("Tandem does not offload parameters to CPU or NVMe memory yet; remove it (or set "
-                            "\"none\"), ") +
-                    kMoreDevices),
-      no_effect("zero_optimization.offload_param.nvme_path", offload_only),
-      no_effect("zero_optimization.offload_param.pin_memory", offload_only),
-      no_effect("zero_optimization.offload_param.buffer_count", offload_only),
-      no_effect("zero_optimization.offload_param.buffer_size", offload_only),
-      no_effect("zero_optimization.offload_param.max_in_cpu", offload_only),
-      object("zero_optimization.offload_optimizer", "offloading the optimizer state and step to CPU or NVMe"),
-      only_when("zero_optimization.offload_optimizer.device", {"none"}, "\"none\": nothing is offloaded",
-                std::string("Tandem does not offload the optimizer to CPU or NVMe memory yet; remove it (or set "
-                            "\"none\"), ") +
-                    kMoreDevices),
-      no_effect("zero_optimization.offload_optimizer.nvme_path", offload_only),
-      no_effect("zero_optimization.offload_optimizer.pin_memory", offload_only),
-      no_effect("zero_optimization.offload_optimizer.buffer_count", offload_only),
-      no_effect("zero_optimization.offload_optimizer.pipeline_read", offload_only),
-      no_effect("zero_optimization.offload_optimizer.pipeline_write", offload_only),
-      no_effect("zero_optimization.offload_optimizer.fast_init", offload_only),
-      no_effect("zero_optimization.offload_optimizer.ratio", offload_only),
-      no_effect("zero_optimization.offload_optimizer.super_offload", offload_only),
-      no_effect("zero_optimization.offload_optimizer.cpuadam_cores_perc", offload_only),
+      schema("zero_optimization.offload_param",
+             "ZeRO-Infinity's parameter offload (stage 3): the weights live in host memory or files, fetched layer by "
+             "layer ahead of use (docs/offload.md)"),
+      schema("zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\""),
+      schema("zero_optimization.offload_param.nvme_path", "with \"nvme\": the folder each rank's swap file goes in"),
+      schema("zero_optimization.offload_param.pin_memory", "page-locked host buffers (asynchronous copies to a GPU)"),
+      schema("zero_optimization.offload_param.buffer_count", "with \"nvme\": host buffers the swap cycles through"),
+      no_effect("zero_optimization.offload_param.buffer_size",
+                "Tandem's swap buffers hold one layer each, sized by the layer"),
+      no_effect("zero_optimization.offload_param.max_in_cpu",
+                "with \"nvme\" Tandem keeps no weights in host memory beyond its swap buffers"),
+      schema("zero_optimization.offload_optimizer",
+             "ZeRO-Offload: the fp32 master weights, both moments and the gradients' owned shard live in host memory "
+             "or files, and AdamW runs on the host (docs/offload.md)"),
+      schema("zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\""),
+      schema("zero_optimization.offload_optimizer.nvme_path",
+             "with \"nvme\": the folder each rank's swap file goes in"),
+      schema("zero_optimization.offload_optimizer.pin_memory",
+             "page-locked host buffers (asynchronous copies to a GPU)"),
+      schema("zero_optimization.offload_optimizer.buffer_count", "with \"nvme\": host buffers the swap cycles through"),
+      schema("zero_optimization.offload_optimizer.ratio",
+             "the share of the optimizer state offloaded, by parameters in layer order; the rest stays on the device"),
+      no_effect("zero_optimization.offload_optimizer.pipeline_read",
+                "Tandem's swap always reads the next layer's state ahead of its update"),
+      no_effect("zero_optimization.offload_optimizer.pipeline_write",
+                "Tandem's swap always writes a layer's state back behind the next update"),
+      no_effect("zero_optimization.offload_optimizer.fast_init",
+                "Tandem draws the offloaded state's initial values in place, by logical element"),
+      no_effect("zero_optimization.offload_optimizer.super_offload", "a DeepSpeed scheduling of its CPU optimizer"),
+      no_effect("zero_optimization.offload_optimizer.cpuadam_cores_perc",
+                "the host AdamW uses the OpenMP threads the rank runs with (OMP_NUM_THREADS)"),
       refused_object("zero_optimization.zenflow",
                      std::string("ZenFlow runs optimizer steps on the CPU, which Tandem does not do yet; remove it, ") +
                          kMoreDevices),
       no_effect("zero_optimization.sub_group_size", "Tandem steps the optimizer one layer's shard at a time"),
-      only_when("zero_optimization.cpu_offload", {false}, "false: nothing is offloaded",
-                std::string("Tandem does not offload the optimizer to CPU memory yet; remove it, ") + kMoreDevices),
-      only_when("zero_optimization.cpu_offload_param", {false}, "false: nothing is offloaded",
-                std::string("Tandem does not offload parameters to CPU memory yet; remove it, ") + kMoreDevices),
-      no_effect("zero_optimization.cpu_offload_use_pin_memory", offload_only),
+      schema("zero_optimization.cpu_offload",
+             "DeepSpeed's older spelling: true is offload_optimizer {\"device\": \"cpu\"}"),
+      schema("zero_optimization.cpu_offload_param",
+             "DeepSpeed's older spelling: true is offload_param {\"device\": \"cpu\"}"),
+      schema("zero_optimization.cpu_offload_use_pin_memory",
+             "DeepSpeed's older spelling of the offload objects' pin_memory"),
       no_effect("zero_optimization.stage3_prefetch_bucket_size",
                 "Tandem gathers a layer's weights just before the layer runs, with no prefetch"),
       no_effect("zero_optimization.stage3_param_persistence_threshold",
@@ -242,8 +249,9 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("zero_optimization.stage3_allgather_sequential", "how DeepSpeed orders its gathers"),
       no_effect("zero_optimization.ignore_unused_parameters", "every parameter of Tandem's models gets a gradient"),
       no_effect("zero_optimization.legacy_stage1", "DeepSpeed's old stage-1 implementation"),
-      honoured_when("zero_optimization.round_robin_gradients", false,
-                    "an optimisation of CPU offload, which Tandem refuses"),
+      no_effect("zero_optimization.round_robin_gradients",
+                "an ordering of DeepSpeed's gradient copies to the host; Tandem copies each layer's shard as its "
+                "backward ends"),
       only_when("zero_optimization.zero_hpz_partition_size", {1, 0}, "1: no secondary partition",
                 "Tandem does not keep ZeRO++'s secondary weight partition (hpZ) yet; remove it"),
       only_when("zero_optimization.zero_quantized_weights", {false}, "false: weights travel unquantized",
@@ -266,7 +274,9 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("zero_optimization.save_muon_momentum_buffer_in_memory", "the Muon optimizer, which Tandem refuses"),
       no_effect_object("zero_optimization.leaf_module", "which torch modules ZeRO-3 fetches whole"),
       // Asynchronous I/O, tensor and expert parallelism, hybrid engine
-      no_effect_object("aio", "the NVMe offload's I/O settings; Tandem does not offload"),
+      no_effect_object("aio",
+                       "DeepSpeed's libaio settings; Tandem's nvme swap reads and writes each layer's state in one "
+                       "request of its own threads"),
       object("tensor_parallel", "DeepSpeed's AutoTP"),
       only_when("tensor_parallel.autotp_size", {0, 1}, "0 or 1: no AutoTP",
                 "Tandem does not use DeepSpeed's AutoTP; remove it and set parallel.tensor instead"),
@@ -337,10 +347,12 @@ std::vector<DeepSpeedKey> build_catalogue() {
       refused_object("quantize_training", "Tandem does not do quantization-aware training yet; remove it"),
       no_effect_object("eigenvalue", "Hessian eigenvalues for DeepSpeed's quantization and layer-drop schedules"),
       // Monitoring
-      object("tensorboard", "TensorBoard logging"),
-      honoured_when("tensorboard.enabled", false, monitor),
-      no_effect("tensorboard.output_path", monitor),
-      no_effect("tensorboard.job_name", monitor),
+      schema("tensorboard",
+             "TensorBoard event files with DeepSpeed's tags (Train/Samples/train_loss, lr, loss_scale; samples as the "
+             "step) and Tandem's grad norm, val_loss, tokens/s and peak memory"),
+      schema("tensorboard.enabled", "write the event files (rank 0)"),
+      schema("tensorboard.output_path", "their folder's parent; \"\" (the default): the run folder"),
+      schema("tensorboard.job_name", "their folder, inside output_path (default DeepSpeedJobName)"),
       object("wandb", "Weights & Biases logging"),
       honoured_when("wandb.enabled", false, monitor),
       no_effect("wandb.group", monitor),
@@ -356,10 +368,12 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("comet.experiment_key", monitor),
       no_effect("comet.online", monitor),
       no_effect("comet.mode", monitor),
-      object("csv_monitor", "CSV logging"),
-      honoured_when("csv_monitor.enabled", false, monitor),
-      no_effect("csv_monitor.output_path", monitor),
-      no_effect("csv_monitor.job_name", monitor),
+      schema("csv_monitor",
+             "DeepSpeed's CSV files, one per tag (Train_Samples_train_loss.csv: step, train_loss), the same values "
+             "as tensorboard"),
+      schema("csv_monitor.enabled", "write the CSV files (rank 0)"),
+      schema("csv_monitor.output_path", "their folder's parent; \"\" (the default): the run folder"),
+      schema("csv_monitor.job_name", "their folder, inside output_path (default DeepSpeedJobName)"),
       object("comms_logger", "a log of every collective"),
       honoured_when("comms_logger.enabled", false, "Tandem does not log collectives; its watchdog names a hung one"),
       no_effect("comms_logger.verbose", "Tandem does not log collectives; its watchdog names a hung one"),
@@ -381,7 +395,8 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("elasticity.num_gpus_per_node", "used only with elasticity.enabled"),
       no_effect("elasticity.model_parallel_size", "used only with elasticity.enabled"),
       // Checkpoints: Tandem's own object has every, keep and at_end; DeepSpeed's keys sit beside them.
-      schema("checkpoint", "Tandem's checkpoint object (every, keep, at_end); DeepSpeed's keys in it are accepted"),
+      schema("checkpoint",
+             "Tandem's checkpoint object (every, keep, at_end, async); DeepSpeed's keys in it are accepted"),
       no_effect("checkpoint.tag_validation", "Tandem checks each file's CRC32 and the parameter set on load instead"),
       honoured_when("checkpoint.load_universal", true, "Tandem's checkpoints load in any layout anyway"),
       no_effect("checkpoint.use_node_local_storage", "every rank writes into the run's one checkpoint folder"),
@@ -401,7 +416,9 @@ std::vector<DeepSpeedKey> build_catalogue() {
                        "DeepSpeed's PipelineModule settings; Tandem's are parallel.pipeline and "
                        "parallel.schedule"),
       no_effect("zero_allow_untested_optimizer", "Tandem's ZeRO runs with its own Adam and AdamW"),
-      no_effect("zero_force_ds_cpu_optimizer", "an optimizer choice for CPU offload, which Tandem refuses"),
+      no_effect("zero_force_ds_cpu_optimizer",
+                "DeepSpeed's check that an offloaded run uses its CPU Adam; Tandem's offload always runs its own host "
+                "AdamW"),
       no_effect("disable_allgather", "a switch of DeepSpeed's old ZeRO-1"),
       no_effect("dataloader_drop_last", "Tandem's sampler draws every batch whole"),
       no_effect("vocabulary_size", "Tandem takes the vocabulary from model.vocab_size"),

@@ -66,6 +66,12 @@ std::optional<int64_t> as_integer(const Json& value);
 // The batch keys of `cfg`, each checked to be a positive integer of at most 2^31 - 1.
 BatchConfig batch_config(const Json& cfg);
 
+// The divisor of n nearest to `near`, to suggest in a refusal.
+int64_t nearest_divisor(int64_t n, int64_t near);
+
+// A "type": "llama" model object checked and completed (schema_llama.cc); its valid keys were checked already.
+void validate_llama(Fields& m);
+
 // validate() that also gives the paths of the DeepSpeed keys present that have no effect in Tandem, sorted.
 Json validate(Json cfg, std::vector<std::string>& no_effect);
 

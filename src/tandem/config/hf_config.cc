@@ -77,6 +77,11 @@ class HfReader {
     used_.insert(key);
     return hf_.contains(key) && !hf_.at(key).is_null();
   }
+  // Written in the file, null or not.
+  bool present(const std::string& key) {
+    used_.insert(key);
+    return hf_.contains(key);
+  }
   const Json& at(const std::string& key) {
     used_.insert(key);
     return hf_.at(key);
@@ -170,6 +175,48 @@ Json gpt2_model(HfReader& r) {
   return m;
 }
 
+// One rope description (rope_parameters, or the legacy rope_scaling) as transformers 5 completes it: "type" read as
+// "rope_type", the type "default" when absent, rope_theta from the top level when absent (10000 without one), and
+// for llama3 original_max_position_embeddings from max_position_embeddings when absent.
+Json completed_rope(Json rope, double top_theta, int64_t max_positions) {
+  if (rope.contains("type") && !rope.contains("rope_type")) rope["rope_type"] = rope["type"];
+  rope.erase("type");
+  if (!rope.contains("rope_type")) rope["rope_type"] = "default";
+  if (!rope.contains("rope_theta")) rope["rope_theta"] = top_theta;
+  if (rope["rope_type"] == "llama3" && !rope.contains("original_max_position_embeddings"))
+    rope["original_max_position_embeddings"] = max_positions;
+  return rope;
+}
+
+// rope_theta and rope_scaling for Tandem's model. transformers 5 keeps both in rope_parameters; older files have
+// rope_theta and rope_scaling apart. A file with both rope_parameters and a rope_scaling is read by transformers 5
+// from rope_scaling alone (it replaces rope_parameters), by a reader of the new key from rope_parameters: when the two
+// say different things, the file describes two models, and it is refused naming both.
+std::pair<double, Json> rope_of(HfReader& r, int64_t max_positions) {
+  const double top_theta = r.number("rope_theta", 10000.0);
+  const bool has_params = r.has("rope_parameters");
+  const bool has_scaling = r.has("rope_scaling") && !(r.at("rope_scaling").is_object() && r.at("rope_scaling").empty());
+  if (has_params && !r.at("rope_parameters").is_object())
+    r.fail("'rope_parameters' is ", show(r.at("rope_parameters")), ", not an object");
+  if (has_scaling && !r.at("rope_scaling").is_object())
+    r.fail("'rope_scaling' is ", show(r.at("rope_scaling")), ", not an object or null");
+  if (!has_params && !has_scaling) return {top_theta, Json()};
+  Json rope = completed_rope(has_scaling ? r.at("rope_scaling") : r.at("rope_parameters"), top_theta, max_positions);
+  if (has_params && has_scaling) {
+    const Json other = completed_rope(r.at("rope_parameters"), top_theta, max_positions);
+    if (other != rope)
+      r.fail("has both 'rope_parameters' ", r.at("rope_parameters").dump(), " and the legacy 'rope_scaling' ",
+             r.at("rope_scaling").dump(), ", which disagree (completed as transformers does: ", other.dump(),
+             " against ", rope.dump(),
+             "). transformers 5 uses rope_scaling and drops rope_parameters, so the two keys describe two models: "
+             "remove the one that is wrong from config.json");
+  }
+  const double theta = rope.at("rope_theta").is_number() ? rope.at("rope_theta").get<double>() : top_theta;
+  rope.erase("rope_theta");
+  if (rope.at("rope_type") == "default") return {theta, Json()};
+  return {theta, rope};
+}
+
 Json llama_model(HfReader& r, const std::string& family) {
   const std::string act = r.string("hidden_act", "silu");
   if (act != "silu") r.cannot("hidden_act \"", act, "\": its gated MLP uses SiLU only");
@@ -190,30 +237,26 @@ Json llama_model(HfReader& r, const std::string& family) {
             {"tie_word_embeddings", r.boolean("tie_word_embeddings", false)},
             {"attention_bias", r.boolean("attention_bias", false)}};
   if (r.has("head_dim")) m["head_dim"] = r.integer("head_dim");
-  // transformers 5 keeps rope_theta and the scaling together in rope_parameters; older files have them apart.
-  double theta = r.number("rope_theta", 10000.0);
-  Json scaling = r.has("rope_scaling") ? r.at("rope_scaling") : Json();
-  if (r.has("rope_parameters")) {
-    Json p = r.at("rope_parameters");
-    if (!p.is_object()) r.fail("'rope_parameters' is ", show(p), ", not an object");
-    if (p.contains("rope_theta") && p.at("rope_theta").is_number()) theta = p.at("rope_theta").get<double>();
-    p.erase("rope_theta");
-    if (p.value("rope_type", "default") != "default") scaling = p;
-  }
+  const auto [theta, scaling] = rope_of(r, m.at("max_position_embeddings").get<int64_t>());
   m["rope_theta"] = theta;
   m["rope_scaling"] = scaling;
+  m["family"] = family;
   if (family == "qwen2") {
     // Qwen2 has biases on q, k and v but not on o.
     m["qkv_bias"] = true;
     m["attention_bias"] = false;
     if (r.boolean("use_sliding_window", false)) r.cannot("use_sliding_window is true: its attention is full");
-    r.has("sliding_window");
-    r.has("max_window_layers");
+    m["use_sliding_window"] = false;
+    // transformers keeps sliding_window only with use_sliding_window; it is written back as read.
+    m["sliding_window"] = r.has("sliding_window") ? Json(r.integer("sliding_window")) : Json();
+    m["max_window_layers"] = r.has("max_window_layers") ? r.integer("max_window_layers") : 28;
     r.has("layer_types");
   }
-  if (family == "mistral" && r.has("sliding_window")) {
-    const int64_t window = r.integer("sliding_window");
-    m["sliding_window"] = window;  // checked against seq_len by expand_from_pretrained
+  if (family == "mistral") {
+    // Absent, transformers' MistralConfig takes 4096; null turns the window off. Checked against seq_len later.
+    m["sliding_window"] = !r.present("sliding_window") ? Json(4096)
+                          : r.has("sliding_window")    ? Json(r.integer("sliding_window"))
+                                                       : Json();
   }
   if (family == "llama") r.has("layer_types");
   return m;
@@ -270,9 +313,22 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
   if (const auto* l = std::get_if<LlamaConfig>(&model)) {
     if (l->qkv_bias && l->attention_bias)
       TANDEM_FAIL("model has both qkv_bias and attention_bias: no Hugging Face architecture has that combination");
-    const bool qwen2 = l->qkv_bias;
-    Json hf = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-               {"model_type", qwen2 ? "qwen2" : "llama"},
+    const bool qwen2 = l->family == spec::LlamaFamily::Qwen2;
+    const bool mistral = l->family == spec::LlamaFamily::Mistral;
+    if (qwen2 != l->qkv_bias)
+      TANDEM_FAIL("a llama model of family ",
+                  qwen2     ? "qwen2"
+                  : mistral ? "mistral"
+                            : "llama",
+                  l->qkv_bias ? " with" : " without",
+                  " qkv_bias has no Hugging Face architecture: Qwen2's alone has biases on q, k and v only");
+    Json hf = {{"architectures",
+                {qwen2     ? "Qwen2ForCausalLM"
+                 : mistral ? "MistralForCausalLM"
+                           : "LlamaForCausalLM"}},
+               {"model_type", qwen2     ? "qwen2"
+                              : mistral ? "mistral"
+                                        : "llama"},
                {"hidden_act", "silu"},
                {"torch_dtype", torch_dtype},
                {"vocab_size", l->vocab_size},
@@ -293,7 +349,14 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
                             {"low_freq_factor", l->rope_scaling.low_freq_factor},
                             {"high_freq_factor", l->rope_scaling.high_freq_factor},
                             {"original_max_position_embeddings", l->rope_scaling.original_max_position_embeddings}};
-    if (!qwen2) {
+    const Json window = l->sliding_window ? Json(*l->sliding_window) : Json();
+    if (qwen2) {
+      hf["use_sliding_window"] = l->use_sliding_window;
+      hf["sliding_window"] = window;
+      hf["max_window_layers"] = l->max_window_layers;
+    } else if (mistral) {
+      hf["sliding_window"] = window;
+    } else {
       hf["attention_bias"] = l->attention_bias;
       hf["mlp_bias"] = false;
     }
@@ -345,13 +408,13 @@ void expand_from_pretrained(Json& model, std::vector<std::string>* warnings) {
   }
   expanded["seq_len"] = model.at("seq_len");
   expanded["from_pretrained"] = dir;
-  if (expanded.contains("sliding_window")) {
+  if (expanded.value("family", "") == "mistral" && expanded.contains("sliding_window") &&
+      !expanded.at("sliding_window").is_null()) {
     const std::optional<int64_t> seq = as_integer(expanded.at("seq_len"));
     if (seq && expanded.at("sliding_window").get<int64_t>() < *seq)
       TANDEM_FAIL("model.from_pretrained '", dir, "': its sliding_window (", expanded.at("sliding_window"),
                   ") is shorter than model.seq_len (", *seq,
                   "): Tandem's attention is full, so use seq_len <= sliding_window");
-    expanded.erase("sliding_window");
   }
   model = std::move(expanded);
 }

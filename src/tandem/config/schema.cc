@@ -1,4 +1,5 @@
-// The config schema: which keys exist at each level, their types, ranges and defaults (validate()).
+// The config schema: which keys exist at each level, their types, ranges and defaults (validate()); the llama model's
+// own keys are checked in schema_llama.cc.
 // DeepSpeed's keys that Tandem does not read are judged by deepspeed_keys.cc, "auto" values by
 // auto_values.cc; batch-size arithmetic is in batch.cc; reading files, overrides and the typed view are in
 // config.cc.
@@ -15,6 +16,7 @@
 #include "tandem/config/deepspeed_keys.h"
 #include "tandem/config/fields.h"
 #include "tandem/config/hf_config.h"
+#include "tandem/config/lora_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
 #include "tandem/spec/schedule.h"
@@ -40,7 +42,11 @@ std::vector<std::string> top_keys() {
           "parallel",
           "checkpoint",
           "device_memory",
-          "eval"};
+          "host_memory",
+          "eval",
+          "tensorboard",
+          "csv_monitor",
+          "lora"};
 }
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
 std::vector<std::string> gpt_keys() {
@@ -66,6 +72,10 @@ std::vector<std::string> llama_keys() {
           "qkv_bias",
           "mlp_bias",
           "hidden_act",
+          "family",
+          "sliding_window",
+          "use_sliding_window",
+          "max_window_layers",
           "from_pretrained"};
 }
 
@@ -185,10 +195,64 @@ void validate_scheduler(Json& obj, int64_t steps, std::vector<std::string>& no_e
                 "): lower the warmup or raise total_num_steps");
 }
 
+// DeepSpeed's older spelling of offloading: "cpu_offload": true is offload_optimizer {"device": "cpu"},
+// "cpu_offload_param": true offload_param likewise, "cpu_offload_use_pin_memory" their pin_memory. Written into the
+// current keys (which win where both are given) and removed.
+void rewrite_cpu_offload(Json& zero) {
+  Fields z(zero, "zero_optimization");
+  const auto flag = [&](const char* key) {
+    if (!z.has(key)) return false;
+    const bool on = z.boolean(key, std::nullopt);
+    zero.erase(key);
+    return on;
+  };
+  const bool pin = flag("cpu_offload_use_pin_memory");
+  for (const auto& [old_key, key] : {std::pair<const char*, const char*>{"cpu_offload", "offload_optimizer"},
+                                     {"cpu_offload_param", "offload_param"}}) {
+    if (!flag(old_key) || zero.contains(key)) continue;
+    zero[key] = {{"device", "cpu"}, {"pin_memory", pin}};
+  }
+}
+
+// One of zero_optimization's offload objects: its device, where files go with nvme, and the host buffers.
+void validate_offload(Fields& z, const std::string& key, std::vector<std::string>& no_effect) {
+  Fields o(z.object(key), z.path(key));
+  const bool optimizer = key == "offload_optimizer";
+  std::vector<std::string> own = {"device", "nvme_path", "pin_memory", "buffer_count"};
+  if (optimizer) own.push_back("ratio");
+  only_with_deepspeed(o, own, no_effect);
+  const std::string device = o.choice("device", "none", {"none", "cpu", "nvme"});
+  o.boolean("pin_memory", false);
+  o.integer("buffer_count", 4, 1, 1024);
+  if (optimizer) o.number("ratio", 1.0, 0.0, 1.0, /*min_exclusive=*/true);
+  if (device == "nvme" && !o.has("nvme_path"))
+    TANDEM_FAIL("missing required config key '", o.path("nvme_path"), "': ", o.path("device"),
+                " \"nvme\" swaps to files in that folder (a fast local disk); give it, or use \"cpu\"");
+  if (o.has("nvme_path")) o.string("nvme_path", std::nullopt);
+}
+
 void validate_precision(Fields& top, std::vector<std::string>& no_effect) {
-  Fields z(top.object("zero_optimization"), "zero_optimization");
-  only_with_deepspeed(z, {"stage"}, no_effect);
-  z.integer("stage", 0, 0, 3);
+  Json& zero = top.object("zero_optimization");
+  rewrite_cpu_offload(zero);
+  Fields z(zero, "zero_optimization");
+  only_with_deepspeed(z, {"stage", "offload_optimizer", "offload_param"}, no_effect);
+  const int64_t stage = z.integer("stage", 0, 0, 3);
+  validate_offload(z, "offload_optimizer", no_effect);
+  validate_offload(z, "offload_param", no_effect);
+  const bool optimizer = zero.at("offload_optimizer").at("device") != "none";
+  const bool param = zero.at("offload_param").at("device") != "none";
+  if (optimizer && stage == 0)
+    TANDEM_FAIL(
+        "zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3, as in DeepSpeed (the offloaded "
+        "optimizer updates the shard each replica owns): set zero_optimization.stage to 1, 2 or 3");
+  if (param && stage != 3)
+    TANDEM_FAIL(
+        "zero_optimization.offload_param needs ZeRO stage 3, as in DeepSpeed (the weights leave the device "
+        "between their uses): set zero_optimization.stage to 3, or remove offload_param");
+  if (param && !optimizer)
+    TANDEM_FAIL(
+        "zero_optimization.offload_param without offload_optimizer keeps the fp32 master weights on the "
+        "device, which take more memory than the weights it offloads: set offload_optimizer.device too");
 
   Fields h(top.object("fp16"), "fp16");
   only_with_deepspeed(
@@ -208,99 +272,6 @@ void validate_precision(Fields& top, std::vector<std::string>& no_effect) {
     TANDEM_FAIL(
         "fp16.enabled and bf16.enabled are both true: choose one mixed-precision mode and set the other's "
         "\"enabled\" to false");
-}
-
-// The divisor of n nearest to `near`, to suggest.
-int64_t nearest_divisor(int64_t n, int64_t near) {
-  int64_t divisor = 1;
-  for (int64_t d = 1; d <= n; ++d)
-    if (n % d == 0 && std::llabs(d - near) < std::llabs(divisor - near)) divisor = d;
-  return divisor;
-}
-
-// "rope_scaling": null or Llama 3's frequency-dependent scaling, with Hugging Face's keys (all required, as
-// transformers requires them).
-void validate_rope_scaling(Fields& m) {
-  if (!m.has("rope_scaling") || m.raw("rope_scaling").is_null()) {
-    m.raw("rope_scaling") = nullptr;
-    return;
-  }
-  if (!m.raw("rope_scaling").is_object())
-    m.fail_type("rope_scaling", "null or an object {\"rope_type\": \"llama3\", ...}");
-  Json& scaling = m.object("rope_scaling");
-  // transformers reads the older spelling "type" where "rope_type" is absent; so does Tandem, writing "rope_type".
-  if (scaling.contains("type") && !scaling.contains("rope_type")) {
-    scaling["rope_type"] = scaling["type"];
-    scaling.erase("type");
-  }
-  Fields r(scaling, "model.rope_scaling");
-  r.only({"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-  if (!r.has("rope_type"))
-    TANDEM_FAIL(
-        "missing required config key 'model.rope_scaling.rope_type' (\"llama3\", or \"rope_scaling\": null "
-        "for none)");
-  const Json& type = r.raw("rope_type");
-  if (!type.is_string()) r.fail_type("rope_type", "\"llama3\"");
-  if (type.get<std::string>() == "default") {  // transformers' name for no scaling
-    m.raw("rope_scaling") = nullptr;
-    return;
-  }
-  if (type.get<std::string>() != "llama3")
-    TANDEM_FAIL("model.rope_scaling.rope_type '", type.get<std::string>(),
-                "' is not supported: Tandem scales rope only as Llama 3 does; use \"llama3\" or set "
-                "\"rope_scaling\": null");
-  r.number("factor", std::nullopt, 1.0);
-  const double low = r.number("low_freq_factor", std::nullopt, 0.0, std::numeric_limits<double>::infinity(), true);
-  const double high = r.number("high_freq_factor", std::nullopt, 0.0, std::numeric_limits<double>::infinity(), true);
-  r.integer("original_max_position_embeddings", std::nullopt, 1, int64_t{1} << 24);
-  if (low >= high)
-    TANDEM_FAIL("model.rope_scaling.low_freq_factor (", low, ") must be lower than high_freq_factor (", high,
-                "): Llama 3 uses 1 and 4");
-}
-
-// "type": "llama", with Hugging Face LlamaConfig's key names and defaults; "seq_len" is the training length.
-void validate_llama(Fields& m) {
-  // Bounds far above any trainable model; they keep the size arithmetic inside int64.
-  m.integer("vocab_size", std::nullopt, 1, int64_t{1} << 31);
-  const int64_t seq_len = m.integer("seq_len", std::nullopt, 1, int64_t{1} << 24);
-  const int64_t hidden = m.integer("hidden_size", std::nullopt, 1, int64_t{1} << 20);
-  m.integer("intermediate_size", std::nullopt, 1, int64_t{1} << 22);
-  m.integer("num_hidden_layers", std::nullopt, 1, int64_t{1} << 16);
-  const int64_t heads = m.integer("num_attention_heads", std::nullopt, 1, int64_t{1} << 16);
-  const int64_t kv_heads = m.integer("num_key_value_heads", heads, 1, int64_t{1} << 16);
-  if (heads % kv_heads != 0)
-    TANDEM_FAIL("model.num_attention_heads (", heads, ") is not divisible by model.num_key_value_heads (", kv_heads,
-                "): each key/value head serves an equal group of query heads; set num_key_value_heads to a divisor "
-                "of ",
-                heads, " (e.g. ", nearest_divisor(heads, kv_heads), ")");
-  if (!m.has("head_dim") && hidden % heads != 0)
-    TANDEM_FAIL("model.hidden_size (", hidden, ") is not divisible by model.num_attention_heads (", heads,
-                "): each head gets hidden_size / num_attention_heads channels unless model.head_dim says otherwise; "
-                "set num_attention_heads to a divisor of ",
-                hidden, " (e.g. ", nearest_divisor(hidden, heads), "), or give head_dim");
-  m.integer("head_dim", hidden / heads, 1, int64_t{1} << 16);
-  const int64_t max_positions = m.integer("max_position_embeddings", seq_len, 1, int64_t{1} << 24);
-  if (seq_len > max_positions)
-    TANDEM_FAIL("model.seq_len (", seq_len, ") exceeds model.max_position_embeddings (", max_positions,
-                "): lower seq_len to at most ", max_positions, " or raise max_position_embeddings");
-  m.number("rms_norm_eps", 1e-6, 0.0, 1.0, /*min_exclusive=*/true);
-  m.number("rope_theta", 10000.0, 0.0, std::numeric_limits<double>::infinity(), /*min_exclusive=*/true);
-  validate_rope_scaling(m);
-  m.boolean("tie_word_embeddings", false);
-  const bool attention_bias = m.boolean("attention_bias", false);
-  // Qwen2's form: biases on q, k and v only (attention_bias also biases o, as Llama's does).
-  if (m.boolean("qkv_bias", false) && attention_bias)
-    TANDEM_FAIL("model.qkv_bias and model.attention_bias are both true: attention_bias already biases q, k and v ",
-                "(and o); set one of them");
-  // Hugging Face configs carry these; Tandem's llama has one MLP form.
-  if (m.boolean("mlp_bias", false))
-    TANDEM_FAIL("model.mlp_bias true is not supported: Tandem's llama MLP has no biases; set \"mlp_bias\": false");
-  const Json& act = m.has("hidden_act") ? m.raw("hidden_act") : Json("silu");
-  if (!act.is_string()) m.fail_type("hidden_act", "\"silu\"");
-  if (act.get<std::string>() != "silu")
-    TANDEM_FAIL("model.hidden_act '", act.get<std::string>(),
-                "' is not supported: Tandem's llama MLP is SwiGLU, gated by silu; set \"hidden_act\": \"silu\"");
-  m.raw("hidden_act") = "silu";
 }
 
 void validate_model(Fields& top) {
@@ -352,16 +323,28 @@ void validate_data_object(Json& object, const std::string& name, const std::stri
   Fields d(object, name);
   const std::string type = d.choice("type", "synthetic", {"synthetic", "text", "tokens"});
   const std::string variant = "data type '" + type + "'";
+  const std::vector<std::string> documents = {"document_mask", "eos_token_id"};
   if (type == "synthetic") {
-    d.only({"type", "samples"}, {"path", "dtype"}, variant);
+    d.only(merged({{"type", "samples"}, documents}), {"path", "dtype"}, variant);
     d.integer("samples", 65536, 1);
   } else if (type == "text") {
-    d.only({"type", "path"}, {"samples", "dtype"}, variant);
+    d.only(merged({{"type", "path"}, documents}), {"samples", "dtype"}, variant);
     d.string("path", std::nullopt);
   } else {
-    d.only({"type", "path", "dtype"}, {"samples"}, variant);
+    d.only(merged({{"type", "path", "dtype"}, documents}), {"samples"}, variant);
     d.string("path", std::nullopt);
     d.choice("dtype", "uint16", {"uint16", "uint32"});
+  }
+  // Documents packed into windows: attention kept inside each, the documents ending with eos_token_id.
+  if (d.boolean("document_mask", false)) {
+    if (!d.has("eos_token_id"))
+      TANDEM_FAIL("missing required config key '", name, ".eos_token_id' beside ", name,
+                  ".document_mask: the token that ends every document (tools/prepare_data.py prints it)");
+    d.integer("eos_token_id", std::nullopt, 0, int64_t{1} << 31);
+  } else if (d.has("eos_token_id")) {
+    TANDEM_FAIL(
+        "config key '", name, ".eos_token_id' has no effect without ", name,
+        ".document_mask: true; remove it, or set \"document_mask\": true to keep attention inside each document");
   }
   if (type != "synthetic" && model_type == "mlp")
     TANDEM_FAIL(name, ".type '", type, "' yields token sequences, which model type '", model_type,
@@ -416,19 +399,34 @@ void validate_parallel(Fields& top) {
   }
 }
 
-void validate_device_memory(Fields& top) {
-  if (!top.has("device_memory")) return;
-  const Json& v = top.raw("device_memory");
+// DeepSpeed's "tensorboard" and "csv_monitor": {"enabled", "output_path", "job_name"}, with DeepSpeed's defaults
+// (output_path "" here means the run folder).
+void validate_monitor(Fields& top, const std::string& name) {
+  Fields m(top.object(name), name);
+  m.only({"enabled", "output_path", "job_name"});
+  m.boolean("enabled", false);
+  if (!m.has("output_path")) m.raw("output_path") = "";
+  if (!m.raw("output_path").is_string()) m.fail_type("output_path", "a folder name, or \"\" for the run folder");
+  m.string("job_name", "DeepSpeedJobName");
+  const std::string job = m.raw("job_name").get<std::string>();
+  if (job.find('/') != std::string::npos || job == "." || job == "..")
+    TANDEM_FAIL(name, ".job_name '", job, "' must name one folder (inside output_path): use a name without '/'");
+}
+
+// "device_memory" or "host_memory": a size such as "512MiB", or a byte count.
+void validate_memory_size(Fields& top, const char* key) {
+  if (!top.has(key)) return;
+  const Json& v = top.raw(key);
   if (const std::optional<int64_t> bytes = as_integer(v)) {
-    if (*bytes < 0) top.fail_type("device_memory", "a size such as \"512MiB\" or a byte count >= 0");
-    top.raw("device_memory") = *bytes;
+    if (*bytes < 0) top.fail_type(key, "a size such as \"512MiB\" or a byte count >= 0");
+    top.raw(key) = *bytes;
     return;
   }
-  if (!v.is_string()) top.fail_type("device_memory", "a size such as \"512MiB\" or a byte count >= 0");
+  if (!v.is_string()) top.fail_type(key, "a size such as \"512MiB\" or a byte count >= 0");
   try {
     parse_bytes(v.get<std::string>());
   } catch (const Error& e) {
-    TANDEM_FAIL("config key 'device_memory': ", e.what());
+    TANDEM_FAIL("config key '", key, "': ", e.what());
   }
 }
 
@@ -450,15 +448,27 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   top.number("gradient_clipping", 0.0, 0.0);
   validate_precision(top, no_effect);
   validate_model(top);
+  validate_lora(cfg, top.raw("model")["type"].get<std::string>());
+  const Json& zero = cfg.at("zero_optimization");
+  if (cfg.contains("lora") &&
+      (zero.at("offload_optimizer").at("device") != "none" || zero.at("offload_param").at("device") != "none"))
+    TANDEM_FAIL(
+        "\"lora\" with zero_optimization.offload_optimizer or offload_param is not supported: under LoRA only the "
+        "adapters train, so the optimizer state is a few bytes per adapter parameter and nothing is worth "
+        "offloading, and the frozen base stays on the device in the compute dtype; remove the offload keys");
   validate_data(top);
   validate_eval(top);
   validate_parallel(top);
   Fields c(top.object("checkpoint"), "checkpoint");
-  only_with_deepspeed(c, {"every", "keep", "at_end"}, no_effect);
+  only_with_deepspeed(c, {"every", "keep", "at_end", "async"}, no_effect);
   c.integer("every", 0, 0);
   c.integer("keep", 3, 1);
   c.boolean("at_end", true);
-  validate_device_memory(top);
+  c.boolean("async", true);
+  validate_monitor(top, "tensorboard");
+  validate_monitor(top, "csv_monitor");
+  validate_memory_size(top, "device_memory");
+  validate_memory_size(top, "host_memory");
   check_auto(cfg);
   std::sort(no_effect.begin(), no_effect.end());
   return cfg;

@@ -27,8 +27,24 @@ std::string group_digits(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-std::unique_ptr<Dataset> make_dataset(const config::DataConfig& data_cfg, const config::ModelIO& io, uint64_t seed) {
-  using config::DataType;
+Tensor document_ids(const Tensor& inputs, int64_t eos_token_id, Device& device) {
+  TANDEM_CHECK(inputs.rank() == 2 && inputs.dtype() == DType::I32, "documents of inputs ", shape_str(inputs.shape()));
+  const int64_t b = inputs.dim(0), t = inputs.dim(1);
+  Tensor docs = host_tensor({b, t}, DType::I32, device, "batch documents");  // (B, T)
+  const int32_t* in = inputs.i32();
+  int32_t* out = docs.i32();
+  for (int64_t r = 0; r < b; ++r) {
+    int32_t doc = 0;
+    for (int64_t k = 0; k < t; ++k) {
+      out[r * t + k] = doc;
+      if (in[r * t + k] == eos_token_id) ++doc;
+    }
+  }
+  return docs;
+}
+
+std::unique_ptr<Dataset> make_dataset(const spec::DataConfig& data_cfg, const spec::ModelIO& io, uint64_t seed) {
+  using spec::DataType;
   if (io.tokens) {
     if (io.seq_len < 1 || io.vocab_size < 1)
       TANDEM_FAIL("a token model needs seq_len >= 1 and vocab_size >= 1, got seq_len ", io.seq_len, ", vocab_size ",

@@ -4,19 +4,26 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "tandem/config/config.h"
 #include "tandem/core/tensor.h"
+#include "tandem/spec/model_config.h"
+#include "tandem/spec/train.h"
 
 namespace tandem::data {
 
 // inputs: gpt -> (B, T) i32 tokens; mlp -> (B, F) f32 features.
-// targets: gpt -> (B*T) i32 next tokens; mlp -> (B) i32 classes.
+// targets: gpt -> (B*T) i32 next tokens; mlp -> (B) i32 classes. With a loss mask, a target that does not count is
+// kIgnoreTarget (core/ignore_target.h).
 struct Batch {
   Tensor inputs;
   Tensor targets;
 };
+
+// documents (B, T) i32 on `device` (host memory) for token inputs (B, T): each position's document within its window,
+// counting the `eos_token_id` tokens before it (a document's end of sequence is its own last token).
+Tensor document_ids(const Tensor& inputs, int64_t eos_token_id, Device& device);
 
 class Dataset {
  public:
@@ -36,10 +43,16 @@ class Dataset {
   virtual std::string describe_invalid(int64_t index) const { return "element " + std::to_string(index); }
   // Bytes first_invalid scans in all (0: no scan), for the progress line.
   virtual uint64_t scanned_bytes() const { return 0; }
+
+  // With a loss mask: how many targets of samples first .. first+count-1 of step `step` count (the loss's normaliser,
+  // known before the step). Without one, nullopt: every target counts.
+  virtual std::optional<int64_t> counted_targets(int64_t step, int64_t first, int64_t count) const {
+    return std::nullopt;
+  }
 };
 
 // Builds the dataset the config's "data" describes for a model that consumes `io`
-// (config::model_io, or stated by a model built in code). Throws when the data does not fit the model.
-std::unique_ptr<Dataset> make_dataset(const config::DataConfig& data_cfg, const config::ModelIO& io, uint64_t seed);
+// (spec::model_io, or stated by a model built in code). Throws when the data does not fit the model.
+std::unique_ptr<Dataset> make_dataset(const spec::DataConfig& data_cfg, const spec::ModelIO& io, uint64_t seed);
 
 }  // namespace tandem::data

@@ -2,8 +2,14 @@
 // uint32 token ids ("tokens"), either raw or in llm.c's format (a header of 256 int32: magic, version, token count;
 // 20240520 / 1 for uint16 GPT-2 tokens, 20240801 / 7 for uint32 Llama 3 tokens). Tokenisation is not done here
 // (tools/prepare_data.py writes such files).
+// A loss mask beside a token file (PATH minus ".bin" plus ".mask.bin": the same header with magic 20240522, version 1
+// and the token count, then one byte per token): byte i is 1 when token i, as a target, counts. A window of tokens
+// [s, s + T] predicts tokens s+1 .. s+T, so target k counts when byte s+k+1 is 1; the others become kIgnoreTarget.
 #include <algorithm>
+#include <filesystem>
+#include <memory>
 
+#include "tandem/core/ignore_target.h"
 #include "tandem/core/units.h"
 #include "tandem/data/datasets.h"
 #include "tandem/data/mapped_file.h"
@@ -36,6 +42,7 @@ class WindowDataset final : public Dataset {
       TANDEM_FAIL(what_, " '", path_, "' holds ", group_digits(tokens_), " tokens (",
                   group_digits(static_cast<int64_t>(bytes)), " bytes), fewer than seq_len + 1 = ", seq_len_ + 1,
                   " needed for one window: use a longer file or a smaller model.seq_len");
+    if (kind_ == "tokens") open_mask();
   }
 
   Batch batch(int64_t step, int64_t first, int64_t count, Device& device) const override {
@@ -50,15 +57,30 @@ class WindowDataset final : public Dataset {
       for (int64_t k = 0; k <= seq_len_; ++k) {
         const int32_t t = token(start + k);
         if (k < seq_len_) in[r * seq_len_ + k] = t;
-        if (k > 0) out[r * seq_len_ + k - 1] = t;
+        if (k > 0) out[r * seq_len_ + k - 1] = counts(start + k) ? t : kIgnoreTarget;
       }
     }
     return b;
   }
 
+  std::optional<int64_t> counted_targets(int64_t step, int64_t first, int64_t count) const override {
+    if (!mask_) return std::nullopt;
+    const int64_t starts = tokens_ - seq_len_;
+    int64_t n = 0;
+    for (int64_t r = 0; r < count; ++r) {
+      const uint8_t* m = mask_bytes() + window_start(seed_, step, first + r, starts) + 1;  // targets s+1 .. s+T
+      for (int64_t k = 0; k < seq_len_; ++k) n += m[k] != 0;
+    }
+    return n;
+  }
+
   int64_t first_invalid(int part, int parts) const override {
-    if (element_size_ == 1 && vocab_ >= 256) return -1;  // every byte is a valid id
     const int64_t begin = tokens_ * part / parts, end = tokens_ * (part + 1) / parts;
+    // A mask byte other than 0 or 1 is reported as element tokens_ + its index, after every token.
+    if (mask_)
+      for (int64_t i = begin; i < end; ++i)
+        if (mask_bytes()[i] > 1) return tokens_ + i;
+    if (element_size_ == 1 && vocab_ >= 256) return -1;  // every byte is a valid id
     // Blocks of 1 Mi tokens: the maximum of each (a loop the compiler vectorises), then the exact position in the
     // first block whose maximum is out of range. Threads split the blocks; the lowest bad block wins.
     constexpr int64_t kBlock = int64_t{1} << 20;
@@ -80,6 +102,10 @@ class WindowDataset final : public Dataset {
   }
 
   std::string describe_invalid(int64_t index) const override {
+    if (index >= tokens_)
+      return "loss mask '" + mask_path_ + "': byte " + std::to_string(mask_bytes()[index - tokens_]) + " at token " +
+             group_digits(index - tokens_) + " (byte offset " + group_digits(kMaskHeaderBytes + index - tokens_) +
+             ") is neither 0 nor 1: write it again with tools/prepare_data.py";
     return what_ + " '" + path_ + "': token id " + std::to_string(raw_token(index)) + " at index " +
            group_digits(index) + " (byte offset " +
            group_digits(static_cast<int64_t>(header_bytes_) + index * element_size_) + ") is >= model.vocab_size " +
@@ -88,7 +114,8 @@ class WindowDataset final : public Dataset {
   }
 
   uint64_t scanned_bytes() const override {
-    return element_size_ == 1 && vocab_ >= 256 ? 0 : static_cast<uint64_t>(tokens_) * element_size_;
+    const uint64_t mask = mask_ ? static_cast<uint64_t>(tokens_) : 0;
+    return (element_size_ == 1 && vocab_ >= 256 ? 0 : static_cast<uint64_t>(tokens_) * element_size_) + mask;
   }
 
   std::string describe() const override {
@@ -96,7 +123,10 @@ class WindowDataset final : public Dataset {
     if (kind_ == "text")
       return "text '" + path_ + "': " + format_bytes(file_.size()) + ", " + group_digits(bytes) + " bytes, vocab 256";
     return "tokens '" + path_ + "': " + format_bytes(file_.size()) + ", " + group_digits(tokens_) + " " + dtype_text() +
-           " tokens" + (header_bytes_ ? " (llm.c format)" : "") + ", vocab " + group_digits(vocab_);
+           " tokens" + (header_bytes_ ? " (llm.c format)" : "") + ", vocab " + group_digits(vocab_) +
+           (mask_ ? "; loss mask '" + mask_path_ + "': " + group_digits(counted_targets_in_file()) +
+                        " of its tokens count as targets"
+                  : "");
   }
 
  private:
@@ -177,6 +207,42 @@ class WindowDataset final : public Dataset {
     return static_cast<int32_t>(id);
   }
 
+  static constexpr int64_t kMaskHeaderBytes = 256 * 4;
+  static constexpr int32_t kMaskMagic = 20240522;
+
+  // The loss mask beside a token file, when there is one: its header checked against the tokens.
+  void open_mask() {
+    namespace fs = std::filesystem;
+    const fs::path p(path_);
+    if (p.extension() != ".bin") return;
+    const fs::path mask = fs::path(p).replace_extension(".mask.bin");
+    if (!fs::exists(mask)) return;
+    mask_path_ = mask.string();
+    mask_ = std::make_unique<MappedFile>(mask_path_, "loss mask");
+    int32_t h[3] = {0, 0, 0};
+    if (mask_->size() >= static_cast<size_t>(kMaskHeaderBytes))
+      for (int i = 0; i < 3; ++i) {
+        const uint8_t* b = mask_->data() + 4 * i;
+        h[i] = static_cast<int32_t>(b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24);
+      }
+    if (h[0] != kMaskMagic || h[1] != 1)
+      TANDEM_FAIL("loss mask '", mask_path_, "' beside '", path_, "' does not start with the mask header (magic ",
+                  kMaskMagic, ", version 1): write both files again with tools/prepare_data.py, or remove the mask");
+    if (h[2] != tokens_ || static_cast<int64_t>(mask_->size()) != kMaskHeaderBytes + tokens_)
+      TANDEM_FAIL("loss mask '", mask_path_, "' says it holds ", group_digits(h[2]), " bytes (",
+                  group_digits(static_cast<int64_t>(mask_->size()) - kMaskHeaderBytes), " after its header) but '",
+                  path_, "' holds ", group_digits(tokens_),
+                  " tokens: the two files are not a pair; write both again with "
+                  "tools/prepare_data.py");
+  }
+  const uint8_t* mask_bytes() const { return mask_->data() + kMaskHeaderBytes; }
+  int64_t counted_targets_in_file() const {
+    int64_t n = 0;
+    for (int64_t i = 0; i < tokens_; ++i) n += mask_bytes()[i] == 1;
+    return n;
+  }
+  bool counts(int64_t index) const { return !mask_ || mask_bytes()[index] != 0; }
+
   std::string kind_;
   std::string what_;
   std::string path_;
@@ -187,6 +253,8 @@ class WindowDataset final : public Dataset {
   uint64_t seed_;
   int64_t tokens_ = 0;
   size_t header_bytes_ = 0;  // 1024 for an llm.c file, else 0
+  std::string mask_path_;
+  std::unique_ptr<MappedFile> mask_;  // the loss mask beside a token file, or null
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -33,6 +34,11 @@ class AccountedDevice : public Device {
   // (host memory); a GPU's memory less what the libraries beside it need.
   virtual uint64_t plannable_bytes() const { return 0; }
   void reset_peak();  // peak := live
+
+  // The host memory that pairs with this device, accounted on its own: where offloaded state lives. `page_locked`:
+  // pinned for a GPU's asynchronous copies (a CPU device's host memory is plain either way). A counting device
+  // gives a counting host, so the planner accounts host bytes as it does device bytes.
+  virtual std::unique_ptr<AccountedDevice> host_memory(bool page_locked) const = 0;
 
   Breakdown live() const;                           // live bytes by purpose
   MemoryPurpose purpose_of(const void* ptr) const;  // of the live allocation at `ptr`

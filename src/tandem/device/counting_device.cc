@@ -14,6 +14,8 @@ WorkLog& WorkLog::operator+=(const WorkLog& o) {
     comm_calls[i] += o.comm_calls[i];
     comm_bus_bytes[i] += o.comm_bus_bytes[i];
   }
+  to_host_bytes += o.to_host_bytes;
+  from_host_bytes += o.from_host_bytes;
   return *this;
 }
 
@@ -33,6 +35,8 @@ WorkLog& WorkLog::operator*=(double k) {
     comm_calls[i] *= k;
     comm_bus_bytes[i] *= k;
   }
+  to_host_bytes *= k;
+  from_host_bytes *= k;
   return *this;
 }
 
@@ -45,6 +49,20 @@ CountingDevice::CountingDevice(DeviceKind planned, int cpu_threads, int index)
       next_(uintptr_t{1} << 44) {}
 
 void CountingDevice::copy_to_host(void* host_dst, const void*, size_t bytes) { std::memset(host_dst, 0, bytes); }
+
+uint64_t CountingDevice::copy_to_host_async(void*, const void*, size_t bytes, uint64_t) {
+  work_.to_host_bytes += static_cast<double>(bytes);
+  return 0;
+}
+
+uint64_t CountingDevice::copy_from_host_async(void*, const void*, size_t bytes, uint64_t) {
+  work_.from_host_bytes += static_cast<double>(bytes);
+  return 0;
+}
+
+std::unique_ptr<AccountedDevice> CountingDevice::host_memory(bool) const {
+  return std::make_unique<CountingDevice>(DeviceKind::Cpu, cpu_threads_, index_);
+}
 
 void* CountingDevice::raw_allocate(size_t bytes) {
   void* p = reinterpret_cast<void*>(next_);

@@ -27,6 +27,9 @@ struct WorkLog {
   // ranks moves 2 (n-1)/n S, a reduce-scatter or all-gather of S bytes in all (n-1)/n S, a message its bytes).
   std::array<double, kCommAxes> comm_calls{};
   std::array<double, kCommAxes> comm_bus_bytes{};
+  // Asynchronous copies between the device and host memory (offload), by direction.
+  double to_host_bytes = 0;
+  double from_host_bytes = 0;
 
   WorkLog& operator+=(const WorkLog& o);
   WorkLog& operator-=(const WorkLog& o);
@@ -56,6 +59,11 @@ class CountingDevice final : public AccountedDevice {
   void copy(void*, const void*, size_t) override {}
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy_from_host(void*, const void*, size_t) override {}
+  // Counted, not done: the host side may be a counting host's address, which holds nothing either.
+  uint64_t copy_to_host_async(void*, const void*, size_t bytes, uint64_t) override;
+  uint64_t copy_from_host_async(void*, const void*, size_t bytes, uint64_t) override;
+  // A counting host (planned CPU) that shares this device's OpenMP threads.
+  std::unique_ptr<AccountedDevice> host_memory(bool page_locked) const override;
 
   WorkLog& work() { return work_; }
   const WorkLog& work() const { return work_; }

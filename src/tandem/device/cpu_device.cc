@@ -2,7 +2,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
+#include <string>
 
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
@@ -18,8 +20,22 @@ void* CpuDevice::raw_allocate(size_t bytes) {
 
 void CpuDevice::raw_release(void* ptr) { std::free(ptr); }
 
+std::unique_ptr<AccountedDevice> CpuDevice::host_memory(bool) const {
+  return std::make_unique<CpuDevice>(0, index_, "host");
+}
+
 void CpuDevice::fill_zero(void* ptr, size_t bytes) { std::memset(ptr, 0, bytes); }
 
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+
+uint64_t available_host_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
 
 }  // namespace tandem::device

@@ -7,11 +7,14 @@ namespace tandem::device {
 
 class CpuDevice final : public AccountedDevice {
  public:
-  explicit CpuDevice(uint64_t budget_bytes = 0, int index = 0) : AccountedDevice(budget_bytes), index_(index) {}
+  // `prefix` names it: "cpu:0" for a device, "host:0" for the host memory that pairs with another device.
+  explicit CpuDevice(uint64_t budget_bytes = 0, int index = 0, std::string prefix = "cpu")
+      : AccountedDevice(budget_bytes), index_(index), prefix_(std::move(prefix)) {}
   ~CpuDevice() override = default;
 
   DeviceKind kind() const override { return DeviceKind::Cpu; }
-  std::string name() const override { return "cpu:" + std::to_string(index_); }
+  std::string name() const override { return prefix_ + ":" + std::to_string(index_); }
+  std::unique_ptr<AccountedDevice> host_memory(bool page_locked) const override;
   void fill_zero(void* ptr, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override { copy(host_dst, src, bytes); }
@@ -23,6 +26,10 @@ class CpuDevice final : public AccountedDevice {
 
  private:
   int index_;
+  std::string prefix_;
 };
+
+// The host memory this machine has available now (MemAvailable in /proc/meminfo), in bytes; 0 when it cannot tell.
+uint64_t available_host_memory();
 
 }  // namespace tandem::device

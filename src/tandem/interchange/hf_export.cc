@@ -29,7 +29,7 @@ std::string shard_name(size_t k, size_t n) {
 
 }  // namespace
 
-int write_hf_folder(const std::string& dir, const config::ModelConfig& model,
+int write_hf_folder(const std::string& dir, const spec::ModelConfig& model,
                     const std::map<std::string, HostWeights>& weights, const HfExportOptions& options) {
   namespace fs = std::filesystem;
   const std::vector<HfMapping> maps = hf_name_map(model);
@@ -82,7 +82,7 @@ int write_hf_folder(const std::string& dir, const config::ModelConfig& model,
                          options.bf16 ? static_cast<const void*>(t->half.data()) : t->values.data()});
       weight_map[t->name] = file;
     }
-    checkpoint::write_safetensors((out / file).string(), entries, {{"format", "pt"}});
+    checkpoint::write_safetensors((out / file).string(), entries, {{"format", "pt"}}, options.progress);
   }
   if (shards.size() > 1) {
     const config::Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "tandem/checkpoint/progress.h"
 #include "tandem/config/config.h"
 #include "tandem/core/tensor.h"
 
@@ -20,11 +21,12 @@ struct HostWeights {
 struct HfExportOptions {
   bool bf16 = false;                            // else fp32
   uint64_t max_shard_bytes = 5'000'000'000ull;  // transformers' default max_shard_size, "5GB"
+  checkpoint::Progress* progress = nullptr;     // told the bytes of weights as they are written
 };
 
 // Writes into the existing folder `dir`. `weights` must hold exactly the parameters of `model`. Returns the
 // number of files of weights written.
-int write_hf_folder(const std::string& dir, const config::ModelConfig& model,
+int write_hf_folder(const std::string& dir, const spec::ModelConfig& model,
                     const std::map<std::string, HostWeights>& weights, const HfExportOptions& options);
 
 }  // namespace tandem::interchange

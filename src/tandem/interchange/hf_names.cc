@@ -27,7 +27,7 @@ HfMapping rows_of(const std::string& name, Shape shape, const std::vector<std::p
   return m;
 }
 
-std::vector<HfMapping> gpt2_map(const config::GptConfig& model) {
+std::vector<HfMapping> gpt2_map(const spec::GptConfig& model) {
   const int64_t v = model.vocab_size, c = model.dim, s = model.seq_len;
   std::vector<HfMapping> out;
   out.push_back(whole("wte.weight", {v, c}, "transformer.wte.weight"));
@@ -51,7 +51,7 @@ std::vector<HfMapping> gpt2_map(const config::GptConfig& model) {
   return out;
 }
 
-std::vector<HfMapping> llama_map(const config::LlamaConfig& model) {
+std::vector<HfMapping> llama_map(const spec::LlamaConfig& model) {
   const int64_t v = model.vocab_size, c = model.hidden_size, f = model.intermediate_size;
   const int64_t heads = model.num_attention_heads;
   const int64_t kv = model.num_key_value_heads ? model.num_key_value_heads : heads;
@@ -90,10 +90,10 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 }  // namespace
 
-std::vector<HfMapping> hf_name_map(const config::ModelConfig& model) {
-  if (const auto* g = std::get_if<config::GptConfig>(&model)) return gpt2_map(*g);
-  if (const auto* l = std::get_if<config::LlamaConfig>(&model)) return llama_map(*l);
-  TANDEM_FAIL("a model of type '", config::model_type(model),
+std::vector<HfMapping> hf_name_map(const spec::ModelConfig& model) {
+  if (const auto* g = std::get_if<spec::GptConfig>(&model)) return gpt2_map(*g);
+  if (const auto* l = std::get_if<spec::LlamaConfig>(&model)) return llama_map(*l);
+  TANDEM_FAIL("a model of type '", spec::model_type(model),
               "' has no Hugging Face counterpart; gpt (GPT-2) and llama do");
 }
 

@@ -31,7 +31,7 @@ struct HfMapping {
 
 // Every parameter of `model` (gpt or llama) with its Hugging Face sources, in the order the model lists them; a
 // tied head has no entry (it is the embedding).
-std::vector<HfMapping> hf_name_map(const config::ModelConfig& model);
+std::vector<HfMapping> hf_name_map(const spec::ModelConfig& model);
 
 // The Hugging Face tensor name that a tied head may still be saved under ("lm_head.weight").
 const char* hf_tied_head_name();

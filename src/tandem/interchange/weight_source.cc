@@ -75,10 +75,10 @@ class TandemFile final : public WeightSource {
 
 class HfFolder final : public WeightSource {
  public:
-  HfFolder(const std::string& dir, const config::ModelConfig& model) : path_(dir) {
+  HfFolder(const std::string& dir, const spec::ModelConfig& model) : path_(dir) {
     // The folder's config.json, read as a file of Hugging Face's format: only its family is compared.
     const config::Json hf_model = config::model_from_hf_config(config::read_hf_config(dir), dir);
-    const std::string type = config::model_type(model);
+    const std::string type = spec::model_type(model);
     if (hf_model.at("type") != type)
       TANDEM_FAIL("cannot initialise a '", type, "' model from '", dir, "': its config.json is of a ",
                   hf_model.at("type").get<std::string>(), " model");
@@ -201,7 +201,7 @@ bool is_hf_folder(const std::string& path) {
   return fs::is_directory(path) && fs::exists(fs::path(path) / "config.json");
 }
 
-std::unique_ptr<WeightSource> open_weights(const std::string& path, const config::ModelConfig& model) {
+std::unique_ptr<WeightSource> open_weights(const std::string& path, const spec::ModelConfig& model) {
   if (is_hf_folder(path)) return std::make_unique<HfFolder>(path, model);
   if (fs::is_directory(path))
     TANDEM_FAIL("cannot initialise from '", path, "': a folder must be a Hugging Face model (config.json and ",

@@ -31,6 +31,6 @@ bool is_hf_folder(const std::string& path);
 
 // A Hugging Face folder read through the name map of `model` (which must be of the family its config.json
 // describes), or else a safetensors file in Tandem's names.
-std::unique_ptr<WeightSource> open_weights(const std::string& path, const config::ModelConfig& model);
+std::unique_ptr<WeightSource> open_weights(const std::string& path, const spec::ModelConfig& model);
 
 }  // namespace tandem::interchange

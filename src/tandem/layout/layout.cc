@@ -19,7 +19,7 @@ Coord coord_of(const Layout& l, int rank) {
 
 int rank_of(const Layout& l, const Coord& c) { return c.tp + l.tp * (c.pp + l.pp * c.dp); }
 
-ParallelPlan resolve_parallel(const config::ParallelConfig& p, int world) {
+ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
   ParallelPlan plan;
   if (p.planned)
     TANDEM_FAIL("\"parallel\": \"auto\" needs the planner; give the layout explicitly, e.g. {\"virtual_gpus\": 2, ",
@@ -56,9 +56,9 @@ ParallelPlan resolve_parallel(const config::ParallelConfig& p, int world) {
   return plan;
 }
 
-void validate_for_model(const ParallelPlan& plan, const config::ModelConfig& model, int64_t micro_batches) {
+void validate_for_model(const ParallelPlan& plan, const spec::ModelConfig& model, int64_t micro_batches) {
   const Layout& l = plan.layout;
-  config::check_layout(model, l.pp, l.tp, plan.virtual_stages, plan.stages);
+  spec::check_layout(model, l.pp, l.tp, plan.virtual_stages, plan.stages);
   if (plan.schedule == spec::ScheduleKind::Interleaved && l.pp > 1 && micro_batches % l.pp != 0)
     TANDEM_FAIL("the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here ",
                 micro_batches, ") to be a multiple of parallel.pipeline ", l.pp);

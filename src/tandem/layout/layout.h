@@ -13,8 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "tandem/config/config.h"
+#include "tandem/spec/model_config.h"
 #include "tandem/spec/schedule.h"
+#include "tandem/spec/train.h"
 
 namespace tandem::layout {
 
@@ -45,11 +46,11 @@ struct ParallelPlan {
 // From the config's "parallel" object (null/absent: everything 1 except what the world size implies, i.e.
 // dp = world). Any of virtual_gpus, pipeline, tensor may be omitted and is derived from the world size; a
 // layout that does not multiply to the world size is an error that says how to fix it.
-ParallelPlan resolve_parallel(const config::ParallelConfig& parallel, int world_size);
+ParallelPlan resolve_parallel(const spec::ParallelConfig& parallel, int world_size);
 
 // Checks the plan against the model (layers over stages, heads and vocabulary over tp, mlp widths over tp)
 // and the batch (interleaving needs micro-batches divisible by pp). Throws Error with what to change.
-void validate_for_model(const ParallelPlan& plan, const config::ModelConfig& model, int64_t micro_batches);
+void validate_for_model(const ParallelPlan& plan, const spec::ModelConfig& model, int64_t micro_batches);
 
 // One line per rank: "rank 3 -> vgpu 0, stage 1, tp slot 1, device cpu:3".
 std::string describe_rank_map(const Layout& layout, const std::string& device_prefix);

@@ -29,15 +29,17 @@ Tensor GptEmbedding::forward(const Tensor& tokens, Saved& saved) {
 Tensor GptEmbedding::backward(const Tensor& dy, Saved& saved) {
   const Tensor tokens = saved.tensors.at(0);  // (B, T)
   const int64_t start = tp_.rank * (vocab_ / tp_.size);
-  ops::embedding_backward(tokens.view({tokens.numel()}), dy.view({tokens.numel(), dim_}), wte_->grad, start);
-  ops::add_positions_backward(dy, wpe_->grad);
+  if (wte_->trainable)
+    ops::embedding_backward(tokens.view({tokens.numel()}), dy.view({tokens.numel(), dim_}), wte_->grad, start);
+  if (wpe_->trainable) ops::add_positions_backward(dy, wpe_->grad);
   saved.clear();
   return Tensor();
 }
 
-GptBlock::GptBlock(int index, int64_t dim, int heads, TpSlot tp)
+GptBlock::GptBlock(int index, int64_t dim, int heads, TpSlot tp, std::shared_ptr<const BatchContext> context)
     : Layer("blocks." + std::to_string(index)),
       heads_(heads / tp.size),
+      context_(std::move(context)),
       ln1_(child_name("ln1"), dim),
       qkv_(child_name("qkv"), dim, 3 * dim, true, Split::Column, tp, 3),
       proj_(child_name("proj"), dim, dim, true, Split::Row, tp),
@@ -54,6 +56,17 @@ namespace {
 enum BlockChild { kLn1, kQkv, kProj, kLn2, kFc, kGelu, kOut, kNumChildren };
 }
 
+int GptBlock::add_lora(const LoraTargets& targets) {
+  freeze();
+  int added = 0;
+  for (Linear* l : {&qkv_, &proj_, &fc_, &out_})
+    if (targets.sites.count(l->name())) {
+      l->add_lora(targets.options, -1, "");
+      ++added;
+    }
+  return added;
+}
+
 Tensor GptBlock::forward(const Tensor& x, Saved& saved) {
   const int64_t B = x.dim(0), T = x.dim(1);
   saved.children.assign(kNumChildren, Saved{});
@@ -61,7 +74,11 @@ Tensor GptBlock::forward(const Tensor& x, Saved& saved) {
   const int64_t c_local = qkv.dim(2) / 3;
   Tensor att = Tensor::empty({B, T, c_local}, x.dtype(), x.device(), name() + " attention output");  // (B, T, C/tp)
   Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, x.device(), name() + " attention lse");     // (B, H, T)
-  ops::attention_forward(qkv, heads_, att, lse);
+  const Tensor documents = context_ ? context_->documents : Tensor();                                // (B, T) or none
+  if (documents.defined())
+    ops::attention_gqa_documents_forward(qkv, heads_, heads_, documents, att, lse);  // multi-head: Hkv = H
+  else
+    ops::attention_forward(qkv, heads_, att, lse);
   Tensor x1 = proj_.forward_add(att, x, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass
   Tensor h = fc_.forward(ln2_.forward(x1, saved.children[kLn2]), saved.children[kFc]);  // (B, T, 4C)
   h = gelu_.forward(h, saved.children[kGelu]);
@@ -80,7 +97,11 @@ Tensor GptBlock::backward(const Tensor& dy, Saved& saved) {
   // Attention branch: dx = dx1 + ln1'(qkv'(attention'(proj'(dx1))))
   Tensor datt = proj_.backward(dx1, saved.children[kProj]);                                   // (B, T, C)
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, T, 3C)
-  ops::attention_backward(qkv, heads_, att, lse, datt, dqkv);
+  const Tensor documents = context_ ? context_->documents : Tensor();                         // (B, T) or none
+  if (documents.defined())
+    ops::attention_gqa_documents_backward(qkv, heads_, heads_, documents, att, lse, datt, dqkv);
+  else
+    ops::attention_backward(qkv, heads_, att, lse, datt, dqkv);
   saved.tensors.clear();
   Tensor dx = ln1_.backward_add(qkv_.backward(dqkv, saved.children[kQkv]), dx1, saved.children[kLn1]);
   saved.clear();

@@ -4,8 +4,10 @@
 #pragma once
 
 #include "tandem/nn/activation.h"
+#include "tandem/nn/batch_context.h"
 #include "tandem/nn/layernorm.h"
 #include "tandem/nn/linear.h"
+#include "tandem/nn/lora.h"
 
 namespace tandem::nn {
 
@@ -33,13 +35,18 @@ class GptEmbedding final : public Layer {
 // columns), proj and out row-parallel; LayerNorms are replicated.
 class GptBlock final : public Layer {
  public:
-  GptBlock(int index, int64_t dim, int heads, TpSlot tp = {});
+  // `context`: the model's batch context, whose documents (when it has them) keep attention inside each document.
+  GptBlock(int index, int64_t dim, int heads, TpSlot tp = {}, std::shared_ptr<const BatchContext> context = nullptr);
+  // Freezes the block and adds LoRA adapters (lora.h) at the sites of `targets` it has: "blocks.<i>.qkv" (GPT-2's
+  // c_attn, one adapter over q, k and v), "blocks.<i>.proj", "blocks.<i>.fc", "blocks.<i>.out". Returns how many.
+  int add_lora(const LoraTargets& targets);
   // x (B, T, C) -> y (B, T, C)
   Tensor forward(const Tensor& x, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override;
 
  private:
   int heads_;  // this slot's heads
+  std::shared_ptr<const BatchContext> context_;
   LayerNorm ln1_;
   Linear qkv_;   // C -> 3C
   Linear proj_;  // C -> C

@@ -10,6 +10,16 @@ std::vector<Parameter*> Layer::parameters() {
   return out;
 }
 
+void Layer::freeze() {
+  for (auto& p : params_) p->trainable = false;
+  for (Layer* c : children_) c->freeze();
+}
+
+Tensor gradient_or_sink(const Parameter& p, Device& device) {
+  if (p.trainable) return p.grad;
+  return Tensor::zeros(p.shape, DType::F32, device, p.name + " gradient (frozen: dropped)");
+}
+
 Parameter& Layer::add_parameter(const std::string& local, Shape shape, Init init, bool decay) {
   Shard whole;
   whole.split = shape_numel(shape);

@@ -12,9 +12,9 @@
 
 namespace tandem::nn {
 
-enum class Init { Normal, Zeros, Ones };
+enum class Init { Normal, Uniform, Zeros, Ones };
 
-// A trainable tensor. `value` and `grad` are views into the model's flat buffers once materialised.
+// A tensor of the model. `value` and `grad` are views into the model's flat buffers once materialised.
 struct Parameter {
   std::string name;    // logical name, e.g. "blocks.3.qkv.weight": the same in every layout and checkpoint
   Shape shape;         // what this rank holds
@@ -22,7 +22,15 @@ struct Parameter {
   Shard shard;         // which part of the logical tensor `shape` is
   Init init = Init::Normal;
   float stddev = 0.02f;  // for Init::Normal
+  float bound = 0.0f;    // for Init::Uniform: U(-bound, bound)
   bool decay = true;     // weight decay applies (matrices, embeddings), not to biases and norm gains
+  // False: frozen (the base model under LoRA). It has no gradient (`grad` stays undefined: layers skip its gradient
+  // and the weight-gradient product), no fp32 master and no optimizer state; its values are held in the compute
+  // dtype only.
+  bool trainable = true;
+  // A LoRA adapter's A or B (lora.h): not one of the base model's weights, which Hugging Face folders and --init
+  // files hold.
+  bool adapter = false;
   // A second use of a parameter another layer declares under the same name (tied weights: a head that reads the
   // embedding's table). It holds the same values and its gradient is summed with the original's: on one device
   // the two are one buffer; when they sit on two pipeline stages, each stage keeps a copy and the gradients are
@@ -53,6 +61,9 @@ class Layer {
   // Own parameters, then each child's, in declaration order.
   std::vector<Parameter*> parameters();
 
+  // Freezes every parameter of this layer and its children (Parameter::trainable false).
+  void freeze();
+
   // y = f(x). Fills `saved` with what backward needs.
   virtual Tensor forward(const Tensor& x, Saved& saved) = 0;
   // dx from dy; accumulates parameter gradients (+=). Returns an undefined tensor when x has no gradient
@@ -82,5 +93,10 @@ class Layer {
   std::vector<std::unique_ptr<Parameter>> params_;  // stable addresses
   std::vector<Layer*> children_;
 };
+
+// Where a layer accumulates the gradient of `p`: its gradient, or for a frozen parameter a zeroed fp32 tensor of its
+// shape on `device` that is dropped afterwards (ops that compute a gain's gradient with the input's, such as the
+// norms', get somewhere to write it).
+Tensor gradient_or_sink(const Parameter& p, Device& device);
 
 }  // namespace tandem::nn

@@ -25,7 +25,8 @@ Tensor LayerNorm::backward(const Tensor& dy, Saved& saved) {
   const int64_t rows = x.numel() / dim_;
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
   ops::layernorm_backward(dy.view({rows, dim_}), x.view({rows, dim_}), weight_->value, saved.tensors.at(1),
-                          saved.tensors.at(2), dx.view({rows, dim_}), weight_->grad, bias_->grad);
+                          saved.tensors.at(2), dx.view({rows, dim_}), gradient_or_sink(*weight_, x.device()),
+                          gradient_or_sink(*bias_, x.device()));
   saved.clear();
   return dx;
 }
@@ -35,8 +36,8 @@ Tensor LayerNorm::backward_add(const Tensor& dy, const Tensor& dres, Saved& save
   const int64_t rows = x.numel() / dim_;
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
   ops::layernorm_backward_add(dy.view({rows, dim_}), x.view({rows, dim_}), weight_->value, saved.tensors.at(1),
-                              saved.tensors.at(2), dres.view({rows, dim_}), dx.view({rows, dim_}), weight_->grad,
-                              bias_->grad);
+                              saved.tensors.at(2), dres.view({rows, dim_}), dx.view({rows, dim_}),
+                              gradient_or_sink(*weight_, x.device()), gradient_or_sink(*bias_, x.device()));
   saved.clear();
   return dx;
 }

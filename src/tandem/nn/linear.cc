@@ -1,6 +1,7 @@
 #include "tandem/nn/linear.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tandem/ops/ops.h"
 
@@ -8,7 +9,12 @@ namespace tandem::nn {
 
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool bias, Split split, TpSlot tp,
                int fused, const std::string& tied_to)
-    : Layer(std::move(name)), in_(in_features), out_(out_features), split_(tp.active() ? split : Split::None), tp_(tp) {
+    : Layer(std::move(name)),
+      in_(in_features),
+      out_(out_features),
+      parts_(static_cast<size_t>(std::max(fused, 1)), out_features / std::max(fused, 1)),
+      split_(tp.active() ? split : Split::None),
+      tp_(tp) {
   const int parts = tp_.size;
   // The weight, as its own parameter or as a replica of `tied_to` split the same way.
   auto weight = [&](Shape global, Shape local, Shard shard) -> Parameter* {
@@ -54,6 +60,7 @@ Linear::Linear(std::string name, int64_t in_features, const std::vector<int64_t>
     : Layer(std::move(name)),
       in_(in_features),
       out_(sum_of(fused_sizes)),
+      parts_(fused_sizes),
       split_(tp.active() ? split : Split::None),
       tp_(tp) {
   TANDEM_CHECK(!fused_sizes.empty(), this->name(), ": no fused projection sizes");
@@ -99,28 +106,90 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved
   TANDEM_CHECK(x.dim(-1) == in_, name(), " expects last dim ", in_, ", got ", shape_str(x.shape()));
   Tensor y = Tensor::empty(output_shape(x.shape()), x.dtype(), x.device(), name() + " output");  // (..., out)
   const Tensor bias = bias_ && !bias_deferred_ ? bias_->value : Tensor();                        // (out) or none
+  std::vector<Tensor> h;  // (N, r) per adapter: what their backward needs
   if (split_ == Split::Row) {
-    // Partial products of the input slices: summed over tp first, then the bias and the residual, once.
+    // Partial products of the input slices: summed over tp first, then the adapters, the bias and the residual.
     ops::matmul(x, weight_->value, y, false, true);
+    if (lora_) h = lora_->down(x);
     tp_.sum(y);
+    if (lora_) lora_->up(h, y);
     if (bias.defined()) ops::add_bias(y.view({y.numel() / out_, out_}), bias);
     if (residual.defined()) ops::add(y, residual, y);
   } else {
     ops::linear_forward(x, weight_->value, bias, residual, y);
+    if (lora_) {
+      h = lora_->down(x);
+      lora_->up(h, y);
+    }
   }
   saved.tensors = {x};
+  saved.tensors.insert(saved.tensors.end(), h.begin(), h.end());
   return y;
 }
 
 Tensor Linear::backward(const Tensor& dy, Saved& saved) {
   const Tensor x = saved.tensors.at(0);  // (..., in)
-  // dW (out, in) += dy^T x and db (out) += sum dy, one op.
-  ops::linear_weight_grad(dy, x, weight_->grad, bias_ ? bias_->grad : Tensor());
+  // dW (out, in) += dy^T x and db (out) += sum dy, one op; nothing for a frozen weight.
+  const bool bias_grad = bias_ && bias_->trainable;
+  if (weight_->trainable)
+    ops::linear_weight_grad(dy, x, weight_->grad, bias_grad ? bias_->grad : Tensor());
+  else if (bias_grad)
+    ops::bias_backward(dy.view({dy.numel() / out_, out_}), bias_->grad);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");  // (..., in)
   ops::matmul(dy, weight_->value, dx, false, false);
+  if (lora_) lora_->backward(x, std::vector<Tensor>(saved.tensors.begin() + 1, saved.tensors.end()), dy, dx);
   if (split_ == Split::Column) tp_.sum(dx);  // each slot saw only its output columns
   saved.clear();
   return dx;
+}
+
+void Linear::add_lora(const LoraOptions& options, int part, const std::string& label) {
+  TANDEM_CHECK(part >= -1 && part < static_cast<int>(parts_.size()), name(), ": no fused part ", part, " of ",
+               parts_.size());
+  TANDEM_CHECK(split_ != Split::Row || part == -1, name(), ": a row-parallel projection is not fused");
+  const int slots = split_ == Split::None ? 1 : tp_.size, slot = split_ == Split::None ? 0 : tp_.rank;
+  const int64_t r = options.r, in_global = split_ == Split::Row ? in_ * tp_.size : in_;
+  if (!lora_) lora_ = std::make_unique<LoraAdapters>(options, split_ == Split::Row, tp_, in_, in_global, out_);
+  const auto whole = [](int64_t numel) {
+    Shard s;
+    s.split = numel;
+    return s;
+  };
+  const std::string prefix = label.empty() ? "" : label + ".";
+  // A (r, in): split by columns under a row split, as the weight; whole otherwise.
+  Parameter& a = add_sharded_parameter(
+      prefix + "lora_A", {r, in_global}, {r, in_},
+      split_ == Split::Row ? Shard{r, in_global, 1, slot, slots} : whole(r * in_global), Init::Uniform, true);
+  // B (rows, r): the part's rows, split by rows under a column split (a whole-output adapter as the weight is), whole
+  // under a row split.
+  const bool column = split_ == Split::Column;
+  int64_t rows = out_ * (column ? slots : 1), row = 0;  // in all; the local first row
+  if (part >= 0) {
+    rows = parts_[static_cast<size_t>(part)];
+    for (int q = 0; q < part; ++q) row += parts_[static_cast<size_t>(q)] / (column ? slots : 1);
+  }
+  Shard b_shard = whole(rows * r);
+  if (part >= 0 && column) {
+    b_shard = Shard{1, rows, r, slot, slots};
+  } else if (column) {
+    b_shard = weight_->shard;
+    b_shard.inner = r;
+  }
+  const int64_t local_rows = rows / (column ? slots : 1);
+  Parameter& b = add_sharded_parameter(prefix + "lora_B", {rows, r}, {local_rows, r}, b_shard, Init::Zeros, true);
+  // PEFT's initialisations: A as torch's nn.Linear (kaiming-uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B
+  // zeros; init_lora_weights false leaves B as nn.Linear too; "gaussian" draws A from N(0, 1/r).
+  a.bound = 1.0f / std::sqrt(static_cast<float>(in_global));
+  if (options.init == spec::LoraInit::Gaussian) {
+    a.init = Init::Normal;
+    a.stddev = 1.0f / static_cast<float>(r);
+  }
+  if (options.init == spec::LoraInit::Random) {
+    b.init = Init::Uniform;
+    b.bound = 1.0f / std::sqrt(static_cast<float>(r));
+  }
+  a.adapter = b.adapter = true;
+  lora_->add({&a, &b, row, local_rows});
 }
 
 }  // namespace tandem::nn

@@ -3,11 +3,15 @@
 // Y_i = X W_i^T + b_i from a replicated X (its input gradient is summed over tp: the "f" operator); with
 // W = [W_1 .. W_tp] split by columns, a row-parallel layer computes Y = sum_i X_i W_i^T + b from a
 // partitioned X (the sum over tp is the "g" operator; b is replicated and added once after it).
+// With LoRA adapters (lora.h) the frozen product gains s (x A^T) B^T on the adapted outputs; a frozen weight has no
+// gradient and its weight-gradient product is skipped.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "tandem/nn/layer.h"
+#include "tandem/nn/lora.h"
 
 namespace tandem::nn {
 
@@ -43,13 +47,21 @@ class Linear final : public Layer {
   // backward still accumulates the bias gradient (dy is the same for the sum with or without the bias).
   Parameter* defer_bias();
 
+  // Adds a LoRA adapter (lora.h) on part `part` of the fused projections (0-based, in the order the constructor took
+  // them) or, with part -1, on every output; its parameters are "<name>.<label>.lora_A" (r, in) and
+  // "<name>.<label>.lora_B" (rows, r), or "<name>.lora_A" / "<name>.lora_B" with an empty label, split over tp as
+  // lora.h says. Every adapter of one layer takes the same options.
+  void add_lora(const LoraOptions& options, int part, const std::string& label);
+
  private:
   int64_t in_, out_;
+  std::vector<int64_t> parts_;  // the fused projections' output sizes, in all (one part when not fused)
   Split split_;
   TpSlot tp_;
   Parameter* weight_;  // (out_local, in_local)
   Parameter* bias_;    // (out_local) or null
   bool bias_deferred_ = false;
+  std::unique_ptr<LoraAdapters> lora_;  // null without adapters
 };
 
 }  // namespace tandem::nn

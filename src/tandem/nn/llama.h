@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "tandem/nn/lora.h"
 #include "tandem/nn/model.h"
 #include "tandem/nn/tensor_parallel.h"
 #include "tandem/ops/rope_tables.h"
@@ -36,7 +37,9 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp = 1);
 // "embed.weight" (Parameter::replica: the model lists the table once). Initialised as gpt: N(0, 0.02)
 // matrices and embedding, ones for the norms, zeros for biases, keyed by name and element (any layout alike).
 // Tensor-parallel as llama_layers.h describes; the logits are then vocabulary-parallel.
-Model build_llama(const LlamaConfig& cfg, TpSlot tp = {});
+// With `lora`, every parameter above is frozen and LoRA adapters are added at its sites (LlamaBlock::add_lora), each
+// of which must exist.
+Model build_llama(const LlamaConfig& cfg, TpSlot tp = {}, const LoraTargets* lora = nullptr);
 // V C + L (2C + (H + 2 Hkv) D C + H D C + 3 F C [+ (H + 2 Hkv) D] [+ C]) + C [+ V C untied], computed without building
 // the model: every logical parameter once (a tied head adds none).
 int64_t llama_parameter_count(const LlamaConfig& cfg);

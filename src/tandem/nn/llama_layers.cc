@@ -23,7 +23,7 @@ Tensor RmsNorm::backward(const Tensor& dy, Saved& saved) {
   const int64_t rows = x.numel() / dim_;
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
   ops::rmsnorm_backward(dy.view({rows, dim_}), x.view({rows, dim_}), weight_->value, saved.tensors.at(1),
-                        dx.view({rows, dim_}), weight_->grad);
+                        dx.view({rows, dim_}), gradient_or_sink(*weight_, x.device()));
   saved.clear();
   return dx;
 }
@@ -33,7 +33,7 @@ Tensor RmsNorm::backward_add(const Tensor& dy, const Tensor& dres, Saved& saved)
   const int64_t rows = x.numel() / dim_;
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
   ops::rmsnorm_backward_add(dy.view({rows, dim_}), x.view({rows, dim_}), weight_->value, saved.tensors.at(1),
-                            dres.view({rows, dim_}), dx.view({rows, dim_}), weight_->grad);
+                            dres.view({rows, dim_}), dx.view({rows, dim_}), gradient_or_sink(*weight_, x.device()));
   saved.clear();
   return dx;
 }
@@ -79,17 +79,23 @@ Tensor LlamaEmbedding::forward(const Tensor& tokens, Saved& saved) {
 
 Tensor LlamaEmbedding::backward(const Tensor& dy, Saved& saved) {
   const Tensor tokens = saved.tensors.at(0);  // (B, T)
+  if (!weight_->trainable) {
+    saved.clear();
+    return Tensor();
+  }
   const int64_t start = tp_.rank * (vocab_ / tp_.size);
   ops::embedding_backward(tokens.view({tokens.numel()}), dy.view({tokens.numel(), dim_}), weight_->grad, start);
   saved.clear();
   return Tensor();
 }
 
-LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<RopeCache> rope, TpSlot tp)
+LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<RopeCache> rope, TpSlot tp,
+                       std::shared_ptr<const BatchContext> context)
     : Layer("layers." + std::to_string(index)),
       heads_(s.heads / tp.size),
       kv_heads_(s.kv_heads / tp.size),
       rope_(std::move(rope)),
+      context_(std::move(context)),
       attn_norm_(child_name("attn_norm"), s.dim, s.eps),
       qkv_(child_name("qkv"), s.dim, {s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim},
            s.qkv_bias, Split::Column, tp),
@@ -109,6 +115,25 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
 
 namespace {
 enum BlockChild { kAttnNorm, kQkv, kO, kMlpNorm, kGateUp, kDown, kNumChildren };
+
+// Adds the adapter at `site` (part -1: every output) when `targets` names it; returns 1 if it did.
+int adapt(Linear& linear, int part, const std::string& label, const LoraTargets& targets) {
+  const std::string site = label.empty() ? linear.name() : linear.name() + "." + label;
+  if (!targets.sites.count(site)) return 0;
+  linear.add_lora(targets.options, part, label);
+  return 1;
+}
+}  // namespace
+
+int LlamaBlock::add_lora(const LoraTargets& targets) {
+  freeze();
+  int added = 0;
+  const char* qkv[] = {"q", "k", "v"};
+  for (int p = 0; p < 3; ++p) added += adapt(qkv_, p, qkv[p], targets);
+  added += adapt(o_, -1, "", targets);
+  added += adapt(gate_up_, 0, "gate", targets) + adapt(gate_up_, 1, "up", targets);
+  added += adapt(down_, -1, "", targets);
+  return added;
 }
 
 Tensor LlamaBlock::forward(const Tensor& x, Saved& saved) {
@@ -121,7 +146,11 @@ Tensor LlamaBlock::forward(const Tensor& x, Saved& saved) {
   const int64_t d = qkv.dim(2) / (heads_ + 2 * kv_heads_);
   Tensor att = Tensor::empty({B, T, heads_ * d}, x.dtype(), dev, name() + " attention output");  // (B, T, H D / tp)
   Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, dev, name() + " attention lse");        // (B, H / tp, T)
-  ops::attention_gqa_forward(qkv, heads_, kv_heads_, att, lse);
+  const Tensor documents = context_ ? context_->documents : Tensor();                            // (B, T) or none
+  if (documents.defined())
+    ops::attention_gqa_documents_forward(qkv, heads_, kv_heads_, documents, att, lse);
+  else
+    ops::attention_gqa_forward(qkv, heads_, kv_heads_, att, lse);
   Tensor x1 = o_.forward_add(att, x, saved.children[kO]);  // (B, T, C): x + o(att), one pass
   // (B, T, 2F / tp): gate | up of this slot's F / tp columns
   Tensor gate_up = gate_up_.forward(mlp_norm_.forward(x1, saved.children[kMlpNorm]), saved.children[kGateUp]);
@@ -146,7 +175,11 @@ Tensor LlamaBlock::backward(const Tensor& dy, Saved& saved) {
   // Attention branch: dx = dx1 + attn_norm'(qkv'(rope'(attention'(o'(dx1))))), the rotation undone in place.
   Tensor datt = o_.backward(dx1, saved.children[kO]);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, T, (H + 2 Hkv) D / tp)
-  ops::attention_gqa_backward(qkv, heads_, kv_heads_, att, lse, datt, dqkv);
+  const Tensor documents = context_ ? context_->documents : Tensor();                // (B, T) or none
+  if (documents.defined())
+    ops::attention_gqa_documents_backward(qkv, heads_, kv_heads_, documents, att, lse, datt, dqkv);
+  else
+    ops::attention_gqa_backward(qkv, heads_, kv_heads_, att, lse, datt, dqkv);
   saved.tensors.clear();
   ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads_ + kv_heads_, dqkv);
   Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "tandem/nn/batch_context.h"
 #include "tandem/nn/linear.h"
 #include "tandem/ops/rope_tables.h"
 
@@ -85,7 +86,12 @@ struct LlamaBlockShape {
 // gate and up split separately, o and down row-parallel; the norms are replicated.
 class LlamaBlock final : public Layer {
  public:
-  LlamaBlock(int index, const LlamaBlockShape& shape, std::shared_ptr<RopeCache> rope, TpSlot tp = {});
+  // `context`: the model's batch context, whose documents (when it has them) keep attention inside each document.
+  LlamaBlock(int index, const LlamaBlockShape& shape, std::shared_ptr<RopeCache> rope, TpSlot tp = {},
+             std::shared_ptr<const BatchContext> context = nullptr);
+  // Freezes the block and adds LoRA adapters (lora.h) at the sites of `targets` it has: "layers.<i>.qkv.{q,k,v}",
+  // "layers.<i>.o", "layers.<i>.gate_up.{gate,up}", "layers.<i>.down". Returns how many.
+  int add_lora(const LoraTargets& targets);
   // x (B, T, C) -> y (B, T, C)
   Tensor forward(const Tensor& x, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override;
@@ -93,6 +99,7 @@ class LlamaBlock final : public Layer {
  private:
   int heads_, kv_heads_;  // this slot's
   std::shared_ptr<RopeCache> rope_;
+  std::shared_ptr<const BatchContext> context_;
   RmsNorm attn_norm_;
   Linear qkv_;  // C -> (H + 2 Hkv) D
   Linear o_;    // H D -> C

@@ -21,7 +21,8 @@ void cross_entropy_loss(const Tensor& logits, const Tensor& targets, double norm
   ops::row_sum_exp(rows, row_max, lse);
   tp.sum(lse);
   tp.sum(target);
-  ops::cross_entropy_finish(row_max, target, lse, loss_sum);  // lse = max + log(sum exp); loss_sum += lse - target
+  // lse = max + log(sum exp); loss_sum += lse - target over the rows that count
+  ops::cross_entropy_finish(row_max, target, lse, ids, loss_sum);
   ops::cross_entropy_backward(rows, ids, lse, static_cast<float>(grad_scale / normalizer), rows, start);
 }
 

@@ -55,30 +55,39 @@ int64_t Model::num_parameters() const {
   return n;
 }
 
-void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first) {
-  TANDEM_CHECK(value.dtype() == DType::F32, "initial values are drawn in fp32, got ", dtype_name(value.dtype()));
-  if (!value.device().holds_data()) return;  // a counting device: nothing to draw into
-  // Drawn on the host and copied, so any device gets the same numbers.
-  std::vector<float> v(static_cast<size_t>(value.numel()));
-  const int64_t n = value.numel();
+std::vector<float> initial_values(const Parameter& param, uint64_t seed, int64_t first, int64_t count) {
+  std::vector<float> v(static_cast<size_t>(count));
+  // Keyed by the element's index in the logical tensor, so a shard draws what the whole would hold there.
+  const uint64_t stream = hash_name(param.name);
+  const Shard& sh = param.shard;
   switch (param.init) {
     case Init::Zeros:
       break;
     case Init::Ones:
       std::fill(v.begin(), v.end(), 1.0f);
       break;
-    case Init::Normal: {
-      // Keyed by the element's index in the logical tensor, so a shard draws what the whole would hold there.
-      const uint64_t stream = hash_name(param.name);
-      const Shard& sh = param.shard;
+    case Init::Normal:
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i)
+      for (int64_t i = 0; i < count; ++i)
         v[static_cast<size_t>(i)] =
             param.stddev * normal_at(seed, stream, static_cast<uint64_t>(sh.global_index(first + i)));
       break;
-    }
+    case Init::Uniform:
+      // (0, 1] to (-bound, bound].
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < count; ++i)
+        v[static_cast<size_t>(i)] =
+            param.bound * (2.0f * uniform_at(seed, stream, static_cast<uint64_t>(sh.global_index(first + i))) - 1.0f);
+      break;
   }
-  value.copy_from_host(v.data());
+  return v;
+}
+
+void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first) {
+  TANDEM_CHECK(value.dtype() == DType::F32, "initial values are drawn in fp32, got ", dtype_name(value.dtype()));
+  if (!value.device().holds_data()) return;  // a counting device: nothing to draw into
+  // Drawn on the host and copied, so any device gets the same numbers.
+  value.copy_from_host(initial_values(param, seed, first, value.numel()).data());
 }
 
 void Model::materialize(Device& device, uint64_t seed) {
@@ -90,7 +99,7 @@ void Model::materialize(Device& device, uint64_t seed) {
   for (Parameter* p : parameters()) {
     const int64_t n = shape_numel(p->shape);
     p->value = values_.flat_slice(offset, n, p->shape);
-    p->grad = grads_.flat_slice(offset, n, p->shape);
+    if (p->trainable) p->grad = grads_.flat_slice(offset, n, p->shape);
     initialize_parameter(*p, p->value, seed);
     offset += n;
   }

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tandem/nn/batch_context.h"
 #include "tandem/nn/layer.h"
 
 namespace tandem::nn {
@@ -33,8 +34,9 @@ class Model {
   int64_t num_parameters() const;
 
   // Allocates the flat value and gradient buffers on `device` (through its budget), points every parameter
-  // at its slice, and initialises values from (seed, parameter name, element index): N(0, stddev) for
-  // Init::Normal, 0 or 1 otherwise. The result does not depend on anything else.
+  // at its slice (a frozen one gets no gradient view), and initialises values from (seed, parameter name, element
+  // index): N(0, stddev) for Init::Normal, U(-bound, bound) for Init::Uniform, 0 or 1 otherwise. The result does not
+  // depend on anything else.
   void materialize(Device& device, uint64_t seed);
   bool materialized() const { return values_.defined(); }
   const Tensor& flat_values() const { return values_; }  // (P)
@@ -55,6 +57,8 @@ class Model {
     virtual void after_forward(size_t layer) {}
     virtual void before_backward(size_t layer) {}
     virtual void after_backward(size_t layer) {}
+    // Whether every micro-batch's calls do the same, so that a planner may account one and replay it for the others.
+    virtual bool replayable() const { return true; }
   };
   Tensor forward_range(size_t first, size_t last, const Tensor& input, std::vector<Saved>& saved, bool recompute,
                        LayerHooks* hooks = nullptr);
@@ -67,16 +71,23 @@ class Model {
   bool vocab_parallel_logits() const { return vocab_parallel_logits_; }
   void set_vocab_parallel_logits(bool v) { vocab_parallel_logits_ = v; }
 
+  // The micro-batch being run, for layers whose draws depend on it (batch_context.h): the engine sets it before each
+  // forward and backward; layers built for this model hold the pointer.
+  const std::shared_ptr<BatchContext>& batch_context() const { return context_; }
+
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unordered_map<std::string, Parameter*> originals_;  // by name: a repeated name is refused, a replica checked
   Tensor values_;                                          // (P) fp32
   Tensor grads_;                                           // (P) fp32
   bool vocab_parallel_logits_ = false;
+  std::shared_ptr<BatchContext> context_ = std::make_shared<BatchContext>();
 };
 
-// Fills `value` with the parameter's initial values for elements [first, first + value.numel()) of what the
-// parameter holds (its shard, flattened). Any device, any slice, any tensor-parallel split: the same numbers.
+// The parameter's initial values for elements [first, first + count) of what it holds (its shard, flattened), on the
+// host in fp32. Any slice, any tensor-parallel split: the same numbers.
+std::vector<float> initial_values(const Parameter& param, uint64_t seed, int64_t first, int64_t count);
+// Fills `value` (f32) with initial_values(param, seed, first, value.numel()), on any device.
 void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first = 0);
 
 }  // namespace tandem::nn

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/nn/lora.h"
 #include "tandem/nn/model.h"
 #include "tandem/nn/tensor_parallel.h"
 #include "tandem/spec/models.h"
@@ -20,7 +21,8 @@ Model build_mlp(const MlpConfig& cfg, TpSlot tp = {});
 // GELU-tanh MLP of 4*dim, final LN, head without bias: its own weight, or with tie_word_embeddings the embedding
 // table, as Hugging Face's GPT-2).
 using GptConfig = spec::GptConfig;
-Model build_gpt(const GptConfig& cfg, TpSlot tp = {});
+// With `lora`, every parameter is frozen and LoRA adapters are added at its sites (GptBlock::add_lora).
+Model build_gpt(const GptConfig& cfg, TpSlot tp = {}, const LoraTargets* lora = nullptr);
 // V*C + T*C + L*(12 C^2 + 13 C) + 2C (+ V*C untied), computed without building the model.
 int64_t gpt_parameter_count(const GptConfig& cfg);
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tandem/core/ignore_target.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::ops {
@@ -18,6 +19,9 @@ struct AdamWParams;
 // [start, start + V_local) of `vocab`; the unsharded ops pass start 0 and vocab V_local. Ids outside [0, vocab)
 // throw; kUncheckedVocab skips the upper bound where the caller has no vocab (sharded backward: forward checked it).
 inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
+// The cross-entropy ops' target of a row that does not count (a masked position): no loss, no gradient
+// (core/ignore_target.h).
+using tandem::kIgnoreTarget;
 
 }  // namespace tandem::ops
 
@@ -65,8 +69,8 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
                                    const Tensor& dlogits, int64_t start, int64_t vocab),                           \
     (logits, targets, lse, scale, dlogits, start, vocab))                                                          \
   X(void, cross_entropy_finish, (const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,             \
-                                 const Tensor& loss_sum),                                                          \
-    (row_max, target_logit, lse, loss_sum))                                                                        \
+                                 const Tensor& targets, const Tensor& loss_sum),                                   \
+    (row_max, target_logit, lse, targets, loss_sum))                                                                        \
   X(double, sum_squares, (const Tensor& x), (x))                                                                   \
   X(double, sum_squares_total, (const std::vector<Tensor>& xs), (xs))                                              \
   X(void, adamw_step, (const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,                  \
@@ -100,5 +104,15 @@ inline constexpr int64_t kUncheckedVocab = int64_t{1} << 31;
     (qkv, heads, kv_heads, y, lse))                                                                                \
   X(void, attention_gqa_backward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse, \
                                    const Tensor& dy, const Tensor& dqkv),                                          \
-    (qkv, heads, kv_heads, y, lse, dy, dqkv))
+    (qkv, heads, kv_heads, y, lse, dy, dqkv))                                                                      \
+  X(void, attention_gqa_documents_forward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,   \
+                                            const Tensor& y, const Tensor& lse),                                   \
+    (qkv, heads, kv_heads, documents, y, lse))                                                                     \
+  X(void, attention_gqa_documents_backward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,  \
+                                             const Tensor& y, const Tensor& lse, const Tensor& dy,                 \
+                                             const Tensor& dqkv),                                                  \
+    (qkv, heads, kv_heads, documents, y, lse, dy, dqkv))                                                           \
+  X(void, dropout, (const Tensor& x, const Tensor& y, float p, uint64_t seed, uint64_t stream, int64_t row0,      \
+                    int64_t width, int64_t col0),                                                                  \
+    (x, y, p, seed, stream, row0, width, col0))
 // clang-format on

@@ -501,10 +501,13 @@ void row_sum_exp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_
   return backend_of(op, sum_exp).row_sum_exp(logits, row_max, sum_exp);
 }
 
-void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,
+void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse, const Tensor& targets,
                           const Tensor& loss_sum) {
   const char* op = "cross_entropy_finish";
-  check_devices(op, lse, row_max, target_logit, loss_sum);
+  check_devices(op, lse, row_max, target_logit, targets, loss_sum);
+  check_dtype(op, "targets", targets, DType::I32);
+  TANDEM_CHECK(targets.numel() == lse.numel(), op, ": targets ", shape_str(targets.shape()), " and lse ",
+               shape_str(lse.shape()), " differ in size (one element per row)");
   for (const auto& [name, t] : {Named{"row_max", row_max}, {"target_logit", target_logit}, {"lse", lse}}) {
     check_f32(op, name, t);
     TANDEM_CHECK(t.numel() == lse.numel(), op, ": ", name, " ", shape_str(t.shape()), " and lse ",
@@ -514,7 +517,7 @@ void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, con
   TANDEM_CHECK(loss_sum.numel() == 1, op, ": loss_sum ", shape_str(loss_sum.shape()), " is not one element");
   TANDEM_CHECK(!overlaps(loss_sum, row_max) && !overlaps(loss_sum, target_logit) && !overlaps(loss_sum, lse), op,
                ": loss_sum shares memory with a per-row input");
-  return backend_of(op, lse).cross_entropy_finish(row_max, target_logit, lse, loss_sum);
+  return backend_of(op, lse).cross_entropy_finish(row_max, target_logit, lse, targets, loss_sum);
 }
 
 double sum_squares(const Tensor& x) {
@@ -738,6 +741,51 @@ void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Te
   check_same_shape(op, "qkv", qkv, "dqkv", dqkv);
   check_apart(op, "dqkv", dqkv, {{"qkv", qkv}, {"y", y}, {"lse", lse}, {"dy", dy}});
   return backend_of(op, dqkv).attention_gqa_backward(qkv, heads, kv_heads, y, lse, dy, dqkv);
+}
+
+namespace {
+void check_documents(const char* op, const Tensor& documents, const Tensor& qkv) {
+  check_dtype(op, "documents", documents, DType::I32);
+  TANDEM_CHECK(documents.shape() == Shape({qkv.dim(0), qkv.dim(1)}), op, ": documents ", shape_str(documents.shape()),
+               " is not (B, T) = ", shape_str({qkv.dim(0), qkv.dim(1)}), " for qkv ", shape_str(qkv.shape()));
+}
+}  // namespace
+
+void attention_gqa_documents_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                                     const Tensor& y, const Tensor& lse) {
+  const char* op = "attention_gqa_documents_forward";
+  check_devices(op, y, qkv, documents, lse);
+  check_attention_gqa(op, qkv, heads, kv_heads, y, lse);
+  check_documents(op, documents, qkv);
+  check_apart(op, "y", y, {{"qkv", qkv}, {"lse", lse}});
+  check_apart(op, "lse", lse, {{"qkv", qkv}});
+  return backend_of(op, y).attention_gqa_documents_forward(qkv, heads, kv_heads, documents, y, lse);
+}
+
+void attention_gqa_documents_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                                      const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
+  const char* op = "attention_gqa_documents_backward";
+  check_devices(op, dqkv, qkv, documents, y, lse, dy);
+  check_attention_gqa(op, qkv, heads, kv_heads, y, lse);
+  check_documents(op, documents, qkv);
+  check_compute(op, {{"qkv", qkv}, {"y", y}, {"dy", dy}, {"dqkv", dqkv}});
+  check_same_shape(op, "y", y, "dy", dy);
+  check_same_shape(op, "qkv", qkv, "dqkv", dqkv);
+  check_apart(op, "dqkv", dqkv, {{"qkv", qkv}, {"y", y}, {"lse", lse}, {"dy", dy}});
+  return backend_of(op, dqkv).attention_gqa_documents_backward(qkv, heads, kv_heads, documents, y, lse, dy, dqkv);
+}
+
+void dropout(const Tensor& x, const Tensor& y, float p, uint64_t seed, uint64_t stream, int64_t row0, int64_t width,
+             int64_t col0) {
+  const char* op = "dropout";
+  check_devices(op, y, x);
+  check_compute(op, {{"x", x}, {"y", y}});
+  check_same_shape(op, "x", x, "y", y);
+  TANDEM_CHECK(p >= 0.0f && p < 1.0f, op, ": probability ", p, " outside [0, 1)");
+  TANDEM_CHECK(row0 >= 0 && col0 >= 0 && col0 + cols_of(x) <= width, op, ": columns [", col0, ", ", col0 + cols_of(x),
+               ") of a ", width, "-wide tensor at row ", row0);
+  TANDEM_CHECK(!overlaps(x, y) || x.raw() == y.raw(), op, ": y partially overlaps x");
+  return backend_of(op, y).dropout(x, y, p, seed, stream, row0, width, col0);
 }
 
 }  // namespace tandem::ops

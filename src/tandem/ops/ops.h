@@ -110,7 +110,8 @@ void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tens
 void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
                         const Tensor& dqkv);
 
-// Softmax cross-entropy: logits (N, V), targets (N) i32 in [0, V). losses (N) gets each row's
+// Softmax cross-entropy: logits (N, V), targets (N) i32 in [0, V), or kIgnoreTarget (op_list.h: -100) for a row that
+// does not count: its loss is 0 and its logits' gradient 0, in every op below. losses (N) gets each row's
 // -log softmax(logits)[target]; lse (N) saves each row's log-sum-exp. A target out of range throws Error.
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse);
 // dlogits (N, V) = scale * (softmax(logits) - onehot(target)); scale is d(loss)/d(row loss), e.g. 1/N
@@ -130,8 +131,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             const Tensor& dlogits, int64_t start);
 
 // lse (N) f32 holds sum_exp on entry and the log-sum-exp on return: lse = row_max + log(sum_exp);
-// loss_sum (1) f32 += sum over rows of (lse - target_logit). On the device: no host sync.
-void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse, const Tensor& loss_sum);
+// loss_sum (1) f32 += sum over the rows whose target (N) i32 is not kIgnoreTarget of (lse - target_logit). On the
+// device: no host sync.
+void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse, const Tensor& targets,
+                          const Tensor& loss_sum);
 
 // Sum of squares of x, accumulated in double (for global-norm clipping). Waits for the device; inf or NaN
 // in x gives inf or NaN (the fp16 overflow check reads it).
@@ -214,5 +217,24 @@ void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Ten
 // dqkv (B, T, (H + 2 Hkv) D) overwritten; dk and dv of each kv head are summed over the query heads it serves.
 void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
                             const Tensor& dy, const Tensor& dqkv);
+
+// The same attention kept inside documents: documents (B, T) i32 gives each position's document, non-decreasing along
+// T (documents packed into one sequence), and position t attends to the positions s <= t of its own document only
+// (s at or after the first position holding its id). The causal attention above is the case of one document.
+// Backends without it throw.
+void attention_gqa_documents_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                                     const Tensor& y, const Tensor& lse);
+void attention_gqa_documents_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                                      const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
+
+// ---- Dropout ----
+
+// Counter-based dropout: y (N, C) = x * keep / (1 - p), x (N, C) one block of columns of a logical (rows, width)
+// tensor whose row 0 is logical row `row0` and column 0 logical column `col0`. Element (i, j) is kept when
+// uniform_at(seed, stream, (row0 + i) * width + col0 + j) (core/philox.h) exceeds p, so any device and any split of
+// the rows or columns draws the same mask for the same logical element; applied to a gradient with the same keys
+// it is the mask's backward. 0 <= p < 1. y may be x.
+void dropout(const Tensor& x, const Tensor& y, float p, uint64_t seed, uint64_t stream, int64_t row0, int64_t width,
+             int64_t col0);
 
 }  // namespace tandem::ops

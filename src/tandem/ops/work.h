@@ -85,6 +85,11 @@ OpWork work_of(const A&... a) {
   } else if constexpr (id == OpId::attention_gqa_backward) {
     // dV, dP, dQ, dK and the recomputed scores: 2.5 times the forward's products.
     w.attention_flops = 2.5 * work_detail::attention_gqa_forward_flops(std::get<3>(std::tie(a...)));  // y
+  } else if constexpr (id == OpId::attention_gqa_documents_forward) {
+    // Counted as the causal attention it computes within (the masked-out scores are formed too).
+    w.attention_flops = work_detail::attention_gqa_forward_flops(std::get<4>(std::tie(a...)));  // y
+  } else if constexpr (id == OpId::attention_gqa_documents_backward) {
+    w.attention_flops = 2.5 * work_detail::attention_gqa_forward_flops(std::get<4>(std::tie(a...)));  // y
   } else if constexpr (id == OpId::adamw_step) {
     w.bytes = 28.0 * static_cast<double>(std::get<0>(std::tie(a...)).numel());
   } else {

@@ -1,21 +1,21 @@
 // AdamW over segments of flat fp32 buffers: fp32 moments, weight decay (decoupled, or as L2 regularisation
 // for DeepSpeed's Adam with adam_w_mode false) applied only to the parameters marked `decay`. A segment is the
 // unit a ZeRO shard later owns; here it is one parameter. Its settings are the config's optimizer struct
-// (config/train_config.h), read in float as the op takes them.
+// (spec/train.h), read in float as the op takes them.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "tandem/config/train_config.h"
 #include "tandem/core/tensor.h"
+#include "tandem/spec/train.h"
 
 namespace tandem::optim {
 
 // One contiguous run of parameters the optimizer updates, with its moments.
 struct Segment {
   std::string name;  // parameter name, for checkpoints
-  Tensor value;      // (n) fp32
+  Tensor value;      // (n) fp32; undefined when the segment's value and moments live elsewhere (a swap file)
   Tensor grad;       // (n) fp32
   bool decay = true;
   int64_t offset = 0;  // where the segment starts in the parameter (its flattened tensor-parallel slot)
@@ -23,23 +23,31 @@ struct Segment {
 
 class AdamW {
  public:
-  // Allocates the moments (zeros) for every segment on the segments' device.
-  AdamW(std::vector<Segment> segments, const config::OptimizerConfig& cfg);
+  // Allocates the moments (zeros) for every segment on the segments' device, but for segments without a value:
+  // their state is kept elsewhere and given to update_one.
+  AdamW(std::vector<Segment> segments, const spec::OptimizerConfig& cfg);
 
   // One update with learning rate `lr`; gradients are read multiplied by `grad_scale` (clipping, loss
   // scaling). Counts the step.
   void step(float lr, float grad_scale = 1.0f);
+  // The same in parts: count the step, then update segments [first, end) (each segment once per step, in any order
+  // and on any thread; a segment's update reads and writes only its own tensors).
+  void begin_step() { ++step_; }
+  void update(size_t first, size_t end, float lr, float grad_scale) const;
+  // Segment i's update on state the caller holds (its value and moments read in from a swap file), (n) each.
+  void update_one(size_t i, const Tensor& value, const Tensor& exp_avg, const Tensor& exp_avg_sq, float lr,
+                  float grad_scale) const;
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
   const std::vector<Segment>& segments() const { return segments_; }
-  const std::vector<Tensor>& exp_avg() const { return m_; }     // one per segment, (n)
-  const std::vector<Tensor>& exp_avg_sq() const { return v_; }  // one per segment, (n)
-  const config::OptimizerConfig& config() const { return cfg_; }
+  const std::vector<Tensor>& exp_avg() const { return m_; }     // one per segment, (n); undefined without a value
+  const std::vector<Tensor>& exp_avg_sq() const { return v_; }  // one per segment, (n); likewise
+  const spec::OptimizerConfig& config() const { return cfg_; }
 
  private:
   std::vector<Segment> segments_;
-  config::OptimizerConfig cfg_;
+  spec::OptimizerConfig cfg_;
   std::vector<Tensor> m_, v_;
   int64_t step_ = 0;
 };

@@ -7,18 +7,18 @@
 namespace tandem::optim {
 namespace {
 
-using config::SchedulerType;
+using spec::SchedulerType;
 
 // How far the warmup is at `step` (< warm), from 0 to 1.
-double warmup_fraction(const config::SchedulerConfig& c, int64_t step, int64_t warm) {
-  if (c.warmup_type == config::WarmupType::Log)
+double warmup_fraction(const spec::SchedulerConfig& c, int64_t step, int64_t warm) {
+  if (c.warmup_type == spec::WarmupType::Log)
     return std::log(static_cast<double>(step + 1)) / std::log(static_cast<double>(warm));
   return static_cast<double>(step) / static_cast<double>(warm);
 }
 
 }  // namespace
 
-double learning_rate(const config::SchedulerConfig& c, int64_t step) {
+double learning_rate(const spec::SchedulerConfig& c, int64_t step) {
   if (c.type == SchedulerType::Constant) return c.peak_lr;
   // DeepSpeed warms up over max(2, warmup_num_steps) steps (a log warmup over one step would divide by
   // log 1); no warmup at all when it is 0.

@@ -26,8 +26,15 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     chunks_.push_back(range);
     for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
   }
+  OffloadOptions offload{cfg.offload_optimizer, cfg.offload_param, nullptr, static_cast<int>(cfg.micro_batches)};
+  if (cfg.offload_optimizer.enabled()) {
+    auto* accounted = dynamic_cast<device::AccountedDevice*>(&device);
+    TANDEM_CHECK(accounted, "offload needs an accounted device (CPU, CUDA or counting), not ", device.name());
+    host_ = accounted->host_memory(cfg.offload_optimizer.pin_memory || cfg.offload_param.pin_memory);
+    offload.host = host_.get();
+  }
   store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.optimizer,
-                                            cfg.compute, groups.tied.get());
+                                            cfg.compute, groups.tied.get(), offload);
   if (cfg.fp16.enabled) {
     loss_scale_ =
         cfg.fp16.loss_scale > 0 ? cfg.fp16.loss_scale : std::ldexp(1.0, static_cast<int>(cfg.fp16.initial_scale_power));
@@ -64,17 +71,35 @@ pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatc
 }
 
 double Engine::run_schedule(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer,
-                            bool forward_only) {
+                            bool forward_only, int64_t step_index) {
   const auto& c = groups_.coord;
   const nn::TpSlot loss_tp =
       model_.vocab_parallel_logits() ? nn::TpSlot{c.tp, groups_.layout.tp, tp_reducer_.get()} : nn::TpSlot{};
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, device_, "step loss sum");  // (1), summed on the device
   const auto scale = static_cast<float>(forward_only ? 1.0 : loss_scale_);
+  // Where each micro-batch's samples sit in the step, for the layers' per-sample draws, and its documents, which
+  // every stage's attention reads (fetched once a step for each micro-batch, on every stage).
+  nn::BatchContext& context = *model_.batch_context();
+  context.training = !forward_only;
+  context.seed = cfg_.seed;
+  context.step = step_index;
+  std::map<int, Tensor> documents;  // by micro-batch
+  const auto point_context = [&](int mb) {
+    context.first_sample = c.dp * cfg_.micro_batch * cfg_.micro_batches + mb * cfg_.micro_batch;
+    if (!cfg_.documents) return;
+    auto it = documents.find(mb);
+    if (it == documents.end()) {
+      const PurposeScope scope(device_, MemoryPurpose::Other);
+      it = documents.emplace(mb, micro_batch(batch, mb).documents).first;
+    }
+    context.documents = it->second;
+  };
   executor_->run([&](int mb) { return micro_batch(batch, mb); },
                  [&](const Tensor& logits, const Tensor& targets) {
                    nn::cross_entropy_loss(logits, targets, loss_normalizer, loss_sum, loss_tp, scale);
                  },
-                 forward_only);
+                 forward_only, point_context);
+  context.documents = Tensor();
   if (!forward_only) {
     store_->reduce_gradients();
     store_->tie_gradients();
@@ -86,16 +111,16 @@ double Engine::run_schedule(const std::function<pipeline::MicroBatch(int64_t, in
 }
 
 double Engine::evaluate(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer) {
-  return run_schedule(batch, loss_normalizer, true);
+  return run_schedule(batch, loss_normalizer, true, 0);
 }
 
 StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, float lr,
-                        double loss_normalizer) {
+                        double loss_normalizer, int64_t step_index) {
   const auto& c = groups_.coord;
   store_->begin_step();
   StepResult r;
   r.loss_scale = loss_scale_;
-  r.loss_sum = run_schedule(batch, loss_normalizer, false);
+  r.loss_sum = run_schedule(batch, loss_normalizer, false, step_index);
   r.grad_norm = std::sqrt(groups_.world->all_reduce_scalar(store_->grad_sum_of_squares(c.tp == 0))) / loss_scale_;
   if (cfg_.fp16.enabled && !std::isfinite(r.grad_norm)) {
     r.skipped = true;  // the same verdict on every rank: the norm was reduced over the world

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "tandem/config/train_config.h"
 #include "tandem/layout/groups.h"
 #include "tandem/layout/layout.h"
 #include "tandem/nn/model.h"
@@ -18,6 +17,7 @@
 #include "tandem/parallel/pipeline/executor.h"
 #include "tandem/parallel/tensor/tp_reducer.h"
 #include "tandem/parallel/zero/parameter_store.h"
+#include "tandem/spec/train.h"
 
 namespace tandem::parallel {
 
@@ -25,12 +25,16 @@ struct EngineConfig {
   layout::ParallelPlan plan;
   int zero_stage = 0;
   uint64_t seed = 0;
-  config::OptimizerConfig optimizer;
-  int64_t micro_batch = 1;       // samples per micro-batch on one virtual GPU
-  int64_t micro_batches = 1;     // per step (gradient accumulation steps)
-  double gradient_clipping = 0;  // 0: off
-  DType compute = DType::F32;    // activations and the weights layers read; master weights stay fp32
-  config::Fp16Config fp16;       // loss scaling, when enabled (fp16 compute)
+  spec::OptimizerConfig optimizer;
+  int64_t micro_batch = 1;                // samples per micro-batch on one virtual GPU
+  int64_t micro_batches = 1;              // per step (gradient accumulation steps)
+  double gradient_clipping = 0;           // 0: off
+  DType compute = DType::F32;             // activations and the weights layers read; master weights stay fp32
+  spec::Fp16Config fp16;                  // loss scaling, when enabled (fp16 compute)
+  spec::OffloadConfig offload_optimizer;  // zero_optimization.offload_optimizer
+  spec::OffloadConfig offload_param;      // zero_optimization.offload_param
+  // The batches carry documents (data.document_mask): every stage fetches each micro-batch's for its attention.
+  bool documents = false;
 };
 
 struct StepResult {
@@ -47,9 +51,10 @@ class Engine {
   Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineConfig& cfg, layout::Groups& groups,
          Device& device, const Shape& input_shape);
 
-  // One step: `batch(first, count)` gives the global samples first .. first+count-1 of this step.
+  // One step: `batch(first, count)` gives the global samples first .. first+count-1 of this step. `step_index`
+  // (0-based) keys the draws layers make per step (LoRA's dropout masks: nn::BatchContext).
   StepResult step(const std::function<pipeline::MicroBatch(int64_t first, int64_t count)>& batch, float lr,
-                  double loss_normalizer);
+                  double loss_normalizer, int64_t step_index = 0);
 
   // The loss of the model as it stands on one global batch, with no update: the step's schedule, forward actions
   // only. Returns the loss summed over the batch's rows (as StepResult::loss_sum; `loss_normalizer` scales only the
@@ -64,6 +69,8 @@ class Engine {
 
   nn::Model& model() { return model_; }
   ParameterStore& store() { return *store_; }
+  // The host memory offloaded state lives in (its own live and peak bytes), or null without offload.
+  device::AccountedDevice* host_memory() { return host_.get(); }
   double loss_scale() const { return loss_scale_; }
   // For checkpoints: the loss-scaling state, restored on resume.
   void set_loss_scale_state(double scale, int good_steps, int overflows_left);
@@ -81,11 +88,12 @@ class Engine {
   pipeline::MicroBatch micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb);
   // Runs the schedule over one global batch and returns the loss sum; with `forward_only` nothing is kept.
   double run_schedule(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer,
-                      bool forward_only);
+                      bool forward_only, int64_t step_index);
 
   EngineConfig cfg_;
   layout::Groups& groups_;
   Device& device_;
+  std::unique_ptr<device::AccountedDevice> host_;  // with offload, made before the store that fills it
   std::unique_ptr<CommTpReducer> tp_reducer_;
   nn::Model model_;
   std::vector<pipeline::LayerRange> all_chunks_;  // by global stage

@@ -1,11 +1,13 @@
 #include "tandem/plan/memory_model.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 
 #include "tandem/layout/groups.h"
 #include "tandem/parallel/engine.h"
 #include "tandem/parallel/pipeline/schedule.h"
+#include "tandem/train/checkpoint.h"
 
 namespace tandem::plan {
 
@@ -20,6 +22,9 @@ parallel::EngineConfig engine_config(const Setup& s) {
   ec.micro_batch = s.micro_batch;
   ec.micro_batches = s.micro_batches;
   ec.compute = s.dtype_bytes == 4 ? DType::F32 : DType::BF16;  // fp16 holds the same bytes and runs the same ops
+  ec.documents = s.documents;
+  ec.offload_optimizer = s.offload_optimizer;
+  ec.offload_param = s.offload_param;
   return ec;
 }
 
@@ -61,20 +66,35 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
   r.memory.pp_rank = pp_rank;
   r.memory.resident = dev.live();
   r.memory.layers = describe_chunks(engine);
+  r.memory.disk_bytes = static_cast<int64_t>(engine.store().swap_bytes());
+  if (s.async_checkpoints)
+    r.memory.checkpoint_host = static_cast<int64_t>(train::async_checkpoint_host_bytes(engine, groups.coord));
+  r.memory.disk_optimizer = static_cast<int64_t>(engine.store().optimizer_swap_bytes());
+  r.memory.disk_parameters = static_cast<int64_t>(engine.store().parameter_swap_bytes());
+  device::CountingDevice* host = engine.host_memory() ? device::as_counting(*engine.host_memory()) : nullptr;
+  if (host) r.memory.host_resident = host->live();
   if (budget > 0 && dev.live_bytes() > budget) step = false;
   r.stepped = step;
   if (step) {
     const device::WorkLog before = dev.work();
+    const device::WorkLog host_before = host ? host->work() : device::WorkLog{};
     engine.step(
         [&](int64_t, int64_t count) {
-          return pl::MicroBatch{Tensor::empty(m.input_shape(count), m.input_dtype, dev, "batch inputs"),
-                                Tensor::empty({count * m.rows_per_sample}, DType::I32, dev, "batch targets")};
+          return pl::MicroBatch{
+              Tensor::empty(m.input_shape(count), m.input_dtype, dev, "batch inputs"),
+              Tensor::empty({count * m.rows_per_sample}, DType::I32, dev, "batch targets"),
+              s.documents ? Tensor::empty(m.input_shape(count), DType::I32, dev, "batch documents") : Tensor()};
         },
         0.0f, 1.0);
     r.work.actions = engine.last_step_actions();
     device::WorkLog in_actions;
     for (const auto& a : r.work.actions) in_actions += a.work;
     r.work.end = dev.work() - before - in_actions;
+    if (host) r.work.host = host->work() - host_before;
+  }
+  if (host) {
+    r.memory.host_peak = static_cast<int64_t>(host->peak_bytes());
+    r.memory.host_at_peak = host->at_peak();
   }
   r.memory.peak = static_cast<int64_t>(dev.peak_bytes());
   r.memory.at_peak = dev.at_peak();
@@ -90,6 +110,38 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
 const RankMemory& MemoryPrediction::of_rank(int world_rank) const {
   const layout::Coord c = layout::coord_of(layout, world_rank);
   return ranks.at(static_cast<size_t>(c.dp * layout.pp + c.pp));
+}
+
+int64_t MemoryPrediction::host_peak() const {
+  int64_t most = 0;
+  for (const RankMemory& r : ranks) most = std::max(most, r.host_peak + r.checkpoint_host);
+  return most;
+}
+
+namespace {
+
+// The most of `bytes` of the world ranks that any run of `ranks_per_node` consecutive ranks (a node) holds together.
+int64_t per_node(const MemoryPrediction& p, int ranks_per_node,
+                 const std::function<int64_t(const RankMemory&)>& bytes) {
+  const int n = std::max(ranks_per_node, 1);
+  int64_t most = 0;
+  for (int first = 0; first < p.layout.world(); first += n) {
+    int64_t node = 0;
+    for (int r = first; r < std::min(first + n, p.layout.world()); ++r) node += bytes(p.of_rank(r));
+    most = std::max(most, node);
+  }
+  return most;
+}
+
+}  // namespace
+
+int64_t MemoryPrediction::host_per_node(int ranks_per_node) const {
+  return per_node(*this, ranks_per_node, [](const RankMemory& r) { return r.host_peak + r.checkpoint_host; });
+}
+
+int64_t MemoryPrediction::disk_per_node(int ranks_per_node, bool parameters) const {
+  return per_node(*this, ranks_per_node,
+                  [&](const RankMemory& r) { return parameters ? r.disk_parameters : r.disk_optimizer; });
 }
 
 const RankMemory& MemoryPrediction::worst() const {
@@ -134,6 +186,14 @@ MemoryPrediction MemoryModel::predict(const Setup& setup, bool every_replica, ui
         rm.resident = other.resident;
         rm.at_peak = base.memory.at_peak - less;
         rm.peak = rm.at_peak.total();
+        const device::Breakdown host_less = base.memory.host_resident - other.host_resident;
+        rm.host_resident = other.host_resident;
+        rm.host_at_peak = base.memory.host_at_peak - host_less;
+        rm.host_peak = rm.host_at_peak.total();
+        rm.disk_bytes = other.disk_bytes;
+        rm.checkpoint_host = other.checkpoint_host;
+        rm.disk_optimizer = other.disk_optimizer;
+        rm.disk_parameters = other.disk_parameters;
       }
       rm.dp_rank = d;
       rm.activation_bound = pl::activation_bound(kind, spec, r);

@@ -34,6 +34,12 @@ struct Setup {
   // The device the run will use, when this process has it: CUDA kernels whose scratch only their library knows
   // (cuDNN's attention workspace) are asked there; without it that scratch is estimated (ops/cuda/scratch.cc).
   Device* device = nullptr;
+  bool documents = false;  // the batches carry each position's document (data.document_mask)
+  // What the run offloads to host memory (zero_optimization.offload_optimizer, offload_param).
+  spec::OffloadConfig offload_optimizer;
+  spec::OffloadConfig offload_param;
+  // Checkpoints written in the background (checkpoint.async): their host copy of each rank's state counts too.
+  bool async_checkpoints = false;
 };
 
 // One device's prediction. Every tp slot of a (replica, stage) holds the same bytes, so one stands for all.
@@ -47,6 +53,13 @@ struct RankMemory {
   int activation_bound = 0;                 // the schedule's bound on it (pipeline::activation_bound)
   int64_t activations_per_micro_batch = 0;  // activations at the peak over the micro-batches held then
   std::string layers;                       // "layers 0..7 (embedding .. blocks.6)" for each chunk
+  // Host memory the rank's offloaded state takes (0 without offload), accounted as the device's is.
+  int64_t host_peak = 0;
+  device::Breakdown host_at_peak;
+  device::Breakdown host_resident;
+  int64_t checkpoint_host = 0;  // the background checkpoint's host copy of the rank's state (held from the first on)
+  int64_t disk_bytes = 0;       // the rank's swap files (offload to nvme): the optimizer's and the parameters'
+  int64_t disk_optimizer = 0, disk_parameters = 0;
 };
 
 // The work one pipeline position's step recorded: each action of its schedule, then the end of the step
@@ -54,6 +67,7 @@ struct RankMemory {
 struct RankWork {
   std::vector<parallel::pipeline::PipelineExecutor::ActionWork> actions;
   device::WorkLog end;
+  device::WorkLog host;  // what the step ran on the host (offload: the host AdamW and the gradients' sums)
 };
 
 struct MemoryPrediction {
@@ -66,6 +80,12 @@ struct MemoryPrediction {
   const RankMemory& of_rank(int world_rank) const;
   const RankMemory& worst() const;
   int64_t peak() const { return worst().peak; }
+  // The largest host peak of a rank (offloaded state and background checkpoint copy), and the most host memory any
+  // `ranks_per_node` consecutive world ranks (one node's, as mpirun places them) take together.
+  int64_t host_peak() const;
+  int64_t host_per_node(int ranks_per_node) const;
+  // Likewise the swap files' bytes on a node's disk: the optimizer's, the parameters' (offload to nvme).
+  int64_t disk_per_node(int ranks_per_node, bool parameters) const;
 };
 
 class MemoryModel {

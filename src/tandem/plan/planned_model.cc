@@ -11,13 +11,13 @@ Shape PlannedModel::input_shape(int64_t micro) const {
   return s;
 }
 
-PlannedModel planned_model(const config::ModelConfig& model) {
+PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfig& lora) {
   PlannedModel m;
-  m.build = [model](nn::TpSlot tp) { return train::build_model(model, tp); };
-  const config::ModelIO io = config::model_io(model);
-  m.type = config::model_type(model);
-  m.rows_per_sample = config::rows_per_sample(model);
-  m.extra_flops_per_row = config::extra_flops_per_row(model);
+  m.build = [model, lora](nn::TpSlot tp) { return train::build_model(model, tp, lora); };
+  const spec::ModelIO io = spec::model_io(model);
+  m.type = spec::model_type(model);
+  m.rows_per_sample = spec::rows_per_sample(model);
+  m.extra_flops_per_row = spec::extra_flops_per_row(model);
   if (io.tokens) {
     m.sample_shape = {io.seq_len};
     m.input_dtype = DType::I32;

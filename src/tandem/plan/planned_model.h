@@ -7,9 +7,10 @@
 #include <functional>
 #include <string>
 
-#include "tandem/config/model_config.h"
 #include "tandem/layout/layout.h"
 #include "tandem/nn/model.h"
+#include "tandem/spec/lora.h"
+#include "tandem/spec/model_config.h"
 
 namespace tandem::plan {
 
@@ -30,7 +31,7 @@ struct PlannedModel {
   Shape input_shape(int64_t micro) const;
 };
 
-// The model a config names, built by the engine's factory (train::build_model).
-PlannedModel planned_model(const config::ModelConfig& model);
+// The model a config names, built by the engine's factory (train::build_model), with the config's LoRA adapters.
+PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfig& lora = {});
 
 }  // namespace tandem::plan

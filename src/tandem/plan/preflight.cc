@@ -1,10 +1,16 @@
 #include "tandem/plan/preflight.h"
 
 #include <omp.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 
+#include "tandem/checkpoint/disk_space.h"
 #include "tandem/core/units.h"
 #include "tandem/plan/search.h"
 
@@ -13,20 +19,6 @@ namespace tandem::plan {
 namespace {
 
 std::string bytes_str(int64_t b) { return format_bytes(static_cast<uint64_t>(std::max<int64_t>(b, 0))); }
-
-// The config keys that select a candidate, as a user would write them.
-std::string config_keys(const Candidate& c) {
-  const auto& p = c.setup.plan;
-  config::Json parallel = {{"virtual_gpus", p.layout.dp}, {"pipeline", p.layout.pp}, {"tensor", p.layout.tp}};
-  if (p.layout.pp > 1) parallel["schedule"] = spec::schedule_name(p.schedule);
-  if (p.virtual_stages > 1) parallel["virtual_stages"] = p.virtual_stages;
-  if (p.activation_checkpointing) parallel["activation_checkpointing"] = true;
-  std::ostringstream os;
-  os << "\"parallel\": " << parallel.dump()
-     << ", \"zero_optimization\": {\"stage\": " << (p.layout.dp > 1 ? c.setup.zero_stage : 0)
-     << "}, \"train_micro_batch_size_per_gpu\": " << c.setup.micro_batch;
-  return os.str();
-}
 
 }  // namespace
 
@@ -41,7 +33,11 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   s.backend = options.backend;
   s.cpu_threads = options.cpu_threads > 0 ? options.cpu_threads : omp_get_max_threads();
   s.device = options.device;
-  MemoryModel model(planned_model(cfg.model));
+  s.documents = cfg.data.document_mask || (cfg.eval.enabled && cfg.eval.data.document_mask);
+  s.offload_optimizer = cfg.offload_optimizer;
+  s.offload_param = cfg.offload_param;
+  s.async_checkpoints = cfg.checkpoint.async && (cfg.checkpoint.every > 0 || cfg.checkpoint.at_end);
+  MemoryModel model(planned_model(cfg.model, cfg.lora));
 
   PreflightResult r;
   r.memory = model.predict(s, /*every_replica=*/true);
@@ -51,7 +47,7 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   const char* budget_name = cfg.device_memory_bytes ? "\"device_memory\" " : "the GPU's free memory, ";
   r.fits = r.budget == 0 || r.peak <= static_cast<int64_t>(r.budget);
   r.time = predict_time(model, r.memory, s, builtin_rates(s.backend == Backend::Cuda ? "h200" : "cpu"));
-  r.line = "predicted peak per device: " + bytes_str(r.peak);
+  r.line = "predicted peak per device: " + bytes_str(r.peak) + " (" + std::to_string(r.peak) + " bytes)";
   if (r.budget)
     r.line += (cfg.device_memory_bytes ? " (budget " : " (free on the GPU ") +
               bytes_str(static_cast<int64_t>(r.budget)) + ")";
@@ -59,6 +55,66 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   std::snprintf(speed, sizeof speed, "; predicted step %.1f ms (%.4g %s)", r.time.step_s * 1e3, r.time.tokens_per_s,
                 r.time.unit);
   r.line += speed;
+  r.host_peak = r.memory.host_peak();
+  r.host_per_node = r.memory.host_per_node(options.ranks_per_node);
+  if (r.host_peak > 0) {
+    int64_t checkpoint = 0;
+    for (const RankMemory& rank : r.memory.ranks) checkpoint = std::max(checkpoint, rank.checkpoint_host);
+    // "predicted host memory per rank: 45.3 MiB (offloaded state 18.1 MiB, background checkpoint copy 27.2 MiB), 181.2
+    // MiB for the 4 ranks of a node, of 22.6 GiB available"
+    r.line += "\npredicted host memory per rank: " + bytes_str(r.host_peak);
+    if (checkpoint > 0)
+      r.line += r.host_peak > checkpoint ? " (offloaded state " + bytes_str(r.host_peak - checkpoint) +
+                                               ", background checkpoint copy " + bytes_str(checkpoint) + ")"
+                                         : " (the background checkpoint's copy)";
+    if (options.ranks_per_node > 1)
+      r.line +=
+          ", " + bytes_str(r.host_per_node) + " for the " + std::to_string(options.ranks_per_node) + " ranks of a node";
+    if (options.host_memory_bytes)
+      r.line += ", of " + bytes_str(static_cast<int64_t>(options.host_memory_bytes)) +
+                (cfg.host_memory_bytes ? " (\"host_memory\")" : " available");
+  }
+  // nvme: the folder must be there and hold a node's swap files.
+  for (const bool parameters : {false, true}) {
+    const spec::OffloadConfig& o = parameters ? cfg.offload_param : cfg.offload_optimizer;
+    if (o.device != spec::OffloadDevice::Nvme) continue;
+    const std::string key = parameters ? "offload_param" : "offload_optimizer";
+    const int64_t need = r.memory.disk_per_node(options.ranks_per_node, parameters);
+    r.line += "\npredicted " + key + " swap files: " + bytes_str(need) + " a node in " + o.nvme_path;
+    if (!std::filesystem::is_directory(o.nvme_path))
+      TANDEM_FAIL("zero_optimization.", key, ".nvme_path '", o.nvme_path,
+                  "' is not a folder: create it on a fast local disk (the swap files need ", bytes_str(need),
+                  " a node), or offload to \"cpu\"");
+    if (::access(o.nvme_path.c_str(), W_OK) != 0)
+      TANDEM_FAIL("zero_optimization.", key, ".nvme_path '", o.nvme_path, "' is not writable (", std::strerror(errno),
+                  "): choose a folder this job can write, or offload to \"cpu\"");
+    checkpoint::check_free_space(
+        o.nvme_path,
+        {"the " + key + " swap files of a node's " + std::to_string(options.ranks_per_node) + " rank" +
+             (options.ranks_per_node > 1 ? "s" : ""),
+         static_cast<uint64_t>(need),
+         "free space there, choose another zero_optimization." + key + ".nvme_path, or offload to \"cpu\""});
+  }
+  if (options.host_memory_bytes && r.host_per_node > static_cast<int64_t>(options.host_memory_bytes)) {
+    r.fits = false;
+    const RankMemory& w =
+        *std::max_element(r.memory.ranks.begin(), r.memory.ranks.end(), [](const RankMemory& a, const RankMemory& b) {
+          return a.host_peak + a.checkpoint_host < b.host_peak + b.checkpoint_host;
+        });
+    std::string held = w.host_at_peak.total() > 0 ? "offloaded state " + w.host_at_peak.describe() : "";
+    if (w.checkpoint_host > 0)
+      held +=
+          (held.empty() ? "" : "; ") + std::string("the background checkpoint's copy ") + bytes_str(w.checkpoint_host);
+    r.message = "this run needs " + bytes_str(r.host_per_node) + " of host memory on a node (" +
+                std::to_string(options.ranks_per_node) + " rank" + (options.ranks_per_node > 1 ? "s" : "") +
+                ", the fullest " + bytes_str(w.host_peak + w.checkpoint_host) + ": " + held + "), over the " +
+                bytes_str(static_cast<int64_t>(options.host_memory_bytes)) +
+                (cfg.host_memory_bytes ? " of \"host_memory\"" : " the node has available") +
+                ": offload less (zero_optimization.offload_optimizer.ratio below 1, or no offload_param), write "
+                "checkpoints at the step boundary (checkpoint.async false), use more nodes, or set \"host_memory\" "
+                "if the node has more than it reports";
+    return r;
+  }
   if (r.fits) return r;
 
   const RankMemory& w = r.memory.worst();
@@ -74,11 +130,12 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
     opt.dtype_bytes = s.dtype_bytes;
     opt.cpu_threads = s.cpu_threads;
     opt.global_batch = cfg.batch.global;
+    opt.host_memory = options.host_memory_bytes;
     const SearchResult found = search_layouts(model.model(), opt);
     if (!found.fit.empty()) {
       const Candidate& best = found.fit.front();
       os << " On " << opt.devices << " device" << (opt.devices == 1 ? "" : "s") << ", " << best.name()
-         << " fits (predicted peak " << bytes_str(best.memory.peak()) << "): set " << config_keys(best) << ".";
+         << " fits (predicted peak " << bytes_str(best.memory.peak()) << "): set " << best.config_keys() << ".";
     } else if (!found.no_fit.empty()) {
       const Candidate& least = found.no_fit.front();
       os << " No layout of " << opt.devices << " device" << (opt.devices == 1 ? "" : "s")

@@ -22,14 +22,20 @@ struct PreflightOptions {
   // before the run allocates); 0: no limit.
   uint64_t device_free_bytes = 0;
   Device* device = nullptr;  // the run's device when this process has it (plan::Setup::device)
+  // Offload: the host memory a node has for the ranks on it (the config's "host_memory", else what the node has
+  // free; 0: no check), and how many ranks share a node.
+  uint64_t host_memory_bytes = 0;
+  int ranks_per_node = 1;
 };
 
 struct PreflightResult {
   int64_t peak = 0;               // the largest per-device peak
   std::vector<int64_t> per_rank;  // predicted peak of every world rank
   MemoryPrediction memory;
-  TimePrediction time;  // with the built-in rates of the backend ("h200" or "cpu")
-  uint64_t budget = 0;  // device_memory, else PreflightOptions::device_free_bytes; 0: none
+  TimePrediction time;        // with the built-in rates of the backend ("h200" or "cpu")
+  uint64_t budget = 0;        // device_memory, else PreflightOptions::device_free_bytes; 0: none
+  int64_t host_peak = 0;      // offload: the largest host memory of a rank
+  int64_t host_per_node = 0;  // and of a node's ranks together
   bool fits = true;
   std::string line;     // "predicted peak per device: 412.3 MiB (budget 768.0 MiB); predicted step 52.0 ms (...)"
   std::string message;  // when over budget: the breakdown, and the best layout that fits (or what it needs)

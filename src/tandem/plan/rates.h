@@ -24,11 +24,16 @@ struct Rates {
   double inter_node_bus_bw = 1e9;  // for any group that spans nodes
   double inter_node_p2p_bw = 1e9;
   double latency_s = 20e-6;  // fixed cost of one collective or message
+  // Offload: the host's memory traffic (bytes read plus written: the host AdamW moves 28 bytes a parameter, a
+  // gradient sum 12), and copies between the device and host memory (page-locked for a GPU), each way.
+  double host_memory_bw = 8e9;
+  double to_host_bw = 8e9;
+  double from_host_bw = 8e9;
 };
 
 // "h200" (bf16 GEMM 650 TFLOP/s at model shapes, attention 220 TFLOP/s, 8 us per op, NCCL all-reduce bus
-// bandwidth 329 GB/s, HBM 4.0 TB/s) or "cpu" (what a 2-core host gives: 30 GFLOP/s, collectives through shared
-// memory). Throws for other names.
+// bandwidth 329 GB/s, HBM 4.0 TB/s; its host: 47 GB/s of AdamW traffic, 55 GB/s of page-locked copies each way) or
+// "cpu" (what a 2-core host gives: 30 GFLOP/s, collectives through shared memory). Throws for other names.
 Rates builtin_rates(const std::string& name);
 // A built-in name, or a JSON file as save_rates writes it (keys it leaves out keep the "cpu" defaults, or the
 // defaults of the built-in set its "base" key names).

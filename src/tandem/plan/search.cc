@@ -67,6 +67,42 @@ std::string Candidate::name() const {
   if (setup.plan.virtual_stages > 1) os << ",v" << setup.plan.virtual_stages;
   if (l.pp > 1 && setup.plan.schedule == spec::ScheduleKind::GPipe)
     os << "," << spec::schedule_name(spec::ScheduleKind::GPipe);
+  if (setup.offload_param.enabled())
+    os << ",offload_param";
+  else if (setup.offload_optimizer.enabled())
+    os << ",offload";
+  return os.str();
+}
+
+config::Json Candidate::config() const {
+  const auto& p = setup.plan;
+  config::Json parallel = {{"virtual_gpus", p.layout.dp}, {"pipeline", p.layout.pp}, {"tensor", p.layout.tp}};
+  if (p.layout.pp > 1) parallel["schedule"] = spec::schedule_name(p.schedule);
+  if (p.virtual_stages > 1) parallel["virtual_stages"] = p.virtual_stages;
+  if (p.activation_checkpointing) parallel["activation_checkpointing"] = true;
+  // DeepSpeed's rules: offloading the optimizer needs ZeRO 1-3, the parameters ZeRO 3 (with one replica any stage
+  // trains as stage 0).
+  int stage = p.layout.dp > 1 ? setup.zero_stage : 0;
+  config::Json zero = config::Json::object();
+  if (setup.offload_optimizer.enabled()) {
+    stage = std::max(stage, 1);
+    zero["offload_optimizer"] = {{"device", spec::offload_device_name(setup.offload_optimizer.device)},
+                                 {"pin_memory", true}};
+  }
+  if (setup.offload_param.enabled()) {
+    stage = 3;
+    zero["offload_param"] = {{"device", spec::offload_device_name(setup.offload_param.device)}, {"pin_memory", true}};
+  }
+  zero["stage"] = stage;
+  return {{"parallel", parallel}, {"zero_optimization", zero}, {"train_micro_batch_size_per_gpu", setup.micro_batch}};
+}
+
+std::string Candidate::config_keys() const {
+  const config::Json keys = config();
+  std::ostringstream os;
+  os << "\"parallel\": " << keys.at("parallel").dump()
+     << ", \"zero_optimization\": " << keys.at("zero_optimization").dump()
+     << ", \"train_micro_batch_size_per_gpu\": " << keys.at("train_micro_batch_size_per_gpu").dump();
   return os.str();
 }
 
@@ -90,7 +126,16 @@ Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions&
   c.memory = memory.predict(setup, false, opt.device_memory);
   if (!c.memory.resident_only) c.time = predict_time(memory, c.memory, setup, opt.rates, opt.nodes);
   c.fits = opt.device_memory == 0 || c.memory.peak() <= static_cast<int64_t>(opt.device_memory);
-  if (!c.fits) c.why_not = why_not_fits(c.memory, opt.device_memory);
+  if (!c.fits) {
+    c.why_not = why_not_fits(c.memory, opt.device_memory);
+    return c;
+  }
+  const int64_t host = c.memory.host_per_node(opt.devices / opt.nodes);
+  if (opt.host_memory && host > static_cast<int64_t>(opt.host_memory)) {
+    c.fits = false;
+    c.why_not = "its offloaded state needs " + bytes_str(host) + " of host memory per node, over " +
+                bytes_str(static_cast<int64_t>(opt.host_memory));
+  }
   return c;
 }
 
@@ -127,7 +172,20 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
               s.micro_batch = micro;
               s.micro_batches = m;
               Candidate c = evaluate(memory, s, opt);
-              (c.fits ? result.fit : result.no_fit).push_back(std::move(c));
+              const bool fits = c.fits;
+              (fits ? result.fit : result.no_fit).push_back(std::move(c));
+              // Offload costs copies and host time: tried only where the state does not fit on the devices.
+              if (fits || !opt.offload) continue;
+              const bool optimizer = dp == 1 || zero >= 1, param = dp == 1 || zero == 3;
+              for (bool with_param : {false, true}) {
+                if (!optimizer || (with_param && !param)) continue;
+                Setup o = s;
+                o.offload_optimizer.device = spec::OffloadDevice::Cpu;
+                o.offload_optimizer.pin_memory = true;
+                if (with_param) o.offload_param = o.offload_optimizer;
+                Candidate oc = evaluate(memory, o, opt);
+                (oc.fits ? result.fit : result.no_fit).push_back(std::move(oc));
+              }
             }
         }
       }
@@ -150,6 +208,9 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
   s.backend = opt.rates.device == "cuda" ? Backend::Cuda : Backend::Cpu;
   s.cpu_threads = opt.cpu_threads;
   s.micro_batch = opt.default_micro;
+  s.plan.schedule = opt.default_schedule;
+  s.plan.activation_checkpointing = opt.default_checkpointing;
+  if (opt.default_schedule == spec::ScheduleKind::Interleaved) s.plan.virtual_stages = 2;
   int dp = 0, pp = 0, tp = 0;
   std::stringstream in(spec);
   for (std::string tok; std::getline(in, tok, ',');) {
@@ -179,6 +240,13 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.plan.activation_checkpointing = true;
     } else if (tok == "ckpt0") {
       s.plan.activation_checkpointing = false;
+    } else if (tok == "offload") {
+      s.offload_optimizer.device = spec::OffloadDevice::Cpu;
+      s.offload_optimizer.pin_memory = true;
+    } else if (tok == "offload_param") {
+      s.offload_optimizer.device = spec::OffloadDevice::Cpu;
+      s.offload_optimizer.pin_memory = true;
+      s.offload_param = s.offload_optimizer;
     } else if (tok == spec::schedule_name(spec::ScheduleKind::Interleaved)) {
       s.plan.virtual_stages = 2;
     } else if (starts("v")) {
@@ -186,9 +254,11 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
     } else if (tok == spec::schedule_name(spec::ScheduleKind::OneFOneB) ||
                tok == spec::schedule_name(spec::ScheduleKind::GPipe)) {
       s.plan.schedule = spec::schedule_from_name(tok);
+      s.plan.virtual_stages = 1;
     } else {
       TANDEM_FAIL("--explain: unknown part '", tok,
-                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: ckpt, v2, gpipe)");
+                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: ckpt or ckpt0, v2, gpipe or 1f1b, offload "
+                  "or offload_param)");
     }
   }
   // As resolve_parallel: given only dp, the virtual GPU is a pipeline; otherwise a missing pp or tp is 1 and
@@ -205,6 +275,10 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
   if (s.plan.layout.world() != opt.devices)
     TANDEM_FAIL("--explain: ", s.plan.layout.str(), " is ", s.plan.layout.world(), " devices, not ", opt.devices);
   if (s.plan.virtual_stages > 1) s.plan.schedule = spec::ScheduleKind::Interleaved;
+  if (s.plan.layout.pp == 1) {  // a schedule means nothing without a pipeline
+    s.plan.virtual_stages = 1;
+    s.plan.schedule = spec::ScheduleKind::OneFOneB;
+  }
   if (s.micro_batch < 1 || opt.global_batch % (s.micro_batch * dp) != 0)
     TANDEM_FAIL("--explain: micro-batch ", s.micro_batch, " x ", dp, " virtual GPUs does not divide the global batch ",
                 opt.global_batch);
@@ -218,17 +292,21 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
   const Candidate* any = !r.fit.empty() ? &r.fit.front() : !r.no_fit.empty() ? &r.no_fit.front() : nullptr;
   char head[160];
   std::snprintf(head, sizeof head,
-                "  #  layout             schedule        zero  ckpt  micro x m    peak/device  fits  %-9s %s\n",
+                "  #  layout             schedule        zero  ckpt  offload  micro x m    peak/device  host/rank  "
+                "fits  %-9s %s\n",
                 any ? any->time.unit : "tok/s", "step");
   os << head;
   auto row = [&](size_t i, const Candidate& c) {
     const auto& l = c.setup.plan.layout;
     const std::string lay = "dp" + std::to_string(l.dp) + " pp" + std::to_string(l.pp) + " tp" + std::to_string(l.tp);
     const std::string mb = std::to_string(c.setup.micro_batch) + " x " + std::to_string(c.setup.micro_batches);
-    std::snprintf(line, sizeof line, "%3zu  %-17s  %-14s  %4d  %-4s  %-11s  %11s  %-4s  %-9s %s\n", i, lay.c_str(),
-                  schedule_label(c.setup.plan).c_str(), l.dp > 1 ? c.setup.zero_stage : 0,
-                  c.setup.plan.activation_checkpointing ? "on" : "off", mb.c_str(), bytes_str(c.memory.peak()).c_str(),
-                  c.fits ? "yes" : "no", c.memory.resident_only ? "-" : rate_str(c.time.tokens_per_s).c_str(),
+    const char* offload = c.setup.offload_param.enabled() ? "all" : c.setup.offload_optimizer.enabled() ? "optim" : "-";
+    const std::string host = c.memory.host_peak() > 0 ? bytes_str(c.memory.host_peak()) : "-";
+    std::snprintf(line, sizeof line, "%3zu  %-17s  %-14s  %4d  %-4s  %-7s  %-11s  %11s  %9s  %-4s  %-9s %s\n", i,
+                  lay.c_str(), schedule_label(c.setup.plan).c_str(), l.dp > 1 ? c.setup.zero_stage : 0,
+                  c.setup.plan.activation_checkpointing ? "on" : "off", offload, mb.c_str(),
+                  bytes_str(c.memory.peak()).c_str(), host.c_str(), c.fits ? "yes" : "no",
+                  c.memory.resident_only ? "-" : rate_str(c.time.tokens_per_s).c_str(),
                   c.memory.resident_only ? "-" : seconds_str(c.time.step_s).c_str());
     os << line;
   };
@@ -237,6 +315,11 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
   os << r.fit.size() << " candidate" << (r.fit.size() == 1 ? "" : "s") << " fit in " << budget << " per device ("
      << (r.fit.size() > top ? "top " + std::to_string(top) + " shown" : "all shown") << "); " << r.no_fit.size()
      << " do not.\n";
+  if (!r.fit.empty() && r.fit.front().setup.offload_optimizer.enabled()) {
+    const Candidate& best = r.fit.front();
+    os << "Nothing fits on the devices alone; the fastest candidate offloads to host memory ("
+       << bytes_str(best.memory.host_peak()) << " a rank): set " << best.config_keys() << ".\n";
+  }
   if (r.fit.empty() && !r.no_fit.empty()) {
     const Candidate& best = r.no_fit.front();
     os << "Nothing fits in " << budget << " per device. The smallest peak is " << bytes_str(best.memory.peak()) << " ("
@@ -280,6 +363,23 @@ std::string format_explain(const Candidate& c, const SearchOptions& opt) {
     os << "    replica " << r.dp_rank << " stage " << r.pp_rank << " (x" << l.tp << " tp slots): " << bytes_str(r.peak)
        << " at " << r.when << "\n";
   }
+  if (c.memory.host_peak() > 0) {
+    os << "\nHost memory (offloaded state; " << bytes_str(c.memory.host_per_node(opt.devices / opt.nodes))
+       << " for the " << opt.devices / opt.nodes << " rank" << (opt.devices / opt.nodes > 1 ? "s" : "") << " of a node";
+    if (opt.host_memory) os << " of " << bytes_str(static_cast<int64_t>(opt.host_memory));
+    os << ")\n";
+    for (int i = 0; i < kMemoryPurposes; ++i) {
+      const auto t = static_cast<MemoryPurpose>(i);
+      if (w.host_at_peak[t] == 0) continue;
+      char line[160];
+      std::snprintf(line, sizeof line, "    %-22s %12s   (held all step: %s)\n", purpose_name(t),
+                    bytes_str(w.host_at_peak[t]).c_str(), bytes_str(w.host_resident[t]).c_str());
+      os << line;
+    }
+    os << "  every rank:";
+    for (const RankMemory& r : c.memory.ranks) os << " " << bytes_str(r.host_peak);
+    os << "\n";
+  }
   const TimePrediction& t = c.time;
   os << "\nTime (rates '" << opt.rates.name << "'; compute and communication do not overlap)\n";
   char flops[32];
@@ -290,6 +390,10 @@ std::string format_explain(const Candidate& c, const SearchOptions& opt) {
      << static_cast<int>(t.bubble_fraction * 100 + 0.5) << "%), tp " << seconds_str(t.tp_s) << ", pp "
      << seconds_str(t.pp_s) << ", dp/ZeRO " << seconds_str(t.dp_s) << ", optimizer " << seconds_str(t.optimizer_s)
      << "\n";
+  if (c.memory.host_peak() > 0)
+    os << "  offload: copies to and from host memory " << seconds_str(t.offload_s) << ", host AdamW and gradient sums "
+       << seconds_str(t.host_s) << "\n";
+  if (c.fits && c.setup.offload_optimizer.enabled()) os << "  config: " << c.config_keys() << "\n";
   return os.str();
 }
 

@@ -22,6 +22,13 @@ struct SearchOptions {
   int cpu_threads = 1;        // see Setup
   int64_t global_batch = 1;   // samples per step; every candidate keeps it
   int64_t default_micro = 1;  // --explain's micro-batch when the spec names none
+  // --explain's schedule and activation checkpointing when the spec names none (the config's).
+  spec::ScheduleKind default_schedule = spec::ScheduleKind::OneFOneB;
+  bool default_checkpointing = false;
+  // Offload: host memory per node for the ranks on it (0: no limit), and whether to try offloaded candidates when
+  // a layout does not fit on the devices.
+  uint64_t host_memory = 0;
+  bool offload = true;
 };
 
 struct Candidate {
@@ -29,9 +36,13 @@ struct Candidate {
   MemoryPrediction memory;
   TimePrediction time;
   bool fits = false;
-  std::string why_not;  // what pushes the worst device over the budget
-  // "dp2,pp2,tp1,zero1,micro16" (+ ",ckpt", ",v2"): the spelling --explain takes.
+  std::string why_not;  // what pushes the worst device over the budget (or the node's host memory)
+  // "dp2,pp2,tp1,zero1,micro16" (+ ",ckpt", ",v2", ",offload", ",offload_param"): the spelling --explain takes.
   std::string name() const;
+  // The config keys that select it: "parallel", "zero_optimization" (with its offload objects) and
+  // "train_micro_batch_size_per_gpu", as JSON and as a user would write them.
+  config::Json config() const;
+  std::string config_keys() const;
 };
 
 struct SearchResult {
@@ -42,13 +53,16 @@ struct SearchResult {
 
 // Every dp x pp x tp = devices (tp within a node, heads / vocabulary / widths divisible), ZeRO 0-3 (0 only when
 // dp == 1), activation checkpointing off and on, every micro-batch size that divides the global batch per
-// replica, 1F1B and (pp > 1, m a multiple of pp) interleaved with v = 2.
+// replica, 1F1B and (pp > 1, m a multiple of pp) interleaved with v = 2; with opt.offload, a candidate that does
+// not fit on the devices is tried again with its optimizer offloaded to host memory (ZeRO 1-3, or one replica),
+// and at ZeRO 3 (or one replica) with its parameters too.
 SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt);
 
 Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions& opt);
 
-// "dp2,pp2,tp1,zero1,micro16[,ckpt][,v2|,gpipe]": a missing one of dp / pp / tp is derived from the devices,
-// a missing zero is 0, a missing micro is opt.default_micro.
+// "dp2,pp2,tp1,zero1,micro16[,ckpt|,ckpt0][,v2|,gpipe|,1f1b][,offload|,offload_param]": a missing one of dp / pp /
+// tp is derived from the devices, a missing zero is 0, a missing micro is opt.default_micro, a missing schedule and
+// checkpointing are opt's defaults (the config's).
 Setup parse_candidate(const std::string& spec, const SearchOptions& opt);
 
 // Why the worst device of `memory` exceeds `budget`, in one line.

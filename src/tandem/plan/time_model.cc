@@ -25,13 +25,14 @@ bool axis_spans_nodes(const layout::Layout& l, int per_node, char axis) {
 
 // Seconds of recorded work, split the way TimePrediction reports it.
 struct Seconds {
-  double compute = 0, tp = 0, pp = 0, dp = 0;
-  double total() const { return compute + tp + pp + dp; }
+  double compute = 0, tp = 0, pp = 0, dp = 0, offload = 0;
+  double total() const { return compute + tp + pp + dp + offload; }
   Seconds& operator+=(const Seconds& o) {
     compute += o.compute;
     tp += o.tp;
     pp += o.pp;
     dp += o.dp;
+    offload += o.offload;
     return *this;
   }
 };
@@ -59,8 +60,12 @@ class Pricing {
     s.tp = comm(CommAxis::Tp);
     s.pp = comm(CommAxis::Pp);
     s.dp = comm(CommAxis::Dp) + comm(CommAxis::World);
+    s.offload = w.to_host_bytes / r_.to_host_bw + w.from_host_bytes / r_.from_host_bw;
     return s;
   }
+
+  // The host's own work (offload): its memory traffic, the only term host ops have that matters.
+  double price_host(const device::WorkLog& w) const { return w.bytes / r_.host_memory_bw + w.ops * 1e-6; }
 
  private:
   const Rates& r_;
@@ -82,17 +87,19 @@ TimePrediction predict_time(MemoryModel& memory, const MemoryPrediction& predict
 
   // Per pipeline rank: its actions (one step's micro-batches through its chunks) and its end of the step.
   Seconds slow, slowest_end;
-  double slow_per_mb = -1, end_s = 0;
+  double slow_per_mb = -1, end_s = 0, host_s = 0;
   for (const RankWork& w : prediction.work) {
     Seconds actions;
     for (const auto& a : w.actions) actions += pricing.price(a.work);
-    const Seconds end = pricing.price(w.end);
+    Seconds end = pricing.price(w.end);
+    const double host = pricing.price_host(w.host);
     if (actions.total() / m > slow_per_mb) {
       slow_per_mb = actions.total() / m;
       slow = actions;
     }
-    if (end.total() > end_s) {
+    if (end.total() + host > end_s + host_s) {
       end_s = end.total();
+      host_s = host;
       slowest_end = end;
     }
   }
@@ -104,9 +111,11 @@ TimePrediction predict_time(MemoryModel& memory, const MemoryPrediction& predict
   t.pp_s = slow.pp;
   t.dp_s = slow.dp + slowest_end.dp + slowest_end.tp + slowest_end.pp;
   t.optimizer_s = slowest_end.compute;
+  t.offload_s = slow.offload + slowest_end.offload;
+  t.host_s = host_s;
   t.bubble_s = fill * slow_per_mb;
   t.bubble_fraction = fill / (m + fill);
-  t.step_s = (m + fill) * slow_per_mb + end_s;
+  t.step_s = (m + fill) * slow_per_mb + end_s + host_s;
 
   const PlannedModel& pm = memory.model();
   const double global = static_cast<double>(s.micro_batch) * m * l.dp;

@@ -4,8 +4,8 @@
 //
 // Overlap assumption: none. Every collective and pipeline receive in Tandem blocks the rank that issues it
 // (tp sums inside layers, ZeRO gathers in the layer hooks, the end-of-step gradient reduction after the
-// pipeline drains), so compute and communication add up. A later engine that overlaps them will run faster
-// than predicted, never slower.
+// pipeline drains), so compute and communication add up. Offload's copies and host work are added the same way.
+// A later engine that overlaps them will run faster than predicted, never slower.
 #pragma once
 
 #include "tandem/plan/memory_model.h"
@@ -25,6 +25,8 @@ struct TimePrediction {
   double pp_s = 0;             // activations and gradients between stages
   double dp_s = 0;             // ZeRO / data-parallel collectives (per layer at stages 2-3, at the end at 0-2)
   double optimizer_s = 0;      // the end of the step besides its collectives: the norm and AdamW
+  double offload_s = 0;        // offload: copies between the device and host memory (in the actions and at the end)
+  double host_s = 0;           // offload: the host's work (its AdamW, the gradients' sums)
   double bubble_fraction = 0;  // (pp - 1) / (m + pp - 1), divided by v when interleaved
   // Model FLOPs as the project counts them: 6 N per loss row plus the model's extra (12 L d T per token for a
   // gpt); per step, and per device-second at the predicted speed.

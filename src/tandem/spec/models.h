@@ -1,8 +1,9 @@
 // The model families as plain values, with no JSON and no parsing: what config/ reads a "model" object into and
-// what nn/ builds from, the same struct on both sides (config::MlpConfig and nn::MlpConfig name this one).
+// what nn/ builds from, the same struct on both sides (nn::MlpConfig names this one too).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,13 @@ struct RopeScaling {
   double factor = 8, low_freq_factor = 1, high_freq_factor = 4;
   int64_t original_max_position_embeddings = 8192;
 };
+// The Hugging Face architecture a llama model was read as, and is exported as (config.json's "architectures" and
+// "model_type"): the three compute the same function on the same weights; their config keys differ.
+enum class LlamaFamily {
+  Llama,    // LlamaForCausalLM, "llama"
+  Mistral,  // MistralForCausalLM, "mistral": no biases; sliding_window
+  Qwen2,    // Qwen2ForCausalLM, "qwen2": biases on q, k and v (qkv_bias); use_sliding_window, max_window_layers
+};
 struct LlamaConfig {
   int64_t vocab_size = 0;
   int64_t seq_len = 0;  // the training length ("seq_len", not a Hugging Face key): the rotary tables' positions
@@ -46,9 +54,15 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000;
   RopeScaling rope_scaling;
-  bool tie_word_embeddings = false;  // the head's weight is the embedding's table
-  bool attention_bias = false;       // biases on the q, k, v and o projections (Llama)
-  bool qkv_bias = false;             // biases on q, k and v only (Qwen2)
+  bool tie_word_embeddings = false;         // the head's weight is the embedding's table
+  bool attention_bias = false;              // biases on the q, k, v and o projections (Llama)
+  bool qkv_bias = false;                    // biases on q, k and v only (Qwen2)
+  LlamaFamily family = LlamaFamily::Llama;  // "family"
+  // The families' sliding-window keys as read, written back on export. Tandem's attention is full, so a window it
+  // would apply (Mistral's shorter than seq_len, Qwen2's use_sliding_window) is refused by the config.
+  std::optional<int64_t> sliding_window;  // Mistral, Qwen2; none: null
+  bool use_sliding_window = false;        // Qwen2
+  int64_t max_window_layers = 28;         // Qwen2 (transformers' default)
 };
 
 }  // namespace tandem::spec

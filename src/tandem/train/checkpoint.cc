@@ -11,57 +11,19 @@
 #include <sstream>
 
 #include "tandem/checkpoint/atomic_file.h"
+#include "tandem/checkpoint/progress.h"
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/interchange/weight_source.h"
+#include "tandem/train/checkpoint_format.h"
+#include "tandem/train/checkpoint_writer.h"
 
 namespace tandem::train {
 
 namespace fs = std::filesystem;
+using format::complete_checkpoint_paths;
+using format::shard_from_json;
 
 namespace {
-
-constexpr const char* kFormat = "tandem-checkpoint";
-constexpr int kVersion = 2;
-
-std::string step_folder_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
-  return buf;
-}
-
-std::string rank_file_name(int rank) { return "rank_" + std::to_string(rank) + ".safetensors"; }
-
-std::vector<fs::path> complete_checkpoint_paths(const fs::path& root) {
-  std::vector<fs::path> out;
-  if (!fs::is_directory(root)) return out;
-  for (const auto& e : fs::directory_iterator(root)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos &&
-        fs::exists(e.path() / "manifest.json"))
-      out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// [outer, split, inner, part, parts], then the unequal fused blocks when there are any.
-config::Json shard_json(const nn::Shard& s) {
-  config::Json j = {s.outer, s.split, s.inner, s.part, s.parts};
-  if (!s.blocks.empty()) j.push_back(s.blocks);
-  return j;
-}
-
-nn::Shard shard_from_json(const config::Json& j) {
-  nn::Shard s;
-  s.outer = j.at(0).get<int64_t>();
-  s.split = j.at(1).get<int64_t>();
-  s.inner = j.at(2).get<int64_t>();
-  s.part = j.at(3).get<int>();
-  s.parts = j.at(4).get<int>();
-  if (j.size() > 5) s.blocks = j.at(5).get<std::vector<int64_t>>();
-  TANDEM_CHECK(s.valid(s.outer * s.split * s.inner), "checkpoint piece with an inconsistent shard ", j.dump());
-  return s;
-}
 
 config::Json read_manifest(const fs::path& dir) {
   std::ifstream in(dir / "manifest.json");
@@ -72,8 +34,8 @@ config::Json read_manifest(const fs::path& dir) {
   } catch (const std::exception& e) {
     TANDEM_FAIL("checkpoint manifest '", (dir / "manifest.json").string(), "' is not valid JSON: ", e.what());
   }
-  if (m.value("format", "") != kFormat || m.value("version", 0) != kVersion)
-    TANDEM_FAIL("'", dir.string(), "' is not a Tandem checkpoint of format version ", kVersion);
+  if (m.value("format", "") != format::kFormat || m.value("version", 0) != format::kVersion)
+    TANDEM_FAIL("'", dir.string(), "' is not a Tandem checkpoint of format version ", format::kVersion);
   return m;
 }
 
@@ -88,12 +50,13 @@ struct Piece {
 // Every rank file of a checkpoint, checksummed, with an index of its pieces by parameter name.
 class CheckpointReader {
  public:
-  explicit CheckpointReader(const fs::path& dir) : dir_(dir), manifest_(read_manifest(dir)) {
+  // `progress`, when given, is told the bytes checksummed (every file is read once whole).
+  CheckpointReader(const fs::path& dir, checkpoint::Progress* progress) : dir_(dir), manifest_(read_manifest(dir)) {
     for (const auto& [file, info] : manifest_.at("files").items()) {
       const fs::path path = dir / file;
       if (!fs::exists(path)) TANDEM_FAIL("checkpoint '", dir.string(), "' is missing ", file);
       const uint32_t want = info.at("crc32").get<uint32_t>();
-      const uint32_t got = checkpoint::crc32_file(path.string());
+      const uint32_t got = checkpoint::crc32_file(path.string(), progress);
       if (want != got)
         TANDEM_FAIL("checkpoint file '", path.string(), "' is corrupted: crc32 ", got, " but the manifest says ", want,
                     ". Resume from an earlier checkpoint (the newest ", "complete ones are kept).");
@@ -113,6 +76,12 @@ class CheckpointReader {
 
   const config::Json& manifest() const { return manifest_; }
   const std::map<std::string, Shape>& shapes() const { return shapes_; }
+  // The bytes of every rank file, as the manifest gives them.
+  uint64_t file_bytes() const {
+    uint64_t total = 0;
+    for (const auto& [file, info] : manifest_.at("files").items()) total += info.at("bytes").get<uint64_t>();
+    return total;
+  }
 
   // The logical tensor of `name` for one of "value", "exp_avg", "exp_avg_sq"; throws if some element was
   // never saved.
@@ -147,75 +116,14 @@ class CheckpointReader {
 
 std::string save_checkpoint(const std::string& root, int64_t step, parallel::Engine& engine, const config::Json& cfg,
                             int keep, layout::Groups& groups) {
-  const fs::path final_dir = fs::path(root) / step_folder_name(step);
-  const fs::path tmp_dir = fs::path(root) / (step_folder_name(step) + ".tmp");
-  if (groups.rank == 0) {
-    fs::remove_all(tmp_dir);
-    fs::create_directories(tmp_dir);
-  }
-  groups.world->barrier();
-
-  // This rank's pieces: what it updates, once per logical element (dp rank 0 at ZeRO stage 0, where every
-  // replica holds everything; tp slot 0 for parameters every slot holds whole).
-  const bool replicated_state = engine.store().zero_stage() == 0;
-  std::vector<std::vector<float>> host;  // keeps the bytes alive until written
-  std::vector<checkpoint::TensorEntry> entries;
-  config::Json pieces = config::Json::object();
-  engine.store().visit_owned(
-      [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor& m, const Tensor& v) {
-        // Once per logical element: not a tied replica (its original is saved where it lives).
-        if (p.replica || (replicated_state && groups.coord.dp != 0) || (!p.shard.sharded() && groups.coord.tp != 0))
-          return;
-        const std::string key = p.name + "@" + std::to_string(p.shard.part) + ":" + std::to_string(offset);
-        pieces[key] = {{"name", p.name},
-                       {"shape", p.global_shape},
-                       {"shard", shard_json(p.shard)},
-                       {"offset", offset},
-                       {"count", value.numel()}};
-        for (const auto& [what, t] :
-             {std::pair<const char*, const Tensor*>{"value", &value}, {"exp_avg", &m}, {"exp_avg_sq", &v}}) {
-          host.push_back(t->to_host_floats());
-          entries.push_back({key + "/" + what, DType::F32, {t->numel()}, host.back().data()});
-        }
-      });
-  const fs::path mine = tmp_dir / rank_file_name(groups.rank);
-  checkpoint::write_safetensors(mine.string(), entries, {{"pieces", pieces.dump()}});
-  const uint32_t crc = checkpoint::crc32_file(mine.string());
-  const auto bytes = static_cast<double>(fs::file_size(mine));
-
-  config::Json files = config::Json::object();
-  for (int r = 0; r < groups.layout.world(); ++r) {
-    const double c = groups.world->all_reduce_scalar(r == groups.rank ? static_cast<double>(crc) : 0.0);
-    const double b = groups.world->all_reduce_scalar(r == groups.rank ? bytes : 0.0);
-    files[rank_file_name(r)] = {{"crc32", static_cast<uint32_t>(c)}, {"bytes", static_cast<uint64_t>(b)}};
-  }
-  if (groups.rank == 0) {
-    const auto& l = groups.layout;
-    config::Json manifest = {
-        {"format", kFormat},
-        {"version", kVersion},
-        {"step", step},
-        {"optimizer_step", engine.store().optimizer().step_count()},
-        {"data_position", {{"step", step}}},
-        {"rng", {{"seed", cfg.value("seed", 0)}, {"generator", "philox4x32-10"}}},
-        {"loss_scale",
-         {{"scale", engine.loss_scale()},
-          {"good_steps", engine.loss_scale_good_steps()},
-          {"overflows_left", engine.loss_scale_overflows_left()}}},
-        {"saved_by",
-         {{"virtual_gpus", l.dp}, {"pipeline", l.pp}, {"tensor", l.tp}, {"zero_stage", engine.store().zero_stage()}}},
-        {"num_parameters", engine.model().num_parameters()},
-        {"files", files},
-        {"config", cfg}};
-    checkpoint::write_file_atomic((tmp_dir / "manifest.json").string(), manifest.dump(2) + "\n");
-    fs::remove_all(final_dir);
-    fs::rename(tmp_dir, final_dir);
-    checkpoint::fsync_directory(root);
-    auto all = complete_checkpoint_paths(root);
-    for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < all.size(); ++i) fs::remove_all(all[i]);
-  }
-  groups.world->barrier();
-  return final_dir.string();
+  CheckpointWriterOptions o;
+  o.root = root;
+  o.keep = keep;
+  o.async = false;
+  o.config = cfg;
+  CheckpointWriter writer(engine, groups, o);
+  writer.save(step);
+  return (fs::path(root) / format::step_folder_name(step)).string();
 }
 
 std::vector<std::string> complete_checkpoints(const std::string& root) {
@@ -237,15 +145,38 @@ std::string find_checkpoint(const std::string& path) {
     auto all = complete_checkpoint_paths(root);
     if (!all.empty()) return all.back().string();
   }
+  if (fs::exists(p / "metrics.jsonl"))
+    TANDEM_FAIL("cannot resume from '", path, "': its run ended before its first checkpoint (it holds metrics.jsonl ",
+                "but no complete checkpoint under checkpoints/), so there is nothing to resume: start the run again, ",
+                "into this folder with --out ", path, " --overwrite");
   TANDEM_FAIL("cannot resume from '", path, "': it holds no complete checkpoint (a folder step_<k> with a ",
               "manifest.json, directly or under checkpoints/)");
 }
 
+// The bytes of the rank files a checkpoint's manifest lists, before anything is read (0 when it cannot say).
+uint64_t manifest_file_bytes(const fs::path& dir) {
+  try {
+    uint64_t total = 0;
+    const config::Json manifest = read_manifest(dir);  // outlives the loop over its items
+    for (const auto& [file, info] : manifest.at("files").items()) total += info.at("bytes").get<uint64_t>();
+    return total;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, layout::Groups& groups) {
-  const CheckpointReader reader{fs::path(folder)};
-  // Check everything before touching the model.
+  // Every rank checksums every file, then takes its own slices: rank 0 says how the reading goes.
+  const uint64_t values_bytes = static_cast<uint64_t>(engine.model().num_parameters()) * 3 * sizeof(float);
+  checkpoint::Progress progress("resuming from " + folder + " (checksums, then the state)",
+                                manifest_file_bytes(folder) + values_bytes, groups.rank == 0);
+  const CheckpointReader reader{fs::path(folder), &progress};
+  // Check everything before touching the model. A checkpoint holds the trainable parameters (the adapters alone under
+  // LoRA, whose frozen base comes from the pretrained weights again).
   std::ostringstream mismatch;
-  const auto params = engine.model().parameters();
+  std::vector<const nn::Parameter*> params;
+  for (const nn::Parameter* p : engine.model().parameters())
+    if (p->trainable) params.push_back(p);
   for (const nn::Parameter* p : params) {
     const auto it = reader.shapes().find(p->name);
     if (it == reader.shapes().end())
@@ -272,6 +203,7 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
     const nn::Parameter& p = *param_of.at(name);
     for (const char* what : {"value", "exp_avg", "exp_avg_sq"}) {
       const std::vector<float> full = reader.assemble(name, what);
+      progress.add(full.size() * sizeof(float));
       for (const auto& [offset, value, m, v] : pieces) {
         const Tensor& dst = std::string(what) == "value" ? value : std::string(what) == "exp_avg" ? m : v;
         std::vector<float> local(static_cast<size_t>(dst.numel()));
@@ -281,6 +213,7 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
       }
     }
   }
+  progress.finish();
   engine.store().values_changed();
   engine.store().optimizer().set_step_count(reader.manifest().at("optimizer_step").get<int64_t>());
   const auto& ls = reader.manifest().at("loss_scale");
@@ -290,12 +223,14 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
   return reader.manifest().at("step").get<int64_t>();
 }
 
-void load_initial_weights(const std::string& path, const config::ModelConfig& model, parallel::Engine& engine) {
+void load_initial_weights(const std::string& path, const spec::ModelConfig& model, parallel::Engine& engine,
+                          bool print) {
   const std::unique_ptr<interchange::WeightSource> source = interchange::open_weights(path, model);
   const bool hf = interchange::is_hf_folder(path);
   std::ostringstream problems;
-  std::set<std::string> wanted;
+  std::set<std::string> wanted;  // the base model's parameters: not LoRA adapters, which such files do not hold
   for (const nn::Parameter* p : engine.model().parameters()) {
+    if (p->adapter) continue;
     wanted.insert(p->name);
     problems << source->check(p->name, p->global_shape);
   }
@@ -315,32 +250,56 @@ void load_initial_weights(const std::string& path, const config::ModelConfig& mo
            : " the file must hold exactly this model's parameters (tandem export writes such a file)");
   // Each owned piece is read in runs of consecutive logical elements: a shard of a tensor-parallel slot is
   // whole rows or row segments, so the runs are long and nothing but this rank's elements is read.
+  const auto read_piece = [&](const nn::Parameter& p, int64_t offset, int64_t n, float* local) {
+    for (int64_t i = 0; i < n;) {
+      const int64_t first = p.shard.global_index(offset + i);
+      int64_t len = 1;
+      while (i + len < n && p.shard.global_index(offset + i + len) == first + len) ++len;
+      source->read(p.name, first, first + len, local + i);
+      for (int64_t k = 0; k < len; ++k)
+        if (!std::isfinite(local[i + k]))
+          TANDEM_FAIL("cannot initialise from '", path, "': tensor '", p.name, "' holds ", local[i + k], " at element ",
+                      first + k, ": the file's weights are not finite (was it saved from a run that diverged?)");
+      i += len;
+    }
+  };
+  uint64_t owned = 0;
+  engine.store().visit_owned([&](const nn::Parameter&, int64_t, const Tensor& value, const Tensor&, const Tensor&) {
+    owned += static_cast<uint64_t>(value.numel()) * sizeof(float);
+  });
+  checkpoint::Progress progress("loading initial weights from " + path + " (this rank's part, as fp32)", owned, print);
   engine.store().visit_owned(
       [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor&, const Tensor&) {
+        if (p.adapter) return;
         std::vector<float> local(static_cast<size_t>(value.numel()));
-        const auto n = static_cast<int64_t>(local.size());
-        for (int64_t i = 0; i < n;) {
-          const int64_t first = p.shard.global_index(offset + i);
-          int64_t len = 1;
-          while (i + len < n && p.shard.global_index(offset + i + len) == first + len) ++len;
-          source->read(p.name, first, first + len, local.data() + i);
-          for (int64_t k = 0; k < len; ++k)
-            if (!std::isfinite(local[static_cast<size_t>(i + k)]))
-              TANDEM_FAIL("cannot initialise from '", path, "': tensor '", p.name, "' holds ",
-                          local[static_cast<size_t>(i + k)], " at element ", first + k,
-                          ": the file's weights are not finite (was it saved from a run that diverged?)");
-          i += len;
-        }
+        read_piece(p, offset, value.numel(), local.data());
         value.copy_from_host(local.data());
+        progress.add(static_cast<uint64_t>(value.numel()) * sizeof(float));
       });
+  engine.store().write_frozen(read_piece);  // the frozen base under LoRA
+  progress.finish();
   engine.store().values_changed();
 }
 
-std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder) {
-  const CheckpointReader reader{fs::path(folder)};
+std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder, bool print) {
+  checkpoint::Progress check("reading checkpoint " + folder + ": checksums", manifest_file_bytes(folder), print);
+  const CheckpointReader reader{fs::path(folder), &check};
+  check.finish();
+  uint64_t total = 0;
+  for (const auto& [name, shape] : reader.shapes()) total += static_cast<uint64_t>(shape_numel(shape)) * sizeof(float);
+  checkpoint::Progress progress("reading checkpoint " + folder + ": weights", total, print);
   std::map<std::string, LogicalTensor> out;
-  for (const auto& [name, shape] : reader.shapes()) out[name] = {shape, reader.assemble(name, "value")};
+  for (const auto& [name, shape] : reader.shapes()) {
+    out[name] = {shape, reader.assemble(name, "value")};
+    progress.add(out[name].values.size() * sizeof(float));
+  }
+  progress.finish();
   return out;
+}
+
+uint64_t checkpoint_weight_bytes(const std::string& folder) {
+  const config::Json m = read_manifest(fs::path(folder));
+  return static_cast<uint64_t>(m.at("num_parameters").get<int64_t>()) * sizeof(float);
 }
 
 }  // namespace tandem::train

@@ -14,10 +14,12 @@
 #include "tandem/config/config.h"
 #include "tandem/layout/groups.h"
 #include "tandem/parallel/engine.h"
+#include "tandem/train/checkpoint_writer.h"  // async_checkpoint_host_bytes: the host bytes of a background checkpoint
 
 namespace tandem::train {
 
-// Collective. Writes <root>/step_<step> (temporary name, fsync, rename) and keeps the newest `keep`.
+// Collective. Writes <root>/step_<step> (temporary name, fsync, rename) and keeps the newest `keep`, on the spot
+// (CheckpointWriter, checkpoint_writer.h, writes in the background; the trainer uses it).
 std::string save_checkpoint(const std::string& root, int64_t step, parallel::Engine& engine, const config::Json& cfg,
                             int keep, layout::Groups& groups);
 
@@ -41,15 +43,20 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
 
 // Loads initial weights from one consolidated safetensors file (tandem export, or written by PyTorch with
 // the same names), or from a Hugging Face model folder of `model`'s family (interchange/weight_source.h):
-// every parameter must be present with its logical shape, and nothing else; F32, BF16 or F16. Each rank
-// reads only the elements it owns.
-void load_initial_weights(const std::string& path, const config::ModelConfig& model, parallel::Engine& engine);
+// every parameter of the base model must be present with its logical shape, and nothing else; F32, BF16 or F16.
+// Frozen parameters (the base under LoRA) are loaded too; LoRA adapters are not base parameters. Each rank reads only
+// the elements it owns. `print`: this rank reports the reading as it goes (checkpoint/progress.h).
+void load_initial_weights(const std::string& path, const spec::ModelConfig& model, parallel::Engine& engine,
+                          bool print = false);
 
 // The consolidated weights of a checkpoint: each parameter's logical tensor (for tandem export).
 struct LogicalTensor {
   Shape shape;
   std::vector<float> values;
 };
-std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder);
+// `print`: report the reading as it goes.
+std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder, bool print = false);
+// The fp32 bytes of a checkpoint's weights (its manifest's parameter count), before anything is read.
+uint64_t checkpoint_weight_bytes(const std::string& folder);
 
 }  // namespace tandem::train

@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "tandem/core/error.h"
+#include "tandem/interchange/peft_names.h"
 #include "tandem/nn/llama.h"
 #include "tandem/nn/models.h"
 
@@ -12,13 +13,31 @@ namespace {
 
 struct Build {
   nn::TpSlot tp;
-  nn::Model operator()(const config::MlpConfig& m) const { return nn::build_mlp(m, tp); }
-  nn::Model operator()(const config::GptConfig& g) const { return nn::build_gpt(g, tp); }
-  nn::Model operator()(const config::LlamaConfig& c) const { return nn::build_llama(c, tp); }
+  const nn::LoraTargets* lora;
+  nn::Model operator()(const spec::MlpConfig& m) const {
+    if (lora) TANDEM_FAIL("LoRA adapts gpt and llama models, not an mlp");
+    return nn::build_mlp(m, tp);
+  }
+  nn::Model operator()(const spec::GptConfig& g) const { return nn::build_gpt(g, tp, lora); }
+  nn::Model operator()(const spec::LlamaConfig& c) const { return nn::build_llama(c, tp, lora); }
 };
 
 }  // namespace
 
-nn::Model build_model(const config::ModelConfig& model, nn::TpSlot tp) { return std::visit(Build{tp}, model); }
+nn::LoraTargets lora_targets(const spec::ModelConfig& model, const spec::LoraConfig& lora) {
+  nn::LoraTargets t;
+  t.options.r = lora.r;
+  t.options.scaling = static_cast<float>(lora.scaling());
+  t.options.dropout = static_cast<float>(lora.lora_dropout);
+  t.options.init = lora.init;
+  for (const interchange::LoraSite& s : interchange::lora_targets(model, lora)) t.sites.insert(s.site);
+  return t;
+}
+
+nn::Model build_model(const spec::ModelConfig& model, nn::TpSlot tp, const spec::LoraConfig& lora) {
+  if (!lora.enabled) return std::visit(Build{tp, nullptr}, model);
+  const nn::LoraTargets targets = lora_targets(model, lora);
+  return std::visit(Build{tp, &targets}, model);
+}
 
 }  // namespace tandem::train

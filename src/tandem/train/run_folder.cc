@@ -8,6 +8,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/run_lock.h"
 
 namespace tandem::train {
 
@@ -74,10 +75,22 @@ std::string run_folder_of(const std::string& checkpoint) {
 
 void check_run_folder(const std::string& out, const std::string& resume_checkpoint) {
   const fs::path dir(out);
+  const std::string resumed_run = resume_checkpoint.empty() ? "" : run_folder_of(resume_checkpoint);
+  const bool resuming_here = !resumed_run.empty() && canonical_or_plain(resumed_run) == canonical_or_plain(dir);
+  if (!resumed_run.empty() && !resuming_here) {
+    const std::string who = RunFolderLock::holder(resumed_run);
+    if (!who.empty())
+      TANDEM_FAIL("cannot resume from '", resume_checkpoint, "': its run folder '", resumed_run,
+                  "' is in use by a job (", who,
+                  "), which may replace its checkpoints while they are read. Wait for that job to end (or stop it: "
+                  "SIGTERM saves a checkpoint), then resume");
+  }
   const std::string held = run_contents(dir);
   if (held.empty()) return;
-  const bool resuming_here = !resume_checkpoint.empty() && !run_folder_of(resume_checkpoint).empty() &&
-                             canonical_or_plain(run_folder_of(resume_checkpoint)) == canonical_or_plain(dir);
+  if (complete_checkpoints((dir / "checkpoints").string()).empty())
+    TANDEM_FAIL("the run folder '", out, "' holds a run that ended before its first checkpoint (", held,
+                "): it has nothing to resume. Replace it with --overwrite, or write this run elsewhere with --out DIR "
+                "(or leave --out out for a new folder under runs/)");
   if (!resuming_here)
     TANDEM_FAIL("the run folder '", out, "' holds another run (", held, "): continue that run with --resume ", out,
                 ", write this one elsewhere with --out DIR (or leave --out out for a new folder under runs/), or "
@@ -93,16 +106,30 @@ void check_run_folder(const std::string& out, const std::string& resume_checkpoi
                 "--overwrite");
 }
 
-std::string prepare_run_folder(const std::string& out, const std::string& resume_checkpoint, bool overwrite,
-                               const std::string& root) {
+RunFolder prepare_run_folder(const std::string& out, const std::string& resume_checkpoint, bool overwrite,
+                             const std::string& root) {
   fs::path dir(out);
   bool fresh_default = false;
   if (dir.empty() && !resume_checkpoint.empty()) dir = run_folder_of(resume_checkpoint);
+  RunFolder run;
   if (dir.empty()) {
+    // A new folder of its own: one that another job took in the same second is passed over.
     const std::string base = timestamp_name();
-    dir = fs::path(root) / base;
-    for (int n = 2; fs::exists(dir); ++n) dir = fs::path(root) / (base + "-" + std::to_string(n));
+    for (int n = 1;; ++n) {
+      dir = fs::path(root) / (n == 1 ? base : base + "-" + std::to_string(n));
+      if (fs::exists(dir)) continue;
+      try {
+        run.lock = RunFolderLock::acquire(dir.string());
+      } catch (const Error&) {
+        if (n < 100) continue;
+        throw;
+      }
+      if (run_contents(dir).empty()) break;
+      run.lock = RunFolderLock();
+    }
     fresh_default = true;
+  } else {
+    run.lock = RunFolderLock::acquire(dir.string());
   }
   if (overwrite) {
     try {
@@ -121,11 +148,9 @@ std::string prepare_run_folder(const std::string& out, const std::string& resume
     }
   }
   check_run_folder(dir.string(), resume_checkpoint);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) TANDEM_FAIL("cannot create the run folder '", dir.string(), "': ", ec.message());
   if (fresh_default) point_latest(fs::path(root), dir);
-  return dir.string();
+  run.dir = dir.string();
+  return run;
 }
 
 }  // namespace tandem::train

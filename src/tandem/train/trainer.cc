@@ -9,10 +9,13 @@
 #include <fstream>
 #include <thread>
 
+#include "tandem/checkpoint/disk_space.h"
 #include "tandem/core/units.h"
 #include "tandem/ops/profile.h"
 #include "tandem/optim/schedule.h"
+#include "tandem/train/agreed_error.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/lora_weights.h"
 #include "tandem/train/model_factory.h"
 #include "tandem/train/run_folder.h"
 #include "tandem/train/stop_signal.h"
@@ -58,6 +61,37 @@ ModelBuilder single_use_builder(std::shared_ptr<nn::Model> model) {
   };
 }
 
+// Fault injection for the fault tests: TANDEM_FAULT="rank=R,step=S,kind=hang|kill|exit|kill_in_write" makes rank R
+// hang, die by SIGKILL, or exit(9) at the start of step S (1-based), or (kill_in_write) die by SIGKILL halfway through
+// writing its file of the checkpoint of step S.
+struct Fault {
+  int rank = -1;
+  long long step = -1;
+  std::string kind;
+};
+Fault fault_from_environment() {
+  const char* spec = std::getenv("TANDEM_FAULT");
+  if (!spec) return {};
+  Fault f;
+  char kind[16] = {0};
+  if (std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &f.rank, &f.step, kind) != 3)
+    TANDEM_FAIL("TANDEM_FAULT='", spec, "' is not rank=R,step=S,kind=hang|kill|exit|kill_in_write");
+  f.kind = kind;
+  return f;
+}
+
+void inject_fault(int rank, int64_t step) {
+  const Fault f = fault_from_environment();
+  if (f.rank != rank || f.step != step || f.kind == "kill_in_write") return;
+  const long long s = f.step;
+  const char* kind = f.kind.c_str();
+  std::fprintf(stderr, "[fault injection] rank %d at step %lld: %s\n", rank, s, kind);
+  std::fflush(stderr);
+  if (std::string(kind) == "kill") raise(SIGKILL);
+  if (std::string(kind) == "exit") std::_Exit(9);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // hang
+}
+
 }  // namespace
 
 Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<data::Dataset> dataset,
@@ -67,7 +101,7 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
       dataset_(std::move(dataset)),
       options_(std::move(options)),
       groups_(groups),
-      rows_per_sample_(config::rows_per_sample(cfg_.model)) {
+      rows_per_sample_(spec::rows_per_sample(cfg_.model)) {
   if (!groups_) {
     own_groups_ = layout::make_single_process_groups();
     groups_ = &own_groups_;
@@ -79,7 +113,7 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
   layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
   // Held-out data, drawn with the run's seed: synthetic data keeps its teacher (the function it learns), and a token
   // file's batch k is what training would draw at step k (the same file gives training's own first batches).
-  if (cfg_.eval.enabled) eval_dataset_ = data::make_dataset(cfg_.eval.data, config::model_io(cfg_.model), cfg_.seed);
+  if (cfg_.eval.enabled) eval_dataset_ = data::make_dataset(cfg_.eval.data, spec::model_io(cfg_.model), cfg_.seed);
 }
 
 Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
@@ -88,16 +122,28 @@ Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data:
               std::move(options), groups) {}
 
 Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups) {
-  const config::ModelConfig model = cfg.model;
-  auto dataset = data::make_dataset(cfg.data, config::model_io(cfg.model), cfg.seed);
+  const spec::ModelConfig model = cfg.model;
+  const spec::LoraConfig lora = cfg.lora;
+  auto dataset = data::make_dataset(cfg.data, spec::model_io(cfg.model), cfg.seed);
   return Trainer(
-      cfg, [model](nn::TpSlot tp) { return build_model(model, tp); }, std::move(dataset), std::move(options), groups);
+      cfg, [model, lora](nn::TpSlot tp) { return build_model(model, tp, lora); }, std::move(dataset),
+      std::move(options), groups);
 }
 
 std::vector<StepMetrics> Trainer::run() {
   if (!options_.resume.empty() && !options_.init.empty())
     TANDEM_FAIL("--resume and --init both given: --resume continues a run (weights and optimizer state), ",
                 "--init starts a new one from weights; choose one");
+  if ((cfg_.data.document_mask || (cfg_.eval.enabled && cfg_.eval.data.document_mask)) && options_.device &&
+      options_.device->kind() == DeviceKind::Cuda)
+    TANDEM_FAIL(
+        "data.document_mask: the CUDA backend does not keep attention inside documents yet (the CPU backend "
+        "does); remove \"document_mask\" to attend across the documents of a window, or train on the CPU "
+        "(--device cpu)");
+  if (cfg_.lora.enabled && !options_.init.empty())
+    TANDEM_FAIL("--init with \"lora\": a LoRA run's checkpoints hold the adapters alone, and resuming or exporting ",
+                "one reads its frozen base again from the config; name the base as model.from_pretrained instead of ",
+                "--init");
   const std::string checkpoint = options_.resume.empty() ? "" : find_checkpoint(options_.resume);
   const int64_t start = check_start(checkpoint);
   if (start >= cfg_.steps) {
@@ -108,9 +154,12 @@ std::vector<StepMetrics> Trainer::run() {
   }
   check_data();
   setup();
+  check_disk(start);
   restore(checkpoint);
   install_stop_handlers();
-  return loop(start);
+  std::vector<StepMetrics> history = loop(start);
+  lock_ = RunFolderLock();
+  return history;
 }
 
 int64_t Trainer::check_start(const std::string& checkpoint) {
@@ -119,14 +168,14 @@ int64_t Trainer::check_start(const std::string& checkpoint) {
   std::string refusal;
   if (!options_.out_dir.empty() && groups_->rank == 0) {
     try {
+      if (!options_.out_dir_locked && !lock_.held()) lock_ = RunFolderLock::acquire(options_.out_dir);
       check_run_folder(options_.out_dir, checkpoint);
     } catch (const Error& e) {
       refusal = e.what();
     }
   }
   if (groups_->world->all_reduce_scalar(refusal.empty() ? 0.0 : 1.0, comm::ReduceOp::Max) > 0)
-    TANDEM_FAIL(refusal.empty() ? "rank 0 refused the run folder '" + options_.out_dir + "' (its message says why)"
-                                : refusal);
+    throw AgreedError(refusal.empty() ? "rank 0 refused the run folder '" + options_.out_dir + "'" : refusal);
   if (checkpoint.empty()) return 0;
   const CheckpointSummary saved = read_checkpoint_summary(checkpoint);
   if (saved.step > cfg_.steps)
@@ -197,18 +246,48 @@ void Trainer::setup() {
   ec.gradient_clipping = cfg_.gradient_clipping;
   ec.compute = cfg_.bf16 ? DType::BF16 : cfg_.fp16.enabled ? DType::F16 : DType::F32;
   ec.fp16 = cfg_.fp16;
+  ec.documents = cfg_.data.document_mask || (cfg_.eval.enabled && cfg_.eval.data.document_mask);
+  ec.offload_optimizer = cfg_.offload_optimizer;
+  ec.offload_param = cfg_.offload_param;
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
+  if (!options_.out_dir.empty()) {
+    CheckpointWriterOptions w;
+    w.root = (fs::path(options_.out_dir) / "checkpoints").string();
+    w.keep = cfg_.checkpoint.keep;
+    w.async = cfg_.checkpoint.async;
+    w.print = is_printer();
+    w.config = cfg_.raw;
+    const Fault fault = fault_from_environment();
+    if (fault.kind == "kill_in_write" && fault.rank == groups_->rank) w.kill_in_write_step = fault.step;
+    writer_ = std::make_unique<CheckpointWriter>(*engine_, *groups_, w);
+  }
+  if (groups_->rank == 0 && (cfg_.tensorboard.enabled || cfg_.csv_monitor.enabled))
+    monitor_ = std::make_unique<Monitor>(cfg_.tensorboard, cfg_.csv_monitor, options_.out_dir);
   if (is_printer()) {
     std::printf("model: %s; layout %s (%d device%s as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
-                config::model_type(cfg_.model).c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
+                spec::model_type(cfg_.model).c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
                 l.dp == 1 ? "" : "s", l.vgpu_size(), static_cast<long long>(cfg_.zero_stage),
                 dtype_name(ec.compute).c_str(), plan_.activation_checkpointing ? ", activation checkpointing" : "");
+    if (cfg_.offload_optimizer.enabled()) {
+      const bool gpu = device_->kind() == DeviceKind::Cuda;  // a CPU device's host memory is plain either way
+      const auto where = [gpu](const spec::OffloadConfig& o) {
+        return o.device == spec::OffloadDevice::Cpu
+                   ? std::string(o.pin_memory && gpu ? "page-locked host memory" : "host memory")
+                   : "swap files in " + o.nvme_path;
+      };
+      std::printf("offload: the optimizer state%s and its AdamW in %s",
+                  cfg_.offload_optimizer.ratio < 1 ? " (part)" : "", where(cfg_.offload_optimizer).c_str());
+      if (cfg_.offload_param.enabled()) std::printf("; the parameters in %s", where(cfg_.offload_param).c_str());
+      std::printf("\n");
+    }
     std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
     std::printf("%s", engine_->describe_stages().c_str());
+    if (cfg_.lora.enabled) std::printf("%s", describe_lora().c_str());
     if (l.pp > 1)
       std::printf("  schedule: %s, %lld micro-batches per step\n", spec::schedule_name(plan_.schedule).c_str(),
                   static_cast<long long>(b.accum));
+    if (monitor_) std::printf("%s", monitor_->describe().c_str());
     if (ops::profile::enabled())
       std::printf(
           "op profile on (TANDEM_PROFILE): every op is timed, the table follows the run; the timing slows "
@@ -217,16 +296,83 @@ void Trainer::setup() {
   }
 }
 
+std::string Trainer::describe_lora() const {
+  // Logical parameters (global shapes), every tp slot's and stage's together: the model as one device holds it.
+  int64_t trainable = 0, frozen = 0, adapters = 0;
+  for (const nn::Parameter* p : engine_->model().parameters()) {
+    (p->trainable ? trainable : frozen) += shape_numel(p->global_shape);
+    adapters += p->adapter ? 1 : 0;
+  }
+  const spec::LoraConfig& l = cfg_.lora;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "  lora: r %lld, lora_alpha %g (scaling %g%s), lora_dropout %g; %lld adapters, %lld trainable "
+                "parameters (%.3g%%) on a frozen base of %lld in %s\n",
+                static_cast<long long>(l.r), l.lora_alpha, l.scaling(), l.use_rslora ? ", rsLoRA" : "", l.lora_dropout,
+                static_cast<long long>(adapters / 2), static_cast<long long>(trainable),
+                100.0 * static_cast<double>(trainable) / static_cast<double>(std::max<int64_t>(trainable + frozen, 1)),
+                static_cast<long long>(frozen), dtype_name(engine_->store().compute_dtype()).c_str());
+  return line;
+}
+
+void Trainer::check_disk(int64_t start) {
+  if (!writer_) return;
+  const uint64_t one = writer_->checkpoint_bytes();
+  // The most checkpoints this run holds there at once: checkpoint.keep complete ones and the one being written, or
+  // fewer when it writes fewer (the due ones, and one at the end), beside the complete ones already there.
+  const auto& c = cfg_.checkpoint;
+  const fs::path root = fs::path(options_.out_dir) / "checkpoints";
+  const int64_t writes = (c.every > 0 ? (cfg_.steps - start) / c.every : 0) + (c.at_end ? 1 : 0);
+  // A run that plans no checkpoint reserves no space: one at a stop signal is written if it fits, and a write that
+  // does not fit ends the job as any failed write does.
+  if (writes == 0) return;
+  const auto existing = static_cast<int64_t>(complete_checkpoints(root.string()).size());
+  const int64_t copies = std::max<int64_t>(1, std::min(c.keep + 1, existing + writes) - existing);
+  checkpoint::SpaceNeed need;
+  need.bytes = static_cast<uint64_t>(copies) * one;
+  need.what = std::to_string(copies) + " checkpoint" + (copies > 1 ? "s" : "") + " of " + format_bytes(one) +
+              (copies == c.keep + 1 ? " (checkpoint.keep " + std::to_string(c.keep) + ", and 1 being written)"
+                                    : " (the most this run holds at once)");
+  const std::string where = root.string();
+  const uint64_t free = checkpoint::free_bytes(where);
+  const int64_t fit = static_cast<int64_t>(free / std::max<uint64_t>(one, 1));
+  need.advice = (fit >= 2 ? "set checkpoint.keep to " + std::to_string(fit - 1) +
+                                " or less (--set checkpoint.keep=" + std::to_string(fit - 1) + "), "
+                          : std::string()) +
+                "write the run elsewhere with --out DIR, or free space there";
+  const std::string mine = checkpoint::space_refusal(where, need, free);
+  // Each rank looks at the file system it writes through; every rank agrees, so all stop or none.
+  if (groups_->world->all_reduce_scalar(mine.empty() ? 0.0 : 1.0, comm::ReduceOp::Max) > 0) {
+    const int first = static_cast<int>(-groups_->world->all_reduce_scalar(
+        mine.empty() ? -static_cast<double>(groups_->layout.world()) : -groups_->rank, comm::ReduceOp::Max));
+    if (first != 0 && groups_->rank == first) {
+      std::fprintf(stderr, "error on rank %d: %s\n", groups_->rank, mine.c_str());
+      std::fflush(stderr);
+    }
+    groups_->world->barrier();
+    throw AgreedError(groups_->rank == 0 && !mine.empty()
+                          ? mine
+                          : "rank " + std::to_string(first) + " has not enough disk space for the checkpoints in '" +
+                                where + "': its message is above");
+  }
+}
+
 void Trainer::restore(const std::string& checkpoint) {
   if (!checkpoint.empty()) {
     const int64_t step = load_checkpoint(checkpoint, *engine_, *groups_);
     if (is_printer()) std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(step));
   }
-  // --init, else model.from_pretrained for a run that does not resume (a checkpoint holds its own weights).
-  const std::string init = !options_.init.empty() ? options_.init : checkpoint.empty() ? cfg_.pretrained_dir : "";
+  // --init, else model.from_pretrained for a run that does not resume (a checkpoint holds its own weights). Under
+  // LoRA the checkpoint holds the adapters alone: the frozen base comes from model.from_pretrained again.
+  const bool base_again = checkpoint.empty() || cfg_.lora.enabled;
+  const std::string init = !options_.init.empty() ? options_.init : base_again ? cfg_.pretrained_dir : "";
   if (!init.empty()) {
-    load_initial_weights(init, cfg_.model, *engine_);
-    if (is_printer()) std::printf("initial weights from %s\n", init.c_str());
+    load_initial_weights(init, cfg_.model, *engine_, is_printer());
+    if (is_printer()) std::printf("%s weights from %s\n", cfg_.lora.enabled ? "frozen base" : "initial", init.c_str());
+  }
+  if (cfg_.lora.enabled && checkpoint.empty() && !cfg_.lora.from_pretrained.empty()) {
+    load_peft_adapter(cfg_.lora.from_pretrained, cfg_.model, cfg_.lora, *engine_);
+    if (is_printer()) std::printf("LoRA adapters from %s\n", cfg_.lora.from_pretrained.c_str());
   }
 }
 
@@ -243,20 +389,32 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
   std::vector<StepMetrics> history;
   double elapsed = 0;
   for (int64_t step = start; step < cfg_.steps; ++step) {
+    const bool writing = writer_ && writer_->writing();
     StepMetrics m = train_step(step, step == start);
+    m.checkpoint_writing = writing;
+    if (writer_) writer_->poll();  // a background write done on every rank becomes a complete checkpoint
     elapsed += m.step_seconds;
     if (eval_dataset_ && ((cfg_.eval.every > 0 && m.step % cfg_.eval.every == 0) || m.step == cfg_.steps)) {
       m.val_loss = evaluate();
       m.evaluated = true;
     }
     history.push_back(m);
+    write_timeline(m.step == cfg_.steps);
     const double eta = elapsed / static_cast<double>(history.size()) * static_cast<double>(cfg_.steps - m.step);
     if (is_printer() && m.skipped)
       std::printf("step %lld/%lld | fp16 overflow (grad norm %g): update skipped, loss scale now %g\n",
                   static_cast<long long>(m.step), static_cast<long long>(cfg_.steps), m.grad_norm, m.loss_scale);
     else if (is_printer() &&
              (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1 || m.evaluated))
-      print_progress(m, cfg_.steps, eta, config::model_io(cfg_.model).tokens ? "tok" : "samples");
+      print_progress(m, cfg_.steps, eta, spec::model_io(cfg_.model).tokens ? "tok" : "samples");
+    // A stop signal on any rank stops every rank after this step.
+    const bool stop = groups_->world->all_reduce_scalar(stop_requested() ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
+    const bool due = cfg_.checkpoint.every > 0 && m.step % cfg_.checkpoint.every == 0;
+    if (writer_ && (due || (m.step == cfg_.steps && cfg_.checkpoint.at_end) || stop)) {
+      m.checkpoint_s = writer_->save(m.step);
+      if (stop) m.checkpoint_s += writer_->finish();  // the job ends with its checkpoint complete
+    }
+    if (monitor_) monitor_->write(monitor_events(m), m.step * cfg_.batch.global);
     if (metrics.is_open()) {
       config::Json line = {{"step", m.step},
                            {"loss", m.loss},
@@ -267,34 +425,50 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
                            {"peak_bytes", m.peak_bytes},
                            {"loss_scale", m.loss_scale},
                            {"skipped", m.skipped}};
+      if (options_.predicted_peak_bytes > 0) line["predicted_peak_bytes"] = options_.predicted_peak_bytes;
       if (m.evaluated) line["val_loss"] = m.val_loss;
+      if (m.checkpoint_s > 0) line["checkpoint_s"] = m.checkpoint_s;
+      if (m.checkpoint_writing) line["checkpoint_writing"] = true;
       metrics << line.dump() << "\n";
       metrics.flush();
-    }
-    // A stop signal on any rank stops every rank after this step.
-    const bool stop = groups_->world->all_reduce_scalar(stop_requested() ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
-    const bool due = cfg_.checkpoint.every > 0 && m.step % cfg_.checkpoint.every == 0;
-    if (!options_.out_dir.empty() && (due || (m.step == cfg_.steps && cfg_.checkpoint.at_end) || stop)) {
-      const std::string dir = save_checkpoint((out / "checkpoints").string(), m.step, *engine_, cfg_.raw,
-                                              static_cast<int>(cfg_.checkpoint.keep), *groups_);
-      if (is_printer()) std::printf("saved checkpoint %s\n", dir.c_str());
     }
     if (stop) {
       if (is_printer()) std::printf("stopped by a signal after step %lld\n", static_cast<long long>(m.step));
       break;
     }
   }
+  if (writer_) {
+    const double waited = writer_->finish();
+    if (is_printer() && waited > 0.05)
+      std::printf("waited %s for the last checkpoint's background write\n", format_duration(waited).c_str());
+  }
   report(history.empty() ? start : history.back().step);
   return history;
+}
+
+std::vector<MonitorEvent> Trainer::monitor_events(const StepMetrics& m) const {
+  // DeepSpeed's tags where it has them (train_loss, lr, loss_scale with fp16), then Tandem's under the same prefix.
+  std::vector<MonitorEvent> e = {{"Train/Samples/train_loss", m.loss}, {"Train/Samples/lr", m.lr}};
+  if (cfg_.fp16.enabled) e.push_back({"Train/Samples/loss_scale", m.loss_scale});
+  e.push_back({"Train/Samples/grad_norm", m.grad_norm});
+  if (m.evaluated) e.push_back({"Train/Samples/val_loss", m.val_loss});
+  e.push_back({spec::model_io(cfg_.model).tokens ? "Train/Samples/tokens_per_s" : "Train/Samples/samples_per_s",
+               m.tokens_per_s});
+  e.push_back({"Train/Samples/peak_memory_bytes", static_cast<double>(m.peak_bytes)});
+  return e;
 }
 
 void Trainer::report(int64_t last_step) {
   const layout::Layout& l = groups_->layout;
   // Each device's peak, gathered to rank 0 one rank at a time (a handful of scalars).
-  std::vector<double> peaks;
+  std::vector<double> peaks, host_peaks;
   for (int r = 0; r < l.world(); ++r)
     peaks.push_back(groups_->world->all_reduce_scalar(
         r == groups_->rank ? static_cast<double>(device_->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
+  if (const device::AccountedDevice* host = engine_->host_memory())
+    for (int r = 0; r < l.world(); ++r)
+      host_peaks.push_back(groups_->world->all_reduce_scalar(
+          r == groups_->rank ? static_cast<double>(host->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
   if (!is_printer()) return;
   std::printf("done: %lld steps. Peak memory per device:", static_cast<long long>(last_step));
   for (int r = 0; r < l.world(); ++r)
@@ -302,6 +476,13 @@ void Trainer::report(int64_t last_step) {
                 format_bytes(static_cast<uint64_t>(peaks[r])).c_str(), r + 1 < l.world() ? "," : "");
   if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
   std::printf("\n");
+  if (!host_peaks.empty()) {
+    std::printf("offloaded state in host memory, peak per rank:");
+    for (int r = 0; r < l.world(); ++r)
+      std::printf(" %d %s%s", r, format_bytes(static_cast<uint64_t>(host_peaks[r])).c_str(),
+                  r + 1 < l.world() ? "," : "");
+    std::printf("\n");
+  }
   // What rank 0 held at its peak and when, in the planner's terms (`tandem plan --explain` gives the prediction).
   std::printf("rank 0 at its peak (%s): %s\n", device_->peak_label().empty() ? "setup" : device_->peak_label().c_str(),
               device_->at_peak().describe().c_str());
@@ -309,65 +490,75 @@ void Trainer::report(int64_t last_step) {
   std::fflush(stdout);
 }
 
-namespace {
-
-// Fault injection for the fault tests: TANDEM_FAULT="rank=R,step=S,kind=hang|kill|exit" makes rank R hang,
-// die by SIGKILL, or exit(9) at the start of step S (1-based).
-void inject_fault(int rank, int64_t step) {
-  const char* spec = std::getenv("TANDEM_FAULT");
-  if (!spec) return;
-  int r = -1;
-  long long s = -1;
-  char kind[16] = {0};
-  if (std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &r, &s, kind) != 3)
-    TANDEM_FAIL("TANDEM_FAULT='", spec, "' is not rank=R,step=S,kind=hang|kill|exit");
-  if (r != rank || s != step) return;
-  std::fprintf(stderr, "[fault injection] rank %d at step %lld: %s\n", rank, s, kind);
-  std::fflush(stderr);
-  if (std::string(kind) == "kill") raise(SIGKILL);
-  if (std::string(kind) == "exit") std::_Exit(9);
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // hang
-}
-
-}  // namespace
-
 parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset, int64_t step, int64_t first,
                                                     int64_t count) {
-  data::Batch batch = dataset.batch(step, first, count, device_->kind() == DeviceKind::Cpu ? *device_ : host_);
-  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets};
+  const spec::DataConfig& d = &dataset == eval_dataset_.get() ? cfg_.eval.data : cfg_.data;
+  Device& host = device_->kind() == DeviceKind::Cpu ? static_cast<Device&>(*device_) : host_;
+  data::Batch batch = dataset.batch(step, first, count, host);
+  const Tensor docs = d.document_mask ? data::document_ids(batch.inputs, d.eos_token_id, host) : Tensor();
+  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets, docs};
   Tensor inputs = Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), *device_, "batch inputs");
   Tensor targets = Tensor::empty(batch.targets.shape(), batch.targets.dtype(), *device_, "batch targets");
   inputs.copy_from(batch.inputs);
   targets.copy_from(batch.targets);
-  return parallel::pipeline::MicroBatch{inputs, targets};
+  return parallel::pipeline::MicroBatch{inputs, targets, Tensor()};  // documents: refused on CUDA (run)
 }
 
 double Trainer::evaluate() {
-  // Batch k of the held-out data is its "step" k: the same samples at every evaluation, in every layout.
+  // Batch k of the held-out data is its "step" k: the same samples at every evaluation, in every layout. The mean
+  // over the targets that count (all of them without a loss mask) of every batch.
   const double rows = static_cast<double>(cfg_.batch.global * rows_per_sample_);
-  double sum = 0;
-  for (int64_t k = 0; k < cfg_.eval.steps; ++k)
+  double sum = 0, counted = 0;
+  for (int64_t k = 0; k < cfg_.eval.steps; ++k) {
     sum += engine_->evaluate([&](int64_t first, int64_t count) { return micro_batch(*eval_dataset_, k, first, count); },
                              rows);
-  return sum / rows / static_cast<double>(cfg_.eval.steps);
+    counted += static_cast<double>(eval_dataset_->counted_targets(k, 0, cfg_.batch.global).value_or(rows));
+  }
+  return sum / std::max(counted, 1.0);
+}
+
+namespace {
+
+// TANDEM_TIMELINE=S: the offload timeline of step S (1-based), or 0 when unset.
+int64_t timeline_step() {
+  const char* s = std::getenv("TANDEM_TIMELINE");
+  return s ? std::atoll(s) : 0;
+}
+
+}  // namespace
+
+void Trainer::write_timeline(bool at_end) {
+  std::unique_ptr<parallel::Timeline> t = engine_->store().take_timeline(at_end);
+  if (!t) return;
+  const fs::path dir = options_.out_dir.empty() ? fs::path(".") : fs::path(options_.out_dir);
+  const fs::path file = dir / ("timeline_rank" + std::to_string(groups_->rank) + ".json");
+  std::ofstream(file) << t->chrome_trace(groups_->rank);
+  if (is_printer())
+    std::printf("offload timeline of step %lld (rank 0, %s; chrome://tracing reads it): %s\n",
+                static_cast<long long>(timeline_step()), file.string().c_str(), t->summary().c_str());
 }
 
 StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   inject_fault(groups_->rank, step + 1);
+  if (step + 1 == timeline_step() && engine_->store().offloaded()) engine_->store().record_timeline();
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);
+  // The loss is the mean over the targets that count in the whole global batch (every target without a loss mask),
+  // so every layout divides by the same number; a batch in which none counts contributes nothing.
+  const double counted =
+      std::max(1.0, static_cast<double>(dataset_->counted_targets(step, 0, b.global).value_or(rows)));
   const double lr = optim::learning_rate(cfg_.scheduler, step);
   const parallel::StepResult r =
       engine_->step([&](int64_t first, int64_t count) { return micro_batch(*dataset_, step, first, count); },
-                    static_cast<float>(lr), rows);
+                    static_cast<float>(lr), counted, step);
   // The profile waits here for the step's queued op timings, so this step's time includes its last kernels.
   if (ops::profile::enabled()) ops::profile::end_step(t0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   StepMetrics m;
   m.step = step + 1;
-  m.loss = r.loss_sum / rows;
+  m.loss = r.loss_sum / counted;
   m.lr = lr;
   m.grad_norm = r.grad_norm;
   m.skipped = r.skipped;

@@ -13,6 +13,9 @@
 #include "tandem/layout/groups.h"
 #include "tandem/nn/model.h"
 #include "tandem/parallel/engine.h"
+#include "tandem/train/checkpoint_writer.h"
+#include "tandem/train/monitor.h"
+#include "tandem/train/run_lock.h"
 
 namespace tandem::train {
 
@@ -26,6 +29,12 @@ struct TrainOptions {
   // The device to train on (a GPU, made before the communicators that use it); null: a CPU device of this
   // process. Its budget is set from "device_memory" when the config has one.
   device::AccountedDevice* device = nullptr;
+  // The caller holds out_dir's lock (prepare_run_folder, run_lock.h); otherwise run() takes it on rank 0 for its
+  // own duration, refusing a folder another job holds.
+  bool out_dir_locked = false;
+  // The preflight's predicted peak of the fullest device, written beside the measured one in metrics.jsonl
+  // (predicted_peak_bytes); 0: not known (then not written).
+  int64_t predicted_peak_bytes = 0;
 };
 
 struct StepMetrics {
@@ -40,6 +49,8 @@ struct StepMetrics {
   double loss_scale = 1;    // fp16: the scale after this step
   bool evaluated = false;   // "eval" ran after this step
   double val_loss = 0;      // then: the mean loss over its batches, after this step's update
+  double checkpoint_s = 0;  // seconds the loop was held at this step's boundary by checkpointing (0: none taken)
+  bool checkpoint_writing = false;  // a checkpoint was being written in the background during this step
 };
 
 // Builds the whole model for one tensor-parallel slot (layers hold only their slot's part).
@@ -70,13 +81,19 @@ class Trainer {
   void check_data();
   void check_dataset(const data::Dataset& dataset, const char* what);
   void setup();
+  // Before step 1: the free space where the checkpoints go against what this run can hold there at once.
+  void check_disk(int64_t start);
   void restore(const std::string& checkpoint);
   std::vector<StepMetrics> loop(int64_t start);
   void report(int64_t last_step);
   StepMetrics train_step(int64_t step, bool first_of_run);
   // Samples [first, first + count) of `dataset`'s step `step`, on the device the engine runs on.
   parallel::pipeline::MicroBatch micro_batch(const data::Dataset& dataset, int64_t step, int64_t first, int64_t count);
-  double evaluate();  // the mean loss over cfg.eval.steps global batches of the eval data
+  double evaluate();                  // the mean loss over cfg.eval.steps global batches of the eval data
+  std::string describe_lora() const;  // "  lora: r 8, ..., 1.2M trainable parameters (0.9%) on a frozen base of ..."
+  // The offload timeline (TANDEM_TIMELINE=S) once recorded: OUT/timeline_rank<r>.json and a summary line.
+  void write_timeline(bool at_end);
+  std::vector<MonitorEvent> monitor_events(const StepMetrics& m) const;  // the tags and values of one step
   bool is_printer() const { return options_.print && groups_->rank == 0; }
 
   config::TrainConfig cfg_;
@@ -92,6 +109,9 @@ class Trainer {
   device::CpuDevice host_;  // where batches are made before they go to a GPU
   std::unique_ptr<parallel::Engine> engine_;
   int64_t rows_per_sample_;
+  RunFolderLock lock_;                        // rank 0, while run() runs, unless the caller holds the folder's lock
+  std::unique_ptr<CheckpointWriter> writer_;  // with out_dir
+  std::unique_ptr<Monitor> monitor_;          // rank 0, with "tensorboard" or "csv_monitor" enabled
 };
 
 }  // namespace tandem::train

@@ -2,12 +2,15 @@
 #include "tandem/device/cuda/cuda_device.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
+#include "tandem/device/cpu_device.h"
 #include "tandem/device/cuda/cuda_check.h"
+#include "tandem/device/cuda/pinned_host_device.h"
 
 namespace tandem::device {
 
@@ -109,6 +112,7 @@ CudaDevice::CudaDevice(int index, uint64_t budget_bytes) : AccountedDevice(budge
   // Non-blocking: the legacy default stream (which a library might use behind our back) does not serialise them.
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking));
   TANDEM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_slot_), sizeof(DeferredError)));
   TANDEM_CUDA_CHECK(cudaMemsetAsync(error_slot_, 0, sizeof(DeferredError), compute_));
   error_host_ = PinnedBuffer(sizeof(DeferredError));
@@ -124,14 +128,111 @@ CudaDevice::~CudaDevice() {
   cudaSetDevice(index_);
   if (compute_) cudaStreamSynchronize(compute_);
   if (comm_) cudaStreamSynchronize(comm_);
+  if (transfer_) cudaStreamSynchronize(transfer_);
+  tickets_.clear();
+  marks_.clear();
+  mark_origin_.reset();
   contexts_.clear();  // their handles and workspaces go before the memory and streams they use
   arena_.reset();
   if (error_slot_) cudaFree(error_slot_);
+  if (transfer_) cudaStreamDestroy(transfer_);
   if (comm_) cudaStreamDestroy(comm_);
   if (compute_) cudaStreamDestroy(compute_);
 }
 
 void CudaDevice::make_current() const { TANDEM_CUDA_CHECK(cudaSetDevice(index_)); }
+
+uint64_t CudaDevice::issue_locked(cudaStream_t stream, uint64_t after) {
+  if (after != 0) {
+    const auto it = tickets_.find(after);
+    if (it != tickets_.end()) it->second.wait_in(stream);
+  }
+  // Forget what is done, so the table holds only tickets still in flight.
+  for (auto it = tickets_.begin(); it != tickets_.end();) it = it->second.completed() ? tickets_.erase(it) : ++it;
+  const uint64_t ticket = next_ticket_++;
+  tickets_.emplace(ticket, CudaEvent()).first->second.record(stream);
+  return ticket;
+}
+
+uint64_t CudaDevice::fence() {
+  make_current();
+  std::lock_guard<std::mutex> lock(transfer_mu_);
+  return issue_locked(compute_, 0);
+}
+
+uint64_t CudaDevice::copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, uint64_t after) {
+  make_current();
+  std::lock_guard<std::mutex> lock(transfer_mu_);
+  if (after != 0) {
+    const auto it = tickets_.find(after);
+    if (it != tickets_.end()) it->second.wait_in(transfer_);
+  }
+  if (bytes > 0) TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, transfer_));
+  return issue_locked(transfer_, 0);
+}
+
+uint64_t CudaDevice::copy_to_host_async(void* host_dst, const void* src, size_t bytes, uint64_t after) {
+  return copy_async(host_dst, src, bytes, cudaMemcpyDeviceToHost, after);
+}
+
+uint64_t CudaDevice::copy_from_host_async(void* dst, const void* host_src, size_t bytes, uint64_t after) {
+  return copy_async(dst, host_src, bytes, cudaMemcpyHostToDevice, after);
+}
+
+void CudaDevice::device_waits(uint64_t ticket) {
+  make_current();
+  std::lock_guard<std::mutex> lock(transfer_mu_);
+  const auto it = tickets_.find(ticket);
+  if (it != tickets_.end()) it->second.wait_in(compute_);
+}
+
+void CudaDevice::host_waits(uint64_t ticket) {
+  CudaEvent done;
+  {
+    std::lock_guard<std::mutex> lock(transfer_mu_);
+    const auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) return;
+    done = std::move(it->second);
+    tickets_.erase(it);
+  }
+  done.synchronize();  // outside the lock: other threads keep issuing while this one waits
+}
+
+uint64_t CudaDevice::mark(bool transfers, uint64_t after) {
+  make_current();
+  std::lock_guard<std::mutex> lock(transfer_mu_);
+  if (transfers && after != 0) {
+    const auto it = tickets_.find(after);
+    if (it != tickets_.end()) it->second.wait_in(transfer_);
+  }
+  if (!mark_origin_) {
+    mark_origin_ = std::make_unique<CudaEvent>(/*timing=*/true);
+    mark_origin_->record(compute_);
+    mark_origin_->synchronize();
+    mark_origin_host_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  const uint64_t id = next_ticket_++;
+  marks_.emplace(id, CudaEvent(/*timing=*/true)).first->second.record(transfers ? transfer_ : compute_);
+  return id;
+}
+
+double CudaDevice::mark_seconds(uint64_t id) {
+  CudaEvent event;
+  {
+    std::lock_guard<std::mutex> lock(transfer_mu_);
+    const auto it = marks_.find(id);
+    TANDEM_CHECK(it != marks_.end(), "timing mark ", id, " is not one of ", name(), "'s");
+    event = std::move(it->second);
+    marks_.erase(it);
+  }
+  event.synchronize();
+  return mark_origin_host_s_ + static_cast<double>(event.ms_since(*mark_origin_)) / 1e3;
+}
+
+std::unique_ptr<AccountedDevice> CudaDevice::host_memory(bool page_locked) const {
+  if (page_locked) return std::make_unique<PinnedHostDevice>(index_);
+  return std::make_unique<CpuDevice>(0, index_, "host");
+}
 
 uint64_t CudaDevice::plannable_bytes() const {
   make_current();

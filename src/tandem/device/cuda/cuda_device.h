@@ -110,6 +110,19 @@ class CudaDevice final : public AccountedDevice {
   // Waits for the compute stream, then throws the first bad input a kernel reported since the last check.
   void synchronize() override;
 
+  // Offload's copies (device_interface.h) on the transfer stream, each ordered after its fence; tickets are events.
+  // A fence is an event on the compute stream. Thread-safe: the host optimizer's thread issues uploads.
+  uint64_t fence() override;
+  uint64_t copy_to_host_async(void* host_dst, const void* src, size_t bytes, uint64_t after) override;
+  uint64_t copy_from_host_async(void* dst, const void* host_src, size_t bytes, uint64_t after) override;
+  void device_waits(uint64_t ticket) override;
+  void host_waits(uint64_t ticket) override;
+  // Timing events, turned into the host's clock through one event the host waited for (the first mark).
+  uint64_t mark(bool transfers, uint64_t after) override;
+  double mark_seconds(uint64_t mark) override;
+  // Page-locked (cudaMallocHost) host memory when asked, plain host memory otherwise.
+  std::unique_ptr<AccountedDevice> host_memory(bool page_locked) const override;
+
   // The GPU's free memory now, less kLibraryReserve for what NCCL's communicators and the CUDA libraries allocate
   // outside the arena (about 2 GiB on an H200), plus what the arena holds unused.
   uint64_t plannable_bytes() const override;
@@ -179,8 +192,19 @@ class CudaDevice final : public AccountedDevice {
   int index_;
   int sm_count_ = 0;
   std::string gpu_name_;
+  // A ticket's event, recorded; the stream waits on `after` first. Under transfer_mu_.
+  uint64_t issue_locked(cudaStream_t stream, uint64_t after);
+  uint64_t copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, uint64_t after);
+
   cudaStream_t compute_ = nullptr;
   cudaStream_t comm_ = nullptr;
+  cudaStream_t transfer_ = nullptr;  // offload's copies between the device and host memory
+  std::mutex transfer_mu_;
+  uint64_t next_ticket_ = 1;
+  std::map<uint64_t, CudaEvent> tickets_;   // not yet known to be done; a ticket missing here is done
+  std::map<uint64_t, CudaEvent> marks_;     // timing events by mark
+  std::unique_ptr<CudaEvent> mark_origin_;  // recorded and waited for at the first mark
+  double mark_origin_host_s_ = 0;           // the host's steady clock then
   mutable std::mutex arena_mu_;  // AccountedDevice serialises raw_*, but arena_stats() and release_cached() do not
   std::unique_ptr<Arena> arena_;
   DeferredError* error_slot_ = nullptr;  // device memory

@@ -8,11 +8,15 @@
 // not depend on the thread count.
 // Layouts: qkv and dqkv (B, T, W) with W = (H + 2 Hkv) D: query head h at column h*D, kv head g at H*D + g*D (k) and
 // (H + Hkv) D + g*D (v); y and dy (B, T, H*D); lse (B, H, T).
+// With documents (B, T) (the documents forms), row i's scores keep only the keys [start_i, i] of its document: the
+// softmax and the recomputed probabilities are zero before start_i, so every product downstream (P V, dS, dK, dV)
+// sees only the document's keys. Without, start_i = 0.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "tandem/ops/cpu/cpu_ops.h"
 #include "tandem/ops/cpu/element.h"
@@ -91,31 +95,52 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
               static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-// Row i of the scores over columns [0, width) with width > i: becomes the causal softmax in place (max-subtracted,
-// summed in double) with zeros at i < j < width. Returns the row's log-sum-exp.
-float causal_softmax_row(float* row, int64_t i, int64_t width) {
-  const float mx = *std::max_element(row, row + i + 1);
+// Row i of the scores over columns [0, width) with width > i: becomes the softmax over keys [start, i] in place
+// (max-subtracted, summed in double) with zeros elsewhere. Returns the row's log-sum-exp.
+float causal_softmax_row(float* row, int64_t i, int64_t width, int64_t start) {
+  const float mx = *std::max_element(row + start, row + i + 1);
   double sum = 0.0;
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = start; j <= i; ++j) {
     row[j] = std::exp(row[j] - mx);
     sum += row[j];
   }
   const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+  for (int64_t j = start; j <= i; ++j) row[j] *= inv;
+  std::fill(row, row + start, 0.0f);
   std::fill(row + i + 1, row + width, 0.0f);
   return mx + static_cast<float>(std::log(sum));
 }
 
 // Row i of the scores, over [0, width) as above, turned back into probabilities from the saved log-sum-exp.
-void causal_probs_row(float* row, int64_t i, int64_t width, float lse) {
-  for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] - lse);
+void causal_probs_row(float* row, int64_t i, int64_t width, int64_t start, float lse) {
+  for (int64_t j = start; j <= i; ++j) row[j] = std::exp(row[j] - lse);
+  std::fill(row, row + start, 0.0f);
   std::fill(row + i + 1, row + width, 0.0f);
 }
 
+// starts (B, T): the first position of each position's document (documents (B, T), non-decreasing in T), or all 0
+// without documents. Checked here, before the parallel regions (an exception must not leave one).
+std::vector<int64_t> document_starts(const Tensor& documents, int64_t b, int64_t t) {
+  std::vector<int64_t> starts(static_cast<size_t>(b * t), 0);
+  if (!documents.defined()) return starts;
+  const int32_t* ids = documents.i32();
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 1; i < t; ++i) {
+      const int32_t prev = ids[bi * t + i - 1], cur = ids[bi * t + i];
+      if (cur < prev)
+        TANDEM_FAIL("attention with documents: document id ", cur, " at position ", i, " of sequence ", bi, " follows ",
+                    prev, ": ids must not decrease along a sequence (documents are packed in order)");
+      starts[static_cast<size_t>(bi * t + i)] = cur == prev ? starts[static_cast<size_t>(bi * t + i - 1)] : i;
+    }
+  return starts;
+}
+
 template <class T>
-void forward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse) {
+void forward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents, const Tensor& y,
+                    const Tensor& lse) {
   const Dims s = dims_of(qkv, heads, kv_heads);
   if (empty(s)) return;
+  const std::vector<int64_t> starts = document_starts(documents, s.b, s.t);
   const int64_t pairs = s.b * s.h, t = s.t, d = s.d, ld_qkv = s.width(), ld_y = s.h * s.d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const Plan plan = forward_plan(s, omp_get_max_threads());
@@ -146,7 +171,8 @@ void forward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& y,
       for (int64_t r0 = 0; r0 < t; r0 += plan.block) {
         const int64_t r1 = std::min(t, r0 + plan.block), n_rows = r1 - r0;
         gemm(false, true, n_rows, r1, d, scale, q + r0 * d, d, k, d, 0.0f, p + r0 * t, t);  // S = scale q k^T
-        for (int64_t i = r0; i < r1; ++i) row_lse[i] = causal_softmax_row(p + i * t, i, r1);
+        for (int64_t i = r0; i < r1; ++i)
+          row_lse[i] = causal_softmax_row(p + i * t, i, r1, starts[static_cast<size_t>(bi * t + i)]);
         gemm(false, false, n_rows, d, r1, 1.0f, p + r0 * t, t, v, d, 0.0f, o + r0 * d, d);  // O = P v
       }
       scatter(o, t, d, out + bi * t * ld_y + hi * d, ld_y);
@@ -155,10 +181,11 @@ void forward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& y,
 }
 
 template <class T>
-void backward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
-                     const Tensor& dqkv) {
+void backward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents, const Tensor& y,
+                     const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
   const Dims s = dims_of(qkv, heads, kv_heads);
   if (empty(s)) return;
+  const std::vector<int64_t> starts = document_starts(documents, s.b, s.t);
   const int64_t pairs = s.b * s.kv, t = s.t, d = s.d, td = t * d, tt = t * t;
   const int64_t ld_qkv = s.width(), ld_y = s.h * s.d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -210,7 +237,8 @@ void backward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& y
         for (int64_t r0 = 0; r0 < t; r0 += plan.block) {
           const int64_t r1 = std::min(t, r0 + plan.block), n_rows = r1 - r0;
           gemm(false, true, n_rows, r1, d, scale, q + r0 * d, d, k, d, 0.0f, p + r0 * t, t);  // S, then P
-          for (int64_t i = r0; i < r1; ++i) causal_probs_row(p + i * t, i, r1, row_lse[i]);
+          for (int64_t i = r0; i < r1; ++i)
+            causal_probs_row(p + i * t, i, r1, starts[static_cast<size_t>(bi * t + i)], row_lse[i]);
           gemm(false, true, n_rows, r1, d, 1.0f, g_o + r0 * d, d, v, d, 0.0f, g_s + r0 * t, t);  // dP = dO v^T
           for (int64_t i = r0; i < r1; ++i) {
             float* row = g_s + i * t;       // (r1)
@@ -252,13 +280,36 @@ int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& 
   return backward_plan(s, ctx.cpu_threads).teams * backward_scratch_per_thread(s) * 4;
 }
 
+int64_t attention_gqa_documents_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                                const Tensor&, const Tensor& y, const Tensor& lse) {
+  return attention_gqa_forward_scratch(ctx, qkv, heads, kv_heads, y, lse);
+}
+
+int64_t attention_gqa_documents_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                                 const Tensor&, const Tensor& y, const Tensor& lse, const Tensor& dy,
+                                                 const Tensor& dqkv) {
+  return attention_gqa_backward_scratch(ctx, qkv, heads, kv_heads, y, lse, dy, dqkv);
+}
+
 void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse) {
-  visit_float(qkv.dtype(), [&](auto t) { forward_kernel<decltype(t)>(qkv, heads, kv_heads, y, lse); });
+  visit_float(qkv.dtype(), [&](auto t) { forward_kernel<decltype(t)>(qkv, heads, kv_heads, Tensor(), y, lse); });
 }
 
 void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
                             const Tensor& dy, const Tensor& dqkv) {
-  visit_float(qkv.dtype(), [&](auto t) { backward_kernel<decltype(t)>(qkv, heads, kv_heads, y, lse, dy, dqkv); });
+  visit_float(qkv.dtype(),
+              [&](auto t) { backward_kernel<decltype(t)>(qkv, heads, kv_heads, Tensor(), y, lse, dy, dqkv); });
+}
+
+void attention_gqa_documents_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                                     const Tensor& y, const Tensor& lse) {
+  visit_float(qkv.dtype(), [&](auto t) { forward_kernel<decltype(t)>(qkv, heads, kv_heads, documents, y, lse); });
+}
+
+void attention_gqa_documents_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                                      const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
+  visit_float(qkv.dtype(),
+              [&](auto t) { backward_kernel<decltype(t)>(qkv, heads, kv_heads, documents, y, lse, dy, dqkv); });
 }
 
 }  // namespace tandem::ops::cpu

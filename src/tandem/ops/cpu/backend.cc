@@ -18,6 +18,8 @@ const Scratch& scratch() {
     s.linear_weight_grad = &linear_weight_grad_scratch;
     s.attention_gqa_forward = &attention_gqa_forward_scratch;
     s.attention_gqa_backward = &attention_gqa_backward_scratch;
+    s.attention_gqa_documents_forward = &attention_gqa_documents_forward_scratch;
+    s.attention_gqa_documents_backward = &attention_gqa_documents_backward_scratch;
     return s;
   }();
   return table;

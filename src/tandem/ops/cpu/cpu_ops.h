@@ -25,5 +25,10 @@ int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& q
                                       const Tensor& y, const Tensor& lse);
 int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
                                        const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
+int64_t attention_gqa_documents_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                                const Tensor& documents, const Tensor& y, const Tensor& lse);
+int64_t attention_gqa_documents_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
+                                                 const Tensor& documents, const Tensor& y, const Tensor& lse,
+                                                 const Tensor& dy, const Tensor& dqkv);
 
 }  // namespace tandem::ops::cpu

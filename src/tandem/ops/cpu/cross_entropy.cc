@@ -1,5 +1,6 @@
 // CPU softmax cross-entropy: per-row loss and log-sum-exp (forward), the logits gradient (backward), and the
-// per-slot statistics of the vocabulary-sharded form with its finish. Logits and their gradient are f32, bf16 or
+// per-slot statistics of the vocabulary-sharded form with its finish. Rows whose target is kIgnoreTarget count
+// nothing: no loss, no gradient. Logits and their gradient are f32, bf16 or
 // f16; every per-row statistic is f32. One row per task; exp sums are max-subtracted, in double.
 #include <algorithm>
 #include <cmath>
@@ -15,7 +16,7 @@ namespace {
 // exception must not leave an OpenMP region.
 void check_targets(const char* op, const int32_t* targets, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i) {
-    if (targets[i] >= 0 && targets[i] < vocab) continue;
+    if ((targets[i] >= 0 && targets[i] < vocab) || targets[i] == kIgnoreTarget) continue;
     if (vocab == kUncheckedVocab) TANDEM_FAIL(op, ": target id ", targets[i], " at row ", i, " is negative");
     TANDEM_FAIL(op, ": target id ", targets[i], " at row ", i, " is out of range for a vocabulary of ", vocab,
                 " (targets must lie in [0, ", vocab, ")); check that the tokenizer matches the model's vocab_size");
@@ -51,7 +52,7 @@ void forward_kernel(const Tensor& logits, const Tensor& targets, const Tensor& l
     const float mx = row_max_of(row, v);
     const double row_lse = static_cast<double>(mx) + std::log(sum_exp(row, v, mx));
     lse_out[i] = static_cast<float>(row_lse);
-    loss[i] = static_cast<float>(row_lse - load(row, tgt[i]));
+    loss[i] = tgt[i] == kIgnoreTarget ? 0.0f : static_cast<float>(row_lse - load(row, tgt[i]));
   }
 }
 
@@ -68,7 +69,7 @@ void stats_kernel(const Tensor& logits, const Tensor& targets, int64_t start, in
   for (int64_t i = 0; i < n; ++i) {
     const T* row = x + i * v_local;  // (V_local)
     mx[i] = row_max_of(row, v_local);
-    const int64_t local = tgt[i] - start;
+    const int64_t local = tgt[i] == kIgnoreTarget ? -1 : tgt[i] - start;
     // Zero from the slots that do not hold the target, so a sum over slots yields the target's logit.
     picked[i] = local >= 0 && local < v_local ? load(row, local) : 0.0f;
   }
@@ -95,8 +96,12 @@ void backward_kernel(const Tensor& logits, const Tensor& targets, const Tensor& 
   check_targets("cross_entropy_backward", tgt, n, vocab);
 #pragma omp parallel for schedule(static) if (worth_parallel(n * v, kTranscendentalCost))
   for (int64_t i = 0; i < n; ++i) {
-    const T* row = x + i * v;  // (V_local)
-    T* out = g + i * v;        // (V_local)
+    const T* row = x + i * v;       // (V_local)
+    T* out = g + i * v;             // (V_local)
+    if (tgt[i] == kIgnoreTarget) {  // a row that does not count: no gradient
+      for (int64_t j = 0; j < v; ++j) store(out, j, 0.0f);
+      continue;
+    }
     const int64_t local = tgt[i] - start;
     // Each element reads only its own logit before writing, so out == row is safe. The one-hot is subtracted
     // before the store, so the target's gradient is rounded once, like the others.
@@ -129,11 +134,12 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
               [&](auto t) { backward_kernel<decltype(t)>(logits, targets, lse, scale, dlogits, start, vocab); });
 }
 
-void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,
+void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse, const Tensor& targets,
                           const Tensor& loss_sum) {
   const int64_t n = lse.numel();
   const float* mx = row_max.f32();           // (N)
   const float* picked = target_logit.f32();  // (N)
+  const int32_t* tgt = targets.i32();        // (N)
   float* out = lse.f32();                    // (N): sum_exp in, log-sum-exp out
   // One pass in row order with a double sum: the total does not depend on threads, and N (tokens of one step) is
   // small next to the N x V work that produced these statistics.
@@ -141,7 +147,7 @@ void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, con
   for (int64_t i = 0; i < n; ++i) {
     const double row_lse = static_cast<double>(mx[i]) + std::log(static_cast<double>(out[i]));
     out[i] = static_cast<float>(row_lse);
-    total += row_lse - picked[i];
+    if (tgt[i] != kIgnoreTarget) total += row_lse - picked[i];
   }
   float* sum = loss_sum.f32();  // (1)
   sum[0] = static_cast<float>(static_cast<double>(sum[0]) + total);

@@ -4,6 +4,12 @@
 // OpenBLAS threads partition the output, not the K sum, so results do not depend on its thread count.
 // This OpenBLAS has no bf16 or f16 GEMM: 16-bit a and b are widened into fp32 scratch, the product is formed in
 // fp32 (in c itself when c is f32, else in scratch) and rounded into c once.
+// A row of c must not depend on the rows beside it in the call (the micro-batch, hence the layout). OpenBLAS's AVX-512
+// builds compute a product of at most 100^3 multiply-adds with kernels of their own, whose sums run in another order
+// than its blocked kernel's, so one row of a layer came out differently in a call of 16 rows and in one of 64. A
+// product with a untransposed that small is computed on a padded with zero rows to just above that size, so every call
+// takes the blocked kernel (tests/ops/test_ops_gemm.cc checks it on both sides of the bound). With a transposed (the
+// weight gradient, summed over the batch rows) the rows of c are the layer's, the same in every layout.
 #include <cblas.h>
 
 #include "tandem/ops/cpu/cpu_ops.h"
@@ -27,11 +33,22 @@ void narrow(const float* src, T* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) store(dst, i, src[i]);
 }
 
-// `t` as an fp32 tensor: itself when it is f32, else a widened copy in scratch on its device.
-Tensor as_f32(const Tensor& t, bool read) {
-  if (t.dtype() == DType::F32) return t;
-  Tensor wide = Tensor::empty(t.shape(), DType::F32, t.device(), "matmul scratch");
+// The rows the product is computed on (see the file's opening): `m`, or for a small product with a untransposed, the
+// fewest rows that take it past OpenBLAS's 100^3 multiply-adds.
+int64_t padded_rows(int64_t m, int64_t n, int64_t k, bool trans_a) {
+  constexpr int64_t kSmallProduct = 1000000;
+  if (trans_a || m * n * k > kSmallProduct) return m;
+  return kSmallProduct / (n * k) + 1;
+}
+
+// `t` (rows, cols) as an fp32 (padded_rows, cols) tensor: itself when it is f32 and needs no padding, else a copy in
+// scratch on its device, widened when `read` (the padding rows zero).
+Tensor as_f32(const Tensor& t, bool read, int64_t padded_rows) {
+  const int64_t rows = rows_of(t), cols = cols_of(t);
+  if (t.dtype() == DType::F32 && padded_rows == rows) return t;
+  Tensor wide = Tensor::empty({padded_rows, cols}, DType::F32, t.device(), "matmul scratch");
   if (read) visit_float(t.dtype(), [&](auto tag) { widen(elems<decltype(tag)>(t), wide.f32(), t.numel()); });
+  if (padded_rows > rows) wide.rows(rows, padded_rows - rows).fill_zero();
   return wide;
 }
 
@@ -51,14 +68,17 @@ void scale_only(const Tensor& c, float beta) {
 
 }  // namespace
 
-// The fp32 copies as_f32 makes: a, b and c each when 16-bit, all live through the product.
+// The fp32 copies as_f32 makes: a, b and c each when 16-bit, a and c when padded, all live through the product.
 int64_t matmul_scratch(const ScratchContext&, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, bool,
                        float) {
-  const int64_t k = trans_a ? rows_of(a) : cols_of(a);
-  if (rows_of(c) == 0 || cols_of(c) == 0 || k == 0) return 0;
+  const int64_t m = rows_of(c), n = cols_of(c), k = trans_a ? rows_of(a) : cols_of(a);
+  if (m == 0 || n == 0 || k == 0) return 0;
+  const int64_t rows = padded_rows(m, n, k, trans_a);
   int64_t bytes = 0;
-  for (const Tensor* t : {&a, &b, &c})
-    if (t->dtype() != DType::F32) bytes += t->numel() * 4;
+  for (const Tensor* t : {&a, &b, &c}) {
+    const bool padded = t != &b && !(t == &a && trans_a) && rows > m;
+    if (t->dtype() != DType::F32 || padded) bytes += (padded ? rows : rows_of(*t)) * cols_of(*t) * 4;
+  }
   return bytes;
 }
 
@@ -70,15 +90,20 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
     scale_only(c, beta);
     return;
   }
-  const Tensor a32 = as_f32(a, true), b32 = as_f32(b, true);
+  const int64_t rows = padded_rows(m, n, k, trans_a);
+  const Tensor a32 = as_f32(a, true, trans_a ? rows_of(a) : rows), b32 = as_f32(b, true, rows_of(b));
   // c's existing values matter only when beta != 0; they are read as fp32, as beta's contract says.
-  const Tensor c32 = as_f32(c, beta != 0.0f);
+  const Tensor c32 = as_f32(c, beta != 0.0f, rows);  // (rows, N)
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a32.f32(),
+              static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k), 1.0f, a32.f32(),
               static_cast<int>(cols_of(a)), b32.f32(), static_cast<int>(cols_of(b)), beta, c32.f32(),
               static_cast<int>(n));
-  if (c.dtype() != DType::F32)
-    visit_float(c.dtype(), [&](auto tag) { narrow(c32.f32(), elems<decltype(tag)>(c), c.numel()); });
+  if (c32.shares_storage(c)) return;
+  if (c.dtype() == DType::F32) {
+    c.copy_from(c32.rows(0, m).view(c.shape()));
+    return;
+  }
+  visit_float(c.dtype(), [&](auto tag) { narrow(c32.f32(), elems<decltype(tag)>(c), c.numel()); });
 }
 
 int64_t linear_forward_scratch(const ScratchContext& ctx, const Tensor& x, const Tensor& weight, const Tensor&,

@@ -309,6 +309,21 @@ void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Te
   attention_gqa_backward_plain(qkv, heads, kv_heads, y, lse, dy, dqkv);
 }
 
+// Attention kept inside documents (data.document_mask) is not on the GPU yet: the trainer refuses the key before step
+// 1 on a CUDA device, so these are reached only by a direct call.
+void attention_gqa_documents_forward(const Tensor&, int, int, const Tensor&, const Tensor&, const Tensor&) {
+  TANDEM_FAIL(
+      "attention_gqa_documents_forward: the CUDA backend does not keep attention inside documents yet; run "
+      "it on the CPU backend, or without documents");
+}
+
+void attention_gqa_documents_backward(const Tensor&, int, int, const Tensor&, const Tensor&, const Tensor&,
+                                      const Tensor&, const Tensor&) {
+  TANDEM_FAIL(
+      "attention_gqa_documents_backward: the CUDA backend does not keep attention inside documents yet; run "
+      "it on the CPU backend, or without documents");
+}
+
 int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward) {
 #if TANDEM_HAVE_CUDNN_FRONTEND
   auto* dev = dynamic_cast<device::CudaDevice*>(device);

@@ -1,5 +1,6 @@
 // CUDA softmax cross-entropy: per-row loss and log-sum-exp (forward), the logits gradient (backward), the per-slot
-// statistics of the vocabulary-sharded form and the joining step (finish). One block per row of V logits for the
+// statistics of the vocabulary-sharded form and the joining step (finish). Rows whose target is kIgnoreTarget count
+// nothing: no loss, no gradient. One block per row of V logits for the
 // reductions (fp32 exps and sums, fixed-order block reductions); the backward is a flat elementwise pass.
 // Bad targets are reported through the device's deferred-error slot (see cuda_ops.h).
 #include <cmath>
@@ -66,7 +67,9 @@ __global__ void forward_kernel(const T* __restrict__ logits, const int32_t* __re
       const float l = mx + logf(sum);
       lse[row] = l;
       const int64_t target = targets[row];
-      if (target < 0 || target >= v) {
+      if (target == kIgnoreTarget) {
+        losses[row] = 0.0f;  // a row that does not count
+      } else if (target < 0 || target >= v) {
         report_bad_value(err, what, hint, row, target, v);
         losses[row] = NAN;
       } else {
@@ -89,8 +92,9 @@ __global__ void stats_kernel(const T* __restrict__ logits, const int32_t* __rest
     if (threadIdx.x == 0) {
       row_max_out[row] = mx;
       const int64_t target = targets[row];
-      if (target < 0 || target >= vocab) report_bad_value(err, what, hint, row, target, vocab);
-      const int64_t local = target - start;
+      const bool ignored = target == kIgnoreTarget;
+      if (!ignored && (target < 0 || target >= vocab)) report_bad_value(err, what, hint, row, target, vocab);
+      const int64_t local = ignored ? -1 : target - start;
       // Zero from the slots that do not hold the target, so a sum over slots yields the target's logit.
       target_logit[row] = local >= 0 && local < v_local ? to_f32(x[local]) : 0.0f;
     }
@@ -118,6 +122,7 @@ __global__ void backward_kernel(const T* logits, const int32_t* __restrict__ tar
   // The target's column in this slot, or -1; a bad target is reported by the thread holding the row's column 0.
   auto target_col = [&](int64_t row, int64_t col0) -> int64_t {
     const int64_t target = targets[row];
+    if (target == kIgnoreTarget) return -1;
     if (target < 0 || target >= vocab) {
       if (col0 == 0) report_bad_value(err, what, hint, row, target, vocab == kUncheckedVocab ? 0 : vocab);
       return -1;
@@ -132,12 +137,13 @@ __global__ void backward_kernel(const T* logits, const int32_t* __restrict__ tar
       const int64_t e = i * P, row = e / v, col0 = e - row * v;
       const int64_t hit = target_col(row, col0);
       const float l = lse[row];
+      const float row_scale = targets[row] == kIgnoreTarget ? 0.0f : scale;  // a row that does not count: 0
       const Pack<T> x = px[i];
       Pack<T> g;
 #pragma unroll
       for (int k = 0; k < P; ++k) {
-        float d = scale * expf(to_f32(x.v[k]) - l);
-        if (col0 + k == hit) d -= scale;
+        float d = row_scale * expf(to_f32(x.v[k]) - l);
+        if (col0 + k == hit) d -= row_scale;
         g.v[k] = from_f32<T>(d);
       }
       pg[i] = g;
@@ -146,8 +152,9 @@ __global__ void backward_kernel(const T* logits, const int32_t* __restrict__ tar
     for (int64_t e = tid; e < n * v; e += stride) {
       const int64_t row = e / v, col = e - row * v;
       const int64_t hit = target_col(row, col);
-      float d = scale * expf(to_f32(logits[e]) - lse[row]);
-      if (col == hit) d -= scale;
+      const float row_scale = targets[row] == kIgnoreTarget ? 0.0f : scale;
+      float d = row_scale * expf(to_f32(logits[e]) - lse[row]);
+      if (col == hit) d -= row_scale;
       dlogits[e] = from_f32<T>(d);
     }
   }
@@ -156,13 +163,14 @@ __global__ void backward_kernel(const T* logits, const int32_t* __restrict__ tar
 // lse (N): sum_exp in, row_max + log(sum_exp) out; loss_sum (1) += sum of (lse - target_logit). One block, fixed
 // order, the loss sum in double.
 __global__ void finish_kernel(const float* __restrict__ row_max_in, const float* __restrict__ target_logit,
-                              float* __restrict__ lse, float* __restrict__ loss_sum, int64_t n) {
+                              float* __restrict__ lse, const int32_t* __restrict__ targets,
+                              float* __restrict__ loss_sum, int64_t n) {
   __shared__ double scratch[32];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const float l = row_max_in[i] + logf(lse[i]);
     lse[i] = l;
-    acc += static_cast<double>(l) - static_cast<double>(target_logit[i]);
+    if (targets[i] != kIgnoreTarget) acc += static_cast<double>(l) - static_cast<double>(target_logit[i]);
   }
   acc = block_reduce(acc, SumOp{}, 0.0, scratch);
   if (threadIdx.x == 0) loss_sum[0] = static_cast<float>(static_cast<double>(loss_sum[0]) + acc);
@@ -254,10 +262,11 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   });
 }
 
-void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse,
+void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, const Tensor& lse, const Tensor& targets,
                           const Tensor& loss_sum) {
   const char* op = "cross_entropy_finish";
   for (const Tensor* t : {&row_max, &target_logit, &lse, &loss_sum}) check_dtype(op, "every tensor", *t, DType::F32);
+  check_dtype(op, "targets", targets, DType::I32);
   TANDEM_CHECK(row_max.numel() == lse.numel() && target_logit.numel() == lse.numel() && loss_sum.numel() == 1, op,
                ": row_max ", shape_str(row_max.shape()), ", target_logit ", shape_str(target_logit.shape()), ", lse ",
                shape_str(lse.shape()), " and loss_sum ", shape_str(loss_sum.shape()), " do not fit");
@@ -265,7 +274,8 @@ void cross_entropy_finish(const Tensor& row_max, const Tensor& target_logit, con
   device::CudaDevice& dev = cuda_device(lse);
   // One block of 1024 threads: the rows of a step (tens of thousands) are few for a GPU, and one block keeps the
   // summation order fixed without a second pass.
-  finish_kernel<<<1, 1024, 0, dev.compute_stream()>>>(row_max.f32(), target_logit.f32(), lse.f32(), loss_sum.f32(), n);
+  finish_kernel<<<1, 1024, 0, dev.compute_stream()>>>(row_max.f32(), target_logit.f32(), lse.f32(), targets.i32(),
+                                                      loss_sum.f32(), n);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -142,7 +142,8 @@ Tensor ChunkRunner::measure(CountingDevice& d, Effect& e, Call&& call) {
 
 ChunkRunner::ChunkRunner(nn::Model& model, int chunks, bool recompute, nn::Model::LayerHooks* hooks, Device& device)
     : model_(model), recompute_(recompute), hooks_(hooks), device_(device) {
-  if (device.kind() == DeviceKind::Counting)
+  // Hooks whose calls differ from one micro-batch to the next cannot be replayed: such chunks always run.
+  if (device.kind() == DeviceKind::Counting && (!hooks || hooks->replayable()))
     for (int c = 0; c < chunks; ++c) memo_.push_back(std::make_unique<Memo>());
 }
 

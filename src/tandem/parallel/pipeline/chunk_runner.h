@@ -6,7 +6,9 @@
 // point and at its end, the same work, the same output), with the device's peak suspended. When a replay can
 // reproduce those effects, every call of the chunk in the step is replayed on the device's accounts without
 // running the layers: a step of hundreds of micro-batches costs the planner a few of them, and what it accounts is
-// still the engine's own behaviour. Otherwise the chunk runs for real.
+// still the engine's own behaviour. Otherwise the chunk runs for real, as every chunk does when the layer hooks say
+// their calls are not all alike (LayerHooks::replayable: the offloaded store, whose hooks count micro-batches and
+// work on host memory the probe does not see).
 #pragma once
 
 #include <map>

@@ -34,7 +34,8 @@ int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
 }
 
 void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
-                           const std::function<void(const Tensor&, const Tensor&)>& loss, bool forward_only) {
+                           const std::function<void(const Tensor&, const Tensor&)>& loss, bool forward_only,
+                           const std::function<void(int)>& before) {
   std::map<int, Tensor> input, output, grad, input_grad;                 // by key(mb, chunk)
   std::vector<std::pair<std::unique_ptr<comm::Request>, Tensor>> sends;  // kept alive until complete
   auto take = [](std::map<int, Tensor>& m, int k, const char* what) {
@@ -55,7 +56,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
     const int k = key(a.micro_batch, a.chunk);
     const int stage = stage_of(a.chunk);
     const LayerRange range = s_.chunks[a.chunk];
-    device::WorkLog before;
+    device::WorkLog work_before;
     if (accounted) {
       // The account of the peak (the planner's and the run's) says which action it was in and how many
       // micro-batches were held.
@@ -67,7 +68,8 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
       if (s_.virtual_stages > 1) label += " (chunk " + std::to_string(a.chunk) + ")";
       accounted->set_label(std::move(label), static_cast<int>(runner_->held()) + (fwd ? 1 : 0));
     }
-    if (counting) before = counting->work();
+    if (counting) work_before = counting->work();
+    if (before && (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward)) before(a.micro_batch);
     switch (a.kind) {
       case ActionKind::RecvActivation: {
         const PurposeScope scope(device_, MemoryPurpose::Communication);
@@ -123,7 +125,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
         break;
       }
     }
-    if (counting) action_work_.push_back({a, counting->work() - before});
+    if (counting) action_work_.push_back({a, counting->work() - work_before});
   }
   for (auto& [req, t] : sends) req->wait();
   TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && runner_->held() == 0,

@@ -18,8 +18,9 @@
 namespace tandem::parallel::pipeline {
 
 struct MicroBatch {
-  Tensor inputs;   // the model's input: (B, T) i32 tokens or (B, F) f32 features
-  Tensor targets;  // (B*T) or (B) i32
+  Tensor inputs;     // the model's input: (B, T) i32 tokens or (B, F) f32 features
+  Tensor targets;    // (B*T) or (B) i32
+  Tensor documents;  // (B, T) i32 each position's document (data.document_mask), or undefined
 };
 
 struct ExecutorSetup {
@@ -42,8 +43,11 @@ class PipelineExecutor {
   // loss) and other (the batch).
   // `forward_only` (evaluation): the schedule's forward actions alone, in its order, keeping no activations;
   // `loss` then still sees every micro-batch's logits, and what it writes into them is dropped.
+  // `before(mb)`, when given, runs before every forward and backward action of micro-batch mb, on every stage (the
+  // engine points the model's batch context at the micro-batch there).
   void run(const std::function<MicroBatch(int)>& batch,
-           const std::function<void(const Tensor& logits, const Tensor& targets)>& loss, bool forward_only = false);
+           const std::function<void(const Tensor& logits, const Tensor& targets)>& loss, bool forward_only = false,
+           const std::function<void(int mb)>& before = {});
 
   // On a counting device: the work each action of the last run recorded, in schedule order (for the planner's
   // time model). Empty on other devices.

@@ -4,34 +4,29 @@
 #include <map>
 #include <vector>
 
+#include "tandem/core/dtype.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::parallel {
 
-struct ParameterStore::Unit {
-  std::vector<nn::Parameter*> params;
-  std::vector<int64_t> offsets;  // of each parameter in the unit's flat buffer
-  int64_t numel = 0;             // P_u
-  int64_t shard = 0;             // ceil(P_u / dp): the padded buffer is shard * dp
-  Tensor values;      // (shard * dp) compute dtype, what layers read; only around forward/backward at stage 3
-  Tensor grads;       // (shard * dp) fp32 gradients; only during backward at stages 2 and 3
-  Tensor master;      // fp32 values the optimizer updates: (shard * dp) at stage 0, (shard) owned at 1-3; the
-                      // same memory as `values` (or its owned slice) when computing in fp32 at stages 0-2
-  Tensor grad_shard;  // (shard) owned, reduced fp32 gradients (stages 1-3)
-  std::string label;  // "layer 3 (blocks.2)" for allocation names
-  // Tied parameters (nn::Parameter::replica): such a unit holds one tied parameter. `aliases` are the other uses
-  // of it on this rank, pointed at the same memory; `tied_remote`: the other use sits on another pipeline stage,
-  // which keeps a copy, and the two gradients are summed every step over the tied group.
-  std::vector<nn::Parameter*> aliases;
-  bool tied_remote = false;
-};
-
 ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp,
-                               Device& device, uint64_t seed, const config::OptimizerConfig& adamw, DType compute,
-                               comm::Communicator* tied)
-    : model_(model), stage_(dp.size() > 1 ? zero_stage : 0), compute_(compute), dp_(dp), tied_(tied), device_(device) {
+                               Device& device, uint64_t seed, const spec::OptimizerConfig& adamw, DType compute,
+                               comm::Communicator* tied, const OffloadOptions& offload)
+    : model_(model),
+      stage_(dp.size() > 1 ? zero_stage : 0),
+      compute_(compute),
+      dp_(dp),
+      tied_(tied),
+      device_(device),
+      host_(offload.host),
+      param_offload_(offload.param.enabled()),
+      micro_batches_(offload.micro_batches) {
   // With one replica there is nothing to shard: every stage is stage 0.
   TANDEM_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage);
+  TANDEM_CHECK(!offload.optimizer.enabled() || host_, "offload_optimizer without host memory to offload to");
+  TANDEM_CHECK(!param_offload_ || offload.optimizer.enabled(), "offload_param needs offload_optimizer");
+  swap_optimizer_ = offload.optimizer.device == spec::OffloadDevice::Nvme;
+  swap_param_ = offload.param.device == spec::OffloadDevice::Nvme;
   units_of_layer_.assign(model.layers().size(), {});
   held_.assign(model.layers().size(), false);
   for (size_t layer : layers) held_.at(layer) = true;
@@ -43,13 +38,24 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       if (uses_held.count(p->name)) ++uses_held[p->name];
   std::map<std::string, int> tied_unit;  // by name: the unit of a tied parameter built on this rank
   std::vector<optim::Segment> segments;
+  // offload_optimizer.ratio: the first `ratio` of this rank's parameters, in layer order, are offloaded.
+  int64_t held_parameters = 0, offloaded_parameters = 0;
+  for (size_t layer : layers)
+    for (const nn::Parameter* p : model.layers()[layer]->parameters()) held_parameters += shape_numel(p->shape);
+  const auto offload_next = [&](const std::vector<nn::Parameter*>& params, bool tied_remote) {
+    if (!offload.optimizer.enabled() || tied_remote) return false;
+    if (static_cast<double>(offloaded_parameters) >= offload.optimizer.ratio * static_cast<double>(held_parameters))
+      return false;
+    for (const nn::Parameter* p : params) offloaded_parameters += shape_numel(p->shape);
+    return true;
+  };
   for (size_t layer : layers) {
     const std::string& name = model.layers()[layer]->name();
     const std::string label = "layer " + std::to_string(layer) + (name.empty() ? "" : " (" + name + ")");
-    std::vector<nn::Parameter*> plain;
+    std::vector<nn::Parameter*> plain, frozen;
     for (nn::Parameter* p : model.layers()[layer]->parameters()) {
       if (!uses_held.count(p->name)) {
-        plain.push_back(p);
+        (p->trainable ? plain : frozen).push_back(p);
         continue;
       }
       // A tied parameter is a unit of its own, so the copies on two stages shard alike; one unit when this rank
@@ -63,80 +69,199 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
         units_of_layer_[layer].push_back(it->second);
         continue;
       }
-      tied_unit[p->name] = add_unit(layer, {p}, label + " '" + p->name + "'", seed, segments);
-      units_.back()->tied_remote = uses_held.at(p->name) == 1;
-      TANDEM_CHECK(!units_.back()->tied_remote || tied_, "'", p->name,
+      const bool tied_remote = uses_held.at(p->name) == 1;
+      TANDEM_CHECK(!tied_remote || tied_, "'", p->name,
                    "' is tied across pipeline stages but the engine gave the store no tied group");
+      tied_unit[p->name] = add_unit(layer, {p}, label + " '" + p->name + "'", seed, offload_next({p}, tied_remote),
+                                    uses_held.at(p->name), segments);
+      units_.back()->tied_remote = tied_remote;
     }
-    if (!plain.empty()) add_unit(layer, plain, label, seed, segments);
+    if (!plain.empty()) add_unit(layer, plain, label, seed, offload_next(plain, false), 1, segments);
+    if (!frozen.empty()) add_unit(layer, frozen, label + " frozen", seed, /*offload=*/false, 1, segments);
   }
   {
     PurposeScope as_optimizer(device_, MemoryPurpose::Optimizer);
+    std::optional<PurposeScope> host_as_optimizer;
+    if (host_) host_as_optimizer.emplace(*host_, MemoryPurpose::Optimizer);
     adamw_ = std::make_unique<optim::AdamW>(std::move(segments), adamw);
   }
+  if (swap_bytes() > 0) make_swap(offload.optimizer, offload.param, seed);
   refresh_values();
 }
 
 int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, std::string label, uint64_t seed,
-                             std::vector<optim::Segment>& segments) {
+                             bool offload, int uses, std::vector<optim::Segment>& segments) {
   const int dp_size = dp_.size(), dp_rank = dp_.rank();
   auto u = std::make_unique<Unit>();
   u->params = std::move(params);
+  u->uses = uses;
   u->label = std::move(label);
+  u->offloaded = offload;
+  u->swapped = offload && swap_optimizer_;
+  u->update_order = static_cast<size_t>(offloaded_units_);
+  offloaded_units_ += offload;
+  // Where the optimizer's state of this unit lives: host memory when offloaded.
+  Device& state = offload ? host() : device_;
+  std::optional<PurposeScope> host_scope;
+  if (host_) host_scope.emplace(*host_, MemoryPurpose::Parameters);
   for (nn::Parameter* p : u->params) {
     u->offsets.push_back(u->numel);
     u->numel += shape_numel(p->shape);
   }
   u->shard = (u->numel + dp_size - 1) / dp_size;
   const int64_t s0 = dp_rank * u->shard, s1 = s0 + u->shard;
+  u->frozen = !u->params.front()->trainable;
+  for (const nn::Parameter* p : u->params)
+    TANDEM_CHECK(p->trainable != u->frozen, u->label, ": trainable and frozen parameters in one unit");
+  if (u->frozen) {
+    add_frozen_values(*u, seed);
+    const int index = static_cast<int>(units_.size());
+    units_of_layer_[layer].push_back(index);
+    units_.push_back(std::move(u));
+    return index;
+  }
 
   // The fp32 master, initialised from the seed by logical element: the whole buffer at stage 0, the owned
-  // shard otherwise.
+  // shard otherwise (with one replica the two are the same).
   const int64_t m0 = stage_ == 0 ? 0 : s0, mn = stage_ == 0 ? u->shard * dp_size : u->shard;
-  const bool alias = compute_ == DType::F32 && stage_ < 3;
+  const bool alias = compute_ == DType::F32 && !values_transient() && !offload;
   PurposeScope as_parameters(device_, MemoryPurpose::Parameters);
-  if (stage_ < 3) {
+  if (!values_transient()) {
     u->values = Tensor::zeros({u->shard * dp_size}, compute_, device_, u->label + " parameters");
     point_values(*u, u->values);
   }
-  u->master = alias ? u->values.flat_slice(m0, mn, {mn})
-                    : Tensor::zeros({mn}, DType::F32, device_, u->label + " fp32 master parameters");
-  for (size_t i = 0; i < u->params.size(); ++i) {
+  if (u->swapped) {
+    // Its master and moments go to the swap file (make_swap draws the master there).
+    u->swap_part = checkpoint::SwapFile::round_up(static_cast<uint64_t>(mn) * 4);
+    u->swap_offset = swap_bytes_;
+    swap_bytes_ += 3 * u->swap_part;
+  } else {
+    u->master = alias ? u->values.flat_slice(m0, mn, {mn})
+                      : Tensor::zeros({mn}, DType::F32, state, u->label + " fp32 master parameters");
+  }
+  for (size_t i = 0; i < u->params.size() && !u->swapped; ++i) {
     const int64_t a = std::max(u->offsets[i], m0),
                   b = std::min(u->offsets[i] + shape_numel(u->params[i]->shape), m0 + mn);
     if (a < b)
       nn::initialize_parameter(*u->params[i], u->master.flat_slice(a - m0, b - a, {b - a}), seed, a - u->offsets[i]);
   }
-  if (stage_ == 3) release_values(*u);
+  if (offload) {
+    // The owned values in the compute dtype on the host (the master itself in fp32), and where the device starts
+    // its gathers from when the full values are transient.
+    u->values_swapped = param_offload_ && swap_param_;
+    if (u->values_swapped) {
+      u->values_bytes = checkpoint::SwapFile::round_up(static_cast<uint64_t>(mn) * dtype_size(compute_));
+      u->values_offset = values_swap_bytes_;
+      values_swap_bytes_ += u->values_bytes;
+    } else {
+      u->host_values = compute_ == DType::F32 && !u->swapped
+                           ? u->master
+                           : Tensor::zeros({mn}, compute_, host(), u->label + " parameters on the host");
+    }
+    if (values_transient() && !param_offload_)
+      u->values_shard = Tensor::zeros({mn}, compute_, device_, u->label + " parameter shard");
+  }
+  if (values_transient()) release_values(*u);
   PurposeScope as_gradients(device_, MemoryPurpose::Gradients);
-  if (stage_ <= 1) {
+  if (host_) host_scope.emplace(*host_, MemoryPurpose::Gradients);
+  if (stage_ <= 1 && !offload) {
     u->grads = Tensor::zeros({u->shard * dp_size}, DType::F32, device_, u->label + " gradients");
     point_grads(*u, u->grads);
   }
-  if (stage_ >= 1) u->grad_shard = Tensor::zeros({u->shard}, DType::F32, device_, u->label + " gradient shard");
+  if (offload && stage_ <= 1 && micro_batches_ * u->uses > 1) {
+    // The step's running sum; the last micro-batch's reduced sum lands in its owned slice, which the host AdamW
+    // reads before the next step's first copy down overwrites it: one fp32 gradient on the host, not two.
+    u->host_grads = Tensor::zeros({u->shard * dp_size}, DType::F32, host(), u->label + " gradients on the host");
+    u->grad_shard = u->host_grads.flat_slice(m0, mn, {mn});
+  } else if (stage_ >= 1 || offload) {
+    u->grad_shard = Tensor::zeros({mn}, DType::F32, state, u->label + " gradient shard");
+  }
 
+  u->first_segment = segments.size();
   for (size_t i = 0; i < u->params.size(); ++i) {
     nn::Parameter* p = u->params[i];
     const int64_t off = u->offsets[i], n = shape_numel(p->shape);
-    if (stage_ == 0) {
+    if (stage_ == 0 && !offload) {
       segments.push_back({p->name, u->master.flat_slice(off, n, {n}), u->grads.flat_slice(off, n, {n}), p->decay, 0});
       segment_param_.push_back(p);
+      segment_start_.push_back(off);
     } else {
       const int64_t a = std::max(off, s0), b = std::min(off + n, s1);
       if (a < b) {
-        segments.push_back({p->name, u->master.flat_slice(a - s0, b - a, {b - a}),
+        // A swapped unit's segments hold no value: the master is paged in from the swap file for each use.
+        segments.push_back({p->name, u->swapped ? Tensor() : u->master.flat_slice(a - s0, b - a, {b - a}),
                             u->grad_shard.flat_slice(a - s0, b - a, {b - a}), p->decay, a - off});
         segment_param_.push_back(p);
+        segment_start_.push_back(a - s0);
       }
     }
   }
+  u->end_segment = segments.size();
   const int index = static_cast<int>(units_.size());
   units_of_layer_[layer].push_back(index);
   units_.push_back(std::move(u));
   return index;
 }
 
-ParameterStore::~ParameterStore() = default;
+void ParameterStore::add_frozen_values(Unit& u, uint64_t seed) {
+  PurposeScope as_parameters(device_, MemoryPurpose::Parameters);
+  // The whole buffer at stages 0-2, drawn on every rank alike (nothing to gather); the owned shard at stage 3.
+  const int64_t begin = stage_ == 3 ? dp_.rank() * u.shard : 0, count = stage_ == 3 ? u.shard : u.shard * dp_.size();
+  const Tensor held = Tensor::zeros({count}, compute_, device_, u.label + (stage_ == 3 ? " shard" : " parameters"));
+  if (stage_ == 3) {
+    u.frozen_shard = held;
+  } else {
+    u.values = held;
+    point_values(u, held);
+  }
+  fill_frozen(u, begin, held, [&](const nn::Parameter& p, int64_t offset, int64_t n, float* out) {
+    const std::vector<float> v = nn::initial_values(p, seed, offset, n);
+    std::copy(v.begin(), v.end(), out);
+  });
+}
+
+void ParameterStore::fill_frozen(Unit& u, int64_t begin, const Tensor& held,
+                                 const std::function<void(const nn::Parameter&, int64_t, int64_t, float*)>& fill) {
+  if (!device_.holds_data()) return;  // a counting device: nothing to write
+  const int64_t end = begin + held.numel();
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    const int64_t a = std::max(u.offsets[i], begin), b = std::min(u.offsets[i] + shape_numel(u.params[i]->shape), end);
+    if (a >= b) continue;
+    std::vector<float> v(static_cast<size_t>(b - a));
+    fill(*u.params[i], a - u.offsets[i], b - a, v.data());
+    // Rounded on the host as ops::cast rounds (to nearest even), so no fp32 copy is made on the device.
+    const Tensor dst = held.flat_slice(a - begin, b - a, {b - a});
+    if (compute_ == DType::F32) {
+      dst.copy_from_host(v.data());
+      continue;
+    }
+    std::vector<uint16_t> half(v.size());
+    for (size_t k = 0; k < v.size(); ++k) half[k] = compute_ == DType::BF16 ? f32_to_bf16(v[k]) : f32_to_f16(v[k]);
+    dst.copy_from_host(half.data());
+  }
+}
+
+void ParameterStore::write_frozen(const std::function<void(const nn::Parameter&, int64_t, int64_t, float*)>& fill) {
+  std::vector<std::unique_ptr<comm::Request>> pending;
+  for (auto& u : units_) {
+    if (!u->frozen) continue;
+    const bool sharded = stage_ >= 1;
+    const int64_t begin = sharded ? dp_.rank() * u->shard : 0, count = sharded ? u->shard : u->shard * dp_.size();
+    const Tensor held = stage_ == 3 ? u->frozen_shard : u->values.flat_slice(begin, count, {count});
+    fill_frozen(*u, begin, held, fill);
+    if (stage_ == 1 || stage_ == 2) pending.push_back(dp_.all_gather_async(held, u->values));
+  }
+  for (auto& r : pending) r->wait();
+}
+
+ParameterStore::~ParameterStore() {
+  try {
+    finish_update();
+    finish_download();
+  } catch (const std::exception&) {
+    // A destructor cannot report: the update's and the download's device go away with the engine anyway.
+  }
+}
 
 const std::vector<int>& ParameterStore::units_of(size_t layer) const {
   TANDEM_CHECK(layer < held_.size() && held_[layer], "layer ", layer, " is not held here");
@@ -163,17 +288,45 @@ void ParameterStore::gather_values(Unit& u) {
   if (u.values.defined()) return;
   PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
   u.values = Tensor::empty({u.shard * dp_.size()}, compute_, device_, u.label + " gathered parameters");
+  if (u.frozen) {
+    dp_.all_gather(u.frozen_shard, u.values);  // already in the compute dtype
+    point_values(u, u.values);
+    return;
+  }
   // Gather in the compute dtype: half the bytes of the fp32 master when computing in bf16 or f16.
   const Tensor own = u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
-  ops::cast(u.master, own);
-  dp_.all_gather(own, u.values);
+  if (!u.offloaded) {
+    ops::cast(u.master, own);
+  } else if (param_offload_) {
+    // Up from the host into memory the device may still be reading for an earlier layer: after its queued work. A
+    // swapped shard is read into the one host buffer, which the next read reuses: the copy is waited for.
+    wait_updated(u);
+    const Tensor source = host_values_of(u, /*read=*/true);
+    const uint64_t ticket = device_.copy_from_host_async(own.raw(), source.raw(), own.nbytes(), device_.fence());
+    device_.device_waits(ticket);
+    if (u.values_swapped) device_.host_waits(ticket);
+  } else {
+    wait_updated(u);
+    device_.device_waits(u.upload);
+    own.copy_from(u.values_shard);
+  }
+  if (dp_.size() > 1) dp_.all_gather(own, u.values);
   point_values(u, u.values);
 }
 
-void ParameterStore::refresh_values() {
-  if (stage_ == 3) return;  // gathered from the master when needed
+void ParameterStore::refresh_values(bool offloaded_too) {
+  if (offloaded_too) finish_update();
   std::vector<std::unique_ptr<comm::Request>> pending;
+  const uint64_t fence = offloaded() && offloaded_too ? device_.fence() : 0;
   for (auto& u : units_) {
+    if (u->frozen) continue;  // never updated (write_frozen gathers what it writes)
+    if (u->offloaded) {
+      if (!offloaded_too) continue;
+      values_from_master(*u);
+      upload_values(*u, fence, /*record=*/false);
+      continue;
+    }
+    if (values_transient()) continue;  // gathered from the master when needed
     if (stage_ == 0) {
       if (compute_ != DType::F32) ops::cast(u->master, u->values);
       continue;
@@ -191,27 +344,51 @@ void ParameterStore::release_values(Unit& u) {
 }
 
 void ParameterStore::begin_step() {
+  if (timeline_phase_ == 1 || timeline_phase_ == 2) ++timeline_phase_;  // recorded marks stop at phase 3
+  if (timeline_armed_ && timeline_phase_ == 0) {
+    timeline_armed_ = false;
+    timeline_phase_ = 1;
+    timeline_ = std::make_unique<Timeline>();
+    layer_marks_.assign(model_.layers().size(), 0);
+  }
   for (auto& u : units_) {
+    u->arrived = 0;  // an offloaded unit's first gradient of the step is copied to the host, not added
+    if (u->offloaded) continue;
     if (u->grads.defined()) u->grads.fill_zero();
     if (u->grad_shard.defined()) u->grad_shard.fill_zero();
   }
 }
 
 void ParameterStore::before_forward(size_t layer) {
-  if (stage_ == 3)
-    for (int i : units_of(layer)) gather_values(*units_[static_cast<size_t>(i)]);
+  if (timeline_phase_ == 2) layer_marks_[layer] = device_.mark();
+  for (int i : units_of(layer)) {
+    Unit& u = *units_[static_cast<size_t>(i)];
+    use_values(u);
+  }
+}
+
+void ParameterStore::use_values(Unit& u) {
+  if (values_transient())
+    gather_values(u);
+  else if (u.offloaded)
+    make_current(u);
 }
 
 void ParameterStore::after_forward(size_t layer) {
-  if (stage_ == 3)
+  if (values_transient())
     for (int i : units_of(layer)) release_values(*units_[static_cast<size_t>(i)]);
+  if (timeline_phase_ == 2)
+    mark_span("device", "forward " + model_.layers()[layer]->name(), layer_marks_[layer], device_.mark());
 }
 
 void ParameterStore::before_backward(size_t layer) {
+  if (timeline_phase_ == 1) layer_marks_[layer] = device_.mark();
   for (int i : units_of(layer)) {
     Unit& u = *units_[static_cast<size_t>(i)];
-    if (stage_ == 3) gather_values(u);
-    if (stage_ >= 2) {
+    use_values(u);
+    if (u.offloaded) {
+      prepare_gradient(u);
+    } else if (stage_ >= 2 && !u.frozen) {
       PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
       u.grads = Tensor::zeros({u.shard * dp_.size()}, DType::F32, device_, u.label + " gradients");
       point_grads(u, u.grads);
@@ -222,7 +399,9 @@ void ParameterStore::before_backward(size_t layer) {
 void ParameterStore::after_backward(size_t layer) {
   for (int i : units_of(layer)) {
     Unit& u = *units_[static_cast<size_t>(i)];
-    if (stage_ >= 2) {
+    if (u.offloaded) {
+      download_gradient(u);
+    } else if (stage_ >= 2 && !u.frozen) {
       PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
       Tensor reduced = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");  // (shard)
       dp_.reduce_scatter(u.grads, reduced);
@@ -230,15 +409,20 @@ void ParameterStore::after_backward(size_t layer) {
       point_grads(u, Tensor());
       u.grads = Tensor();
     }
-    if (stage_ == 3) release_values(u);
+    if (values_transient()) release_values(u);
   }
+  if (timeline_phase_ == 1)
+    mark_span("device", "backward " + model_.layers()[layer]->name(), layer_marks_[layer], device_.mark());
 }
 
 void ParameterStore::reduce_gradients() {
+  finish_download();
   if (stage_ >= 2 || (stage_ == 0 && dp_.size() == 1)) return;
-  // Start every unit's reduction, then wait: the transfers queue back to back.
+  // Start every unit's reduction, then wait: the transfers queue back to back. Offloaded units reduced theirs as
+  // their backward ended.
   std::vector<std::unique_ptr<comm::Request>> pending;
   for (auto& u : units_) {
+    if (u->offloaded || u->frozen) continue;
     if (stage_ == 0)
       pending.push_back(dp_.all_reduce_async(u->grads, comm::ReduceOp::Sum));
     else
@@ -250,7 +434,7 @@ void ParameterStore::reduce_gradients() {
 void ParameterStore::tie_gradients() {
   // The gradient the optimizer reads: the full buffer at stage 0, the owned reduced shard at 1-3.
   for (auto& u : units_)
-    if (u->tied_remote) tied_->all_reduce(stage_ == 0 ? u->grads : u->grad_shard, comm::ReduceOp::Sum);
+    if (u->tied_remote && !u->frozen) tied_->all_reduce(stage_ == 0 ? u->grads : u->grad_shard, comm::ReduceOp::Sum);
 }
 
 double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
@@ -262,30 +446,65 @@ double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
     const nn::Parameter& p = *segment_param_[i];
     if (!p.replica && (count_replicated || p.shard.sharded())) counted.push_back(segments[i].grad);
   }
-  // One wait for the device, not one per segment; the segments' sums are added in this order as before.
-  return ops::sum_squares_total(counted);
+  // One wait for the device, not one per segment; the segments' sums are added in this order. With part of the
+  // state offloaded the segments sit on two devices: a run on a host is added segment by segment (no wait, and the
+  // same additions in the same order as one call over everything, so offload keeps the CPU backend's bits); a run on
+  // a GPU is one call whose total is then added (rounding of its last bits apart).
+  if (std::all_of(counted.begin(), counted.end(),
+                  [&](const Tensor& t) { return &t.device() == &counted.front().device(); }))
+    return ops::sum_squares_total(counted);
+  double total = 0;
+  for (size_t first = 0; first < counted.size();) {
+    size_t end = first;
+    while (end < counted.size() && &counted[end].device() == &counted[first].device()) ++end;
+    if (counted[first].device().kind() == DeviceKind::Cpu)
+      for (size_t i = first; i < end; ++i) total += ops::sum_squares(counted[i]);
+    else
+      total += ops::sum_squares_total(std::vector<Tensor>(counted.begin() + first, counted.begin() + end));
+    first = end;
+  }
+  return total;
 }
 
 void ParameterStore::optimizer_step(float lr, float grad_scale) {
-  adamw_->step(lr, grad_scale);
-  refresh_values();
+  adamw_->begin_step();
+  for (const auto& u : units_)
+    if (!u->offloaded) adamw_->update(u->first_segment, u->end_segment, lr, grad_scale);
+  refresh_values(/*offloaded_too=*/false);
+  if (offloaded()) start_update(lr, grad_scale);  // each offloaded unit's values go up as its update finishes
 }
 
 void ParameterStore::visit_owned(
     const std::function<void(const nn::Parameter&, int64_t, const Tensor&, const Tensor&, const Tensor&)>& fn) {
+  finish_update();
   const auto& segs = adamw_->segments();
-  for (size_t i = 0; i < segs.size(); ++i)
-    fn(*segment_param_[i], segs[i].offset, segs[i].value, adamw_->exp_avg()[i], adamw_->exp_avg_sq()[i]);
+  for (const auto& u : units_) {
+    if (!u->swapped) {
+      for (size_t i = u->first_segment; i < u->end_segment; ++i)
+        fn(*segment_param_[i], segs[i].offset, segs[i].value, adamw_->exp_avg()[i], adamw_->exp_avg_sq()[i]);
+      continue;
+    }
+    // Paged in (into memory of its own: the caller may keep the views), visited, written back (a checkpoint that
+    // loads writes through these views).
+    const std::array<Tensor, 3> state = swap_in(*u, /*own_buffer=*/true);
+    for (size_t i = u->first_segment; i < u->end_segment; ++i) {
+      const int64_t n = segs[i].grad.numel(), at = segment_start_[i];
+      fn(*segment_param_[i], segs[i].offset, state[0].flat_slice(at, n, {n}), state[1].flat_slice(at, n, {n}),
+         state[2].flat_slice(at, n, {n}));
+    }
+    swap_out(*u, state[0]);
+  }
 }
 
 void ParameterStore::values_changed() { refresh_values(); }
 
 void ParameterStore::visit_full_values(const std::function<void(const nn::Parameter&, const Tensor&)>& fn) {
+  finish_update();
   for (auto& u : units_) {
-    if (stage_ == 3) gather_values(*u);
+    use_values(*u);
     for (nn::Parameter* p : u->params)
       if (!p->replica) fn(*p, p->value);
-    if (stage_ == 3) release_values(*u);
+    if (values_transient()) release_values(*u);
   }
 }
 

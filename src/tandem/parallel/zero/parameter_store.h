@@ -12,21 +12,54 @@
 // Mixed precision: the values layers read are in the compute dtype (f32, bf16 or f16); the optimizer
 // updates fp32 master values (the same memory as the values when computing in fp32, a separate fp32 copy of
 // the owned part otherwise); gradients are accumulated and reduced in fp32.
+// Frozen parameters (nn::Parameter::trainable false: the base model under LoRA): a layer's frozen parameters form a
+// unit of their own that holds only compute-dtype values (the whole buffer at stages 0-2, the owned shard at stage 3,
+// gathered around forward and backward as any unit's): no gradients, no fp32 master, no optimizer segments, so the
+// optimizer, the gradient norm and the checkpoints never see them. write_frozen fills them from outside.
 // Tied parameters (nn::Parameter::replica): each is a unit of its own; on a rank that holds both of its uses
 // (embedding and head) they share that unit; on two pipeline stages each keeps a copy, sharded alike, and
 // tie_gradients() sums the two gradients over the tied group so both copies take the same update.
+// Offload (DeepSpeed's offload_optimizer / offload_param, docs/offload.md): an offloaded unit keeps its fp32 master,
+// both moments and its owned gradient shard in host memory, and its full gradient exists on the device only during
+// its backward. Its gradients add up in the order of the stage without offload, so the bits are the same: at stages
+// 2-3 each micro-batch's reduced shard is copied down and added to the host shard; at stages 0-1 the full gradient
+// summed so far goes down after each micro-batch and back up under the next one's backward, which adds into it, and
+// after the last the sum is reduced and its owned shard copied down. AdamW runs on the host, in the same fp32
+// formula, and the updated owned shard goes back up in the compute dtype (then is gathered as the stage does). With
+// offload_param the owned compute-dtype shard stays on the host too, uploaded just before each gather. A tied
+// parameter split over two stages stays on the device (its gradients are summed there).
+// The host's update runs on a thread of its own, unit by unit in layer order, beside the next step's forward: a unit
+// is used only once its update is done and its values are back (the same bits as a synchronous update, any timing).
 // It is the model's LayerHooks: the pipeline executor calls it around every layer.
 #pragma once
 
+#include <array>
+#include <condition_variable>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <vector>
 
+#include "tandem/checkpoint/swap_file.h"
 #include "tandem/comm/communicator.h"
+#include "tandem/device/accounted_device.h"
 #include "tandem/nn/model.h"
 #include "tandem/optim/adamw.h"
+#include "tandem/parallel/zero/timeline.h"
+#include "tandem/parallel/zero/unit.h"
 
 namespace tandem::parallel {
+
+// What the store offloads, and where to.
+struct OffloadOptions {
+  spec::OffloadConfig optimizer;            // offload_optimizer
+  spec::OffloadConfig param;                // offload_param
+  device::AccountedDevice* host = nullptr;  // the host memory offloaded state lives in (needed when either is on)
+  int micro_batches = 1;                    // per step: each unit's backward runs this many times
+};
 
 class ParameterStore final : public nn::Model::LayerHooks {
  public:
@@ -35,12 +68,18 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // `tied`: the group of the first and last pipeline stages (layout::Groups::tied), needed when a tied parameter's
   // uses sit on both.
   ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp, Device& device,
-                 uint64_t seed, const config::OptimizerConfig& adamw, DType compute = DType::F32,
-                 comm::Communicator* tied = nullptr);
+                 uint64_t seed, const spec::OptimizerConfig& adamw, DType compute = DType::F32,
+                 comm::Communicator* tied = nullptr, const OffloadOptions& offload = {});
   ~ParameterStore() override;
 
   int zero_stage() const { return stage_; }
   DType compute_dtype() const { return compute_; }
+  // Whether any unit's optimizer state lives in host memory (or a swap file).
+  bool offloaded() const { return offloaded_units_ > 0; }
+  // The bytes of the rank's swap file (offload to nvme); 0 without one. The planner reads it as the disk's share.
+  uint64_t swap_bytes() const { return swap_bytes_ + values_swap_bytes_; }
+  uint64_t optimizer_swap_bytes() const { return swap_bytes_; }         // offload_optimizer's file
+  uint64_t parameter_swap_bytes() const { return values_swap_bytes_; }  // offload_param's file
 
   // Zeroes gradient accumulators at the start of a step.
   void begin_step();
@@ -51,8 +90,17 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // Sum of squares of the gradients this rank is responsible for counting: its owned shard (stage >= 1) or,
   // at stage 0, everything on dp rank 0 only; parameters replicated over tp only when `count_replicated`.
   double grad_sum_of_squares(bool count_replicated) const;
-  // AdamW on the owned part, then (stage 1 and 2) the updated shards gathered back into the full values.
+  // AdamW on the owned part, then (stage 1 and 2) the updated shards gathered back into the full values. The
+  // offloaded units' update may still run when this returns (see finish_update).
   void optimizer_step(float lr, float grad_scale);
+  // Waits for the offloaded units' update of the last step (every visit below does; so does the destructor).
+  void finish_update();
+
+  // The offload timeline (timeline.h) of the next step: its backward, the copies down and up, the host AdamW, and the
+  // step after's forward beside them. take_timeline() gives it once the step after has run (null before), or with
+  // `at_end` once the recorded step has (the run ends there).
+  void record_timeline() { timeline_armed_ = true; }
+  std::unique_ptr<Timeline> take_timeline(bool at_end = false);
   optim::AdamW& optimizer() { return *adamw_; }
 
   // Every piece of optimizer state this rank updates: the parameter, where the piece starts in it (its
@@ -62,6 +110,13 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // After the owned values were written from outside (a checkpoint): refresh the full values from them.
   void values_changed();
 
+  // Writes frozen parameters' values from outside (pretrained weights). Collective over dp. For every piece of a
+  // frozen parameter this rank keeps (everything at stage 0, its shard of each frozen unit at stages 1-3), `fill`
+  // writes `count` fp32 values of elements [offset, offset + count) of the parameter's tp slot into `values`; the store
+  // rounds them to the compute dtype and then, at stages 1 and 2, gathers the shards into the full values.
+  void write_frozen(
+      const std::function<void(const nn::Parameter&, int64_t offset, int64_t count, float* values)>& fill);
+
   // The values of every parameter of these layers, as they would be on one device's tp slot: for tests,
   // export and checkpoints of small models. Collective over dp at stage 3.
   void visit_full_values(const std::function<void(const nn::Parameter&, const Tensor&)>& fn);
@@ -70,19 +125,77 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void after_forward(size_t layer) override;
   void before_backward(size_t layer) override;
   void after_backward(size_t layer) override;
+  // An offloaded unit's hooks depend on the micro-batch (the first copies, the last reduces) and touch host memory.
+  bool replayable() const override { return !offloaded(); }
 
  private:
-  struct Unit;
+  // A reduced gradient shard on its way down to the host: kept alive until the copy is done (at the next unit's
+  // backward, or at the step's end), then summed into the unit's host shard when it is not the step's first.
+  struct GradientDownload {
+    Unit* unit = nullptr;
+    Tensor source;   // fp32 on the device: the reduced shard (shard), or at stages 0-1 the full sum (shard * dp)
+    Tensor staging;  // (shard) fp32 on the host, added into grad_shard once it arrived; undefined when the copy went
+                     // straight to its place (grad_shard or host_grads)
+    uint64_t ticket = 0;
+  };
+
   // Builds the unit of `params` (used by `layer`), its buffers and its optimizer segments; returns its index.
-  int add_unit(size_t layer, std::vector<nn::Parameter*> params, std::string label, uint64_t seed,
-               std::vector<optim::Segment>& segments);
+  // `offload`: its optimizer state goes to host memory; `uses`: the layers of this rank that use it (2 for a tied
+  // parameter both of whose uses it holds).
+  int add_unit(size_t layer, std::vector<nn::Parameter*> params, std::string label, uint64_t seed, bool offload,
+               int uses, std::vector<optim::Segment>& segments);
+  // A frozen unit's compute-dtype values, initialised from the seed (add_unit's part for frozen parameters).
+  void add_frozen_values(Unit& u, uint64_t seed);
+  // Writes elements [begin, begin + held.numel()) of frozen unit `u`'s flat buffer, held by `held` (compute dtype),
+  // from `fill` (as write_frozen's), rounded on the host.
+  void fill_frozen(Unit& u, int64_t begin, const Tensor& held,
+                   const std::function<void(const nn::Parameter&, int64_t, int64_t, float*)>& fill);
   const std::vector<int>& units_of(size_t layer) const;
   void point_values(Unit& u, const Tensor& full);
   void point_grads(Unit& u, const Tensor& full);
   void gather_values(Unit& u);
   void release_values(Unit& u);
-  // The owned compute-dtype values from the fp32 master (stages 0-2), then the shards gathered (1, 2).
-  void refresh_values();
+  // The owned compute-dtype values from the fp32 master (stages 0-2), then the shards gathered (1, 2); with
+  // `offloaded_too`, the offloaded units' values uploaded from their host master as well.
+  void refresh_values(bool offloaded_too = true);
+  // Offloaded units (host_update.cc): the owned compute-dtype values from the host master, uploaded to where the
+  // device keeps them (the owned slice of the full values, or values_shard); the full values are stale until
+  // gathered again (make_current). `record`: its copy goes in the timeline.
+  void upload_values(Unit& u, uint64_t after, bool record);
+  // Before the device reads an offloaded unit's values: its upload waited for, and at stages 1-2 the owned shards
+  // gathered into the full values again.
+  void make_current(Unit& u);
+  // Before any use of a unit's full values on the device: gathered when transient, made current when offloaded.
+  void use_values(Unit& u);
+  // Before and after an offloaded unit's backward: its device gradient buffer (at stages 0-1 filled with the sum so
+  // far), then what the step needs of it copied down; the previous download finished first.
+  void prepare_gradient(Unit& u);
+  void download_gradient(Unit& u);
+  void finish_download();
+  // The host AdamW of every offloaded unit, each unit's values uploaded as soon as it is updated, after the device
+  // work of `fence`; each unit counted done (updated_) as it is. `record`: the recorded step's update, whose spans
+  // go in the timeline.
+  void update_offloaded(float lr, float grad_scale, uint64_t fence, bool record);
+  // The offloaded units' update of this step: on its own thread, except on a counting device or under the op profile.
+  void start_update(float lr, float grad_scale);
+  // Before an offloaded unit is used: its update of the last step done (rethrows what failed on the update's thread).
+  void wait_updated(const Unit& u);
+  // nvme (swap_state.cc): the swap file and its buffers made, and each swapped unit's initial master written to it;
+  // a unit's state read into a buffer (returned: master, exp_avg, exp_avg_sq views, (shard) each) and written back.
+  void make_swap(const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, uint64_t seed);
+  // `own_buffer`: into a buffer of its own (a visit's caller may keep the views), not the shared one.
+  std::array<Tensor, 3> swap_in(const Unit& u, bool own_buffer = false);
+  void swap_out(const Unit& u, const Tensor& master);  // `master`: the first of swap_in's views
+  // The unit's owned compute-dtype values on the host: host_values, or with the parameters swapped the host buffer
+  // (read in from the parameters' swap file when `read`).
+  // `updating`: the update's thread asks, and gets its own buffer.
+  Tensor host_values_of(const Unit& u, bool read, bool updating = false);
+  // host_values from the unit's fp32 master (read in from the swap file when swapped), written to the parameters'
+  // swap file when they live there.
+  void values_from_master(Unit& u);
+  bool values_transient() const { return stage_ == 3 || param_offload_; }
+  // The device memory offloaded state is accounted on: the host's.
+  Device& host() const { return *host_; }
 
   nn::Model& model_;
   int stage_;
@@ -90,6 +203,40 @@ class ParameterStore final : public nn::Model::LayerHooks {
   comm::Communicator& dp_;
   comm::Communicator* tied_;
   Device& device_;
+  device::AccountedDevice* host_ = nullptr;  // with offload: host memory
+  bool param_offload_ = false;               // offload_param: the owned compute-dtype values live on the host
+  int offloaded_units_ = 0;
+  int micro_batches_ = 1;
+  bool swap_optimizer_ = false;                 // offload_optimizer to nvme
+  uint64_t swap_bytes_ = 0;                     // the swap file's size
+  std::unique_ptr<checkpoint::SwapFile> swap_;  // null on a counting device, which swaps nothing
+  Tensor swap_buffer_;                          // one unit's region, aligned for direct I/O, in host memory
+  std::vector<int64_t> segment_start_;          // by segment: where it starts in its unit's owned master
+  bool swap_param_ = false;                     // offload_param to nvme
+  uint64_t values_swap_bytes_ = 0;              // the parameters' swap file's size
+  std::unique_ptr<checkpoint::SwapFile> values_swap_;
+  Tensor values_buffer_;  // (largest shard) compute dtype: one unit's owned values, aligned for direct I/O, for gathers
+  Tensor values_update_buffer_;  // the same for the update's thread
+  // The offloaded units' update on its own thread: how many of them (in unit order) are done, and what failed.
+  std::thread updater_;
+  std::mutex update_mu_;
+  std::condition_variable update_cv_;
+  size_t updated_ = 0;
+  bool updating_ = false;
+  std::exception_ptr update_error_;
+  // The timeline being recorded: spans whose ends are device marks, turned into seconds when it is taken.
+  struct MarkedSpan {
+    std::string track, name;
+    uint64_t start = 0, end = 0;  // device marks (Device::mark)
+  };
+  void mark_span(std::string track, std::string name, uint64_t start, uint64_t end);
+  bool timeline_armed_ = false;
+  int timeline_phase_ = 0;  // 1: the recorded step; 2: the step after (its forward); 3: a step after that
+  std::unique_ptr<Timeline> timeline_;
+  std::mutex timeline_mu_;
+  std::vector<MarkedSpan> marked_;
+  std::vector<uint64_t> layer_marks_;  // by layer: the mark at its hook's start
+  std::optional<GradientDownload> download_;
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::vector<int>> units_of_layer_;  // indices into units_; empty for layers without parameters
   std::vector<bool> held_;                        // by layer: on this rank

@@ -13,14 +13,7 @@
 
 #include "tandem/spec/models.h"
 
-namespace tandem::config {
-
-// The families' structs are spec's (spec/models.h), the same ones nn builds from.
-using spec::GptConfig;
-using spec::LlamaConfig;
-using spec::MlpConfig;
-using spec::RopeScaling;
-using spec::RopeType;
+namespace tandem::spec {
 
 using ModelConfig = std::variant<MlpConfig, GptConfig, LlamaConfig>;
 
@@ -53,4 +46,4 @@ double extra_flops_per_row(const ModelConfig& model);
 void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
                   const std::vector<std::pair<int64_t, int64_t>>& stages);
 
-}  // namespace tandem::config
+}  // namespace tandem::spec

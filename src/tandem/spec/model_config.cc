@@ -1,9 +1,9 @@
 // Each model family's answers to what the trainer, the data and the planner ask of a model (model_config.h).
-#include "tandem/config/model_config.h"
+#include "tandem/spec/model_config.h"
 
 #include "tandem/core/error.h"
 
-namespace tandem::config {
+namespace tandem::spec {
 namespace {
 
 // std::visit over the families with one callable per family.
@@ -137,4 +137,4 @@ void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
              model);
 }
 
-}  // namespace tandem::config
+}  // namespace tandem::spec

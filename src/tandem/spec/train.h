@@ -1,6 +1,7 @@
-// The typed settings of a training run, with no JSON: what parse() (config.h) makes of a validated config, once,
-// and what the modules below the trainer take as they are (optim the optimizer and its schedule, parallel the loss
-// scaling). One struct per concept: no module keeps a copy of these fields.
+// The typed settings of a training run as plain values, with no JSON and no parsing: what config/ (parse(), config.h)
+// makes of a validated config, once, and what the modules below the trainer take as they are (optim the optimizer and
+// its schedule, parallel the loss scaling, data its source, layout the parallel request). One struct per concept: no
+// module keeps a copy of these fields.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 #include "tandem/spec/schedule.h"
 
-namespace tandem::config {
+namespace tandem::spec {
 
 enum class OptimizerType { AdamW, Adam };
 
@@ -67,6 +68,9 @@ struct DataConfig {
   int64_t samples = 65536;  // Synthetic: how many
   std::string path;         // Text, Tokens: the file
   int token_bytes = 2;      // Tokens: data.dtype "uint16" (2) or "uint32" (4)
+  // Token data: attention kept inside each document of a window, documents ending with `eos_token_id`.
+  bool document_mask = false;
+  int64_t eos_token_id = -1;
 };
 
 // "parallel" as written, read once: what is absent stays unset, for layout::resolve_parallel to derive from the
@@ -89,13 +93,38 @@ struct EvalConfig {
   int64_t steps = 10;
 };
 
+// zero_optimization.offload_optimizer / offload_param: DeepSpeed's ZeRO-Offload and ZeRO-Infinity. What is offloaded
+// lives in host memory (cpu) or in files under nvme_path (nvme) instead of on the device (docs/offload.md).
+enum class OffloadDevice { None, Cpu, Nvme };
+const char* offload_device_name(OffloadDevice d);  // "none", "cpu", "nvme"
+
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::None;
+  std::string nvme_path;     // nvme: the folder each rank's swap file goes in
+  bool pin_memory = false;   // host buffers page-locked: the GPU copies them asynchronously, at full speed
+  int64_t buffer_count = 4;  // nvme: host buffers the swap cycles through (one read ahead, the rest written behind)
+  double ratio = 1;          // offload_optimizer: the share of the optimizer state offloaded, by parameters in
+                             // layer order; the rest stays on the device
+  bool enabled() const { return device != OffloadDevice::None; }
+};
+
 struct CheckpointConfig {
   int64_t every = 0;   // steps between checkpoints; 0 = only at the end
   int64_t keep = 3;    // how many to keep
   bool at_end = true;  // also after the last step (benchmarks of large models turn it off)
+  bool async = true;   // copy the state to host memory at the step boundary and write it while training goes on
 };
 
-// The three batch keys as the config gives them (validate() checked each); the absent ones are derived.
+// DeepSpeed's monitors, "tensorboard" and "csv_monitor": {"enabled", "output_path", "job_name"}. Their files go into
+// output_path/job_name (output_path empty: the run folder).
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";  // DeepSpeed's default
+};
+
+// The three batch keys as the config gives them (config::validate() checked each); the absent ones are derived
+// (config::resolve_batch).
 struct BatchConfig {
   std::optional<int64_t> global;  // train_batch_size
   std::optional<int64_t> micro;   // train_micro_batch_size_per_gpu
@@ -108,12 +137,4 @@ struct BatchSizes {
   int64_t accum;   // gradient_accumulation_steps
 };
 
-// DeepSpeed's rule train_batch_size = micro * accum * dp; one or two of the three may be omitted and are
-// derived. Throws when none is given or when the given ones cannot satisfy the rule.
-BatchSizes resolve_batch(const BatchConfig& given, int64_t dp);
-
-// The samples per step the keys ask for, whatever the data-parallel size: train_batch_size, else micro x
-// accumulation.
-int64_t global_batch(const BatchConfig& given);
-
-}  // namespace tandem::config
+}  // namespace tandem::spec

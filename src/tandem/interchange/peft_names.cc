@@ -1,0 +1,126 @@
+// The adaptable modules of GPT-2 and Llama models and PEFT's target matching (peft_names.h). Module names follow
+// transformers' GPT2LMHeadModel and LlamaForCausalLM (Mistral and Qwen2 name theirs as Llama does).
+#include "tandem/interchange/peft_names.h"
+
+#include <algorithm>
+#include <regex>
+#include <set>
+#include <variant>
+
+#include "tandem/core/error.h"
+
+namespace tandem::interchange {
+namespace {
+
+std::vector<LoraSite> gpt2_sites(const spec::GptConfig& g) {
+  const int64_t c = g.dim;
+  std::vector<LoraSite> out;
+  for (int64_t i = 0; i < g.layers; ++i) {
+    const std::string h = "transformer.h." + std::to_string(i) + ".", t = "blocks." + std::to_string(i) + ".";
+    // GPT-2 fuses q, k and v in one Conv1D (c_attn): one adapter over all three, as PEFT puts it.
+    out.push_back({h + "attn.c_attn", t + "qkv", t + "qkv.weight", 0, c, 3 * c});
+    out.push_back({h + "attn.c_proj", t + "proj", t + "proj.weight", 0, c, c});
+    out.push_back({h + "mlp.c_fc", t + "fc", t + "fc.weight", 0, c, 4 * c});
+    out.push_back({h + "mlp.c_proj", t + "out", t + "out.weight", 0, 4 * c, c});
+  }
+  return out;
+}
+
+std::vector<LoraSite> llama_sites(const spec::LlamaConfig& m) {
+  const int64_t c = m.hidden_size, f = m.intermediate_size, heads = m.num_attention_heads;
+  const int64_t kv = m.num_key_value_heads ? m.num_key_value_heads : heads;
+  const int64_t d = m.head_dim ? m.head_dim : c / heads;
+  std::vector<LoraSite> out;
+  for (int64_t i = 0; i < m.num_hidden_layers; ++i) {
+    const std::string h = "model.layers." + std::to_string(i) + ".", t = "layers." + std::to_string(i) + ".";
+    // q, k and v are rows of Tandem's one qkv weight, gate and up of its one gate_up: an adapter on each is an adapter
+    // on those rows alone.
+    out.push_back({h + "self_attn.q_proj", t + "qkv.q", t + "qkv.weight", 0, c, heads * d});
+    out.push_back({h + "self_attn.k_proj", t + "qkv.k", t + "qkv.weight", heads * d, c, kv * d});
+    out.push_back({h + "self_attn.v_proj", t + "qkv.v", t + "qkv.weight", (heads + kv) * d, c, kv * d});
+    out.push_back({h + "self_attn.o_proj", t + "o", t + "o.weight", 0, heads * d, c});
+    out.push_back({h + "mlp.gate_proj", t + "gate_up.gate", t + "gate_up.weight", 0, c, f});
+    out.push_back({h + "mlp.up_proj", t + "gate_up.up", t + "gate_up.weight", f, c, f});
+    out.push_back({h + "mlp.down_proj", t + "down", t + "down.weight", 0, f, c});
+  }
+  return out;
+}
+
+// The modules PEFT could match that Tandem does not adapt.
+std::vector<std::string> unadaptable(const spec::ModelConfig& model) {
+  if (std::holds_alternative<spec::GptConfig>(model)) return {"transformer.wte", "transformer.wpe", "lm_head"};
+  return {"model.embed_tokens", "lm_head"};
+}
+
+// PEFT's rule for a list entry: the whole name, or its end after a dot.
+bool name_matches(const std::string& target, const std::string& module) {
+  if (module == target) return true;
+  return module.size() > target.size() && module.compare(module.size() - target.size(), target.size(), target) == 0 &&
+         module[module.size() - target.size() - 1] == '.';
+}
+
+// "q_proj, k_proj, ... (e.g. model.layers.0.self_attn.q_proj)": the short names of the sites, for messages.
+std::string describe(const std::vector<LoraSite>& sites) {
+  std::vector<std::string> shorts;
+  for (const LoraSite& s : sites) {
+    const std::string last = s.module.substr(s.module.rfind('.') + 1);
+    if (std::find(shorts.begin(), shorts.end(), last) == shorts.end()) shorts.push_back(last);
+  }
+  std::string out;
+  for (const std::string& n : shorts) out += (out.empty() ? "" : ", ") + n;
+  return out + (sites.empty() ? "" : " (e.g. " + sites.front().module + ")");
+}
+
+}  // namespace
+
+std::vector<LoraSite> lora_sites(const spec::ModelConfig& model) {
+  if (const auto* g = std::get_if<spec::GptConfig>(&model)) return gpt2_sites(*g);
+  if (const auto* l = std::get_if<spec::LlamaConfig>(&model)) return llama_sites(*l);
+  TANDEM_FAIL("LoRA adapts gpt and llama models, not a model of type '", spec::model_type(model), "'");
+}
+
+std::vector<LoraSite> lora_targets(const spec::ModelConfig& model, const spec::LoraConfig& lora) {
+  const std::vector<LoraSite> all = lora_sites(model);
+  if (!lora.target_regex.empty()) {
+    const std::regex pattern(lora.target_regex);
+    std::vector<LoraSite> out;
+    for (const LoraSite& s : all)
+      if (std::regex_match(s.module, pattern)) out.push_back(s);
+    for (const std::string& m : unadaptable(model))
+      if (std::regex_match(m, pattern))
+        TANDEM_FAIL("lora.target_modules \"", lora.target_regex, "\" matches '", m,
+                    "': Tandem adapts the blocks' projections, not the embeddings or the head; narrow the expression");
+    if (out.empty())
+      TANDEM_FAIL("lora.target_modules \"", lora.target_regex, "\" matches no module of the model; its modules are ",
+                  describe(all));
+    return out;
+  }
+  if (lora.target_modules.size() == 1 && lora.target_modules[0] == "all-linear") return all;
+  std::set<std::string> selected;
+  for (const std::string& t : lora.target_modules) {
+    bool found = false;
+    for (const LoraSite& s : all)
+      if (name_matches(t, s.module)) {
+        selected.insert(s.module);
+        found = true;
+      }
+    for (const std::string& m : unadaptable(model))
+      if (name_matches(t, m))
+        TANDEM_FAIL("lora.target_modules names '", t, "', which is ", m,
+                    ": Tandem adapts the blocks' projections, not the embeddings or the head; remove it");
+    if (!found)
+      TANDEM_FAIL("lora.target_modules names '", t, "', which no module of the model is; its modules are ",
+                  describe(all));
+  }
+  std::vector<LoraSite> out;
+  for (const LoraSite& s : all)
+    if (selected.count(s.module)) out.push_back(s);
+  return out;
+}
+
+std::string peft_lora_a_name(const std::string& module) { return "base_model.model." + module + ".lora_A.weight"; }
+std::string peft_lora_b_name(const std::string& module) { return "base_model.model." + module + ".lora_B.weight"; }
+std::string tandem_lora_a_name(const std::string& site) { return site + ".lora_A"; }
+std::string tandem_lora_b_name(const std::string& site) { return site + ".lora_B"; }
+
+}  // namespace tandem::interchange

@@ -1,0 +1,187 @@
+// ParameterStore's offloaded units (parameter_store.h): their gradients down to host memory, the host AdamW, and
+// their updated values back up. The device side of each copy is ordered by the device's transfer tickets
+// (device_interface.h): a copy starts after the device work it depends on, and device work that reads its result
+// waits for it. The update runs on a thread of its own while the caller goes on to the next step; every use of an
+// offloaded unit waits for that unit's update first. Everything else of the store is in parameter_store.cc.
+#include <chrono>
+
+#include "tandem/ops/ops.h"
+#include "tandem/ops/profile.h"
+#include "tandem/parallel/zero/parameter_store.h"
+
+namespace tandem::parallel {
+
+void ParameterStore::values_from_master(Unit& u) {
+  const Tensor values = host_values_of(u, /*read=*/false, /*updating=*/true);
+  if (u.swapped)
+    ops::cast(swap_in(u)[0], values);
+  else if (!values.shares_storage(u.master))  // host_values is the master itself in fp32
+    ops::cast(u.master, values);
+  if (u.values_swapped && values_swap_) values_swap_->write(u.values_offset, values.raw(), u.values_bytes);
+}
+
+void ParameterStore::upload_values(Unit& u, uint64_t after, bool record) {
+  if (param_offload_) return;  // the device takes the host shard just before each gather (gather_values)
+  const Tensor& dst =
+      values_transient() ? u.values_shard : u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
+  const uint64_t start = record ? device_.mark(/*transfers=*/true, after) : 0;
+  u.upload = device_.copy_from_host_async(dst.raw(), u.host_values.raw(), dst.nbytes(), after);
+  if (record) mark_span("to device", u.label, start, device_.mark(/*transfers=*/true));
+  // With one replica the owned slice is the whole buffer; otherwise the replicas' slices are gathered again.
+  u.stale = !values_transient() && dp_.size() > 1;
+}
+
+void ParameterStore::make_current(Unit& u) {
+  wait_updated(u);
+  device_.device_waits(u.upload);
+  if (!u.stale) return;
+  const Tensor own = u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
+  dp_.all_gather(own, u.values);
+  u.stale = false;
+}
+
+void ParameterStore::prepare_gradient(Unit& u) {
+  PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
+  const Shape full{u.shard * dp_.size()};
+  if (stage_ >= 2 || u.arrived == 0) {
+    u.grads = Tensor::zeros(full, DType::F32, device_, u.label + " gradients");
+  } else {
+    // The sum of the step's earlier micro-batches, back up for this backward to add into.
+    finish_download();
+    u.grads = Tensor::empty(full, DType::F32, device_, u.label + " gradients");
+    device_.device_waits(
+        device_.copy_from_host_async(u.grads.raw(), u.host_grads.raw(), u.grads.nbytes(), device_.fence()));
+  }
+  point_grads(u, u.grads);
+}
+
+void ParameterStore::download_gradient(Unit& u) {
+  wait_updated(u);  // the last update read this unit's gradient shard, which the copy overwrites
+  finish_download();
+  PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
+  const bool last = ++u.arrived >= micro_batches_ * u.uses;
+  GradientDownload d;
+  d.unit = &u;
+  d.source = u.grads;         // the full sum so far; with one replica also the owned shard
+  Tensor dst = u.host_grads;  // where the copy lands on the host
+  if (stage_ >= 2 || last) {
+    if (dp_.size() > 1) {
+      d.source = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");
+      dp_.reduce_scatter(u.grads, d.source);
+    }
+    // At stages 0-1 the step's one reduced sum; at 2-3 the step's first micro-batch goes straight into the host
+    // shard and the later ones land beside it, to be added.
+    dst = u.grad_shard;
+    if (stage_ >= 2 && u.arrived > 1) {
+      PurposeScope host_scope(host(), MemoryPurpose::ZeroBuffers);
+      d.staging = dst = Tensor::empty({u.shard}, DType::F32, host(), u.label + " gradient from the device");
+    }
+  }
+  point_grads(u, Tensor());
+  u.grads = Tensor();
+  const uint64_t fence = device_.fence();
+  const uint64_t start = timeline_phase_ == 1 ? device_.mark(/*transfers=*/true, fence) : 0;
+  d.ticket = device_.copy_to_host_async(dst.raw(), d.source.raw(), d.source.nbytes(), fence);
+  if (timeline_phase_ == 1) mark_span("to host", u.label, start, device_.mark(/*transfers=*/true));
+  download_ = std::move(d);
+}
+
+void ParameterStore::finish_download() {
+  if (!download_) return;
+  device_.host_waits(download_->ticket);
+  if (download_->staging.defined()) ops::axpy(1.0f, download_->staging, download_->unit->grad_shard);
+  download_.reset();
+}
+
+void ParameterStore::update_offloaded(float lr, float grad_scale, uint64_t fence, bool record) {
+  const auto& segs = adamw_->segments();
+  const auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  for (const auto& u : units_) {
+    if (!u->offloaded) continue;
+    const double started = now();
+    if (u->swapped) {
+      const std::array<Tensor, 3> state = swap_in(*u);  // master, exp_avg, exp_avg_sq
+      for (size_t i = u->first_segment; i < u->end_segment; ++i) {
+        const int64_t n = segs[i].grad.numel(), at = segment_start_[i];
+        adamw_->update_one(i, state[0].flat_slice(at, n, {n}), state[1].flat_slice(at, n, {n}),
+                           state[2].flat_slice(at, n, {n}), lr, grad_scale);
+      }
+      const Tensor values = host_values_of(*u, /*read=*/false, /*updating=*/true);
+      ops::cast(state[0], values);
+      if (u->values_swapped && values_swap_) values_swap_->write(u->values_offset, values.raw(), u->values_bytes);
+      swap_out(*u, state[0]);
+    } else {
+      adamw_->update(u->first_segment, u->end_segment, lr, grad_scale);
+      values_from_master(*u);
+    }
+    if (record) timeline_->add("host AdamW", u->label, started, now());
+    upload_values(*u, fence, record);
+    {
+      std::lock_guard<std::mutex> lock(update_mu_);
+      ++updated_;
+    }
+    update_cv_.notify_all();
+  }
+}
+
+void ParameterStore::start_update(float lr, float grad_scale) {
+  finish_update();
+  // Decided here, not on the update's thread: the next step's begin_step() resets the counts it reads.
+  for (const auto& u : units_)
+    if (u->offloaded && u->arrived == 0) u->grad_shard.fill_zero();  // no backward reached it this step
+  // The uploads overwrite values the step's backward reads: they start after everything queued so far.
+  const uint64_t fence = device_.fence();
+  updated_ = 0;
+  // The recorded step's own update: decided here, as the next step's begin_step() moves the phase on while this
+  // update still runs (and an update started before the recorded step is not its).
+  const bool record = timeline_phase_ == 1 && timeline_;
+  // The planner's counting device accounts in order, and the op profile times on one thread: both update here.
+  if (!device_.holds_data() || ops::profile::enabled()) {
+    update_offloaded(lr, grad_scale, fence, record);
+    return;
+  }
+  updating_ = true;
+  updater_ = std::thread([this, lr, grad_scale, fence, record] {
+    try {
+      update_offloaded(lr, grad_scale, fence, record);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(update_mu_);
+      update_error_ = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(update_mu_);
+      updating_ = false;
+    }
+    update_cv_.notify_all();
+  });
+}
+
+void ParameterStore::wait_updated(const Unit& u) {
+  std::unique_lock<std::mutex> lock(update_mu_);
+  update_cv_.wait(lock, [&] { return !updating_ || updated_ > u.update_order; });
+  if (update_error_) std::rethrow_exception(std::exchange(update_error_, nullptr));
+}
+
+void ParameterStore::mark_span(std::string track, std::string name, uint64_t start, uint64_t end) {
+  std::lock_guard<std::mutex> lock(timeline_mu_);
+  marked_.push_back({std::move(track), std::move(name), start, end});
+}
+
+std::unique_ptr<Timeline> ParameterStore::take_timeline(bool at_end) {
+  if (!timeline_ || timeline_phase_ < (at_end ? 1 : 2)) return nullptr;
+  finish_update();
+  for (const MarkedSpan& m : marked_)
+    timeline_->add(m.track, m.name, device_.mark_seconds(m.start), device_.mark_seconds(m.end));
+  marked_.clear();
+  timeline_phase_ = 0;
+  return std::move(timeline_);
+}
+
+void ParameterStore::finish_update() {
+  if (updater_.joinable()) updater_.join();
+  if (update_error_) std::rethrow_exception(std::exchange(update_error_, nullptr));
+}
+
+}  // namespace tandem::parallel

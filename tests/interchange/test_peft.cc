@@ -1,0 +1,200 @@
+// PEFT interchange: which modules a target list selects (PEFT's suffix rule, "all-linear", a regular expression) and
+// the sites and rows they map to, the refusals (the head, the embeddings, a name no module has), PEFT's tensor names,
+// the adapter files written and read back, a wrong shape and a stray tensor named, and the merge W + s B A.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "tandem/checkpoint/safetensors.h"
+#include "tandem/config/config.h"
+#include "tandem/core/philox.h"
+#include "tandem/interchange/peft.h"
+#include "tandem/interchange/peft_names.h"
+#include "test_util.h"
+
+namespace tandem::interchange {
+namespace {
+
+namespace fs = std::filesystem;
+using config::Json;
+using tandem::testing::error_of;
+
+spec::LlamaConfig llama() {
+  spec::LlamaConfig c;
+  c.vocab_size = 64;
+  c.seq_len = 16;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  return c;
+}
+
+spec::GptConfig gpt() { return spec::GptConfig{64, 16, 32, 2, 4, false}; }
+
+spec::LoraConfig targeting(std::vector<std::string> names) {
+  spec::LoraConfig l;
+  l.enabled = true;
+  l.r = 2;
+  l.lora_alpha = 6;
+  l.target_modules = std::move(names);
+  return l;
+}
+
+std::vector<std::string> sites_of(const std::vector<LoraSite>& s) {
+  std::vector<std::string> out;
+  for (const LoraSite& x : s) out.push_back(x.site);
+  return out;
+}
+
+TEST(PeftNames, TargetsSelectModulesAsPeftDoes) {
+  EXPECT_EQ(sites_of(lora_targets(llama(), targeting({"q_proj", "v_proj"}))),
+            (std::vector<std::string>{"layers.0.qkv.q", "layers.0.qkv.v", "layers.1.qkv.q", "layers.1.qkv.v"}));
+  EXPECT_EQ(sites_of(lora_targets(llama(), targeting({"model.layers.1.mlp.up_proj"}))),
+            std::vector<std::string>{"layers.1.gate_up.up"});
+  EXPECT_EQ(lora_targets(llama(), targeting({"all-linear"})).size(), 14u);
+  spec::LoraConfig regex = targeting({});
+  regex.target_regex = R"(.*\.layers\.1\.self_attn\.(k|o)_proj)";
+  EXPECT_EQ(sites_of(lora_targets(llama(), regex)), (std::vector<std::string>{"layers.1.qkv.k", "layers.1.o"}));
+  // GPT-2: "c_proj" ends two module names (attention's and the MLP's); "mlp.c_proj" only one.
+  EXPECT_EQ(sites_of(lora_targets(gpt(), targeting({"c_proj"}))),
+            (std::vector<std::string>{"blocks.0.proj", "blocks.0.out", "blocks.1.proj", "blocks.1.out"}));
+  EXPECT_EQ(sites_of(lora_targets(gpt(), targeting({"mlp.c_proj"}))),
+            (std::vector<std::string>{"blocks.0.out", "blocks.1.out"}));
+  // "proj" is not the end of "q_proj" after a dot.
+  EXPECT_HAS(error_of([] { lora_targets(llama(), targeting({"proj"})); }), "no module of the model is");
+}
+
+TEST(PeftNames, RowsOfTheFusedWeightsAndPeftsTensorNames) {
+  const std::vector<LoraSite> s = lora_targets(llama(), targeting({"all-linear"}));
+  // q, k, v: rows 0, H D = 32 and (H + Hkv) D = 48 of qkv.weight (D 8); gate and up: rows 0 and F = 48 of gate_up.
+  EXPECT_EQ(s[0].module, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(s[1].weight, "layers.0.qkv.weight");
+  EXPECT_EQ(s[1].row, 32);
+  EXPECT_EQ(s[1].out, 16);
+  EXPECT_EQ(s[2].row, 48);
+  EXPECT_EQ(s[5].site, "layers.0.gate_up.up");
+  EXPECT_EQ(s[5].row, 48);
+  EXPECT_EQ(s[6].in, 48);
+  EXPECT_EQ(peft_lora_a_name(s[0].module), "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+  EXPECT_EQ(peft_lora_b_name("transformer.h.0.attn.c_attn"),
+            "base_model.model.transformer.h.0.attn.c_attn.lora_B.weight");
+  EXPECT_EQ(tandem_lora_a_name(s[0].site), "layers.0.qkv.q.lora_A");
+}
+
+TEST(PeftNames, TheHeadAndTheEmbeddingsAreRefusedByName) {
+  EXPECT_HAS(error_of([] { lora_targets(llama(), targeting({"lm_head"})); }), "not the embeddings or the head");
+  EXPECT_HAS(error_of([] { lora_targets(gpt(), targeting({"wte"})); }), "transformer.wte");
+  const std::string e = error_of([] { lora_targets(llama(), targeting({"qproj"})); });
+  EXPECT_HAS(e, "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+  spec::LoraConfig all = targeting({});
+  all.target_regex = ".*";
+  EXPECT_HAS(error_of([&] { lora_targets(llama(), all); }), "narrow the expression");
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() / ("tandem_peft_test_" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+// Random adapters for every target of `l` on `m`, in Tandem's names.
+std::map<std::string, std::vector<float>> random_adapters(const spec::ModelConfig& m, const spec::LoraConfig& l,
+                                                          std::map<std::string, Shape>& shapes) {
+  std::map<std::string, std::vector<float>> out;
+  uint64_t stream = 0;
+  for (const LoraSite& s : lora_targets(m, l))
+    for (const auto& [name, shape] : {std::pair<std::string, Shape>{tandem_lora_a_name(s.site), {l.r, s.in}},
+                                      {tandem_lora_b_name(s.site), {s.out, l.r}}}) {
+      std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = normal_at(3, stream, i);
+      ++stream;
+      out[name] = v;
+      shapes[name] = shape;
+    }
+  return out;
+}
+
+TEST(Peft, AdapterFilesRoundTripWithPeftsNamesAndConfig) {
+  const TempDir dir;
+  spec::LoraConfig l = targeting({"all-linear"});
+  std::map<std::string, Shape> shapes;
+  const auto adapters = random_adapters(llama(), l, shapes);
+  std::map<std::string, HostWeights> host;
+  for (const auto& [n, v] : adapters) host[n] = {shapes.at(n), v.data()};
+  EXPECT_EQ(write_peft_folder(dir.path(), llama(), l, "base-model", host), 28);
+  std::ifstream in(fs::path(dir.path()) / "adapter_config.json");
+  const Json cfg = Json::parse(in);
+  EXPECT_EQ(cfg["peft_type"], "LORA");
+  EXPECT_EQ(cfg["task_type"], "CAUSAL_LM");
+  EXPECT_EQ(cfg["base_model_name_or_path"], "base-model");
+  EXPECT_EQ(cfg["r"], 2);
+  EXPECT_EQ(cfg["lora_alpha"], 6);
+  EXPECT_EQ(cfg["bias"], "none");
+  EXPECT_EQ(cfg["target_modules"].size(), 14u);  // "all-linear" written as the modules it selected, as PEFT does
+  EXPECT_EQ(cfg["target_modules"][0], "model.layers.0.self_attn.q_proj");
+  const checkpoint::SafetensorsFile file((fs::path(dir.path()) / "adapter_model.safetensors").string());
+  EXPECT_EQ(file.shape("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight"), (Shape{2, 48}));
+  EXPECT_EQ(file.shape("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight"), (Shape{16, 2}));
+  // Read back in Tandem's names.
+  const auto source = open_peft_adapter(dir.path(), llama(), l);
+  std::set<std::string> names;
+  for (const auto& [n, v] : adapters) {
+    names.insert(n);
+    EXPECT_EQ(source->check(n, shapes.at(n)), "") << n;
+    std::vector<float> back(v.size());
+    source->read(n, 0, static_cast<int64_t>(v.size()), back.data());
+    EXPECT_EQ(back, v) << n;
+  }
+  EXPECT_TRUE(source->unused(names).empty());
+  // Another rank's targets: q and v only leave the rest unused; a rank of 4 is a wrong shape.
+  const auto fewer = open_peft_adapter(dir.path(), llama(), targeting({"q_proj", "v_proj"}));
+  std::set<std::string> qv;
+  for (const char* n :
+       {"layers.0.qkv.q.lora_A", "layers.0.qkv.q.lora_B", "layers.0.qkv.v.lora_A", "layers.0.qkv.v.lora_B",
+        "layers.1.qkv.q.lora_A", "layers.1.qkv.q.lora_B", "layers.1.qkv.v.lora_A", "layers.1.qkv.v.lora_B"})
+    qv.insert(n);
+  EXPECT_EQ(fewer->unused(qv).size(), 20u);
+  EXPECT_HAS(fewer->check("layers.0.qkv.q.lora_A", {4, 32}), "needs (4, 32)");
+  EXPECT_HAS(fewer->check("layers.0.o.lora_A", {2, 32}), "no adapter of lora.target_modules");
+}
+
+TEST(Peft, MergeAddsScalingTimesBAToTheAdaptedRowsOnly) {
+  spec::LoraConfig l = targeting({"k_proj"});
+  l.use_rslora = true;  // scaling 6 / sqrt(2)
+  std::map<std::string, Shape> shapes;
+  const auto adapters = random_adapters(llama(), l, shapes);
+  std::map<std::string, HostWeights> host;
+  for (const auto& [n, v] : adapters) host[n] = {shapes.at(n), v.data()};
+  std::map<std::string, std::vector<float>> weights;
+  std::vector<float> qkv(64 * 32);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = 0.01f * static_cast<float>(i % 97);
+  weights["layers.0.qkv.weight"] = qkv;
+  weights["layers.1.qkv.weight"] = qkv;
+  merge_lora(llama(), l, host, weights);
+  const std::vector<float>& a = adapters.at("layers.0.qkv.k.lora_A");  // (2, 32)
+  const std::vector<float>& b = adapters.at("layers.0.qkv.k.lora_B");  // (16, 2)
+  const double s = 6.0 / std::sqrt(2.0);
+  for (int64_t row = 0; row < 64; ++row)
+    for (int64_t col = 0; col < 32; ++col) {
+      double want = qkv[static_cast<size_t>(row * 32 + col)];
+      if (row >= 32 && row < 48)  // k's rows
+        for (int64_t k = 0; k < 2; ++k) want += s * b[(row - 32) * 2 + k] * a[k * 32 + col];
+      ASSERT_NEAR(weights["layers.0.qkv.weight"][static_cast<size_t>(row * 32 + col)], want, 1e-5)
+          << row << ", " << col;
+    }
+}
+
+}  // namespace
+}  // namespace tandem::interchange
