@@ -3,8 +3,8 @@
 // steps, the first step's gradient norm and the final parameters must match the single-device run within 1e-5 relative,
 // under every ZeRO stage (dp > 1), every schedule (pp > 1), with and without activation checkpointing; a representative
 // set of layouts also in bf16 against the single-device bf16 run, within the measured bounds kBf16 and kBf16Tp; LoRA
-// adapters on a frozen llama and gpt (with dropout on a tied llama) on a representative set. Also the memory claim of
-// ZeRO-3. Run under mpirun -np TANDEM_TEST_WORLD.
+// adapters on a frozen llama and gpt (with dropout on a tied llama) on a representative set (with tp within
+// kF32LoraTp). Also the memory claim of ZeRO-3. Run under mpirun -np TANDEM_TEST_WORLD.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -233,6 +233,13 @@ struct Bounds {
   double first_loss, first_grad_norm, loss, tensor, all;
 };
 const Bounds kF32 = {1e-5, 1e-5, 1e-5, 1e-4, 1e-5};
+// LoRA with tp in fp32: only the small factors train, and a factor that tp replicates (A of a column-split layer, B of
+// a row-split one) gets its gradient summed over the tp slots in another order than on one device. Early AdamW steps
+// are about lr * sign(gradient), so an element whose gradient is near zero steps +-lr by that rounding, and with few
+// trainable elements such steps weigh more in a tensor and in all of them. The gpt's factors reached 1.35e-4 (a
+// tensor) and 2.3e-5 (all) on a CPU whose OpenBLAS runs its Haswell kernels, and stayed within kF32 on one that
+// runs its AVX-512 ones; the bounds sit about 4x above. Losses and the first step keep kF32's.
+const Bounds kF32LoraTp = {1e-5, 1e-5, 1e-5, 5e-4, 1e-4};
 // bf16 (fp32 master weights, moments and gradient reduction) against the single-device bf16 run. Measured
 // over every layout of the fp32 matrix run in bf16 (156 cases on 4 and 8 processes), the largest differences:
 //                         first loss  first grad norm  any loss  a tensor  all parameters
@@ -270,7 +277,10 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
   const Result got = train(cfg, &groups);
 
   const bool llama = c.model.rfind("llama", 0) == 0;
-  const Bounds b = !c.bf16 ? kF32 : c.tp > 1 ? (llama ? kBf16TpLlama : kBf16Tp) : kBf16;
+  const bool lora = c.model.find("lora") != std::string::npos;
+  const Bounds b = !c.bf16    ? (lora && c.tp > 1 ? kF32LoraTp : kF32)
+                   : c.tp > 1 ? (llama ? kBf16TpLlama : kBf16Tp)
+                              : kBf16;
   double failures = 0;
   if (testing::mpi_world().rank() == 0) {
     const Result& want = reference(c.model, c.bf16);

@@ -4,12 +4,15 @@
 // OpenBLAS threads partition the output, not the K sum, so results do not depend on its thread count.
 // This OpenBLAS has no bf16 or f16 GEMM: 16-bit a and b are widened into fp32 scratch, the product is formed in
 // fp32 (in c itself when c is f32, else in scratch) and rounded into c once.
-// A row of c must not depend on the rows beside it in the call (the micro-batch, hence the layout). OpenBLAS's AVX-512
-// builds compute a product of at most 100^3 multiply-adds with kernels of their own, whose sums run in another order
-// than its blocked kernel's, so one row of a layer came out differently in a call of 16 rows and in one of 64. A
-// product with a untransposed that small is computed on a padded with zero rows to just above that size, so every call
-// takes the blocked kernel (tests/ops/test_ops_gemm.cc checks it on both sides of the bound). With a transposed (the
-// weight gradient, summed over the batch rows) the rows of c are the layer's, the same in every layout.
+// A row of c should not depend on the rows beside it in the call (the micro-batch, hence the layout). OpenBLAS's
+// AVX-512 builds compute a product of at most 100^3 multiply-adds with kernels of their own, whose sums run in another
+// order than its blocked kernel's, so one row of a layer came out differently in a call of 16 rows and in one of 64. A
+// product with a untransposed that small is computed on a padded with zero rows to just above that size, so every such
+// call runs the blocked kernel on the same row count (tests/ops/test_ops_gemm.cc checks it). Past that size the bits
+// are OpenBLAS's: its Haswell kernels (which it also picks on AMD Zen 4) give a row bits that depend on the call's row
+// count and the row's place in it, so layouts equal one device to the bit only where every call keeps its rows (dp,
+// pp and ZeRO keep the micro-batch; tp has bounds). With a transposed (the weight gradient, summed over the batch rows)
+// the rows of c are the layer's, the same in every layout.
 #include <cblas.h>
 
 #include "tandem/ops/cpu/cpu_ops.h"
