@@ -1,0 +1,199 @@
+// ops_check: the Llama-family ops (RMSNorm, rotary embedding, SwiGLU, grouped-query attention), CUDA against the
+// CPU.
+#include "ops_check.h"
+
+namespace tandem::ops_check {
+
+void check_rmsnorm(Suite& s) {
+  // 37 columns: partial warps, the general kernels; the rest the one-pass backward: 24 (3 packs of halves, 6 of f32,
+  // rows not a multiple of a group), (4096, 2048): B=2 T=2048 rows of a Llama 3.2 1B hidden state (1 or 2 packs a
+  // thread), 4096 (2 or 4), 8192 (4 for halves, the general kernels for f32).
+  for (DType t : kFloatTypes) {
+    for (const auto& [n, c] :
+         std::vector<std::pair<int64_t, int64_t>>{{5, 37}, {7, 24}, {4096, 2048}, {9, 4096}, {37, 8192}}) {
+      const std::string shape = dims({n, c});
+      s.run("rmsnorm_forward", dtype_name(t), shape, [&] {
+        auto x = s.make({n, c}, t, 200, 2.0f, 0.5f);
+        auto gamma = s.make({c}, t, 201, 0.2f, 1.0f);
+        auto y = s.output({n, c}, t);
+        auto rstd = s.output({n}, DType::F32);
+        cpu::rmsnorm_forward(x.cpu, gamma.cpu, y.cpu, rstd.cpu, 1e-5f);
+        gpu::rmsnorm_forward(x.gpu, gamma.gpu, y.gpu, rstd.gpu, 1e-5f);
+        s.compare("rmsnorm_forward y", t, shape, y.gpu, y.cpu);
+        s.compare("rmsnorm_forward rstd", t, shape, rstd.gpu, rstd.cpu);
+        auto rstd2 = s.output({n}, DType::F32);
+        gpu::rmsnorm_forward(x.gpu, gamma.gpu, x.gpu, rstd2.gpu, 1e-5f);  // in place: y is x
+        s.compare("rmsnorm_forward in place", t, shape, x.gpu, y.cpu);
+      });
+      // The backward, and with a residual gradient (rmsnorm_backward_add), each against the CPU op, in place
+      // (dx is dy) too, and dgamma bit for bit on a rerun.
+      for (const bool add : {false, true}) {
+        const std::string op = add ? "rmsnorm_backward_add" : "rmsnorm_backward";
+        s.run(op, dtype_name(t), shape, [&] {
+          auto x = s.make({n, c}, t, 202, 2.0f, 0.5f);
+          auto gamma = s.make({c}, t, 203, 0.2f, 1.0f);
+          auto dy = s.make({n, c}, t, 204);
+          auto dres = s.make({n, c}, t, 209);
+          // rstd from the CPU forward, shared by both sides.
+          Tensor y = Tensor::empty({n, c}, DType::F32, s.host(), "y");
+          Tensor rstd = Tensor::empty({n}, DType::F32, s.host(), "rstd");
+          cpu::rmsnorm_forward(x.cpu, gamma.cpu, y, rstd, 1e-5f);
+          Tensor rstd_g = s.upload(rstd, DType::F32);
+          auto dx = s.output({n, c}, t);
+          auto dgamma = s.make({c}, DType::F32, 205);  // accumulates
+          Tensor dgamma_again = Tensor::empty({c}, DType::F32, s.dev(), "dgamma copy");
+          dgamma_again.copy_from(dgamma.gpu);
+          auto gpu_backward = [&](const Tensor& dy_g, const Tensor& dx_g, const Tensor& dg) {
+            if (add) {
+              gpu::rmsnorm_backward_add(dy_g, x.gpu, gamma.gpu, rstd_g, dres.gpu, dx_g, dg);
+            } else {
+              gpu::rmsnorm_backward(dy_g, x.gpu, gamma.gpu, rstd_g, dx_g, dg);
+            }
+          };
+          if (add) {
+            cpu::rmsnorm_backward_add(dy.cpu, x.cpu, gamma.cpu, rstd, dres.cpu, dx.cpu, dgamma.cpu);
+          } else {
+            cpu::rmsnorm_backward(dy.cpu, x.cpu, gamma.cpu, rstd, dx.cpu, dgamma.cpu);
+          }
+          gpu_backward(dy.gpu, dx.gpu, dgamma.gpu);
+          s.compare(op + " dx", t, shape, dx.gpu, dx.cpu);
+          s.compare(op + " dgamma", t, shape, dgamma.gpu, dgamma.cpu);
+          gpu_backward(dy.gpu, dy.gpu, dgamma_again);  // in place: dx is dy
+          s.compare(op + " in place", t, shape, dy.gpu, dx.cpu);
+          s.row(op + " dgamma bitwise rerun", dtype_name(t), shape, same_bits(dgamma.gpu, dgamma_again) ? 0.0 : 1.0,
+                gpu_check::kOpExact);
+        });
+      }
+    }
+  }
+}
+
+void check_rotary(Suite& s) {
+  struct Case {
+    int64_t b, t, heads, kv_heads, d, t_max;  // a fused qkv (B, T, (H + 2 Hkv) D); q and k rotated
+  };
+  // D=6: the scalar kernel; D=8: 16-byte packs of f32 only; D=16: one pack of halves per half head; then the
+  // model's shapes, packed.
+  const std::vector<Case> cases = {{3, 5, 3, 1, 6, 7},
+                                   {2, 7, 4, 2, 8, 9},
+                                   {3, 5, 2, 1, 16, 5},
+                                   {2, 1024, 32, 8, 64, 2048},
+                                   {2, 1024, 32, 8, 128, 1024}};
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      const int64_t w = (c.heads + 2 * c.kv_heads) * c.d;
+      const int rotated = static_cast<int>(c.heads + c.kv_heads);
+      const std::string shape = dims({c.b, c.t, w}) + " D=" + std::to_string(c.d);
+      // Llama 3.1's frequencies.
+      ops::RopeScaling scaling;
+      scaling.rope_type = "llama3";
+      const ops::RopeTables tables = ops::rope_tables(ops::rope_inverse_frequencies(c.d, 500000.0, scaling), c.t_max);
+      for (bool backward : {false, true}) {
+        const std::string op = backward ? "rotary_backward" : "rotary_forward";
+        s.run(op, dtype_name(t), shape, [&] {
+          auto cos = s.from_values({c.t_max, c.d / 2}, DType::F32, tables.cos);
+          auto sin = s.from_values({c.t_max, c.d / 2}, DType::F32, tables.sin);
+          auto x = s.make({c.b, c.t, w}, t, backward ? 211 : 210);
+          auto y = s.output({c.b, c.t, w}, t);
+          auto fn_cpu = backward ? cpu::rotary_backward : cpu::rotary_forward;
+          auto fn_gpu = backward ? gpu::rotary_backward : gpu::rotary_forward;
+          fn_cpu(x.cpu, cos.cpu, sin.cpu, rotated, y.cpu);
+          fn_gpu(x.gpu, cos.gpu, sin.gpu, rotated, y.gpu);
+          s.compare(op, t, shape, y.gpu, y.cpu);
+          fn_gpu(x.gpu, cos.gpu, sin.gpu, rotated, x.gpu);  // in place on the fused qkv: v left alone
+          s.compare(op + " in place", t, shape, x.gpu, y.cpu);
+        });
+      }
+    }
+  }
+}
+
+void check_swiglu(Suite& s) {
+  // 13 columns: odd, the scalar kernel; 20: 16-byte packs of f32 but not of halves (scalar there); 8: one pack of
+  // halves per row; (4096, 8192): B=2 T=2048 rows of Llama 3.2 1B's MLP, packed.
+  for (DType t : kFloatTypes) {
+    for (const auto& [n, f] : std::vector<std::pair<int64_t, int64_t>>{{7, 13}, {6, 20}, {5, 8}, {4096, 8192}}) {
+      const std::string shape = dims({n, 2 * f});
+      s.run("swiglu_forward", dtype_name(t), shape, [&] {
+        auto gate_up = s.make({n, 2 * f}, t, 220, 2.0f);
+        auto y = s.output({n, f}, t);
+        cpu::swiglu_forward(gate_up.cpu, y.cpu);
+        gpu::swiglu_forward(gate_up.gpu, y.gpu);
+        s.compare("swiglu_forward", t, shape, y.gpu, y.cpu);
+      });
+      s.run("swiglu_backward", dtype_name(t), shape, [&] {
+        auto gate_up = s.make({n, 2 * f}, t, 221, 2.0f);
+        auto dy = s.make({n, f}, t, 222);
+        auto dgate_up = s.output({n, 2 * f}, t);
+        cpu::swiglu_backward(gate_up.cpu, dy.cpu, dgate_up.cpu);
+        gpu::swiglu_backward(gate_up.gpu, dy.gpu, dgate_up.gpu);
+        s.compare("swiglu_backward", t, shape, dgate_up.gpu, dgate_up.cpu);
+        gpu::swiglu_backward(gate_up.gpu, dy.gpu, gate_up.gpu);  // in place: dgate_up is gate_up
+        s.compare("swiglu_backward in place", t, shape, gate_up.gpu, dgate_up.cpu);
+      });
+    }
+  }
+}
+
+void check_attention_gqa(Suite& s) {
+  struct Case {
+    int64_t b, t, h, kv, d;
+  };
+  // Small odd shapes, multi-query, a head dim cuDNN refuses (12: the plain kernels run in every dtype), Llama's
+  // 32 query heads over 8 kv heads at D = 64 and D = 128, and multi-head attention (Hkv = H, the gpt's
+  // attention_forward / attention_backward): small odd shapes and the gpt 1.64B's 25 heads of 64.
+  const std::vector<Case> cases = {{1, 7, 4, 2, 8},  {2, 77, 6, 2, 16},    {1, 33, 4, 1, 64},
+                                   {2, 9, 4, 2, 12}, {2, 1024, 32, 8, 64}, {2, 1024, 32, 8, 128},
+                                   {1, 7, 2, 2, 8},  {2, 77, 3, 3, 16},    {2, 1024, 25, 25, 64}};
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      for (bool plain : {false, true}) {
+        if (plain && t == DType::F32) continue;  // f32 always runs the plain kernels
+        const int64_t w = (c.h + 2 * c.kv) * c.d, cy = c.h * c.d;
+        const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
+        const std::string shape = dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + (plain ? " plain" : "");
+        const std::string fwd = "attention_gqa_forward", bwd = "attention_gqa_backward";
+        s.run(fwd, dtype_name(t), shape, [&] {
+          auto qkv = s.make({c.b, c.t, w}, t, 230);
+          auto y = s.output({c.b, c.t, cy}, t);
+          auto lse = s.output({c.b, c.h, c.t}, DType::F32);
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y.cpu, lse.cpu);
+          if (plain) {
+            gpu::attention_gqa_forward_plain(qkv.gpu, heads, kv, y.gpu, lse.gpu);
+          } else {
+            gpu::attention_gqa_forward(qkv.gpu, heads, kv, y.gpu, lse.gpu);
+          }
+          s.compare(fwd + " y", t, shape, y.gpu, y.cpu);
+          s.compare(fwd + " lse", t, shape, lse.gpu, lse.cpu);
+        });
+        s.run(bwd, dtype_name(t), shape, [&] {
+          auto qkv = s.make({c.b, c.t, w}, t, 231);
+          auto dy = s.make({c.b, c.t, cy}, t, 232);
+          // The CPU forward's y and lse feed both backwards, so only the backward is compared.
+          Tensor y = Tensor::empty({c.b, c.t, cy}, DType::F32, s.host(), "y");
+          Tensor lse = Tensor::empty({c.b, c.h, c.t}, DType::F32, s.host(), "lse");
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y, lse);
+          Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
+          auto dqkv = s.output({c.b, c.t, w}, t);
+          cpu::attention_gqa_backward(qkv.cpu, heads, kv, y, lse, dy.cpu, dqkv.cpu);
+          auto run = [&](const Tensor& out) {
+            if (plain) {
+              gpu::attention_gqa_backward_plain(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out);
+            } else {
+              gpu::attention_gqa_backward(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out);
+            }
+          };
+          run(dqkv.gpu);
+          s.compare(bwd + " dqkv", t, shape, dqkv.gpu, dqkv.cpu);
+          Tensor again = Tensor::empty(dqkv.gpu.shape(), t, s.dev(), "dqkv again");
+          s.poison(again);
+          run(again);
+          s.row(bwd + " bitwise rerun", dtype_name(t), shape, same_bits(dqkv.gpu, again) ? 0.0 : 1.0,
+                gpu_check::kOpExact);
+        });
+      }
+    }
+  }
+}
+
+}  // namespace tandem::ops_check
