@@ -5,6 +5,7 @@
 // appear under each ZeRO stage, and a model of custom layers planned like any other.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -169,6 +170,34 @@ TEST(MemoryModel, OffloadKeepsOneGradientOnTheHost) {
     ASSERT_NE(trainer.engine().host_memory(), nullptr);
     EXPECT_EQ(trainer.engine().host_memory()->live()[MemoryPurpose::Gradients], 4 * params);
   });
+}
+
+// offload_optimizer alone in bf16: the device keeps the bf16 values, so the host keeps no copy of them; the update
+// casts each unit's values into one of two upload buffers of the largest unit's size. Against the same run in fp32,
+// whose host values are the master itself: those two buffers more, not 2 bytes a parameter.
+TEST(MemoryModel, OffloadKeepsNoCopyOfTheValuesOnTheHost) {
+  int64_t params = 0, largest_unit = 0;
+  std::map<bool, int64_t> held;  // by bf16: the host's parameter bytes
+  for (bool bf16 : {false, true}) {
+    MemCase c = mem_case(1, 1, 1);
+    c.model = "gpt";
+    c.bf16 = bf16;
+    c.offload = "cpu";
+    run_case(c, 0, [&](train::Trainer& trainer) {
+      params = largest_unit = 0;
+      for (const auto& layer : trainer.engine().model().layers()) {
+        int64_t n = 0;
+        for (const nn::Parameter* p : layer->parameters()) n += shape_numel(p->shape);
+        params += n;
+        largest_unit = std::max(largest_unit, n);
+      }
+      ASSERT_NE(trainer.engine().host_memory(), nullptr);
+      held[bf16] = trainer.engine().host_memory()->live()[MemoryPurpose::Parameters];
+    });
+  }
+  EXPECT_EQ(held[true] - held[false], 2 * largest_unit * 2)
+      << "two bf16 upload buffers of the largest unit, of " << params << " parameters";
+  EXPECT_GT(held[false], 0);
 }
 
 TEST(MemoryModel, LiveMicroBatchesStayWithinTheScheduleBound) {

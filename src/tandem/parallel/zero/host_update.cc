@@ -4,6 +4,7 @@
 // waits for it. The update runs on a thread of its own while the caller goes on to the next step; every use of an
 // offloaded unit waits for that unit's update first. Everything else of the store is in parameter_store.cc.
 #include <chrono>
+#include <utility>
 
 #include "tandem/ops/ops.h"
 #include "tandem/ops/profile.h"
@@ -11,21 +12,32 @@
 
 namespace tandem::parallel {
 
-void ParameterStore::values_from_master(Unit& u) {
-  const Tensor values = host_values_of(u, /*read=*/false, /*updating=*/true);
+Tensor ParameterStore::values_for_upload(Unit& u) {
+  if (!u.values_staged) return host_values_of(u, /*read=*/false, /*updating=*/true);
+  u.upload_buffer = next_upload_buffer_;
+  next_upload_buffer_ = (next_upload_buffer_ + 1) % upload_buffers_.size();
+  device_.host_waits(std::exchange(upload_tickets_[u.upload_buffer], 0));  // its last upload has left
+  const int64_t mn = u.grad_shard.numel();
+  return upload_buffers_[u.upload_buffer].flat_slice(0, mn, {mn});
+}
+
+Tensor ParameterStore::values_from_master(Unit& u) {
+  const Tensor values = values_for_upload(u);
   if (u.swapped)
     ops::cast(swap_in(u)[0], values);
   else if (!values.shares_storage(u.master))  // host_values is the master itself in fp32
     ops::cast(u.master, values);
   if (u.values_swapped && values_swap_) values_swap_->write(u.values_offset, values.raw(), u.values_bytes);
+  return values;
 }
 
-void ParameterStore::upload_values(Unit& u, uint64_t after, bool record) {
+void ParameterStore::upload_values(Unit& u, const Tensor& source, uint64_t after, bool record) {
   if (param_offload_) return;  // the device takes the host shard just before each gather (gather_values)
   const Tensor& dst =
       values_transient() ? u.values_shard : u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
   const uint64_t start = record ? device_.mark(/*transfers=*/true, after) : 0;
-  u.upload = device_.copy_from_host_async(dst.raw(), u.host_values.raw(), dst.nbytes(), after);
+  u.upload = device_.copy_from_host_async(dst.raw(), source.raw(), dst.nbytes(), after);
+  if (u.values_staged) upload_tickets_[u.upload_buffer] = u.upload;
   if (record) mark_span("to device", u.label, start, device_.mark(/*transfers=*/true));
   // With one replica the owned slice is the whole buffer; otherwise the replicas' slices are gathered again.
   u.stale = !values_transient() && dp_.size() > 1;
@@ -101,6 +113,7 @@ void ParameterStore::update_offloaded(float lr, float grad_scale, uint64_t fence
   for (const auto& u : units_) {
     if (!u->offloaded) continue;
     const double started = now();
+    Tensor values;  // the updated values on the host, to go up
     if (u->swapped) {
       const std::array<Tensor, 3> state = swap_in(*u);  // master, exp_avg, exp_avg_sq
       for (size_t i = u->first_segment; i < u->end_segment; ++i) {
@@ -108,16 +121,16 @@ void ParameterStore::update_offloaded(float lr, float grad_scale, uint64_t fence
         adamw_->update_one(i, state[0].flat_slice(at, n, {n}), state[1].flat_slice(at, n, {n}),
                            state[2].flat_slice(at, n, {n}), lr, grad_scale);
       }
-      const Tensor values = host_values_of(*u, /*read=*/false, /*updating=*/true);
+      values = values_for_upload(*u);
       ops::cast(state[0], values);
       if (u->values_swapped && values_swap_) values_swap_->write(u->values_offset, values.raw(), u->values_bytes);
       swap_out(*u, state[0]);
     } else {
       adamw_->update(u->first_segment, u->end_segment, lr, grad_scale);
-      values_from_master(*u);
+      values = values_from_master(*u);
     }
     if (record) timeline_->add("host AdamW", u->label, started, now());
-    upload_values(*u, fence, record);
+    upload_values(*u, values, fence, record);
     {
       std::lock_guard<std::mutex> lock(update_mu_);
       ++updated_;

@@ -86,6 +86,13 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     adamw_ = std::make_unique<optim::AdamW>(std::move(segments), adamw);
   }
   if (swap_bytes() > 0) make_swap(offload.optimizer, offload.param, seed);
+  int64_t largest_staged = 0;
+  for (const auto& u : units_)
+    if (u->values_staged) largest_staged = std::max(largest_staged, u->grad_shard.numel());
+  if (largest_staged > 0) {
+    PurposeScope scope(host(), MemoryPurpose::Parameters);
+    for (Tensor& b : upload_buffers_) b = Tensor::zeros({largest_staged}, compute_, host(), "parameter upload buffer");
+  }
   refresh_values();
 }
 
@@ -149,12 +156,13 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
     // The owned values in the compute dtype on the host (the master itself in fp32), and where the device starts
     // its gathers from when the full values are transient.
     u->values_swapped = param_offload_ && swap_param_;
+    u->values_staged = !param_offload_ && !(compute_ == DType::F32 && !u->swapped);
     if (u->values_swapped) {
       u->values_bytes = checkpoint::SwapFile::round_up(static_cast<uint64_t>(mn) * dtype_size(compute_));
       u->values_offset = values_swap_bytes_;
       values_swap_bytes_ += u->values_bytes;
-    } else {
-      u->host_values = compute_ == DType::F32 && !u->swapped
+    } else if (!u->values_staged) {
+      u->host_values = compute_ == DType::F32
                            ? u->master
                            : Tensor::zeros({mn}, compute_, host(), u->label + " parameters on the host");
     }
@@ -322,8 +330,7 @@ void ParameterStore::refresh_values(bool offloaded_too) {
     if (u->frozen) continue;  // never updated (write_frozen gathers what it writes)
     if (u->offloaded) {
       if (!offloaded_too) continue;
-      values_from_master(*u);
-      upload_values(*u, fence, /*record=*/false);
+      upload_values(*u, values_from_master(*u), fence, /*record=*/false);
       continue;
     }
     if (values_transient()) continue;  // gathered from the master when needed

@@ -160,8 +160,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void refresh_values(bool offloaded_too = true);
   // Offloaded units (host_update.cc): the owned compute-dtype values from the host master, uploaded to where the
   // device keeps them (the owned slice of the full values, or values_shard); the full values are stale until
-  // gathered again (make_current). `record`: its copy goes in the timeline.
-  void upload_values(Unit& u, uint64_t after, bool record);
+  // gathered again (make_current). `source`: the host values (values_for_upload). `record`: its copy goes in the
+  // timeline.
+  void upload_values(Unit& u, const Tensor& source, uint64_t after, bool record);
   // Before the device reads an offloaded unit's values: its upload waited for, and at stages 1-2 the owned shards
   // gathered into the full values again.
   void make_current(Unit& u);
@@ -190,9 +191,12 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // (read in from the parameters' swap file when `read`).
   // `updating`: the update's thread asks, and gets its own buffer.
   Tensor host_values_of(const Unit& u, bool read, bool updating = false);
-  // host_values from the unit's fp32 master (read in from the swap file when swapped), written to the parameters'
-  // swap file when they live there.
-  void values_from_master(Unit& u);
+  // Where the update writes the unit's new compute-dtype values for the upload: host_values_of's tensor, or for a
+  // staged unit the next of the two upload buffers, once that buffer's last upload has left it.
+  Tensor values_for_upload(Unit& u);
+  // values_for_upload from the unit's fp32 master (read in from the swap file when swapped), written to the
+  // parameters' swap file when they live there. Returns the values written.
+  Tensor values_from_master(Unit& u);
   bool values_transient() const { return stage_ == 3 || param_offload_; }
   // The device memory offloaded state is accounted on: the host's.
   Device& host() const { return *host_; }
@@ -217,6 +221,12 @@ class ParameterStore final : public nn::Model::LayerHooks {
   std::unique_ptr<checkpoint::SwapFile> values_swap_;
   Tensor values_buffer_;  // (largest shard) compute dtype: one unit's owned values, aligned for direct I/O, for gathers
   Tensor values_update_buffer_;  // the same for the update's thread
+  // Staged units (Unit::values_staged): two (largest staged shard) compute-dtype host buffers the updated values go
+  // up from, in turn, and the ticket of each one's last upload. Used by one thread at a time: the update's, or the
+  // caller's once the update is finished.
+  std::array<Tensor, 2> upload_buffers_;
+  std::array<uint64_t, 2> upload_tickets_{};
+  size_t next_upload_buffer_ = 0;
   // The offloaded units' update on its own thread: how many of them (in unit order) are done, and what failed.
   std::thread updater_;
   std::mutex update_mu_;

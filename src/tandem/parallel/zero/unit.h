@@ -37,16 +37,20 @@ struct Unit {
   // Offload (offload_optimizer): master, grad_shard and the moments live in host memory; the update runs on the host
   // and the updated compute-dtype shard travels back.
   bool offloaded = false;
-  Tensor host_values;   // (shard) compute dtype on the host: the updated owned values to upload (`master` itself when
-                        // computing in fp32)
-  Tensor values_shard;  // (shard) compute dtype, the owned values gathers start from when the full values are
-                        // transient (stage 3, offload_param): on the device, or `host_values` with offload_param
-  Tensor host_grads;    // (shard * dp) fp32 on the host at stages 0-1: the full gradient summed over the step's
-                        // micro-batches so far, uploaded under the next one's backward so that the device adds into
-                        // it as the resident buffer of an unoffloaded unit does (the same bits); `grad_shard` is
-                        // its owned slice, where the last micro-batch's reduced sum lands
-  int uses = 1;         // layers of this rank that use it: 2 for a tied parameter both of whose uses it holds
-  int arrived = 0;      // backward passes of this unit this step (uses of each micro-batch so far)
+  Tensor host_values;  // (shard) compute dtype on the host: the updated owned values to upload (`master` itself when
+                       // computing in fp32); undefined when staged
+  // offload_optimizer alone with values apart from the master (16-bit compute, or the master swapped): the device
+  // keeps the values, so the host keeps no copy; the update casts them into one of the store's two upload buffers.
+  bool values_staged = false;
+  size_t upload_buffer = 0;  // a staged unit's last upload: which buffer it left from
+  Tensor values_shard;       // (shard) compute dtype, the owned values gathers start from when the full values are
+                             // transient (stage 3, offload_param): on the device, or `host_values` with offload_param
+  Tensor host_grads;         // (shard * dp) fp32 on the host at stages 0-1: the full gradient summed over the step's
+                      // micro-batches so far, uploaded under the next one's backward so that the device adds into
+                      // it as the resident buffer of an unoffloaded unit does (the same bits); `grad_shard` is
+                      // its owned slice, where the last micro-batch's reduced sum lands
+  int uses = 1;             // layers of this rank that use it: 2 for a tied parameter both of whose uses it holds
+  int arrived = 0;          // backward passes of this unit this step (uses of each micro-batch so far)
   size_t update_order = 0;  // its place among the offloaded units, in the order the host updates them
   uint64_t upload = 0;      // ticket of the last upload of host_values to the device
   bool stale = false;       // the device's full values predate the last update: gather the owned shard again
