@@ -5,7 +5,7 @@
 # layers under a 24 GiB device budget beside it unbudgeted; a model past the largest that trains without offload
 # (11.52B). Each offloaded run prints its step timeline (TANDEM_TIMELINE). Then the table: tok/s, peaks, ratios.
 # Usage: bash bench/gpu_offload.sh BIN_DIR PYTORCH_LLAMA_SCRIPT OUT_DIR [BUDGET_S]
-#   GPU_OFFLOAD_PARTS: any of "adamw l8 torch l8x64 full24 capacity" (default all, in that order);
+#   GPU_OFFLOAD_PARTS: any of "adamw l8 torch l8x64 full24 full8b24 capacity" (default all, in that order);
 #   GPU_OFFLOAD_STEPS (default 6): steps of each run (its speed is the mean of the steps after the second but the last).
 #   GPU_OFFLOAD_DRY=1 prints the commands and checks the configs with `tandem plan` instead of running them (works
 #   without a GPU).
@@ -14,7 +14,7 @@ bin="$1"
 anchor="$2"
 out="$3"
 budget="${4:-540}"
-parts=" ${GPU_OFFLOAD_PARTS:-adamw l8 torch l8x64 full24 capacity} "
+parts=" ${GPU_OFFLOAD_PARTS:-adamw l8 torch l8x64 full24 full8b24 capacity} "
 dry="${GPU_OFFLOAD_DRY:-0}"
 steps="${GPU_OFFLOAD_STEPS:-6}"
 mkdir -p "$out"
@@ -96,6 +96,18 @@ if [[ $parts == *" full24 "* ]]; then
   tandem l24_device 180
 fi
 
+if [[ $parts == *" full8b24 "* ]]; then
+  # With the optimizer alone on the host the device keeps the bf16 weights and the host no copy of them: 16 bytes a
+  # parameter and two upload buffers of the largest layer, 121.6 GiB for the full 8B (8.03B), which the planner fits
+  # under 24 GiB at micro 4 x 4 with checkpointing (the preflight refuses it, with the numbers, on a host with less
+  # free). Beside it the full 8B unbudgeted, at micro 1 x 16 (136.2 GiB).
+  echo "== the full Llama-3-8B (8.03B) under a 24 GiB device budget, the optimizer on the host, then unbudgeted"
+  llama full8b_24gib 32 16 4 true '"zero_optimization": { "stage": 1, "offload_optimizer": { "device": "cpu", "pin_memory": true } }, "device_memory": "24GiB"'
+  tandem full8b_24gib 300
+  llama full8b_device 32 16 1 true
+  tandem full8b_device 240
+fi
+
 if [[ $parts == *" capacity "* ]]; then
   # Without offload the full 8B (8.03B, 136.2 GiB at micro 1 x 16) is the largest that trains on one H200; 48 layers
   # of its shape are 11.52B (1.43x), half of the optimizer on the host (the device ~113 GiB, the host ~98 GiB).
@@ -150,4 +162,5 @@ def ratio(a, b):
 for a in ("l8_cpu_m2", "l8_cpu_m8", "l8_cpu_m16"): ratio(a, "l8_device")
 ratio("l8x64_cpu_m16", "l8x64_device")
 ratio("l24_24gib", "l24_device")
+ratio("full8b_24gib", "full8b_device")
 PY
