@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 import transformers
+from torch_reference import adamw_losses, loss_of, tandem_losses
 
 SEQ = 16
 VOCAB = 64
@@ -69,37 +70,6 @@ OWN_KEYS = {"gpt2": [], "llama": [], "llama-tied": [], "mistral": ["sliding_wind
             "qwen2": ["use_sliding_window", "sliding_window", "max_window_layers"]}
 
 
-def loss_of(model, tokens):
-    x = torch.tensor(tokens[:SEQ], dtype=torch.long)[None]
-    y = torch.tensor(tokens[1:], dtype=torch.long)
-    logits = model(input_ids=x).logits[0].float()
-    return torch.nn.functional.cross_entropy(logits, y)
-
-
-def torch_losses(model, tokens):
-    """Loss before each of STEPS AdamW steps, and after the last: decay on matrices and embeddings only."""
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": OPT["weight_decay"]},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=OPT["lr"], betas=tuple(OPT["betas"]), eps=OPT["eps"])
-    out = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = loss_of(model, tokens)
-        out.append(loss.item())
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        out.append(loss_of(model, tokens).item())
-    return out
-
-
-def tandem_losses(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line)["loss"] for line in f if '"loss"' in line]
-
-
 def main():
     tandem, family = sys.argv[1], sys.argv[2]
     work = tempfile.mkdtemp()
@@ -111,7 +81,7 @@ def main():
     rng = np.random.default_rng(7)
     tokens = [int(t) for t in rng.integers(0, VOCAB, SEQ + 1)]
     np.array(tokens, dtype=np.uint16).tofile(os.path.join(work, "window.bin"))  # exactly one window of SEQ + 1
-    want = torch_losses(model, tokens)
+    want = adamw_losses(model, tokens, SEQ, STEPS, OPT)
 
     def config(dp):
         return {"model": {"from_pretrained": hf_dir, "seq_len": SEQ},
@@ -163,7 +133,7 @@ def main():
     check(family + " the export's config.json keeps the architecture, model_type and own keys read",
           all(a == b for a, b in same.values()) and type(loaded).__name__ == read["architectures"][0], str(same))
     with torch.no_grad():
-        final = loss_of(loaded.eval(), tokens).item()
+        final = loss_of(loaded.eval(), tokens, SEQ).item()
     print("  exported: loss %.8f (torch after %d steps %.8f, |diff| %.3g)" % (final, STEPS, want[-1],
                                                                              abs(final - want[-1])))
     check(family + " the exported model's loss equals torch's after %d steps" % STEPS, abs(final - want[-1]) <= TOL)
@@ -179,7 +149,7 @@ def main():
     if shards:
         sharded = transformers.AutoModelForCausalLM.from_pretrained(shard_dir, dtype=torch.float32)
         with torch.no_grad():
-            s = loss_of(sharded.eval(), tokens).item()
+            s = loss_of(sharded.eval(), tokens, SEQ).item()
         check(family + " the sharded export loads with the same loss", abs(s - final) <= 1e-7, "%r vs %r" % (s, final))
 
 

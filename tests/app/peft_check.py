@@ -27,6 +27,7 @@ import peft
 import torch
 import transformers
 from safetensors.numpy import load_file
+from torch_reference import adamw_losses, loss_of, tandem_losses
 
 SEQ = 16
 VOCAB = 64
@@ -59,38 +60,6 @@ def make_base(family):
     return transformers.LlamaForCausalLM(cfg)
 
 
-def loss_of(model, tokens):
-    x = torch.tensor(tokens[:SEQ], dtype=torch.long)[None]
-    y = torch.tensor(tokens[1:], dtype=torch.long)
-    logits = model(input_ids=x).logits[0].float()
-    return torch.nn.functional.cross_entropy(logits, y)
-
-
-def peft_losses(model, tokens):
-    """The loss before each of STEPS AdamW steps on the adapters, and after the last: decay on matrices."""
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": OPT["weight_decay"]},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=OPT["lr"], betas=tuple(OPT["betas"]), eps=OPT["eps"])
-    out = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = loss_of(model, tokens)
-        out.append(loss.item())
-        loss.backward()
-        opt.step()
-    model.eval()
-    with torch.no_grad():
-        out.append(loss_of(model, tokens).item())
-    return out
-
-
-def tandem_losses(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line)["loss"] for line in f if '"loss"' in line]
-
-
 def run(cmd, env, timeout=600):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -113,7 +82,7 @@ def main():
     rng = np.random.default_rng(7)
     tokens = [int(t) for t in rng.integers(0, VOCAB, SEQ + 1)]
     np.array(tokens, dtype=np.uint16).tofile(os.path.join(work, "window.bin"))  # exactly one window of SEQ + 1
-    want = peft_losses(start, tokens)  # `start` is now the torch-trained model
+    want = adamw_losses(start, tokens, SEQ, STEPS, OPT, eval_last=True)  # `start` is now the torch-trained model
     x = torch.tensor(tokens[:SEQ], dtype=torch.long)[None]
     with torch.no_grad():
         want_logits = start(input_ids=x).logits[0].float().numpy()
@@ -189,7 +158,7 @@ def main():
                   not missing and worst <= TOL, "missing %s" % missing if missing else where)
             merged = transformers.AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32)
             with torch.no_grad():
-                final = loss_of(merged.eval(), tokens).item()
+                final = loss_of(merged.eval(), tokens, SEQ).item()
             check("%s the merged export's loss equals torch's after %d steps" % (family, STEPS),
                   abs(final - want[-1]) <= TOL, "%r vs %r" % (final, want[-1]))
 

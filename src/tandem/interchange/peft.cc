@@ -2,7 +2,6 @@
 #include "tandem/interchange/peft.h"
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -11,6 +10,7 @@
 #include "tandem/config/config.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
+#include "tandem/interchange/elements.h"
 #include "tandem/interchange/peft_names.h"
 
 namespace tandem::interchange {
@@ -31,18 +31,6 @@ std::vector<AdapterTensor> adapter_tensors(const spec::ModelConfig& model, const
     out.push_back({tandem_lora_b_name(s.site), peft_lora_b_name(s.module), {s.out, lora.r}});
   }
   return out;
-}
-
-float element(const checkpoint::SafetensorsFile& file, const std::string& name, DType dtype, int64_t i) {
-  const auto* bytes = static_cast<const uint8_t*>(file.data(name));
-  if (dtype == DType::F32) {
-    float f;
-    std::memcpy(&f, bytes + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, bytes + 2 * i, 2);
-  return dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
 class PeftAdapterFile final : public WeightSource {
@@ -78,9 +66,8 @@ class PeftAdapterFile final : public WeightSource {
   }
 
   void read(const std::string& name, int64_t begin, int64_t end, float* out) const override {
-    const std::string& peft = by_tandem_.at(name).peft;
-    const DType d = file_.dtype(peft);
-    for (int64_t i = begin; i < end; ++i) out[i - begin] = element(file_, peft, d, i);
+    const Elements e(file_, by_tandem_.at(name).peft);
+    for (int64_t i = begin; i < end; ++i) out[i - begin] = e[i];
   }
 
  private:

@@ -1,8 +1,7 @@
-// The two weight sources (weight_source.h). Element conversion from F32, BF16 and F16; other dtypes refused.
+// The two weight sources (weight_source.h), read through Elements (elements.h).
 #include "tandem/interchange/weight_source.h"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,37 +11,13 @@
 #include "tandem/config/hf_config.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
+#include "tandem/interchange/elements.h"
 #include "tandem/interchange/hf_names.h"
 
 namespace tandem::interchange {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Element `i` of tensor `name` of `file` as float.
-class Elements {
- public:
-  Elements(const checkpoint::SafetensorsFile& file, const std::string& name)
-      : bytes_(static_cast<const uint8_t*>(file.data(name))), dtype_(file.dtype(name)) {
-    if (dtype_ != DType::F32 && dtype_ != DType::BF16 && dtype_ != DType::F16)
-      TANDEM_FAIL("'", file.path(), "': tensor '", name, "' is ", dtype_name(dtype_),
-                  "; weights must be F32, BF16 or F16");
-  }
-  float operator[](int64_t i) const {
-    if (dtype_ == DType::F32) {
-      float f;
-      std::memcpy(&f, bytes_ + 4 * i, 4);
-      return f;
-    }
-    uint16_t h;
-    std::memcpy(&h, bytes_ + 2 * i, 2);
-    return dtype_ == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-  }
-
- private:
-  const uint8_t* bytes_;
-  DType dtype_;
-};
 
 std::string shape_problem(const std::string& name, const Shape& there, const Shape& here) {
   return " '" + name + "' is " + shape_str(there) + " there, " + shape_str(here) + " here;";

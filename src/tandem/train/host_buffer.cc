@@ -1,7 +1,11 @@
-// HostBuffer's ownership (host_buffer.h); how the memory is had is in host_buffer_cpu.cc or host_buffer_cuda.cc.
+// HostBuffer's ownership and its page-aligned allocation (host_buffer.h); which memory a buffer gets is in
+// host_buffer_cpu.cc or host_buffer_cuda.cc.
 #include "tandem/train/host_buffer.h"
 
+#include <cstdlib>
 #include <utility>
+
+#include "tandem/core/error.h"
 
 namespace tandem::train {
 
@@ -26,6 +30,14 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
     other.free_ = nullptr;
   }
   return *this;
+}
+
+void HostBuffer::allocate_pageable() {
+  constexpr size_t kPage = 4096;
+  void* p = std::aligned_alloc(kPage, (bytes_ + kPage - 1) / kPage * kPage);
+  if (!p) TANDEM_FAIL("cannot allocate ", bytes_, " bytes of host memory for a checkpoint's copy");
+  data_ = static_cast<char*>(p);
+  free_ = [p] { std::free(p); };
 }
 
 void HostBuffer::reset() {

@@ -28,6 +28,8 @@ class HostBuffer {
 
  private:
   void reset();
+  // Plain page-aligned host memory of bytes_ (host_buffer.cc): the CPU's buffer, and the GPU's when pinning fails.
+  void allocate_pageable();
 
   char* data_ = nullptr;
   size_t bytes_ = 0;

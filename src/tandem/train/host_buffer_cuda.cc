@@ -1,8 +1,6 @@
 // HostBuffer in a build with the CUDA backend: page-locked through device::PinnedBuffer for a GPU's copies, plain
 // page-aligned memory for the CPU's and when the driver cannot pin the size asked (it then stays correct, only the
 // copy out of the GPU is slower).
-#include <cstdlib>
-
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/train/host_buffer.h"
@@ -22,11 +20,7 @@ HostBuffer::HostBuffer(size_t bytes, const Device& device) : bytes_(bytes) {
       // Too much to pin: fall through to pageable memory.
     }
   }
-  constexpr size_t kPage = 4096;
-  void* p = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
-  if (!p) TANDEM_FAIL("cannot allocate ", bytes, " bytes of host memory for a checkpoint's copy");
-  data_ = static_cast<char*>(p);
-  free_ = [p] { std::free(p); };
+  allocate_pageable();
 }
 
 }  // namespace tandem::train
