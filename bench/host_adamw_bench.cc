@@ -1,7 +1,8 @@
 // host_adamw_bench: the offloaded optimizer's host AdamW against the host's memory bandwidth, in one run. A
 // STREAM-like copy (a[i] = b[i], all threads) gives the bandwidth; the AdamW op (ops/cpu/adamw.cc) over the same
 // number of parameters gives its rate, in parameters per second and in bytes moved (28 a parameter: the weight,
-// both moments and the gradient read, three of them written). Prints both and the ratio.
+// both moments and the gradient read, three of them written). Prints both and the ratio, and the update with the bf16
+// values the device gets from it, written by a cast after it and in the same pass.
 //   host_adamw_bench [--params N] [--iters K]
 #include <omp.h>
 
@@ -68,12 +69,26 @@ int run(int argc, char** argv) {
     ops::adamw_step(w, g, m, v, p);
     ++p.step;
   });
+  // The offloaded update as it was before the rounding joined the AdamW pass (the update, then a cast to bf16 for the
+  // device), and as it is (one pass writing both), on the same buffers.
+  Tensor values = Tensor::empty({n}, DType::BF16, host, "bf16 values");
+  const double two_pass_s = best_seconds(iters, [&] {
+    ops::adamw_step(w, g, m, v, p);
+    ops::cast(w, values);
+    ++p.step;
+  });
+  const double fused_s = best_seconds(iters, [&] {
+    ops::adamw_step(w, g, m, v, p, values);
+    ++p.step;
+  });
   const double copy_bw = 8.0 * static_cast<double>(n) / copy_s;  // 4 bytes read and 4 written each
   const double adamw_rate = static_cast<double>(n) / adamw_s;
   std::printf("threads %d, %lld parameters\n", omp_get_max_threads(), static_cast<long long>(n));
   std::printf("host copy: %.1f GB/s (read + write)\n", copy_bw / 1e9);
   std::printf("host AdamW: %.3f Gparam/s, %.1f GB/s (28 B a parameter), %.0f%% of the copy's bandwidth\n",
               adamw_rate / 1e9, 28.0 * adamw_rate / 1e9, 100.0 * 28.0 * adamw_rate / copy_bw);
+  std::printf("host AdamW and bf16 values for the device: %.3f Gparam/s as two passes, %.3f Gparam/s in one (%.2fx)\n",
+              static_cast<double>(n) / two_pass_s / 1e9, static_cast<double>(n) / fused_s / 1e9, two_pass_s / fused_s);
   return 0;
 }
 

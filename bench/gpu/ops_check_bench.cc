@@ -96,7 +96,7 @@ void bench(CudaDevice& dev) {
     const int64_t n = int64_t{1558} * 1000 * 1000 / 8;  // an eighth of GPT-2 XL's parameters
     Tensor p = Tensor::zeros({n}, DType::F32, dev, "p"), g = Tensor::zeros({n}, DType::F32, dev, "g");
     Tensor m = Tensor::zeros({n}, DType::F32, dev, "m"), v = Tensor::zeros({n}, DType::F32, dev, "v");
-    const double ms = median_ms(dev, [&] { gpu::adamw_step(p, g, m, v, ops::AdamWParams{}); });
+    const double ms = median_ms(dev, [&] { gpu::adamw_step(p, g, m, v, ops::AdamWParams{}, Tensor()); });
     print("adamw f32 (195M parameters)", ms, 7.0 * n * 4, "GB/s");
     const double ss = median_ms(dev, [&] { gpu::sum_squares(g); });
     print("sum_squares f32 (195M) incl. sync", ss, 1.0 * n * 4, "GB/s");

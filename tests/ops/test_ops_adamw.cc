@@ -90,5 +90,40 @@ TEST(OpsAdamW, SixteenBitBuffersThrowNamingThem) {
   EXPECT_THROW(adamw_step(p, g, m, Tensor::zeros({5}, DType::F16, dev, "v"), AdamWParams{}), Error);
 }
 
+// The rounded copy (the offloaded optimizer's values for the device): the same bits as the update followed by a cast,
+// for bf16 and f16, over more elements than one thread's chunk so that every vector path and the threads' split run;
+// a rounded copy of another size or of fp32 is refused.
+TEST(OpsAdamW, RoundedCopyEqualsTheCastOfTheUpdate) {
+  device::CpuDevice dev;
+  const int64_t n = (int64_t{1} << 17) + 37;  // two chunks and a tail
+  for (DType t : {DType::BF16, DType::F16}) {
+    AdamWParams hp;
+    hp.lr = 1e-2f;
+    hp.weight_decay = 0.1f;
+    hp.step = 3;
+    const Tensor g = randn(dev, {n}, 2);
+    Tensor p1 = randn(dev, {n}, 1), p2 = randn(dev, {n}, 1);
+    Tensor m1 = randn(dev, {n}, 3), m2 = randn(dev, {n}, 3);
+    Tensor v1 = Tensor::zeros({n}, DType::F32, dev, "v"), v2 = Tensor::zeros({n}, DType::F32, dev, "v");
+    Tensor rounded = Tensor::zeros({n}, t, dev, "rounded"), cast_after = Tensor::zeros({n}, t, dev, "cast");
+    adamw_step(p1, g, m1, v1, hp, rounded);
+    adamw_step(p2, g, m2, v2, hp);
+    cast(p2, cast_after);
+    EXPECT_EQ(to_double(p1), to_double(p2)) << dtype_name(t);
+    EXPECT_EQ(to_double(m1), to_double(m2)) << dtype_name(t);
+    const auto widened = [&](const Tensor& x) {  // (n) f32: every 16-bit value is exact in fp32
+      Tensor f = Tensor::empty({n}, DType::F32, dev, "widened");
+      cast(x, f);
+      return to_double(f);
+    };
+    EXPECT_EQ(widened(rounded), widened(cast_after)) << dtype_name(t);
+    EXPECT_GT(rel_error(widened(rounded), to_double(randn(dev, {n}, 1))), 1e-4) << "the update moved the weights";
+  }
+  Tensor p = randn(dev, {5}, 1), g = randn(dev, {5}, 2);
+  Tensor m = Tensor::zeros({5}, DType::F32, dev, "m"), v = Tensor::zeros({5}, DType::F32, dev, "v");
+  EXPECT_THROW(adamw_step(p, g, m, v, AdamWParams{}, Tensor::zeros({6}, DType::BF16, dev, "rounded")), Error);
+  EXPECT_THROW(adamw_step(p, g, m, v, AdamWParams{}, Tensor::zeros({5}, DType::F32, dev, "rounded")), Error);
+}
+
 }  // namespace
 }  // namespace tandem::ops

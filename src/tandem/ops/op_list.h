@@ -74,8 +74,8 @@ using tandem::kIgnoreTarget;
   X(double, sum_squares, (const Tensor& x), (x))                                                                   \
   X(double, sum_squares_total, (const std::vector<Tensor>& xs), (xs))                                              \
   X(void, adamw_step, (const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,                  \
-                       const AdamWParams& p),                                                                      \
-    (param, grad, m, v, p))                                                                                        \
+                       const AdamWParams& p, const Tensor& rounded),                                               \
+    (param, grad, m, v, p, rounded))                                                                               \
   X(void, layernorm_backward_add, (const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,     \
                                    const Tensor& rstd, const Tensor& dres, const Tensor& dx, const Tensor& dgamma, \
                                    const Tensor& dbeta),                                                           \

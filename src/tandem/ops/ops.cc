@@ -442,8 +442,16 @@ double sum_squares_total(const std::vector<Tensor>& xs) {
   return backend_of(op, xs[0]).sum_squares_total(xs);
 }
 
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
+                const Tensor& rounded) {
   check_devices("adamw_step", param, grad, m, v);
+  if (rounded.defined()) {
+    check_devices("adamw_step", param, rounded);
+    TANDEM_CHECK(rounded.dtype() == DType::BF16 || rounded.dtype() == DType::F16, "adamw_step: rounded is ",
+                 dtype_name(rounded.dtype()), ", not bf16 or f16");
+    TANDEM_CHECK(rounded.numel() == param.numel(), "adamw_step: rounded ", shape_str(rounded.shape()),
+                 " differs in size from param ", shape_str(param.shape()));
+  }
   // Master weights, fp32 gradients and moments: a 16-bit parameter is updated through its f32 master copy.
   for (const auto& [name, t] : {Named{"param", param}, {"grad", grad}, {"m", m}, {"v", v}}) {
     check_f32("adamw_step", name, t);
@@ -451,7 +459,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
                  " differs in size from param ", shape_str(param.shape()));
   }
   TANDEM_CHECK(p.step >= 1, "adamw_step: step ", p.step, " must count from 1");
-  return backend_of("adamw_step", param).adamw_step(param, grad, m, v, p);
+  return backend_of("adamw_step", param).adamw_step(param, grad, m, v, p, rounded);
 }
 
 void cast(const Tensor& src, const Tensor& dst) {

@@ -158,7 +158,15 @@ struct AdamWParams {
   float grad_scale = 1.0f;
   bool decoupled = true;
 };
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
+// `rounded`: undefined, or (n) bf16/f16 on param's device: it receives the updated param rounded to its dtype (as
+// cast), in the same pass over memory (the offloaded optimizer's values for the device).
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
+                const Tensor& rounded = Tensor());
+
+// The threads the CPU kernels that the calling thread runs use from here on (OpenMP's, per calling thread). The
+// elementwise kernels and sum_squares split their work by size alone: their results do not depend on it.
+int cpu_threads();
+void set_cpu_threads(int n);
 
 // Casts between storage types: dst = convert(src), same numel, any float dtype to any float dtype
 // (round to nearest even; overflow to inf).

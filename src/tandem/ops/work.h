@@ -91,7 +91,8 @@ OpWork work_of(const A&... a) {
   } else if constexpr (id == OpId::attention_gqa_documents_backward) {
     w.attention_flops = 2.5 * work_detail::attention_gqa_forward_flops(std::get<4>(std::tie(a...)));  // y
   } else if constexpr (id == OpId::adamw_step) {
-    w.bytes = 28.0 * static_cast<double>(std::get<0>(std::tie(a...)).numel());
+    w.bytes = 28.0 * static_cast<double>(std::get<0>(std::tie(a...)).numel()) +
+              work_detail::tensor_bytes(std::get<5>(std::tie(a...)));  // the rounded copy, when asked for
   } else {
     w.bytes = (0.0 + ... + work_detail::tensor_bytes(a));
   }

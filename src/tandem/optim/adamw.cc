@@ -30,7 +30,7 @@ void AdamW::update(size_t first, size_t end, float lr, float grad_scale) const {
 }
 
 void AdamW::update_one(size_t i, const Tensor& value, const Tensor& exp_avg, const Tensor& exp_avg_sq, float lr,
-                       float grad_scale) const {
+                       float grad_scale, const Tensor& rounded, int64_t step) const {
   const Segment& s = segments_.at(i);
   ops::AdamWParams p;
   p.lr = lr;
@@ -39,9 +39,9 @@ void AdamW::update_one(size_t i, const Tensor& value, const Tensor& exp_avg, con
   p.eps = static_cast<float>(cfg_.eps);
   p.weight_decay = s.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
   p.decoupled = cfg_.adam_w_mode;
-  p.step = step_;
+  p.step = step > 0 ? step : step_;
   p.grad_scale = grad_scale;
-  ops::adamw_step(value, s.grad, exp_avg, exp_avg_sq, p);
+  ops::adamw_step(value, s.grad, exp_avg, exp_avg_sq, p, rounded);
 }
 
 }  // namespace tandem::optim

@@ -34,9 +34,12 @@ class AdamW {
   // and on any thread; a segment's update reads and writes only its own tensors).
   void begin_step() { ++step_; }
   void update(size_t first, size_t end, float lr, float grad_scale) const;
-  // Segment i's update on state the caller holds (its value and moments read in from a swap file), (n) each.
+  // Segment i's update on state the caller holds (its value and moments read in from a swap file, or the segment's
+  // own), (n) each; `rounded`, when defined, (n) bf16/f16: the updated value rounded to it in the same pass. `step`:
+  // the step it belongs to (its bias corrections), when not the one counted last (an update that runs on while the
+  // next step has been counted).
   void update_one(size_t i, const Tensor& value, const Tensor& exp_avg, const Tensor& exp_avg_sq, float lr,
-                  float grad_scale) const;
+                  float grad_scale, const Tensor& rounded = Tensor(), int64_t step = 0) const;
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }

@@ -54,7 +54,8 @@ __global__ void adamw_kernel(float* __restrict__ w, const float* __restrict__ g,
 
 }  // namespace
 
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
+                const Tensor& rounded) {
   for (const Tensor* t : {&param, &grad, &m, &v}) check_dtype("adamw_step", "param, grad, m and v", *t, DType::F32);
   const int64_t n = param.numel();
   if (n == 0) return;
@@ -79,6 +80,9 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
         <<<grid_for(dev, n), kThreads, 0, dev.compute_stream()>>>(param.f32(), grad.f32(), m.f32(), v.f32(), n, s);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
+  // The device's own optimizer casts its owned values in a pass of their own (ParameterStore::refresh_values); the
+  // rounded copy, asked for by the host's optimizer, is that cast here.
+  if (rounded.defined()) cast(param, rounded);
 }
 
 }  // namespace tandem::ops::cuda
