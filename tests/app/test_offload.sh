@@ -82,6 +82,45 @@ check "the timeline holds the recorded step's own update: each unit once, after 
 grep -q "^offload timeline of step 3 (rank 0, .*timeline_rank0.json" "$work/out"
 check "... and the run names the timeline's file" $? "$(grep timeline "$work/out")"
 
+# --- without gradient clipping the update needs nothing of the whole step: each unit's starts in the backward, as its
+# gradient comes down (TANDEM_OFFLOAD_UPDATE=after_backward keeps it after the backward); the same losses either way.
+# Layers of 2048 so that the backward below the first updated unit lasts far longer than a thread takes to wake.
+cat >"$work/deep.json" <<'JSON'
+{
+  "model": { "type": "mlp", "sizes": [256, 2048, 2048, 2048, 2048, 2048, 10] },
+  "data": { "type": "synthetic", "samples": 512 },
+  "train_batch_size": 32, "gradient_accumulation_steps": 2, "steps": 4, "seed": 7, "bf16": { "enabled": true },
+  "optimizer": { "type": "AdamW", "params": { "lr": 1e-3, "weight_decay": 0.1 } },
+  "zero_optimization": { "stage": 2, "offload_optimizer": { "device": "cpu" } },
+  "checkpoint": { "every": 0, "at_end": false }
+}
+JSON
+# starts WHEN DIR: checks when the recorded step's host updates start against the end of its backward
+starts() {
+  "$python" - "$1" "$2/timeline_rank0.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[2]))["traceEvents"]
+backward_end = max(e["ts"] + e["dur"] for e in events if e["tid"] == "device" and e["name"].startswith("backward"))
+starts = sorted(e["ts"] for e in events if e["tid"] == "host AdamW")
+print(f"{len(starts)} updates, the first {starts[0] - backward_end:+.0f} us from the end of the backward")
+sys.exit(0 if len(starts) == 6 and (starts[0] < backward_end) == (sys.argv[1] == "in") else 1)
+PY
+}
+run 300 env TANDEM_TIMELINE=3 "$tandem" train "$work/deep.json" --out "$work/in_backward"
+[ $rc -eq 0 ] && starts in "$work/in_backward" >"$work/when" 2>&1
+check "without clipping the host update starts in the backward" $? "$(cat "$work/when"; tail -3 "$work/out")"
+run 300 env TANDEM_TIMELINE=3 TANDEM_OFFLOAD_UPDATE=after_backward "$tandem" train "$work/deep.json" \
+  --out "$work/after_backward"
+[ $rc -eq 0 ] && starts after "$work/after_backward" >"$work/when" 2>&1
+check "... and after it with TANDEM_OFFLOAD_UPDATE=after_backward" $? "$(cat "$work/when"; tail -3 "$work/out")"
+losses "$work/in_backward/metrics.jsonl" 1 4 >"$work/got"
+losses "$work/after_backward/metrics.jsonl" 1 4 >"$work/want"
+same "$work/got" "$work/want"
+check "... with the same losses, bit for bit" $? "$(paste "$work/got" "$work/want" | head -3)"
+run 30 env TANDEM_OFFLOAD_UPDATE=sometimes "$tandem" train "$work/deep.json" --out "$work/bad_env"
+[ $rc -ne 0 ] && grep -q "TANDEM_OFFLOAD_UPDATE='sometimes' is not in_backward or after_backward" "$work/out"
+check "... and another value of TANDEM_OFFLOAD_UPDATE is refused by name" $? "$(tail -3 "$work/out")"
+
 # --- checkpoints are layout-free: offloaded -> not, and back, continue as if never stopped
 run 300 "$tandem" train "$work/mlp.json" --resume "$work/host/checkpoints/step_00000003" --out "$work/to_device"
 losses "$work/to_device/metrics.jsonl" 4 6 >"$work/got"

@@ -341,7 +341,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence, ::testing::ValuesIn(cases()),
 // Offload (offload_optimizer, offload_param): the same layout with its optimizer state in host memory computes the
 // same bits as with it on the device, on the CPU backend: the host AdamW is the same kernel, the gradients are summed
 // in the same order. Every ZeRO stage, pp and tp, one replica (where every stage is stage 0), part of the state
-// offloaded (ratio), a tied head across stages (kept on the device) and on one stage, fp32, bf16 and fp16.
+// offloaded (ratio), a tied head across stages (kept on the device) and on one stage, fp32, bf16 and fp16, with
+// gradient clipping (the update after the backward) and without (the update in the backward).
 struct OffloadCase {
   std::string model;
   int dp, pp, tp, zero;
@@ -351,14 +352,21 @@ struct OffloadCase {
   bool checkpointing = false;
   std::string device = "cpu";  // where the optimizer goes: "cpu" or "nvme" (a swap file in a temporary folder)
   int accumulation = 4;        // gradient_accumulation_steps
+  bool clipping = true;        // gradient_clipping 1.0; without it (and without fp16) the update starts in the backward
 };
+
+// The case without gradient clipping: each offloaded unit's update starts as its gradient comes down.
+OffloadCase unclipped(OffloadCase c) {
+  c.clipping = false;
+  return c;
+}
 
 std::string offload_case_name(const OffloadCase& c) {
   std::ostringstream os;
   os << c.model << "_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_zero" << c.zero << "_" << c.precision
      << (c.param ? "_param" : "") << (c.ratio < 1 ? "_ratio" + std::to_string(static_cast<int>(c.ratio * 100)) : "")
      << (c.checkpointing ? "_recompute" : "") << (c.device == "nvme" ? "_nvme" : "")
-     << (c.accumulation != 4 ? "_accum" + std::to_string(c.accumulation) : "");
+     << (c.accumulation != 4 ? "_accum" + std::to_string(c.accumulation) : "") << (c.clipping ? "" : "_unclipped");
   return os.str();
 }
 void PrintTo(const OffloadCase& c, std::ostream* os) { *os << offload_case_name(c); }
@@ -367,7 +375,8 @@ std::vector<OffloadCase> offload_cases() {
   if (TANDEM_TEST_WORLD == 8)
     return {{"gpt", 2, 2, 2, 3, "bf16", true},
             {"llama_tied", 2, 2, 2, 2, "fp32", false, 1, true},
-            {"gpt", 2, 2, 2, 1, "fp16", false, 1, false, "nvme"}};
+            {"gpt", 2, 2, 2, 1, "fp16", false, 1, false, "nvme"},
+            unclipped({"gpt", 2, 2, 2, 2, "bf16"})};
   return {{"gpt", 4, 1, 1, 1, "fp32"},
           {"gpt", 4, 1, 1, 2, "bf16"},
           {"gpt", 4, 1, 1, 3, "fp32"},
@@ -389,7 +398,14 @@ std::vector<OffloadCase> offload_cases() {
           // A tied embedding and head on one stage: one unit with two backward passes a micro-batch.
           {"gpt_tied", 4, 1, 1, 1, "fp32"},
           {"gpt_tied", 4, 1, 1, 2, "bf16"},
-          {"gpt_tied", 1, 1, 4, 1, "fp32", false, 1, false, "cpu", 1}};
+          {"gpt_tied", 1, 1, 4, 1, "fp32", false, 1, false, "cpu", 1},
+          // Without clipping: the update in the backward, unit by unit, beside the layers below it.
+          unclipped({"gpt", 4, 1, 1, 2, "bf16"}),
+          unclipped({"gpt", 2, 1, 2, 3, "bf16", true}),
+          unclipped({"gpt", 2, 2, 1, 2, "fp32", false, 0.5}),
+          unclipped({"llama", 1, 2, 2, 3, "fp32", true, 1, true}),
+          unclipped({"gpt", 4, 1, 1, 3, "bf16", true, 1, false, "nvme"}),
+          unclipped({"gpt_tied", 1, 1, 4, 1, "fp32", false, 1, false, "cpu", 1})};
 }
 
 class OffloadEquivalence : public ::testing::TestWithParam<OffloadCase> {};
@@ -399,6 +415,7 @@ TEST_P(OffloadEquivalence, SameBitsAsTheStateOnTheDevice) {
   Json cfg = base_config(c.model);
   if (c.precision != "fp32") cfg[c.precision] = {{"enabled", true}};
   cfg["gradient_accumulation_steps"] = c.accumulation;
+  if (!c.clipping) cfg.erase("gradient_clipping");
   cfg["parallel"] = {{"virtual_gpus", c.dp},
                      {"pipeline", c.pp},
                      {"tensor", c.tp},

@@ -117,7 +117,10 @@ double Engine::evaluate(const std::function<pipeline::MicroBatch(int64_t, int64_
 StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, float lr,
                         double loss_normalizer, int64_t step_index) {
   const auto& c = groups_.coord;
-  store_->begin_step();
+  // Without clipping or fp16's overflow check the update needs nothing of the whole step: with offload it starts in
+  // the backward, each unit's as its gradient comes down (the scale is the one computed below: 1 / 1).
+  const bool in_backward = cfg_.offload_update_in_backward && !cfg_.fp16.enabled && cfg_.gradient_clipping <= 0;
+  store_->begin_step(in_backward ? std::optional<ParameterStore::UpdateInBackward>({lr, 1.0f}) : std::nullopt);
   StepResult r;
   r.loss_scale = loss_scale_;
   r.loss_sum = run_schedule(batch, loss_normalizer, false, step_index);

@@ -3,7 +3,9 @@
 // (device_interface.h): a copy starts after the device work it depends on, and device work that reads its result
 // waits for it. The update runs on a thread of its own while the caller goes on to the next step; every use of an
 // offloaded unit waits for that unit's update first. Everything else of the store is in parameter_store.cc.
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <utility>
 
 #include "tandem/ops/ops.h"
@@ -58,8 +60,9 @@ void ParameterStore::prepare_gradient(Unit& u) {
   if (stage_ >= 2 || u.arrived == 0) {
     u.grads = Tensor::zeros(full, DType::F32, device_, u.label + " gradients");
   } else {
-    // The sum of the step's earlier micro-batches, back up for this backward to add into.
-    finish_download();
+    // The sum of the step's earlier micro-batches, back up for this backward to add into: on the transfer stream
+    // behind the copy down that brought it, so no host wait.
+    release_download();
     u.grads = Tensor::empty(full, DType::F32, device_, u.label + " gradients");
     device_.device_waits(
         device_.copy_from_host_async(u.grads.raw(), u.host_grads.raw(), u.grads.nbytes(), device_.fence()));
@@ -69,111 +72,245 @@ void ParameterStore::prepare_gradient(Unit& u) {
 
 void ParameterStore::download_gradient(Unit& u) {
   wait_updated(u);  // the last update read this unit's gradient shard, which the copy overwrites
-  finish_download();
+  release_download();
   PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
   const bool last = ++u.arrived >= micro_batches_ * u.uses;
-  GradientDownload d;
-  d.unit = &u;
-  d.source = u.grads;         // the full sum so far; with one replica also the owned shard
+  Tensor source = u.grads;    // the full sum so far; with one replica also the owned shard
   Tensor dst = u.host_grads;  // where the copy lands on the host
+  int staging = -1;           // which staging buffer, when the copy lands beside the shard to be added
   if (stage_ >= 2 || last) {
     if (dp_.size() > 1) {
-      d.source = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");
-      dp_.reduce_scatter(u.grads, d.source);
+      source = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");
+      dp_.reduce_scatter(u.grads, source);
     }
     // At stages 0-1 the step's one reduced sum; at 2-3 the step's first micro-batch goes straight into the host
-    // shard and the later ones land beside it, to be added.
+    // shard and the later ones land in a staging buffer, to be added.
     dst = u.grad_shard;
     if (stage_ >= 2 && u.arrived > 1) {
-      PurposeScope host_scope(host(), MemoryPurpose::ZeroBuffers);
-      d.staging = dst = Tensor::empty({u.shard}, DType::F32, host(), u.label + " gradient from the device");
+      staging = take_staging();
+      dst = staging_[static_cast<size_t>(staging)].flat_slice(0, u.shard, {u.shard});
     }
   }
   point_grads(u, Tensor());
   u.grads = Tensor();
   const uint64_t fence = device_.fence();
   const uint64_t start = timeline_phase_ == 1 ? device_.mark(/*transfers=*/true, fence) : 0;
-  d.ticket = device_.copy_to_host_async(dst.raw(), d.source.raw(), d.source.nbytes(), fence);
+  const uint64_t ticket = device_.copy_to_host_async(dst.raw(), source.raw(), source.nbytes(), fence);
   if (timeline_phase_ == 1) mark_span("to host", u.label, start, device_.mark(/*transfers=*/true));
-  download_ = std::move(d);
+  download_source_ = source;
+  download_ticket_ = ticket;
+  // The copy that lands in host_grads to go up again needs no host work; the others do (an add, or the step's
+  // gradient whole: its sums of squares, and the update when it runs in the backward).
+  if (staging >= 0 || last) {
+    Arrival a{&u, ticket, staging, last, std::nullopt};
+    if (last && in_backward_) a.then_update = make_update(u, in_backward_->lr, in_backward_->grad_scale);
+    queue_arrival(std::move(a));
+  }
 }
 
-void ParameterStore::finish_download() {
-  if (!download_) return;
-  device_.host_waits(download_->ticket);
-  if (download_->staging.defined()) ops::axpy(1.0f, download_->staging, download_->unit->grad_shard);
-  download_.reset();
+void ParameterStore::release_download() {
+  if (!download_source_.defined()) return;
+  // Device work queued from here on, which may reuse the source's memory, runs after the copy has read it.
+  device_.device_waits(download_ticket_);
+  download_source_ = Tensor();
 }
 
-void ParameterStore::update_offloaded(float lr, float grad_scale, uint64_t fence, bool record) {
+int ParameterStore::take_staging() {
+  std::unique_lock<std::mutex> lock(update_mu_);
+  const int b = static_cast<int>(next_staging_);
+  next_staging_ = (next_staging_ + 1) % staging_.size();
+  update_cv_.wait(lock, [&] { return !staging_busy_[static_cast<size_t>(b)]; });  // its last add is done
+  staging_busy_[static_cast<size_t>(b)] = true;
+  return b;
+}
+
+void ParameterStore::process_arrival(const Arrival& a) {
+  Unit& u = *a.unit;
+  device_.host_waits(a.ticket);
+  if (a.staging >= 0)
+    ops::axpy(1.0f, staging_[static_cast<size_t>(a.staging)].flat_slice(0, u.shard, {u.shard}), u.grad_shard);
+  if (!a.last) return;
+  // The step's gradient of the unit is whole: its segments' sums of squares for the gradient norm, taken here beside
+  // the device's work rather than at the step's end.
+  for (size_t i = u.first_segment; i < u.end_segment; ++i)
+    segment_sum_squares_[i] = ops::sum_squares(adamw_->segments()[i].grad);
+}
+
+void ParameterStore::queue_arrival(Arrival a) {
+  if (a.then_update) a.unit->queued = true;
+  if (!device_.holds_data() || ops::profile::enabled()) {  // in order, on this thread (as queue_update)
+    process_arrival(a);
+    if (a.staging >= 0) staging_busy_[static_cast<size_t>(a.staging)] = false;
+    if (a.then_update) run_update(*a.then_update);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(update_mu_);
+    if (a.then_update) ++a.unit->update_pending;  // waits for it start now, before the update is even queued
+    arrivals_.push_back(std::move(a));
+    start_updater();
+  }
+  update_cv_.notify_all();
+}
+
+void ParameterStore::wait_arrivals() {
+  std::unique_lock<std::mutex> lock(update_mu_);
+  update_cv_.wait(lock, [&] { return arrivals_.empty() && !processing_arrival_; });
+  if (update_error_) std::rethrow_exception(std::exchange(update_error_, nullptr));
+}
+
+Tensor ParameterStore::update_unit(Unit& u, float lr, float grad_scale, int64_t step) {
   const auto& segs = adamw_->segments();
+  std::array<Tensor, 3> state;  // a swapped unit's master, exp_avg and exp_avg_sq, paged in
+  if (u.swapped) state = swap_in(u);
+  const Tensor master = u.swapped ? state[0] : u.master;  // (shard) fp32
+  const Tensor values = values_for_upload(u);             // (shard) in the compute dtype, for the device
+  // 16-bit values are rounded from the master by the AdamW pass itself; the padding past the last parameter (and any
+  // other element no segment updates) is cast on its own. fp32 values are the master, or a copy of it.
+  const bool fused = values.dtype() != DType::F32;
+  const int64_t mn = master.numel();
+  int64_t done = 0;  // elements of `values` written so far, in order
+  const auto cast_up_to = [&](int64_t end) {
+    if (fused && end > done)
+      ops::cast(master.flat_slice(done, end - done, {end - done}), values.flat_slice(done, end - done, {end - done}));
+  };
+  for (size_t i = u.first_segment; i < u.end_segment; ++i) {
+    const int64_t n = segs[i].grad.numel(), at = segment_start_[i];
+    TANDEM_CHECK(at >= done, "offloaded update: segments of ", u.label, " out of order");
+    cast_up_to(at);
+    const Tensor rounded = fused ? values.flat_slice(at, n, {n}) : Tensor();
+    if (u.swapped)
+      adamw_->update_one(i, state[0].flat_slice(at, n, {n}), state[1].flat_slice(at, n, {n}),
+                         state[2].flat_slice(at, n, {n}), lr, grad_scale, rounded, step);
+    else
+      adamw_->update_one(i, segs[i].value, adamw_->exp_avg()[i], adamw_->exp_avg_sq()[i], lr, grad_scale, rounded,
+                         step);
+    done = at + n;
+  }
+  cast_up_to(mn);
+  if (!fused && !values.shares_storage(master)) ops::cast(master, values);
+  if (u.values_swapped && values_swap_) values_swap_->write(u.values_offset, values.raw(), u.values_bytes);
+  if (u.swapped) swap_out(u, state[0]);
+  return values;
+}
+
+void ParameterStore::run_update(const QueuedUpdate& q) {
   const auto now = [] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
-  for (const auto& u : units_) {
-    if (!u->offloaded) continue;
-    const double started = now();
-    Tensor values;  // the updated values on the host, to go up
-    if (u->swapped) {
-      const std::array<Tensor, 3> state = swap_in(*u);  // master, exp_avg, exp_avg_sq
-      for (size_t i = u->first_segment; i < u->end_segment; ++i) {
-        const int64_t n = segs[i].grad.numel(), at = segment_start_[i];
-        adamw_->update_one(i, state[0].flat_slice(at, n, {n}), state[1].flat_slice(at, n, {n}),
-                           state[2].flat_slice(at, n, {n}), lr, grad_scale);
-      }
-      values = values_for_upload(*u);
-      ops::cast(state[0], values);
-      if (u->values_swapped && values_swap_) values_swap_->write(u->values_offset, values.raw(), u->values_bytes);
-      swap_out(*u, state[0]);
-    } else {
-      adamw_->update(u->first_segment, u->end_segment, lr, grad_scale);
-      values = values_from_master(*u);
+  const double started = now();
+  const Tensor values = update_unit(*q.unit, q.lr, q.grad_scale, q.step);
+  if (q.record) timeline_->add("host AdamW", q.unit->label, started, now());
+  upload_values(*q.unit, values, q.fence, q.record);
+}
+
+ParameterStore::QueuedUpdate ParameterStore::make_update(Unit& u, float lr, float grad_scale) {
+  // The upload overwrites values the step's backward reads: it starts after everything queued so far. The step it
+  // belongs to and whether it is the recorded one are decided here: the next step's begin_step() counts the next step
+  // and moves the timeline's phase on while this update may still run.
+  return {&u, lr, grad_scale, adamw_->step_count(), device_.fence(), timeline_phase_ == 1 && timeline_ != nullptr};
+}
+
+void ParameterStore::queue_update(Unit& u, float lr, float grad_scale) {
+  if (u.queued) return;
+  u.queued = true;
+  const QueuedUpdate q = make_update(u, lr, grad_scale);
+  // The planner's counting device accounts in order, and the op profile times on one thread: both update here.
+  if (!device_.holds_data() || ops::profile::enabled()) {
+    run_update(q);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(update_mu_);
+    ++u.update_pending;
+    update_queue_.push_back(q);
+    start_updater();
+  }
+  update_cv_.notify_all();
+}
+
+void ParameterStore::start_updater() {
+  if (updater_.joinable()) return;
+  // The host's share of the cores: the arrivals' adds and sums a quarter, the updates the rest but one, which stays
+  // with the thread that launches a GPU's work (its launches must not wait for the host's update).
+  const int cores = ops::cpu_threads();
+  const bool gpu = device_.kind() == DeviceKind::Cuda;
+  arrivals_thread_ = std::thread([this, cores, gpu] {
+    if (gpu) ops::set_cpu_threads(std::max(1, cores / 4));
+    arrival_loop();
+  });
+  updater_ = std::thread([this, cores, gpu] {
+    if (gpu) ops::set_cpu_threads(std::max(1, cores - 1));
+    update_loop();
+  });
+}
+
+// A job of one of the two threads, outside the lock; the first failure is kept, and after it the jobs are only
+// marked done.
+void ParameterStore::run_job(std::unique_lock<std::mutex>& lock, const std::function<void()>& job) {
+  const bool failed = update_error_ != nullptr;
+  lock.unlock();
+  try {
+    if (!failed) job();
+  } catch (...) {
+    lock.lock();
+    if (!update_error_) update_error_ = std::current_exception();
+    lock.unlock();
+  }
+  lock.lock();
+}
+
+void ParameterStore::arrival_loop() {
+  std::unique_lock<std::mutex> lock(update_mu_);
+  for (;;) {
+    update_cv_.wait(lock, [&] { return stop_updater_ || !arrivals_.empty(); });
+    if (arrivals_.empty()) return;  // stopping, nothing left
+    const Arrival a = std::move(arrivals_.front());
+    arrivals_.pop_front();
+    processing_arrival_ = true;
+    // Waits for its copy (the device's backward goes on meanwhile), so on a thread apart from the updates.
+    run_job(lock, [&] { process_arrival(a); });
+    processing_arrival_ = false;
+    if (a.staging >= 0) staging_busy_[static_cast<size_t>(a.staging)] = false;
+    if (a.then_update) update_queue_.push_back(*a.then_update);  // counted pending when the arrival was queued
+    update_cv_.notify_all();
+  }
+}
+
+void ParameterStore::update_loop() {
+  std::unique_lock<std::mutex> lock(update_mu_);
+  for (;;) {
+    update_cv_.wait(lock, [&] { return stop_updater_ || !update_queue_.empty(); });
+    if (update_queue_.empty()) {
+      if (arrivals_.empty() && !processing_arrival_) return;  // stopping, nothing left or to come
+      update_cv_.wait(lock, [&] { return !update_queue_.empty() || (arrivals_.empty() && !processing_arrival_); });
+      continue;
     }
-    if (record) timeline_->add("host AdamW", u->label, started, now());
-    upload_values(*u, values, fence, record);
-    {
-      std::lock_guard<std::mutex> lock(update_mu_);
-      ++updated_;
-    }
+    const QueuedUpdate q = update_queue_.front();
+    update_queue_.pop_front();
+    run_job(lock, [&] { run_update(q); });
+    --q.unit->update_pending;
     update_cv_.notify_all();
   }
 }
 
 void ParameterStore::start_update(float lr, float grad_scale) {
-  finish_update();
-  // Decided here, not on the update's thread: the next step's begin_step() resets the counts it reads.
-  for (const auto& u : units_)
-    if (u->offloaded && u->arrived == 0) u->grad_shard.fill_zero();  // no backward reached it this step
-  // The uploads overwrite values the step's backward reads: they start after everything queued so far.
-  const uint64_t fence = device_.fence();
-  updated_ = 0;
-  // The recorded step's own update: decided here, as the next step's begin_step() moves the phase on while this
-  // update still runs (and an update started before the recorded step is not its).
-  const bool record = timeline_phase_ == 1 && timeline_;
-  // The planner's counting device accounts in order, and the op profile times on one thread: both update here.
-  if (!device_.holds_data() || ops::profile::enabled()) {
-    update_offloaded(lr, grad_scale, fence, record);
-    return;
+  // Units no backward reached this step have a zero gradient; the rest were queued as their gradients came down when
+  // the update runs in the backward (begin_step), and are queued here, in layer order, when it runs after it.
+  for (const auto& u : units_) {
+    if (!u->offloaded || u->queued) continue;
+    if (u->arrived == 0) {
+      wait_updated(*u);
+      u->grad_shard.fill_zero();
+    }
+    queue_update(*u, lr, grad_scale);
   }
-  updating_ = true;
-  updater_ = std::thread([this, lr, grad_scale, fence, record] {
-    try {
-      update_offloaded(lr, grad_scale, fence, record);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(update_mu_);
-      update_error_ = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> lock(update_mu_);
-      updating_ = false;
-    }
-    update_cv_.notify_all();
-  });
+  in_backward_ = std::nullopt;
 }
 
 void ParameterStore::wait_updated(const Unit& u) {
   std::unique_lock<std::mutex> lock(update_mu_);
-  update_cv_.wait(lock, [&] { return !updating_ || updated_ > u.update_order; });
+  update_cv_.wait(lock, [&] { return u.update_pending == 0; });
   if (update_error_) std::rethrow_exception(std::exchange(update_error_, nullptr));
 }
 
@@ -193,8 +330,23 @@ std::unique_ptr<Timeline> ParameterStore::take_timeline(bool at_end) {
 }
 
 void ParameterStore::finish_update() {
-  if (updater_.joinable()) updater_.join();
+  std::unique_lock<std::mutex> lock(update_mu_);
+  update_cv_.wait(lock, [&] {
+    return arrivals_.empty() && !processing_arrival_ && update_queue_.empty() &&
+           std::none_of(units_.begin(), units_.end(),
+                        [](const std::unique_ptr<Unit>& u) { return u->update_pending > 0; });
+  });
   if (update_error_) std::rethrow_exception(std::exchange(update_error_, nullptr));
+}
+
+void ParameterStore::stop_updater() {
+  {
+    std::lock_guard<std::mutex> lock(update_mu_);
+    stop_updater_ = true;
+  }
+  update_cv_.notify_all();
+  if (arrivals_thread_.joinable()) arrivals_thread_.join();
+  if (updater_.joinable()) updater_.join();
 }
 
 }  // namespace tandem::parallel

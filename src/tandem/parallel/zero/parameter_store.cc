@@ -1,6 +1,7 @@
 #include "tandem/parallel/zero/parameter_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -93,6 +94,15 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     PurposeScope scope(host(), MemoryPurpose::Parameters);
     for (Tensor& b : upload_buffers_) b = Tensor::zeros({largest_staged}, compute_, host(), "parameter upload buffer");
   }
+  int64_t largest_added = 0;  // offloaded units whose later micro-batches' gradients are added on the host
+  for (const auto& u : units_)
+    if (u->offloaded && stage_ >= 2 && micro_batches_ * u->uses > 1)
+      largest_added = std::max(largest_added, u->grad_shard.numel());
+  if (largest_added > 0) {
+    PurposeScope scope(host(), MemoryPurpose::ZeroBuffers);
+    for (Tensor& b : staging_) b = Tensor::empty({largest_added}, DType::F32, host(), "gradient staging buffer");
+  }
+  segment_sum_squares_.assign(adamw_->segments().size(), std::nan(""));
   refresh_values();
 }
 
@@ -105,7 +115,6 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
   u->label = std::move(label);
   u->offloaded = offload;
   u->swapped = offload && swap_optimizer_;
-  u->update_order = static_cast<size_t>(offloaded_units_);
   offloaded_units_ += offload;
   // Where the optimizer's state of this unit lives: host memory when offloaded.
   Device& state = offload ? host() : device_;
@@ -263,12 +272,16 @@ void ParameterStore::write_frozen(const std::function<void(const nn::Parameter&,
 }
 
 ParameterStore::~ParameterStore() {
+  // A destructor cannot report: the update's and the download's device go away with the engine anyway.
   try {
     finish_update();
-    finish_download();
   } catch (const std::exception&) {
-    // A destructor cannot report: the update's and the download's device go away with the engine anyway.
   }
+  try {
+    release_download();
+  } catch (const std::exception&) {
+  }
+  stop_updater();
 }
 
 const std::vector<int>& ParameterStore::units_of(size_t layer) const {
@@ -350,7 +363,12 @@ void ParameterStore::release_values(Unit& u) {
   u.values = Tensor();
 }
 
-void ParameterStore::begin_step() {
+void ParameterStore::begin_step(std::optional<UpdateInBackward> in_backward) {
+  if (offloaded() && in_backward) {
+    // The step is counted now: the offloaded units' updates start before optimizer_step.
+    adamw_->begin_step();
+    in_backward_ = in_backward;
+  }
   if (timeline_phase_ == 1 || timeline_phase_ == 2) ++timeline_phase_;  // recorded marks stop at phase 3
   if (timeline_armed_ && timeline_phase_ == 0) {
     timeline_armed_ = false;
@@ -358,8 +376,10 @@ void ParameterStore::begin_step() {
     timeline_ = std::make_unique<Timeline>();
     layer_marks_.assign(model_.layers().size(), 0);
   }
+  std::fill(segment_sum_squares_.begin(), segment_sum_squares_.end(), std::nan(""));
   for (auto& u : units_) {
     u->arrived = 0;  // an offloaded unit's first gradient of the step is copied to the host, not added
+    u->queued = false;
     if (u->offloaded) continue;
     if (u->grads.defined()) u->grads.fill_zero();
     if (u->grad_shard.defined()) u->grad_shard.fill_zero();
@@ -423,7 +443,8 @@ void ParameterStore::after_backward(size_t layer) {
 }
 
 void ParameterStore::reduce_gradients() {
-  finish_download();
+  release_download();
+  wait_arrivals();
   if (stage_ >= 2 || (stage_ == 0 && dp_.size() == 1)) return;
   // Start every unit's reduction, then wait: the transfers queue back to back. Offloaded units reduced theirs as
   // their backward ended.
@@ -447,11 +468,15 @@ void ParameterStore::tie_gradients() {
 double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
   if (stage_ == 0 && dp_.rank() != 0) return 0.0;  // every dp rank holds the same reduced gradients
   std::vector<Tensor> counted;
+  std::vector<size_t> counted_segment;  // the segment of each
   const auto& segments = adamw_->segments();
   // A replica's gradient is its original's (summed between them): counted once, where the original is.
   for (size_t i = 0; i < segments.size(); ++i) {
     const nn::Parameter& p = *segment_param_[i];
-    if (!p.replica && (count_replicated || p.shard.sharded())) counted.push_back(segments[i].grad);
+    if (!p.replica && (count_replicated || p.shard.sharded())) {
+      counted.push_back(segments[i].grad);
+      counted_segment.push_back(i);
+    }
   }
   // One wait for the device, not one per segment; the segments' sums are added in this order. With part of the
   // state offloaded the segments sit on two devices: a run on a host is added segment by segment (no wait, and the
@@ -464,8 +489,12 @@ double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
   for (size_t first = 0; first < counted.size();) {
     size_t end = first;
     while (end < counted.size() && &counted[end].device() == &counted[first].device()) ++end;
+    // An offloaded segment's sum was taken as its gradient became whole (the same op on the same values).
     if (counted[first].device().kind() == DeviceKind::Cpu)
-      for (size_t i = first; i < end; ++i) total += ops::sum_squares(counted[i]);
+      for (size_t i = first; i < end; ++i) {
+        const double taken = segment_sum_squares_[counted_segment[i]];
+        total += std::isnan(taken) ? ops::sum_squares(counted[i]) : taken;
+      }
     else
       total += ops::sum_squares_total(std::vector<Tensor>(counted.begin() + first, counted.begin() + end));
     first = end;
@@ -474,7 +503,13 @@ double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
 }
 
 void ParameterStore::optimizer_step(float lr, float grad_scale) {
-  adamw_->begin_step();
+  if (in_backward_) {
+    TANDEM_CHECK(in_backward_->lr == lr && in_backward_->grad_scale == grad_scale,
+                 "optimizer_step: the update that started in the backward was for lr ", in_backward_->lr,
+                 " and gradient scale ", in_backward_->grad_scale, ", not ", lr, " and ", grad_scale);
+  } else {
+    adamw_->begin_step();
+  }
   for (const auto& u : units_)
     if (!u->offloaded) adamw_->update(u->first_segment, u->end_segment, lr, grad_scale);
   refresh_values(/*offloaded_too=*/false);

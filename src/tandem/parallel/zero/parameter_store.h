@@ -28,13 +28,17 @@
 // formula, and the updated owned shard goes back up in the compute dtype (then is gathered as the stage does). With
 // offload_param the owned compute-dtype shard stays on the host too, uploaded just before each gather. A tied
 // parameter split over two stages stays on the device (its gradients are summed there).
-// The host's update runs on a thread of its own, unit by unit in layer order, beside the next step's forward: a unit
-// is used only once its update is done and its values are back (the same bits as a synchronous update, any timing).
+// The host's update runs on a thread of its own, unit by unit, beside the device's work: without gradient clipping or
+// fp16 each unit's update starts in the backward as soon as its gradient of the step is whole on the host (so in
+// backward order); otherwise all of them start once the step's gradient norm is known, in layer order, beside the next
+// step's forward. A unit is used only once its update is done and its values are back (the same bits as a synchronous
+// update, any timing).
 // It is the model's LayerHooks: the pipeline executor calls it around every layer.
 #pragma once
 
 #include <array>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -81,8 +85,16 @@ class ParameterStore final : public nn::Model::LayerHooks {
   uint64_t optimizer_swap_bytes() const { return swap_bytes_; }         // offload_optimizer's file
   uint64_t parameter_swap_bytes() const { return values_swap_bytes_; }  // offload_param's file
 
-  // Zeroes gradient accumulators at the start of a step.
-  void begin_step();
+  // The offloaded units' update started during the backward: each unit's as soon as its gradient of the step is
+  // whole on the host, while the backward goes on through the layers below it. Allowed when the update needs nothing
+  // of the whole step: no gradient clipping and no fp16 overflow check, so `grad_scale` is known before the step.
+  struct UpdateInBackward {
+    float lr = 0, grad_scale = 1;
+  };
+  // Zeroes gradient accumulators at the start of a step. With `in_backward` (and offloaded units), the optimizer's
+  // step is counted here and the offloaded units' update starts in the backward; optimizer_step() must then be given
+  // the same lr and grad_scale.
+  void begin_step(std::optional<UpdateInBackward> in_backward = std::nullopt);
   // Reduces gradients over dp (stages 0 and 1: all of them; 2 and 3: already done per unit).
   void reduce_gradients();
   // After reduce_gradients: sums the gradients of tied parameters whose two uses sit on two pipeline stages.
@@ -129,14 +141,25 @@ class ParameterStore final : public nn::Model::LayerHooks {
   bool replayable() const override { return !offloaded(); }
 
  private:
-  // A reduced gradient shard on its way down to the host: kept alive until the copy is done (at the next unit's
-  // backward, or at the step's end), then summed into the unit's host shard when it is not the step's first.
-  struct GradientDownload {
+  // A gradient copied down that needs host work once it is there (on the update's thread): added into the unit's
+  // host shard from a staging buffer, and when it is the step's last of the unit, the unit's sums of squares taken
+  // and (with the update in the backward) its update queued.
+  struct Arrival;
+  // One offloaded unit's host update, waiting for the update's thread: its step (its count, lr and gradient scale), the
+  // fence its upload waits for (the device work queued before it), and whether it goes in the timeline.
+  struct QueuedUpdate {
     Unit* unit = nullptr;
-    Tensor source;   // fp32 on the device: the reduced shard (shard), or at stages 0-1 the full sum (shard * dp)
-    Tensor staging;  // (shard) fp32 on the host, added into grad_shard once it arrived; undefined when the copy went
-                     // straight to its place (grad_shard or host_grads)
-    uint64_t ticket = 0;
+    float lr = 0, grad_scale = 1;
+    int64_t step = 0;
+    uint64_t fence = 0;
+    bool record = false;
+  };
+  struct Arrival {
+    Unit* unit = nullptr;
+    uint64_t ticket = 0;  // the copy down
+    int staging = -1;     // the staging buffer it landed in, to be added into grad_shard; -1: it landed in place
+    bool last = false;    // the unit's last of the step: its gradient of the step is whole once this is done
+    std::optional<QueuedUpdate> then_update;
   };
 
   // Builds the unit of `params` (used by `layer`), its buffers and its optimizer segments; returns its index.
@@ -169,17 +192,43 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // Before any use of a unit's full values on the device: gathered when transient, made current when offloaded.
   void use_values(Unit& u);
   // Before and after an offloaded unit's backward: its device gradient buffer (at stages 0-1 filled with the sum so
-  // far), then what the step needs of it copied down; the previous download finished first.
+  // far), then what the step needs of it copied down, and the host's part of it queued (queue_arrival).
   void prepare_gradient(Unit& u);
   void download_gradient(Unit& u);
-  void finish_download();
-  // The host AdamW of every offloaded unit, each unit's values uploaded as soon as it is updated, after the device
-  // work of `fence`; each unit counted done (updated_) as it is. `record`: the recorded step's update, whose spans
-  // go in the timeline.
-  void update_offloaded(float lr, float grad_scale, uint64_t fence, bool record);
-  // The offloaded units' update of this step: on its own thread, except on a counting device or under the op profile.
+  // The last copy's device source released, once device work queued later waits for the copy (its memory may be
+  // reused by that work).
+  void release_download();
+  // One of the two staging buffers, once the add from its last use is done.
+  int take_staging();
+  // The host's part of a gradient's arrival (on the update's thread, or here on a counting device).
+  void queue_arrival(Arrival a);
+  void process_arrival(const Arrival& a);
+  // Waits until every queued arrival is processed: the offloaded gradients of the step are whole on the host.
+  void wait_arrivals();
+  // The host AdamW of one offloaded unit (paged in and out when swapped), its updated values rounded for the device in
+  // the same pass; returns them (values_for_upload's tensor).
+  Tensor update_unit(Unit& u, float lr, float grad_scale, int64_t step);
+  // update_unit, then the values uploaded; the recorded step's spans go in the timeline.
+  void run_update(const QueuedUpdate& q);
+  // The unit's update of the step counted now, with the fence of the device work queued so far.
+  QueuedUpdate make_update(Unit& u, float lr, float grad_scale);
+  // The two threads of the host's work, started at the first queued job: the arrivals' (it waits for each copy down,
+  // then adds and sums) and the updates'. On a GPU they take a quarter and all but one of the cores (that one stays
+  // with the thread that launches the device's work).
+  void start_updater();
+  void run_job(std::unique_lock<std::mutex>& lock, const std::function<void()>& job);
+  void arrival_loop();
+  // Queues the unit's update of this step for the update's thread (once a step; started on the first), or runs it
+  // at once on a counting device or under the op profile (the planner accounts in order; the profile times on one
+  // thread).
+  void queue_update(Unit& u, float lr, float grad_scale);
+  // The updates' thread: the queue in order, until stop_updater() once nothing is left or to come.
+  void update_loop();
+  void stop_updater();
+  // At optimizer_step: every offloaded unit not yet queued this step is, in layer order (a unit no backward reached
+  // has a zero gradient).
   void start_update(float lr, float grad_scale);
-  // Before an offloaded unit is used: its update of the last step done (rethrows what failed on the update's thread).
+  // Before an offloaded unit is used: its queued updates done (rethrows what failed on the update's thread).
   void wait_updated(const Unit& u);
   // nvme (swap_state.cc): the swap file and its buffers made, and each swapped unit's initial master written to it;
   // a unit's state read into a buffer (returned: master, exp_avg, exp_avg_sq views, (shard) each) and written back.
@@ -227,13 +276,29 @@ class ParameterStore final : public nn::Model::LayerHooks {
   std::array<Tensor, 2> upload_buffers_;
   std::array<uint64_t, 2> upload_tickets_{};
   size_t next_upload_buffer_ = 0;
-  // The offloaded units' update on its own thread: how many of them (in unit order) are done, and what failed.
-  std::thread updater_;
+  // The offloaded units' updates on a thread of their own: the queue, what failed, and the step's update in the
+  // backward when there is one (begin_step).
+  std::thread updater_, arrivals_thread_;
   std::mutex update_mu_;
   std::condition_variable update_cv_;
-  size_t updated_ = 0;
-  bool updating_ = false;
+  std::deque<QueuedUpdate> update_queue_;
+  std::deque<Arrival> arrivals_;
+  bool processing_arrival_ = false;
+  bool stop_updater_ = false;
+  // Staging buffers (largest offloaded shard, fp32, host) for the gradients of a step's later micro-batches at stages
+  // 2-3, each busy until the update's thread has added it into its unit's shard; allocated once, so the host memory
+  // does not depend on the timing.
+  std::array<Tensor, 2> staging_;
+  std::array<bool, 2> staging_busy_{};
+  size_t next_staging_ = 0;
+  // The last copy down's device source, kept until device work queued after it waits for the copy.
+  Tensor download_source_;
+  uint64_t download_ticket_ = 0;
+  // By optimizer segment: the sum of squares of an offloaded segment's gradient of this step, taken as the gradient
+  // became whole (NaN until then).
+  std::vector<double> segment_sum_squares_;
   std::exception_ptr update_error_;
+  std::optional<UpdateInBackward> in_backward_;
   // The timeline being recorded: spans whose ends are device marks, turned into seconds when it is taken.
   struct MarkedSpan {
     std::string track, name;
@@ -246,7 +311,6 @@ class ParameterStore final : public nn::Model::LayerHooks {
   std::mutex timeline_mu_;
   std::vector<MarkedSpan> marked_;
   std::vector<uint64_t> layer_marks_;  // by layer: the mark at its hook's start
-  std::optional<GradientDownload> download_;
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::vector<int>> units_of_layer_;  // indices into units_; empty for layers without parameters
   std::vector<bool> held_;                        // by layer: on this rank
