@@ -5,8 +5,8 @@
 # layers under a 24 GiB device budget beside it unbudgeted; a model past the largest that trains without offload
 # (11.52B). Each offloaded run prints its step timeline (TANDEM_TIMELINE). Then the table: tok/s, peaks, ratios.
 # Usage: bash bench/gpu_offload.sh BIN_DIR PYTORCH_LLAMA_SCRIPT OUT_DIR [BUDGET_S]
-#   GPU_OFFLOAD_PARTS: any of "adamw l8 torch l8x64 full24 full8b24 capacity" (default all, in that order);
-#   GPU_OFFLOAD_STEPS (default 6): steps of each run (its speed is the mean of the steps after the second but the last).
+#   GPU_OFFLOAD_PARTS: any of "adamw l8 l8m2 torch l8x64 full24 full8b24 capacity" (default all, in that order);
+#   GPU_OFFLOAD_STEPS (default 6): steps of each run (its speed: the tokens of the steps after the first over their time).
 #   GPU_OFFLOAD_DRY=1 prints the commands and checks the configs with `tandem plan` instead of running them (works
 #   without a GPU).
 set -u
@@ -14,7 +14,7 @@ bin="$1"
 anchor="$2"
 out="$3"
 budget="${4:-540}"
-parts=" ${GPU_OFFLOAD_PARTS:-adamw l8 torch l8x64 full24 full8b24 capacity} "
+parts=" ${GPU_OFFLOAD_PARTS:-adamw l8 l8m2 torch l8x64 full24 full8b24 capacity} "
 dry="${GPU_OFFLOAD_DRY:-0}"
 steps="${GPU_OFFLOAD_STEPS:-6}"
 mkdir -p "$out"
@@ -42,12 +42,18 @@ llama() {
 JSON
 }
 
-tandem() {  # NAME LIMIT_S: OUT/NAME.json on the GPU, its timeline recorded at step 3 when it offloads
+tandem() {  # NAME LIMIT_S [VAR=VALUE...]: OUT/NAME.json on the GPU, its timeline recorded at step 3 when it offloads
   if [ "$dry" = 1 ]; then
     "$bin/tandem" plan "$out/$1.json" --devices 1 --device-memory 139GiB --host-memory 120GiB >"$out/$1.plan" 2>&1 &&
       echo "$1: config valid ($(grep -c . "$out/$1.plan") lines of plan)" || { echo "$1: INVALID"; tail -3 "$out/$1.plan"; }
   fi
-  run "$1" "$2" env TANDEM_TIMELINE=3 "$bin/tandem" train "$out/$1.json" --device cuda --out "$out/$1"
+  run "$1" "$2" env TANDEM_TIMELINE=3 "${@:3}" "$bin/tandem" train "$out/$1.json" --device cuda --out "$out/$1"
+}
+# after_backward NAME LIMIT_S: NAME's config again as NAME_after, its host update held until the backward ends (as
+# with gradient clipping): the same losses, the timing before the update moved into the backward.
+after_backward() {
+  cp "$out/$1.json" "$out/$1_after.json"
+  tandem "$1_after" "$2" TANDEM_OFFLOAD_UPDATE=after_backward
 }
 
 cpu='"zero_optimization": { "stage": 2, "offload_optimizer": { "device": "cpu", "pin_memory": true } }'
@@ -63,11 +69,20 @@ if [[ $parts == *" l8 "* ]]; then
   echo "== Llama-3-8B shape, 8 layers (2.80B), T 2048, 16 sequences a step"
   llama l8_device 8 16 2 false
   tandem l8_device 120
-  # The same layout with the optimizer on the host: its losses beside l8_device's give the GPU's bound.
+  # With the optimizer on the host the device has room for all 16 sequences in one micro-batch without
+  # checkpointing: one copy of the gradient down a step. The host update in the backward, then after it (A/B).
+  llama l8_cpu_m16 8 16 16 false "$cpu"
+  tandem l8_cpu_m16 150
+  after_backward l8_cpu_m16 150
+fi
+
+if [[ $parts == *" l8m2 "* ]]; then
+  # The layout of l8_device with the optimizer on the host: its losses beside l8_device's give the GPU's bound; its
+  # 8 micro-batches move the fp32 gradient sum down and up each time.
   llama l8_cpu_m2 8 16 2 false "$cpu"
   tandem l8_cpu_m2 150
-  llama l8_cpu_m16 8 16 16 true "$cpu"
-  tandem l8_cpu_m16 150
+  llama l8_cpu_m16c 8 16 16 true "$cpu"
+  tandem l8_cpu_m16c 150
 fi
 
 if [[ $parts == *" torch "* ]]; then
@@ -81,8 +96,9 @@ if [[ $parts == *" l8x64 "* ]]; then
   echo "== the same at 64 sequences a step"
   llama l8x64_device 8 64 2 false
   tandem l8x64_device 180
-  llama l8x64_cpu_m16 8 64 16 true "$cpu"
+  llama l8x64_cpu_m16 8 64 16 false "$cpu"
   tandem l8x64_cpu_m16 240
+  after_backward l8x64_cpu_m16 240
 fi
 
 if [[ $parts == *" full24 "* ]]; then
@@ -126,10 +142,11 @@ def metrics(name):
     path = os.path.join(out, name, "metrics.jsonl")
     if not os.path.exists(path): return None
     rows = [json.loads(l) for l in open(path)]
-    # The first two steps time the GEMMs and warm the host; the last waits for no update of the host's (the run
-    # ends), so it is not a steady step either.
-    rows = rows[2:-1] or rows
-    return sum(r["tokens_per_s"] for r in rows) / len(rows), max(r["peak_bytes"] for r in rows) / 2**30
+    # The first step times the GEMMs and warms the host. The steps after it by their total time: an update that runs
+    # past a step's end moves time into the next step, so single steps swing while their sum does not.
+    rows = rows[1:] or rows
+    tokens = sum(r["tokens_per_s"] * r["step_s"] for r in rows)
+    return tokens / sum(r["step_s"] for r in rows), max(r["peak_bytes"] for r in rows) / 2**30
 def torch(name):
     path = os.path.join(out, name + ".log")
     if not os.path.exists(path): return None
@@ -153,14 +170,19 @@ if os.path.exists(os.path.join(out, "torch_l8_fsdp_offload.log")):
 def losses(name):
     path = os.path.join(out, name, "metrics.jsonl")
     return [json.loads(l)["loss"] for l in open(path)] if os.path.exists(path) else None
-a, b = losses("l8_device"), losses("l8_cpu_m2")
-if a and b and len(a) == len(b):
-    print("losses on the device / offloaded: " + " ".join(f"{x:.6f}/{y:.6f}" for x, y in zip(a, b)) +
-          f"; largest difference {max(abs(x - y) for x, y in zip(a, b)):.3g}")
+def compare(x, y, what):
+    a, b = losses(x), losses(y)
+    if a and b and len(a) == len(b):
+        print(f"losses {what}: " + " ".join(f"{p:.6f}/{q:.6f}" for p, q in zip(a, b)) +
+              f"; largest difference {max(abs(p - q) for p, q in zip(a, b)):.3g}")
+compare("l8_device", "l8_cpu_m2", "on the device / offloaded")
+for name in ("l8_cpu_m16", "l8x64_cpu_m16"):
+    compare(name, name + "_after", "with the update in / after the backward")
 def ratio(a, b):
     if a in rows and b in rows: print(f"{a} / {b}: {rows[a][0] / rows[b][0]:.3f}")
-for a in ("l8_cpu_m2", "l8_cpu_m8", "l8_cpu_m16"): ratio(a, "l8_device")
+for a in ("l8_cpu_m2", "l8_cpu_m16c", "l8_cpu_m16", "l8_cpu_m16_after"): ratio(a, "l8_device")
 ratio("l8x64_cpu_m16", "l8x64_device")
+ratio("l8x64_cpu_m16_after", "l8x64_device")
 ratio("l24_24gib", "l24_device")
 ratio("full8b_24gib", "full8b_device")
 PY
