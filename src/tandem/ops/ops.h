@@ -163,11 +163,6 @@ struct AdamWParams {
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
                 const Tensor& rounded = Tensor());
 
-// The threads the CPU kernels that the calling thread runs use from here on (OpenMP's, per calling thread). The
-// elementwise kernels and sum_squares split their work by size alone: their results do not depend on it.
-int cpu_threads();
-void set_cpu_threads(int n);
-
 // Casts between storage types: dst = convert(src), same numel, any float dtype to any float dtype
 // (round to nearest even; overflow to inf).
 void cast(const Tensor& src, const Tensor& dst);

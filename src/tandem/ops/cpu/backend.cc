@@ -1,9 +1,5 @@
-// The CPU backend's table (backend.h): every op of op_list.h, and the scratch its kernels allocate; the threads its
-// kernels use (ops.h's cpu_threads).
-#include <omp.h>
-
+// The CPU backend's table (backend.h): every op of op_list.h, and the scratch its kernels allocate.
 #include "tandem/ops/cpu/cpu_ops.h"
-#include "tandem/ops/ops.h"
 
 namespace tandem::ops::cpu {
 
@@ -30,10 +26,3 @@ const Scratch& scratch() {
 }
 
 }  // namespace tandem::ops::cpu
-
-namespace tandem::ops {
-
-int cpu_threads() { return omp_get_max_threads(); }
-void set_cpu_threads(int n) { omp_set_num_threads(n); }
-
-}  // namespace tandem::ops

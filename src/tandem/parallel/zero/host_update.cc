@@ -5,7 +5,6 @@
 // offloaded unit waits for that unit's update first. Everything else of the store is in parameter_store.cc.
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <utility>
 
 #include "tandem/ops/ops.h"
@@ -60,9 +59,8 @@ void ParameterStore::prepare_gradient(Unit& u) {
   if (stage_ >= 2 || u.arrived == 0) {
     u.grads = Tensor::zeros(full, DType::F32, device_, u.label + " gradients");
   } else {
-    // The sum of the step's earlier micro-batches, back up for this backward to add into: on the transfer stream
-    // behind the copy down that brought it, so no host wait.
-    release_download();
+    // The sum of the step's earlier micro-batches, back up for this backward to add into.
+    finish_download();
     u.grads = Tensor::empty(full, DType::F32, device_, u.label + " gradients");
     device_.device_waits(
         device_.copy_from_host_async(u.grads.raw(), u.host_grads.raw(), u.grads.nbytes(), device_.fence()));
@@ -72,91 +70,45 @@ void ParameterStore::prepare_gradient(Unit& u) {
 
 void ParameterStore::download_gradient(Unit& u) {
   wait_updated(u);  // the last update read this unit's gradient shard, which the copy overwrites
-  release_download();
+  finish_download();
   PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
   const bool last = ++u.arrived >= micro_batches_ * u.uses;
-  Tensor source = u.grads;    // the full sum so far; with one replica also the owned shard
+  GradientDownload d;
+  d.unit = &u;
+  d.last = last;
+  d.source = u.grads;         // the full sum so far; with one replica also the owned shard
   Tensor dst = u.host_grads;  // where the copy lands on the host
-  int staging = -1;           // which staging buffer, when the copy lands beside the shard to be added
   if (stage_ >= 2 || last) {
     if (dp_.size() > 1) {
-      source = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");
-      dp_.reduce_scatter(u.grads, source);
+      d.source = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");
+      dp_.reduce_scatter(u.grads, d.source);
     }
     // At stages 0-1 the step's one reduced sum; at 2-3 the step's first micro-batch goes straight into the host
-    // shard and the later ones land in a staging buffer, to be added.
+    // shard and the later ones land beside it, to be added.
     dst = u.grad_shard;
     if (stage_ >= 2 && u.arrived > 1) {
-      staging = take_staging();
-      dst = staging_[static_cast<size_t>(staging)].flat_slice(0, u.shard, {u.shard});
+      PurposeScope host_scope(host(), MemoryPurpose::ZeroBuffers);
+      d.staging = dst = Tensor::empty({u.shard}, DType::F32, host(), u.label + " gradient from the device");
     }
   }
   point_grads(u, Tensor());
   u.grads = Tensor();
   const uint64_t fence = device_.fence();
   const uint64_t start = timeline_phase_ == 1 ? device_.mark(/*transfers=*/true, fence) : 0;
-  const uint64_t ticket = device_.copy_to_host_async(dst.raw(), source.raw(), source.nbytes(), fence);
+  d.ticket = device_.copy_to_host_async(dst.raw(), d.source.raw(), d.source.nbytes(), fence);
   if (timeline_phase_ == 1) mark_span("to host", u.label, start, device_.mark(/*transfers=*/true));
-  download_source_ = source;
-  download_ticket_ = ticket;
-  // The copy that lands in host_grads to go up again needs no host work; the others do (an add, or the step's
-  // gradient whole: its sums of squares, and the update when it runs in the backward).
-  if (staging >= 0 || last) {
-    Arrival a{&u, ticket, staging, last, std::nullopt};
-    if (last && in_backward_) a.then_update = make_update(u, in_backward_->lr, in_backward_->grad_scale);
-    queue_arrival(std::move(a));
-  }
+  download_ = std::move(d);
 }
 
-void ParameterStore::release_download() {
-  if (!download_source_.defined()) return;
-  // Device work queued from here on, which may reuse the source's memory, runs after the copy has read it.
-  device_.device_waits(download_ticket_);
-  download_source_ = Tensor();
-}
-
-int ParameterStore::take_staging() {
-  std::unique_lock<std::mutex> lock(update_mu_);
-  const int b = static_cast<int>(next_staging_);
-  next_staging_ = (next_staging_ + 1) % staging_.size();
-  update_cv_.wait(lock, [&] { return !staging_busy_[static_cast<size_t>(b)]; });  // its last add is done
-  staging_busy_[static_cast<size_t>(b)] = true;
-  return b;
-}
-
-void ParameterStore::process_arrival(const Arrival& a) {
-  Unit& u = *a.unit;
-  device_.host_waits(a.ticket);
-  if (a.staging >= 0)
-    ops::axpy(1.0f, staging_[static_cast<size_t>(a.staging)].flat_slice(0, u.shard, {u.shard}), u.grad_shard);
-  if (!a.last) return;
-  // The step's gradient of the unit is whole: its segments' sums of squares for the gradient norm, taken here beside
-  // the device's work rather than at the step's end.
-  for (size_t i = u.first_segment; i < u.end_segment; ++i)
-    segment_sum_squares_[i] = ops::sum_squares(adamw_->segments()[i].grad);
-}
-
-void ParameterStore::queue_arrival(Arrival a) {
-  if (a.then_update) a.unit->queued = true;
-  if (!device_.holds_data() || ops::profile::enabled()) {  // in order, on this thread (as queue_update)
-    process_arrival(a);
-    if (a.staging >= 0) staging_busy_[static_cast<size_t>(a.staging)] = false;
-    if (a.then_update) run_update(*a.then_update);
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(update_mu_);
-    if (a.then_update) ++a.unit->update_pending;  // waits for it start now, before the update is even queued
-    arrivals_.push_back(std::move(a));
-    start_updater();
-  }
-  update_cv_.notify_all();
-}
-
-void ParameterStore::wait_arrivals() {
-  std::unique_lock<std::mutex> lock(update_mu_);
-  update_cv_.wait(lock, [&] { return arrivals_.empty() && !processing_arrival_; });
-  if (update_error_) std::rethrow_exception(std::exchange(update_error_, nullptr));
+void ParameterStore::finish_download() {
+  if (!download_) return;
+  device_.host_waits(download_->ticket);
+  if (download_->staging.defined()) ops::axpy(1.0f, download_->staging, download_->unit->grad_shard);
+  Unit& u = *download_->unit;
+  const bool complete = download_->last;
+  download_.reset();
+  // The unit's gradient of the step is whole on the host: with the update in the backward, it starts now.
+  if (complete && in_backward_) queue_update(u, in_backward_->lr, in_backward_->grad_scale);
 }
 
 Tensor ParameterStore::update_unit(Unit& u, float lr, float grad_scale, int64_t step) {
@@ -224,71 +176,28 @@ void ParameterStore::queue_update(Unit& u, float lr, float grad_scale) {
     std::lock_guard<std::mutex> lock(update_mu_);
     ++u.update_pending;
     update_queue_.push_back(q);
-    start_updater();
+    if (!updater_.joinable()) updater_ = std::thread([this] { update_loop(); });
   }
   update_cv_.notify_all();
-}
-
-void ParameterStore::start_updater() {
-  if (updater_.joinable()) return;
-  // The host's share of the cores: the arrivals' adds and sums a quarter, the updates the rest but one, which stays
-  // with the thread that launches a GPU's work (its launches must not wait for the host's update).
-  const int cores = ops::cpu_threads();
-  const bool gpu = device_.kind() == DeviceKind::Cuda;
-  arrivals_thread_ = std::thread([this, cores, gpu] {
-    if (gpu) ops::set_cpu_threads(std::max(1, cores / 4));
-    arrival_loop();
-  });
-  updater_ = std::thread([this, cores, gpu] {
-    if (gpu) ops::set_cpu_threads(std::max(1, cores - 1));
-    update_loop();
-  });
-}
-
-// A job of one of the two threads, outside the lock; the first failure is kept, and after it the jobs are only
-// marked done.
-void ParameterStore::run_job(std::unique_lock<std::mutex>& lock, const std::function<void()>& job) {
-  const bool failed = update_error_ != nullptr;
-  lock.unlock();
-  try {
-    if (!failed) job();
-  } catch (...) {
-    lock.lock();
-    if (!update_error_) update_error_ = std::current_exception();
-    lock.unlock();
-  }
-  lock.lock();
-}
-
-void ParameterStore::arrival_loop() {
-  std::unique_lock<std::mutex> lock(update_mu_);
-  for (;;) {
-    update_cv_.wait(lock, [&] { return stop_updater_ || !arrivals_.empty(); });
-    if (arrivals_.empty()) return;  // stopping, nothing left
-    const Arrival a = std::move(arrivals_.front());
-    arrivals_.pop_front();
-    processing_arrival_ = true;
-    // Waits for its copy (the device's backward goes on meanwhile), so on a thread apart from the updates.
-    run_job(lock, [&] { process_arrival(a); });
-    processing_arrival_ = false;
-    if (a.staging >= 0) staging_busy_[static_cast<size_t>(a.staging)] = false;
-    if (a.then_update) update_queue_.push_back(*a.then_update);  // counted pending when the arrival was queued
-    update_cv_.notify_all();
-  }
 }
 
 void ParameterStore::update_loop() {
   std::unique_lock<std::mutex> lock(update_mu_);
   for (;;) {
     update_cv_.wait(lock, [&] { return stop_updater_ || !update_queue_.empty(); });
-    if (update_queue_.empty()) {
-      if (arrivals_.empty() && !processing_arrival_) return;  // stopping, nothing left or to come
-      update_cv_.wait(lock, [&] { return !update_queue_.empty() || (arrivals_.empty() && !processing_arrival_); });
-      continue;
-    }
+    if (update_queue_.empty()) return;  // stopping, nothing left
     const QueuedUpdate q = update_queue_.front();
     update_queue_.pop_front();
-    run_job(lock, [&] { run_update(q); });
+    const bool failed = update_error_ != nullptr;  // after a failure the rest is only marked done
+    lock.unlock();
+    try {
+      if (!failed) run_update(q);
+    } catch (...) {
+      lock.lock();
+      if (!update_error_) update_error_ = std::current_exception();
+      lock.unlock();
+    }
+    lock.lock();
     --q.unit->update_pending;
     update_cv_.notify_all();
   }
@@ -332,9 +241,8 @@ std::unique_ptr<Timeline> ParameterStore::take_timeline(bool at_end) {
 void ParameterStore::finish_update() {
   std::unique_lock<std::mutex> lock(update_mu_);
   update_cv_.wait(lock, [&] {
-    return arrivals_.empty() && !processing_arrival_ && update_queue_.empty() &&
-           std::none_of(units_.begin(), units_.end(),
-                        [](const std::unique_ptr<Unit>& u) { return u->update_pending > 0; });
+    return update_queue_.empty() && std::none_of(units_.begin(), units_.end(),
+                                                 [](const std::unique_ptr<Unit>& u) { return u->update_pending > 0; });
   });
   if (update_error_) std::rethrow_exception(std::exchange(update_error_, nullptr));
 }
@@ -345,7 +253,6 @@ void ParameterStore::stop_updater() {
     stop_updater_ = true;
   }
   update_cv_.notify_all();
-  if (arrivals_thread_.joinable()) arrivals_thread_.join();
   if (updater_.joinable()) updater_.join();
 }
 

@@ -1,7 +1,6 @@
 #include "tandem/parallel/zero/parameter_store.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <vector>
 
@@ -94,15 +93,6 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     PurposeScope scope(host(), MemoryPurpose::Parameters);
     for (Tensor& b : upload_buffers_) b = Tensor::zeros({largest_staged}, compute_, host(), "parameter upload buffer");
   }
-  int64_t largest_added = 0;  // offloaded units whose later micro-batches' gradients are added on the host
-  for (const auto& u : units_)
-    if (u->offloaded && stage_ >= 2 && micro_batches_ * u->uses > 1)
-      largest_added = std::max(largest_added, u->grad_shard.numel());
-  if (largest_added > 0) {
-    PurposeScope scope(host(), MemoryPurpose::ZeroBuffers);
-    for (Tensor& b : staging_) b = Tensor::empty({largest_added}, DType::F32, host(), "gradient staging buffer");
-  }
-  segment_sum_squares_.assign(adamw_->segments().size(), std::nan(""));
   refresh_values();
 }
 
@@ -278,7 +268,7 @@ ParameterStore::~ParameterStore() {
   } catch (const std::exception&) {
   }
   try {
-    release_download();
+    finish_download();
   } catch (const std::exception&) {
   }
   stop_updater();
@@ -376,7 +366,6 @@ void ParameterStore::begin_step(std::optional<UpdateInBackward> in_backward) {
     timeline_ = std::make_unique<Timeline>();
     layer_marks_.assign(model_.layers().size(), 0);
   }
-  std::fill(segment_sum_squares_.begin(), segment_sum_squares_.end(), std::nan(""));
   for (auto& u : units_) {
     u->arrived = 0;  // an offloaded unit's first gradient of the step is copied to the host, not added
     u->queued = false;
@@ -443,8 +432,7 @@ void ParameterStore::after_backward(size_t layer) {
 }
 
 void ParameterStore::reduce_gradients() {
-  release_download();
-  wait_arrivals();
+  finish_download();
   if (stage_ >= 2 || (stage_ == 0 && dp_.size() == 1)) return;
   // Start every unit's reduction, then wait: the transfers queue back to back. Offloaded units reduced theirs as
   // their backward ended.
@@ -468,15 +456,11 @@ void ParameterStore::tie_gradients() {
 double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
   if (stage_ == 0 && dp_.rank() != 0) return 0.0;  // every dp rank holds the same reduced gradients
   std::vector<Tensor> counted;
-  std::vector<size_t> counted_segment;  // the segment of each
   const auto& segments = adamw_->segments();
   // A replica's gradient is its original's (summed between them): counted once, where the original is.
   for (size_t i = 0; i < segments.size(); ++i) {
     const nn::Parameter& p = *segment_param_[i];
-    if (!p.replica && (count_replicated || p.shard.sharded())) {
-      counted.push_back(segments[i].grad);
-      counted_segment.push_back(i);
-    }
+    if (!p.replica && (count_replicated || p.shard.sharded())) counted.push_back(segments[i].grad);
   }
   // One wait for the device, not one per segment; the segments' sums are added in this order. With part of the
   // state offloaded the segments sit on two devices: a run on a host is added segment by segment (no wait, and the
@@ -489,12 +473,8 @@ double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
   for (size_t first = 0; first < counted.size();) {
     size_t end = first;
     while (end < counted.size() && &counted[end].device() == &counted[first].device()) ++end;
-    // An offloaded segment's sum was taken as its gradient became whole (the same op on the same values).
     if (counted[first].device().kind() == DeviceKind::Cpu)
-      for (size_t i = first; i < end; ++i) {
-        const double taken = segment_sum_squares_[counted_segment[i]];
-        total += std::isnan(taken) ? ops::sum_squares(counted[i]) : taken;
-      }
+      for (size_t i = first; i < end; ++i) total += ops::sum_squares(counted[i]);
     else
       total += ops::sum_squares_total(std::vector<Tensor>(counted.begin() + first, counted.begin() + end));
     first = end;

@@ -141,10 +141,16 @@ class ParameterStore final : public nn::Model::LayerHooks {
   bool replayable() const override { return !offloaded(); }
 
  private:
-  // A gradient copied down that needs host work once it is there (on the update's thread): added into the unit's
-  // host shard from a staging buffer, and when it is the step's last of the unit, the unit's sums of squares taken
-  // and (with the update in the backward) its update queued.
-  struct Arrival;
+  // A reduced gradient shard on its way down to the host: kept alive until the copy is done (at the next unit's
+  // backward, or at the step's end), then summed into the unit's host shard when it is not the step's first.
+  struct GradientDownload {
+    Unit* unit = nullptr;
+    Tensor source;   // fp32 on the device: the reduced shard (shard), or at stages 0-1 the full sum (shard * dp)
+    Tensor staging;  // (shard) fp32 on the host, added into grad_shard once it arrived; undefined when the copy went
+                     // straight to its place (grad_shard or host_grads)
+    uint64_t ticket = 0;
+    bool last = false;  // the unit's last of the step: once it is done, its gradient of the step is whole
+  };
   // One offloaded unit's host update, waiting for the update's thread: its step (its count, lr and gradient scale), the
   // fence its upload waits for (the device work queued before it), and whether it goes in the timeline.
   struct QueuedUpdate {
@@ -153,13 +159,6 @@ class ParameterStore final : public nn::Model::LayerHooks {
     int64_t step = 0;
     uint64_t fence = 0;
     bool record = false;
-  };
-  struct Arrival {
-    Unit* unit = nullptr;
-    uint64_t ticket = 0;  // the copy down
-    int staging = -1;     // the staging buffer it landed in, to be added into grad_shard; -1: it landed in place
-    bool last = false;    // the unit's last of the step: its gradient of the step is whole once this is done
-    std::optional<QueuedUpdate> then_update;
   };
 
   // Builds the unit of `params` (used by `layer`), its buffers and its optimizer segments; returns its index.
@@ -192,19 +191,11 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // Before any use of a unit's full values on the device: gathered when transient, made current when offloaded.
   void use_values(Unit& u);
   // Before and after an offloaded unit's backward: its device gradient buffer (at stages 0-1 filled with the sum so
-  // far), then what the step needs of it copied down, and the host's part of it queued (queue_arrival).
+  // far), then what the step needs of it copied down; the previous download finished first, and when it was its
+  // unit's last of the step with the update in the backward, that unit's update queued.
   void prepare_gradient(Unit& u);
   void download_gradient(Unit& u);
-  // The last copy's device source released, once device work queued later waits for the copy (its memory may be
-  // reused by that work).
-  void release_download();
-  // One of the two staging buffers, once the add from its last use is done.
-  int take_staging();
-  // The host's part of a gradient's arrival (on the update's thread, or here on a counting device).
-  void queue_arrival(Arrival a);
-  void process_arrival(const Arrival& a);
-  // Waits until every queued arrival is processed: the offloaded gradients of the step are whole on the host.
-  void wait_arrivals();
+  void finish_download();
   // The host AdamW of one offloaded unit (paged in and out when swapped), its updated values rounded for the device in
   // the same pass; returns them (values_for_upload's tensor).
   Tensor update_unit(Unit& u, float lr, float grad_scale, int64_t step);
@@ -212,17 +203,11 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void run_update(const QueuedUpdate& q);
   // The unit's update of the step counted now, with the fence of the device work queued so far.
   QueuedUpdate make_update(Unit& u, float lr, float grad_scale);
-  // The two threads of the host's work, started at the first queued job: the arrivals' (it waits for each copy down,
-  // then adds and sums) and the updates'. On a GPU they take a quarter and all but one of the cores (that one stays
-  // with the thread that launches the device's work).
-  void start_updater();
-  void run_job(std::unique_lock<std::mutex>& lock, const std::function<void()>& job);
-  void arrival_loop();
-  // Queues the unit's update of this step for the update's thread (once a step; started on the first), or runs it
-  // at once on a counting device or under the op profile (the planner accounts in order; the profile times on one
-  // thread).
+  // Queues the unit's update of this step for the update's thread (once a step; the thread starts with the first), or
+  // runs it at once on a counting device or under the op profile (the planner accounts in order; the profile times on
+  // one thread).
   void queue_update(Unit& u, float lr, float grad_scale);
-  // The updates' thread: the queue in order, until stop_updater() once nothing is left or to come.
+  // The update's thread: the queue in order, until stop_updater().
   void update_loop();
   void stop_updater();
   // At optimizer_step: every offloaded unit not yet queued this step is, in layer order (a unit no backward reached
@@ -278,27 +263,14 @@ class ParameterStore final : public nn::Model::LayerHooks {
   size_t next_upload_buffer_ = 0;
   // The offloaded units' updates on a thread of their own: the queue, what failed, and the step's update in the
   // backward when there is one (begin_step).
-  std::thread updater_, arrivals_thread_;
+  std::thread updater_;
   std::mutex update_mu_;
   std::condition_variable update_cv_;
   std::deque<QueuedUpdate> update_queue_;
-  std::deque<Arrival> arrivals_;
-  bool processing_arrival_ = false;
   bool stop_updater_ = false;
-  // Staging buffers (largest offloaded shard, fp32, host) for the gradients of a step's later micro-batches at stages
-  // 2-3, each busy until the update's thread has added it into its unit's shard; allocated once, so the host memory
-  // does not depend on the timing.
-  std::array<Tensor, 2> staging_;
-  std::array<bool, 2> staging_busy_{};
-  size_t next_staging_ = 0;
-  // The last copy down's device source, kept until device work queued after it waits for the copy.
-  Tensor download_source_;
-  uint64_t download_ticket_ = 0;
-  // By optimizer segment: the sum of squares of an offloaded segment's gradient of this step, taken as the gradient
-  // became whole (NaN until then).
-  std::vector<double> segment_sum_squares_;
   std::exception_ptr update_error_;
   std::optional<UpdateInBackward> in_backward_;
+  std::optional<GradientDownload> download_;
   // The timeline being recorded: spans whose ends are device marks, turned into seconds when it is taken.
   struct MarkedSpan {
     std::string track, name;
