@@ -22,16 +22,6 @@ Tensor ParameterStore::values_for_upload(Unit& u) {
   return upload_buffers_[u.upload_buffer].flat_slice(0, mn, {mn});
 }
 
-Tensor ParameterStore::values_from_master(Unit& u) {
-  const Tensor values = values_for_upload(u);
-  if (u.swapped)
-    ops::cast(swap_in(u)[0], values);
-  else if (!values.shares_storage(u.master))  // host_values is the master itself in fp32
-    ops::cast(u.master, values);
-  if (u.values_swapped && values_swap_) values_swap_->write(u.values_offset, values.raw(), u.values_bytes);
-  return values;
-}
-
 void ParameterStore::upload_values(Unit& u, const Tensor& source, uint64_t after, bool record) {
   if (param_offload_) return;  // the device takes the host shard just before each gather (gather_values)
   const Tensor& dst =
@@ -111,38 +101,35 @@ void ParameterStore::finish_download() {
   if (complete && in_backward_) queue_update(u, in_backward_->lr, in_backward_->grad_scale);
 }
 
-Tensor ParameterStore::update_unit(Unit& u, float lr, float grad_scale, int64_t step) {
+Tensor ParameterStore::values_from_master(Unit& u, const QueuedUpdate* update) {
   const auto& segs = adamw_->segments();
   std::array<Tensor, 3> state;  // a swapped unit's master, exp_avg and exp_avg_sq, paged in
   if (u.swapped) state = swap_in(u);
   const Tensor master = u.swapped ? state[0] : u.master;  // (shard) fp32
   const Tensor values = values_for_upload(u);             // (shard) in the compute dtype, for the device
-  // 16-bit values are rounded from the master by the AdamW pass itself; the padding past the last parameter (and any
-  // other element no segment updates) is cast on its own. fp32 values are the master, or a copy of it.
-  const bool fused = values.dtype() != DType::F32;
-  const int64_t mn = master.numel();
+  // 16-bit values are rounded from the master by the AdamW pass itself; what no segment's update writes (the padding
+  // past the last parameter; everything without an update) is cast on its own. fp32 values are the master, or a copy.
+  const bool rounding = values.dtype() != DType::F32;
   int64_t done = 0;  // elements of `values` written so far, in order
   const auto cast_up_to = [&](int64_t end) {
-    if (fused && end > done)
+    if (rounding && end > done)
       ops::cast(master.flat_slice(done, end - done, {end - done}), values.flat_slice(done, end - done, {end - done}));
   };
-  for (size_t i = u.first_segment; i < u.end_segment; ++i) {
+  for (size_t i = u.first_segment; update && i < u.end_segment; ++i) {
     const int64_t n = segs[i].grad.numel(), at = segment_start_[i];
     TANDEM_CHECK(at >= done, "offloaded update: segments of ", u.label, " out of order");
     cast_up_to(at);
-    const Tensor rounded = fused ? values.flat_slice(at, n, {n}) : Tensor();
-    if (u.swapped)
-      adamw_->update_one(i, state[0].flat_slice(at, n, {n}), state[1].flat_slice(at, n, {n}),
-                         state[2].flat_slice(at, n, {n}), lr, grad_scale, rounded, step);
-    else
-      adamw_->update_one(i, segs[i].value, adamw_->exp_avg()[i], adamw_->exp_avg_sq()[i], lr, grad_scale, rounded,
-                         step);
+    const Tensor rounded = rounding ? values.flat_slice(at, n, {n}) : Tensor();
+    const Tensor value = u.swapped ? state[0].flat_slice(at, n, {n}) : segs[i].value;
+    const Tensor exp_avg = u.swapped ? state[1].flat_slice(at, n, {n}) : adamw_->exp_avg()[i];
+    const Tensor exp_avg_sq = u.swapped ? state[2].flat_slice(at, n, {n}) : adamw_->exp_avg_sq()[i];
+    adamw_->update_one(i, value, exp_avg, exp_avg_sq, update->lr, update->grad_scale, rounded, update->step);
     done = at + n;
   }
-  cast_up_to(mn);
-  if (!fused && !values.shares_storage(master)) ops::cast(master, values);
+  cast_up_to(master.numel());
+  if (!rounding && !values.shares_storage(master)) ops::cast(master, values);
   if (u.values_swapped && values_swap_) values_swap_->write(u.values_offset, values.raw(), u.values_bytes);
-  if (u.swapped) swap_out(u, state[0]);
+  if (u.swapped && update) swap_out(u, state[0]);
   return values;
 }
 
@@ -151,22 +138,19 @@ void ParameterStore::run_update(const QueuedUpdate& q) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
   const double started = now();
-  const Tensor values = update_unit(*q.unit, q.lr, q.grad_scale, q.step);
+  const Tensor values = values_from_master(*q.unit, &q);
   if (q.record) timeline_->add("host AdamW", q.unit->label, started, now());
   upload_values(*q.unit, values, q.fence, q.record);
-}
-
-ParameterStore::QueuedUpdate ParameterStore::make_update(Unit& u, float lr, float grad_scale) {
-  // The upload overwrites values the step's backward reads: it starts after everything queued so far. The step it
-  // belongs to and whether it is the recorded one are decided here: the next step's begin_step() counts the next step
-  // and moves the timeline's phase on while this update may still run.
-  return {&u, lr, grad_scale, adamw_->step_count(), device_.fence(), timeline_phase_ == 1 && timeline_ != nullptr};
 }
 
 void ParameterStore::queue_update(Unit& u, float lr, float grad_scale) {
   if (u.queued) return;
   u.queued = true;
-  const QueuedUpdate q = make_update(u, lr, grad_scale);
+  // The upload overwrites values the step's backward reads: it starts after everything queued so far. The step it
+  // belongs to and whether it is the recorded one are decided here: the next step's begin_step() counts the next step
+  // and moves the timeline's phase on while this update may still run.
+  const QueuedUpdate q{
+      &u, lr, grad_scale, adamw_->step_count(), device_.fence(), timeline_phase_ == 1 && timeline_ != nullptr};
   // The planner's counting device accounts in order, and the op profile times on one thread: both update here.
   if (!device_.holds_data() || ops::profile::enabled()) {
     run_update(q);

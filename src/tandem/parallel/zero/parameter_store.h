@@ -196,13 +196,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void prepare_gradient(Unit& u);
   void download_gradient(Unit& u);
   void finish_download();
-  // The host AdamW of one offloaded unit (paged in and out when swapped), its updated values rounded for the device in
-  // the same pass; returns them (values_for_upload's tensor).
-  Tensor update_unit(Unit& u, float lr, float grad_scale, int64_t step);
-  // update_unit, then the values uploaded; the recorded step's spans go in the timeline.
+  // The offloaded unit's host AdamW (paged in and out when swapped), then run_update's values uploaded; the recorded
+  // step's spans go in the timeline.
   void run_update(const QueuedUpdate& q);
-  // The unit's update of the step counted now, with the fence of the device work queued so far.
-  QueuedUpdate make_update(Unit& u, float lr, float grad_scale);
   // Queues the unit's update of this step for the update's thread (once a step; the thread starts with the first), or
   // runs it at once on a counting device or under the op profile (the planner accounts in order; the profile times on
   // one thread).
@@ -229,8 +225,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // staged unit the next of the two upload buffers, once that buffer's last upload has left it.
   Tensor values_for_upload(Unit& u);
   // values_for_upload from the unit's fp32 master (read in from the swap file when swapped), written to the
-  // parameters' swap file when they live there. Returns the values written.
-  Tensor values_from_master(Unit& u);
+  // parameters' swap file when they live there; with `update`, after the unit's host AdamW of that update, whose pass
+  // writes the rounded values too (the swapped state written back). Returns the values written.
+  Tensor values_from_master(Unit& u, const QueuedUpdate* update = nullptr);
   bool values_transient() const { return stage_ == 3 || param_offload_; }
   // The device memory offloaded state is accounted on: the host's.
   Device& host() const { return *host_; }
