@@ -1,7 +1,8 @@
-// Core: dtype conversions, Philox streams, size parsing, tensor views.
+// Core: dtype conversions (FP8's against a nearest-value search), Philox streams, size parsing, tensor views.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -28,6 +29,74 @@ TEST(DType, F16KnownValues) {
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
   for (float f : {0.1f, -7.25f, 1000.5f, 3e-6f}) EXPECT_NEAR(f16_to_f32(f32_to_f16(f)), f, std::fabs(f) / 1024 + 6e-8);
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+}
+
+// The FP8 rounding against a reference that knows nothing of bit layouts: the nearest of every finite value the
+// format has (decoded by e4m3_to_f32 / e5m2_to_f32, themselves checked on known codes), ties to the even code,
+// magnitudes past the largest finite value saturating to it.
+uint8_t nearest_fp8(float f, float (*decode)(uint8_t), bool e4m3) {
+  const float max = e4m3 ? kE4M3Max : kE5M2Max;
+  const float a = std::fmin(std::fabs(f), max);
+  int best = -1;
+  double best_d = 1e300;
+  for (int code = 0; code < 128; ++code) {
+    const float v = decode(static_cast<uint8_t>(code));
+    if (!std::isfinite(v)) continue;
+    const double d = std::fabs(static_cast<double>(v) - a);
+    if (d < best_d || (d == best_d && (code & 1) == 0)) {
+      best = code;
+      best_d = d;
+    }
+  }
+  return static_cast<uint8_t>(best | (std::signbit(f) ? 0x80 : 0));
+}
+
+TEST(DType, Fp8KnownCodes) {
+  EXPECT_EQ(e4m3_to_f32(0x38), 1.0f);                  // 0.0111.000
+  EXPECT_EQ(e4m3_to_f32(0x7e), 448.0f);                // the largest finite
+  EXPECT_EQ(e4m3_to_f32(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+  EXPECT_EQ(e4m3_to_f32(0x08), std::ldexp(1.0f, -6));  // the smallest normal
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)));
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0xff)));
+  EXPECT_EQ(e5m2_to_f32(0x3c), 1.0f);                   // 0.01111.00
+  EXPECT_EQ(e5m2_to_f32(0x7b), 57344.0f);               // the largest finite
+  EXPECT_EQ(e5m2_to_f32(0x01), std::ldexp(1.0f, -16));  // the smallest subnormal
+  EXPECT_EQ(e5m2_to_f32(0x7c), INFINITY);
+  EXPECT_TRUE(std::isnan(e5m2_to_f32(0x7d)));
+  EXPECT_EQ(f32_to_e4m3(NAN), 0x7f);
+  EXPECT_EQ(f32_to_e5m2(NAN), 0x7f);
+  EXPECT_EQ(f32_to_e4m3(INFINITY), 0x7e);  // saturating
+  EXPECT_EQ(f32_to_e4m3(-1e9f), 0xfe);
+  EXPECT_EQ(f32_to_e5m2(INFINITY), 0x7b);
+  EXPECT_EQ(f32_to_e4m3(-0.0f), 0x80);
+}
+
+TEST(DType, Fp8RoundsToTheNearestValueTiesToEven) {
+  for (const bool e4m3 : {true, false}) {
+    float (*decode)(uint8_t) = e4m3 ? &e4m3_to_f32 : &e5m2_to_f32;
+    uint8_t (*encode)(float) = e4m3 ? &f32_to_e4m3 : &f32_to_e5m2;
+    // Every finite code and both neighbours of it, every midpoint between neighbouring codes and points just off it.
+    std::vector<float> probes;
+    for (int code = 0; code < 127; ++code) {
+      const float v = decode(static_cast<uint8_t>(code)), next = decode(static_cast<uint8_t>(code + 1));
+      if (!std::isfinite(v)) continue;
+      probes.push_back(v);
+      if (!std::isfinite(next)) continue;
+      const float mid = 0.5f * (v + next);
+      probes.insert(probes.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)});
+    }
+    for (float f : {1e-12f, 1e-30f, 500.0f, 6e4f, 1e10f}) probes.push_back(f);
+    for (const float p : probes)
+      for (const float f : {p, -p}) {
+        const uint8_t got = encode(f), want = nearest_fp8(f, decode, e4m3);
+        EXPECT_EQ(decode(got), decode(want)) << (e4m3 ? "e4m3 " : "e5m2 ") << f;
+        if (f != 0.0f) EXPECT_EQ(got, want) << (e4m3 ? "e4m3 " : "e5m2 ") << f;
+      }
+    for (int code = 0; code < 256; ++code) {
+      const float v = decode(static_cast<uint8_t>(code));
+      if (std::isfinite(v) && v != 0.0f) EXPECT_EQ(encode(v), code) << "round trip of code " << code;
+    }
+  }
 }
 
 TEST(Philox, DeterministicAndKeyedByEverything) {

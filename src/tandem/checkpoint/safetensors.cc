@@ -39,12 +39,16 @@ const char* format_dtype(DType t) {
       return "F16";
     case DType::I32:
       return "I32";
+    case DType::E4M3:
+      return "F8_E4M3";
+    case DType::E5M2:
+      return "F8_E5M2";
   }
   return "?";
 }
 
 std::optional<DType> parse_dtype(const std::string& s) {
-  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I32})
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::E4M3, DType::E5M2})
     if (s == format_dtype(t)) return t;
   return std::nullopt;
 }

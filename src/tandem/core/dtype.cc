@@ -1,5 +1,7 @@
 #include "tandem/core/dtype.h"
 
+#include <cmath>
+
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -12,6 +14,9 @@ size_t dtype_size(DType t) {
     case DType::BF16:
     case DType::F16:
       return 2;
+    case DType::E4M3:
+    case DType::E5M2:
+      return 1;
   }
   return 0;
 }
@@ -26,6 +31,10 @@ std::string dtype_name(DType t) {
       return "f16";
     case DType::I32:
       return "i32";
+    case DType::E4M3:
+      return "e4m3";
+    case DType::E5M2:
+      return "e5m2";
   }
   return "?";
 }
@@ -35,7 +44,9 @@ DType dtype_from_name(const std::string& name) {
   if (name == "bf16") return DType::BF16;
   if (name == "f16") return DType::F16;
   if (name == "i32") return DType::I32;
-  TANDEM_FAIL("unknown dtype '", name, "': expected f32, bf16, f16 or i32");
+  if (name == "e4m3") return DType::E4M3;
+  if (name == "e5m2") return DType::E5M2;
+  TANDEM_FAIL("unknown dtype '", name, "': expected f32, bf16, f16, i32, e4m3 or e5m2");
 }
 
 uint16_t f32_to_f16(float f) {
@@ -85,6 +96,49 @@ float f16_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+namespace {
+
+// An FP8 format of `mant` mantissa bits and exponent bias `bias`, whose largest finite value is `max`.
+uint8_t f32_to_fp8(float f, int mant, int bias, float max, uint8_t nan) {
+  if (std::isnan(f)) return nan;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fmin(std::fabs(f), max);
+  if (a == 0.0f) return sign;
+  int e = std::ilogb(a);  // a = m 2^e, 1 <= m < 2
+  const int min_normal = 1 - bias;
+  if (e < min_normal) e = min_normal;  // subnormal: the quantum of the smallest exponent
+  // a / 2^(e - mant) is exact (a power-of-two scaling of a normal fp32); rounding it to an integer is the RNE rounding
+  // to the format's grid at this exponent.
+  auto q = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, mant - e)));
+  if (q == (2u << mant)) {  // rounded up to the next binade
+    q = 1u << mant;
+    ++e;
+  }
+  if (q < (1u << mant)) return static_cast<uint8_t>(sign | q);  // subnormal (exponent field 0)
+  return static_cast<uint8_t>(sign | (static_cast<uint32_t>(e + bias) << mant) | (q - (1u << mant)));
+}
+
+float fp8_to_f32(uint8_t b, int mant, int bias) {
+  const int exp_bits = 7 - mant, field = (b >> mant) & ((1 << exp_bits) - 1), m = b & ((1 << mant) - 1);
+  const float sign = (b & 0x80) ? -1.0f : 1.0f;
+  if (field == 0) return sign * std::ldexp(static_cast<float>(m), 1 - bias - mant);
+  return sign * std::ldexp(static_cast<float>((1 << mant) | m), field - bias - mant);
+}
+
+}  // namespace
+
+uint8_t f32_to_e4m3(float f) { return f32_to_fp8(f, 3, 7, kE4M3Max, 0x7f); }
+uint8_t f32_to_e5m2(float f) { return f32_to_fp8(f, 2, 15, kE5M2Max, 0x7f); }
+
+float e4m3_to_f32(uint8_t b) {
+  if ((b & 0x7f) == 0x7f) return std::nanf("");
+  return fp8_to_f32(b, 3, 7);
+}
+float e5m2_to_f32(uint8_t b) {
+  if ((b & 0x7c) == 0x7c) return (b & 0x03) ? std::nanf("") : ((b & 0x80) ? -INFINITY : INFINITY);
+  return fp8_to_f32(b, 2, 15);
 }
 
 }  // namespace tandem

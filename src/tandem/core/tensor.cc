@@ -139,6 +139,12 @@ std::vector<float> Tensor::to_host_floats() const {
         out[i] = dtype_ == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
         break;
       }
+      case DType::E4M3:
+      case DType::E5M2: {
+        const auto b = static_cast<uint8_t>(bytes[i]);
+        out[i] = dtype_ == DType::E4M3 ? e4m3_to_f32(b) : e5m2_to_f32(b);
+        break;
+      }
     }
   }
   return out;

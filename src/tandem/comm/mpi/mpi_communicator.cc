@@ -31,6 +31,9 @@ MPI_Datatype mpi_type(DType t) {
     case DType::BF16:
     case DType::F16:
       return MPI_UINT16_T;
+    case DType::E4M3:
+    case DType::E5M2:
+      return MPI_UINT8_T;
   }
   return MPI_BYTE;
 }

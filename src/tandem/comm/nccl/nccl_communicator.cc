@@ -23,6 +23,9 @@ ncclDataType_t nccl_type(DType t) {
       return ncclFloat16;
     case DType::I32:
       return ncclInt32;
+    case DType::E4M3:
+    case DType::E5M2:
+      return ncclUint8;  // moved as bytes, never reduced
   }
   return ncclFloat32;
 }

@@ -60,6 +60,8 @@ decltype(auto) visit_float(DType t, Fn&& fn) {
     case DType::F16:
       return fn(F16{});
     case DType::I32:
+    case DType::E4M3:
+    case DType::E5M2:
       break;
   }
   TANDEM_FAIL("CPU kernel: ", dtype_name(t), " is not a float dtype");

@@ -111,6 +111,8 @@ void dispatch_float(DType t, const char* op, F&& f) {
       f(__half{});
       return;
     case DType::I32:
+    case DType::E4M3:
+    case DType::E5M2:
       break;
   }
   TANDEM_FAIL(op, ": dtype ", dtype_name(t), " is not a float dtype (f32, bf16, f16)");
