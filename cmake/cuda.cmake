@@ -117,7 +117,9 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/dropout.cu
   ${_tandem_ops}/elementwise.cu
   ${_tandem_ops}/embedding.cu
+  ${_tandem_ops}/fp8.cu
   ${_tandem_ops}/gemm.cc
+  ${_tandem_ops}/gemm_plan.cc
   ${_tandem_ops}/layernorm.cu
   ${_tandem_ops}/op_timer.cc
   ${_tandem_ops}/reduce.cu

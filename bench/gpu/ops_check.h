@@ -193,8 +193,26 @@ class Suite {
 
 inline std::string dims(std::initializer_list<int64_t> d) { return shape_str(Shape(d)); }
 
+// The median of `reps` timed runs of f on the device's compute stream, in ms, after `warmup` untimed ones.
+template <class F>
+double median_ms(CudaDevice& dev, F&& f, int warmup = 3, int reps = 20) {
+  for (int i = 0; i < warmup; ++i) f();
+  dev.synchronize();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    device::CudaEvent start(true), stop(true);
+    start.record(dev.compute_stream());
+    f();
+    stop.record(dev.compute_stream());
+    stop.synchronize();
+    ms.push_back(stop.ms_since(start));
+  }
+  std::sort(ms.begin(), ms.end());
+  return (ms[reps / 2 - 1] + ms[reps / 2]) / 2.0;
+}
+
 // The checks, one function per op family, each printing its rows into the suite: ops_check_dense.cc,
-// ops_check_embed_loss.cc (GPT-family ops) and ops_check_llama.cc.
+// ops_check_embed_loss.cc (GPT-family ops), ops_check_llama.cc and ops_check_fp8.cc.
 void check_matmul(Suite& s);
 void check_linear(Suite& s);
 void check_elementwise(Suite& s);
@@ -207,8 +225,11 @@ void check_rmsnorm(Suite& s);
 void check_rotary(Suite& s);
 void check_swiglu(Suite& s);
 void check_attention_gqa(Suite& s);
+void check_fp8(Suite& s);
 
-// Timings of the main ops and the cuDNN attention workspaces (ops_check_bench.cc).
+// Timings of the main ops and the cuDNN attention workspaces (ops_check_bench.cc), and of the FP8 linear layer
+// against bf16 (ops_check_fp8.cc).
 void bench(CudaDevice& dev);
+void bench_fp8(CudaDevice& dev);
 
 }  // namespace tandem::ops_check

@@ -3,23 +3,6 @@
 
 namespace tandem::ops_check {
 
-template <class F>
-double median_ms(CudaDevice& dev, F&& f, int warmup = 3, int reps = 20) {
-  for (int i = 0; i < warmup; ++i) f();
-  dev.synchronize();
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    device::CudaEvent start(true), stop(true);
-    start.record(dev.compute_stream());
-    f();
-    stop.record(dev.compute_stream());
-    stop.synchronize();
-    ms.push_back(stop.ms_since(start));
-  }
-  std::sort(ms.begin(), ms.end());
-  return (ms[reps / 2 - 1] + ms[reps / 2]) / 2.0;
-}
-
 void bench(CudaDevice& dev) {
   std::printf("\n%-44s %10s %14s\n", "timing (median of 20, after 3 warm-ups)", "ms", "rate");
   // amount: FLOPs (printed as TFLOP/s) or bytes moved (printed as GB/s).

@@ -7,6 +7,7 @@ namespace tandem::device {
 WorkLog& WorkLog::operator+=(const WorkLog& o) {
   gemm_flops += o.gemm_flops;
   gemm_flops_fp32 += o.gemm_flops_fp32;
+  gemm_flops_fp8 += o.gemm_flops_fp8;
   attention_flops += o.attention_flops;
   bytes += o.bytes;
   ops += o.ops;
@@ -28,6 +29,7 @@ WorkLog& WorkLog::operator-=(const WorkLog& o) {
 WorkLog& WorkLog::operator*=(double k) {
   gemm_flops *= k;
   gemm_flops_fp32 *= k;
+  gemm_flops_fp8 *= k;
   attention_flops *= k;
   bytes *= k;
   ops *= k;

@@ -114,5 +114,12 @@ using tandem::kIgnoreTarget;
     (qkv, heads, kv_heads, documents, y, lse, dy, dqkv))                                                           \
   X(void, dropout, (const Tensor& x, const Tensor& y, float p, uint64_t seed, uint64_t stream, int64_t row0,      \
                     int64_t width, int64_t col0),                                                                  \
-    (x, y, p, seed, stream, row0, width, col0))
+    (x, y, p, seed, stream, row0, width, col0))                                                                    \
+  X(void, amax, (const Tensor& x, const Tensor& amax), (x, amax))                                                  \
+  X(void, fp8_quantize, (const Tensor& x, const Tensor& amax, const Tensor& q, const Tensor& q_t,                  \
+                         const Tensor& inv_scale),                                                                 \
+    (x, amax, q, q_t, inv_scale))                                                                                  \
+  X(void, fp8_matmul, (const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, const Tensor& b_inv_scale,     \
+                       const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum),                     \
+    (a, a_inv_scale, b, b_inv_scale, bias, c, d, fast_accum))
 // clang-format on

@@ -230,6 +230,36 @@ void attention_gqa_documents_forward(const Tensor& qkv, int heads, int kv_heads,
 void attention_gqa_documents_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
                                       const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
 
+// ---- FP8 (Hopper's e4m3 and e5m2) with one power-of-two scale per tensor ----
+// A tensor goes to FP8 as q = fp8(x * s) (round to nearest even, saturating at the format's largest finite value) and
+// back as x ~ q / s. The scale s of a tensor whose largest magnitude is amax is the largest power of two with
+// amax * s <= max (448 for e4m3, 57344 for e5m2), clamped to [2^-126, 2^126]; 1 when amax is 0. A power of two makes
+// x * s exact, so q is the same on every backend. A non-finite amax (an inf or a NaN in the tensor) gives s = 1 and
+// inv_scale NaN, so the product reads NaN and the overflow shows instead of saturating quietly.
+
+// amax (1) f32 = the largest |x| over every element of x (any float dtype), overwritten; NaN when x holds a NaN.
+// On the device: no host sync.
+void amax(const Tensor& x, const Tensor& amax);
+// x (R, C) in X, read as its 2-D view (rows_of, cols_of); amax (1) f32 on x's device (the tensor's own, or its maximum
+// over a group of slots that together hold a logical tensor, so every slot scales alike). Writes q (R, C) and/or
+// q_t (C, R) = q transposed (either may be undefined, not both; both E4M3 or both E5M2: their dtype picks the
+// format), and inv_scale (1) f32 = 1 / s.
+void fp8_quantize(const Tensor& x, const Tensor& amax, const Tensor& q, const Tensor& q_t, const Tensor& inv_scale);
+// d (M, N) = (a (M, K) @ b (N, K)^T) * a_inv_scale * b_inv_scale + bias (N) + c (M, N), summed in fp32 and rounded
+// once into d. a and b are FP8 with K contiguous in both (the "TN" form Hopper's FP8 tensor cores take): e4m3 x e4m3,
+// e4m3 x e5m2 or e5m2 x e4m3. a_inv_scale and b_inv_scale (1) f32 as fp8_quantize writes them. d is X or f32; bias
+// (optional) and c (optional) hold d's dtype; c may be d (accumulate: a weight gradient). On CUDA, K and N must be
+// multiples of 16 (fp8_shape_ok); the product of two FP8 values is exact in fp32, so backends differ only in the
+// order of the sum. `fast_accum`: CUDA may keep the tensor cores' partial sums in their own reduced precision
+// (CUBLASLT_MATMUL_DESC_FAST_ACCUM: faster, less exact; recipes allow it for the forward product only); the CPU
+// always sums in fp32.
+void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, const Tensor& b_inv_scale,
+                const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum = false);
+// Whether fp8_matmul takes a product of these sizes on every backend.
+inline bool fp8_shape_ok(int64_t m, int64_t n, int64_t k) {
+  return m > 0 && n % 16 == 0 && k % 16 == 0 && n > 0 && k > 0;
+}
+
 // ---- Dropout ----
 
 // Counter-based dropout: y (N, C) = x * keep / (1 - p), x (N, C) one block of columns of a logical (rows, width)

@@ -15,9 +15,10 @@ namespace tandem::ops {
 struct OpWork {
   double gemm_flops = 0;       // matmul with 16-bit operands
   double gemm_flops_fp32 = 0;  // matmul with fp32 operands
+  double gemm_flops_fp8 = 0;   // fp8_matmul
   double attention_flops = 0;  // causal attention, forward and backward
   double bytes = 0;            // every other op
-  double flops() const { return gemm_flops + gemm_flops_fp32 + attention_flops; }
+  double flops() const { return gemm_flops + gemm_flops_fp32 + gemm_flops_fp8 + attention_flops; }
 };
 
 namespace work_detail {
@@ -80,6 +81,12 @@ OpWork work_of(const A&... a) {
                          static_cast<double>(rows_of(x));
     (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = flops;
     w.bytes = work_detail::tensor_bytes(dbias);
+  } else if constexpr (id == OpId::fp8_matmul) {
+    // The product's FLOPs; the epilogue's reads of bias and c as bytes.
+    const auto& [x, x_inv, y, y_inv, bias, c, d, fast] = std::tie(a...);
+    w.gemm_flops_fp8 =
+        2.0 * static_cast<double>(rows_of(d)) * static_cast<double>(cols_of(d)) * static_cast<double>(cols_of(x));
+    w.bytes = work_detail::tensor_bytes(bias) + work_detail::tensor_bytes(c);
   } else if constexpr (id == OpId::attention_gqa_forward) {
     w.attention_flops = work_detail::attention_gqa_forward_flops(std::get<3>(std::tie(a...)));  // y
   } else if constexpr (id == OpId::attention_gqa_backward) {

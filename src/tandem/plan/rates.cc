@@ -17,6 +17,7 @@ Rates builtin_rates(const std::string& name) {
     // This rate and op_overhead_s were fitted to nine 1- and 2-GPU training runs (docs/benchmarks.md).
     r.gemm_flops = 650e12;
     r.gemm_flops_fp32 = 50e12;   // plain fp32 (no TF32): 67 TFLOP/s peak
+    r.gemm_flops_fp8 = 1100e12;  // FP8 tensor cores: 1979 TFLOP/s peak, twice bf16's; a first estimate
     r.attention_flops = 220e12;  // cuDNN fused attention, forward 256 / backward 199 TFLOP/s at T=1024 D=64
     r.memory_bw = 4.0e12;        // HBM3e, 4.8 TB/s peak
     r.op_overhead_s = 8e-6;      // launch and tail of each kernel: what makes micro-batches of 1-2 slower
@@ -43,6 +44,7 @@ config::Json rates_to_json(const Rates& r) {
                       {"device", r.device},
                       {"gemm_flops", r.gemm_flops},
                       {"gemm_flops_fp32", r.gemm_flops_fp32},
+                      {"gemm_flops_fp8", r.gemm_flops_fp8},
                       {"attention_flops", r.attention_flops},
                       {"memory_bw", r.memory_bw},
                       {"op_overhead_s", r.op_overhead_s},
@@ -73,6 +75,7 @@ Rates rates_from_json(const config::Json& j) {
   };
   num("gemm_flops", r.gemm_flops);
   num("gemm_flops_fp32", r.gemm_flops_fp32);
+  num("gemm_flops_fp8", r.gemm_flops_fp8);
   num("attention_flops", r.attention_flops);
   num("memory_bw", r.memory_bw);
   if (j.contains("op_overhead_s")) {

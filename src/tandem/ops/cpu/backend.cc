@@ -15,6 +15,7 @@ const Scratch& scratch() {
     Scratch s;
     s.matmul = &matmul_scratch;
     s.linear_forward = &linear_forward_scratch;
+    s.fp8_matmul = &fp8_matmul_scratch;
     s.linear_weight_grad = &linear_weight_grad_scratch;
     s.attention_gqa_forward = &attention_gqa_forward_scratch;
     s.attention_gqa_backward = &attention_gqa_backward_scratch;

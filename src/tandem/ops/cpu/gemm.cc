@@ -132,4 +132,63 @@ void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dweight
   if (dbias.defined()) bias_backward(dy.view({rows_of(dy), cols_of(dy)}), dbias);
 }
 
+namespace {
+// dst (rows, cols) f32 = the FP8 values of src (rows, cols), exactly.
+void decode_fp8(const Tensor& src, float* dst) {
+  const auto* p = static_cast<const uint8_t*>(src.raw());
+  float (*decode)(uint8_t) = src.dtype() == DType::E4M3 ? &e4m3_to_f32 : &e5m2_to_f32;
+  const int64_t n = src.numel();
+#pragma omp parallel for schedule(static) if (worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) dst[i] = decode(p[i]);
+}
+}  // namespace
+
+// a and b decoded into fp32 and the fp32 sum (M, N), a and the sum padded as matmul pads them.
+int64_t fp8_matmul_scratch(const ScratchContext&, const Tensor& a, const Tensor&, const Tensor& b, const Tensor&,
+                           const Tensor&, const Tensor&, const Tensor& d, bool) {
+  const int64_t m = rows_of(d), n = cols_of(d), k = cols_of(a);
+  if (m == 0 || n == 0) return 0;
+  const int64_t rows = padded_rows(m, n, std::max<int64_t>(k, 1), false);
+  return (rows * k + rows_of(b) * k + rows * n) * 4;
+}
+
+// The FP8 values are exact in fp32 and so are their products: the sum is OpenBLAS's fp32 product of the decoded
+// operands, then the scales, the bias and c in fp32, rounded once into d. fast_accum changes nothing here.
+void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, const Tensor& b_inv_scale,
+                const Tensor& bias, const Tensor& c, const Tensor& d, bool) {
+  const int64_t m = rows_of(d), n = cols_of(d), k = cols_of(a);
+  if (m == 0 || n == 0) return;
+  const int64_t rows = padded_rows(m, n, std::max<int64_t>(k, 1), false);
+  Device& dev = d.device();
+  const Tensor a32 = Tensor::empty({rows, k}, DType::F32, dev, "fp8_matmul scratch");  // (rows, K)
+  const Tensor b32 = Tensor::empty({n, k}, DType::F32, dev, "fp8_matmul scratch");     // (N, K)
+  const Tensor sum = Tensor::empty({rows, n}, DType::F32, dev, "fp8_matmul scratch");  // (rows, N)
+  decode_fp8(a, a32.f32());
+  if (rows > m) a32.rows(m, rows - m).fill_zero();
+  decode_fp8(b, b32.f32());
+  if (k == 0) {
+    sum.fill_zero();
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, a32.f32(), static_cast<int>(k), b32.f32(), static_cast<int>(k), 0.0f,
+                sum.f32(), static_cast<int>(n));
+  }
+  const float sa = a_inv_scale.f32()[0], sb = b_inv_scale.f32()[0];
+  visit_float(d.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const float* acc = sum.f32();                                 // (rows, N)
+    const T* bias_p = bias.defined() ? elems<T>(bias) : nullptr;  // (N)
+    const T* c_p = c.defined() ? elems<T>(c) : nullptr;           // (M, N)
+    T* out = elems<T>(d);                                         // (M, N)
+#pragma omp parallel for schedule(static) if (worth_parallel(m * n))
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float v = acc[i * n + j] * sa * sb;
+        if (bias_p) v += load(bias_p, j);
+        if (c_p) v += load(c_p, i * n + j);
+        store(out, i * n + j, v);
+      }
+  });
+}
+
 }  // namespace tandem::ops::cpu

@@ -1,0 +1,43 @@
+// The cuBLASLt product behind every CUDA GEMM op (gemm.cc: matmul, linear_forward, linear_weight_grad, fp8_matmul):
+// one description of a row-major product, queued through a per-device cache of descriptors and chosen algorithms
+// (gemm_plan.cc says how they are chosen). Host code only; no cuBLASLt type appears here.
+#pragma once
+
+#include "tandem/core/tensor.h"
+#include "tandem/device/cuda/cuda_device.h"
+
+namespace tandem::ops::cuda {
+
+// What the product adds in its epilogue.
+enum class Epilogue : int {
+  None = 0,
+  Bias = 1,       // D += bias broadcast over D's columns (our rows): a bias per output feature
+  BiasGradB = 2,  // bias gradient = the sums of cuBLASLt's op(B) over K, one per column of D
+};
+
+// D = op(a) op(b) * a_scale * b_scale + beta C + the epilogue, row-major, summed in fp32 and rounded once into d.
+// a and b hold f32, bf16 or f16 (one dtype for both), or FP8 (e4m3 / e5m2, then in the TN form: trans_a false and
+// trans_b true, with both scales given). C is `c_in`, of d's dtype and shape; it may be d itself (cuBLASLt's in-place
+// form) and is not read when beta is 0.
+struct Product {
+  const char* op;  // the op's name, for errors
+  const Tensor& a;
+  const Tensor& b;
+  const Tensor& c_in;
+  const Tensor& d;
+  bool trans_a = false, trans_b = false;
+  float beta = 0.0f;
+  Epilogue epilogue = Epilogue::None;
+  const void* bias = nullptr;  // the epilogue's vector: the bias (d's dtype), or the (M) f32 gradient it writes
+  // FP8 only: device pointers to one f32 each, the factors a's and b's values are multiplied by (their inverse
+  // scales), and whether the tensor cores may keep partial sums in their own reduced precision.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool fast_accum = false;
+};
+
+// Queues the product on the device's compute stream. m, n, k > 0. Returns false, queuing nothing, when cuBLASLt has no
+// algorithm with the epilogue (the caller then does without it); without an epilogue, a missing algorithm throws.
+bool queue_product(device::CudaDevice& dev, const Product& p);
+
+}  // namespace tandem::ops::cuda
