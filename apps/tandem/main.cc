@@ -178,7 +178,7 @@ tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_
   o.global_batch = config::global_batch(given.batch_config);
   o.device_memory = given.device_memory_bytes ? given.device_memory_bytes : gpu_memory;
   o.host_memory = given.host_memory_bytes ? given.host_memory_bytes : device::available_host_memory();
-  const plan::SearchResult r = plan::search_layouts(plan::planned_model(given.model, given.lora), o);
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(given.model, given.lora, given.fp8), o);
   if (r.fit.empty())
     TANDEM_FAIL("\"parallel\": \"auto\" found no layout of ", world, " devices that fits",
                 r.no_fit.empty() ? std::string()

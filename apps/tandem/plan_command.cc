@@ -74,7 +74,7 @@ int run_plan_command(const PlanArgs& a) {
   opt.global_batch = config::global_batch(tc.batch_config);
   opt.default_micro = tc.batch_config.micro.value_or(1);
 
-  plan::MemoryModel memory(plan::planned_model(tc.model, tc.lora));
+  plan::MemoryModel memory(plan::planned_model(tc.model, tc.lora, tc.fp8));
   const plan::PlannedModel& info = memory.model();
   const std::string budget = opt.device_memory ? format_bytes(opt.device_memory) : "unlimited memory";
   std::printf("model: %s, %.3gB parameters; global batch %lld sample%s", info.type.c_str(),

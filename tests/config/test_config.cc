@@ -300,6 +300,40 @@ TEST(Config, Fp16AndBf16Conflict) {
   EXPECT_HAS(error_of([&] { validate(c); }), "fp16.enabled and bf16.enabled are both true");
 }
 
+TEST(Config, Fp8IsTypedAndRefusesWhatItCannotDo) {
+  Json c = gpt_cfg();
+  EXPECT_FALSE(parse(validate(c)).fp8.enabled);
+  c["bf16"] = {{"enabled", true}};
+  c["fp8"] = {{"enabled", true}, {"min_features", 64}};
+  const TrainConfig t = parse(validate(c));
+  EXPECT_TRUE(t.fp8.enabled);
+  EXPECT_EQ(t.fp8.recipe, spec::Fp8Recipe::Tensorwise);
+  EXPECT_EQ(t.fp8.min_features, 64);
+  EXPECT_EQ(t.fp8.gradients, DType::E5M2);
+  c["fp8"]["gradient_format"] = "e4m3";
+  EXPECT_EQ(parse(validate(c)).fp8.gradients, DType::E4M3);
+  c["fp8"]["gradient_format"] = "bf16";
+  EXPECT_HAS(error_of([&] { validate(c); }), "fp8.gradient_format");
+  c["fp8"].erase("gradient_format");
+  c["fp8"]["recipe"] = "rowwise";
+  EXPECT_HAS(error_of([&] { validate(c); }), "fp8.recipe \"rowwise\" is not implemented yet");
+  c["fp8"]["recipe"] = "Tensorwise";  // case-insensitive, as every choice
+  EXPECT_NO_THROW(validate(c));
+  c["fp8"]["recipe"] = "delayed";
+  EXPECT_HAS(error_of([&] { validate(c); }), "fp8.recipe");
+  c["fp8"] = {{"enabled", true}, {"amax_history_len", 16}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "fp8.amax_history_len");
+  c["fp8"] = {{"enabled", true}};
+  c["bf16"] = {{"enabled", false}};
+  c["fp16"] = {{"enabled", true}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "fp8 with fp16.enabled");
+  Json m = mlp_cfg();
+  m["fp8"] = {{"enabled", true}};
+  EXPECT_HAS(error_of([&] { validate(m); }), "which model type 'mlp' does not have");
+  m["fp8"] = {{"enabled", false}};  // asked for nothing: fine on any model
+  EXPECT_NO_THROW(validate(m));
+}
+
 TEST(Config, GptModelIsTyped) {
   Json c = gpt_cfg();
   GptConfig g = std::get<GptConfig>(parse(validate(c)).model);

@@ -56,6 +56,55 @@ TEST(Init, KeyedByNameAndIndexOnly) {
   for (int i = 0; i < 7; ++i) EXPECT_EQ(part.f32()[i], w.value.f32()[11 + i]);
 }
 
+// FP8 (spec/fp8.h): the gpt's four projections per block run in FP8, the loss and gradients stay close to fp32's
+// (a few e4m3 steps of noise) and are not fp32's; fp8.min_features keeps projections in fp32.
+TEST(Fp8, GptFollowsFp32WithItsProjectionsInFp8) {
+  device::CpuDevice dev;
+  const GptConfig cfg{64, 16, 32, 2, 4};
+  spec::Fp8Config fp8;
+  fp8.enabled = true;
+  Model plain = build_gpt(cfg), quantized = build_gpt(cfg, {}, nullptr, fp8);
+  EXPECT_EQ(plain.fp8_use().fp8, 0);
+  EXPECT_EQ(quantized.fp8_use().fp8, 8);
+  EXPECT_EQ(quantized.fp8_use().projections, 8);
+  plain.materialize(dev, 5);
+  quantized.materialize(dev, 5);
+  const Tensor x = random_tokens(dev, {4, 16}, 64, 1), y = random_tokens(dev, {64}, 64, 2);
+  plain.zero_grad();
+  quantized.zero_grad();
+  const double want = loss_of(plain, x, y, true), got = loss_of(quantized, x, y, true);
+  EXPECT_NE(got, want);
+  EXPECT_NEAR(got, want, 1e-2 * want);
+  // Each projection weight's gradient points where fp32's does.
+  for (size_t i = 0; i < plain.parameters().size(); ++i) {
+    const Parameter& a = *plain.parameters()[i];
+    const Parameter& b = *quantized.parameters()[i];
+    if (a.name.find("weight") == std::string::npos || a.value.rank() != 2) continue;
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t j = 0; j < a.grad.numel(); ++j) {
+      dot += static_cast<double>(a.grad.f32()[j]) * b.grad.f32()[j];
+      na += static_cast<double>(a.grad.f32()[j]) * a.grad.f32()[j];
+      nb += static_cast<double>(b.grad.f32()[j]) * b.grad.f32()[j];
+    }
+    EXPECT_GT(dot / std::sqrt(na * nb), 0.99) << a.name;
+  }
+  fp8.min_features = 64;  // qkv (32 -> 96), proj (32 -> 32), fc (32 -> 128), out (128 -> 32): none has 64 of both
+  EXPECT_EQ(build_gpt(cfg, {}, nullptr, fp8).fp8_use().fp8, 0);
+}
+
+// A tensor-parallel slot whose share of a projection is not a multiple of 16 features cannot run FP8 products: the
+// build says which projection and what to change.
+TEST(Fp8, ASlotOfFewerThanSixteenFeaturesIsRefused) {
+  spec::Fp8Config fp8;
+  fp8.enabled = true;
+  // tp 4 of dim 32: proj's 8 inputs a slot.
+  nn::TpSlot tp{0, 4, nullptr};
+  EXPECT_HAS(testing::error_of([&] {
+               build_gpt({64, 16, 32, 1, 4}, tp, nullptr, fp8);
+             }),
+             "FP8 products need multiples of 16 features");
+}
+
 TEST(Init, Gpt2Statistics) {
   device::CpuDevice dev;
   Model m = build_gpt({64, 16, 32, 1, 4});

@@ -13,6 +13,7 @@
 
 #include "tandem/config/config.h"
 #include "tandem/plan/memory_model.h"
+#include "tandem/plan/planned_model.h"
 
 namespace tandem::testing {
 
@@ -20,7 +21,7 @@ using config::Json;
 
 struct MemCase {
   // "gpt" | "mlp" | "llama_lora" (LoRA on every projection of a frozen llama) | "llama_docs" (a llama whose attention
-  // stays inside documents: data.document_mask)
+  // stays inside documents: data.document_mask) | "llama_fp8" (its block projections in FP8)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
@@ -64,7 +65,7 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
-  if (model == "llama_lora" || model == "llama_docs")
+  if (model == "llama_lora" || model == "llama_docs" || model == "llama_fp8")
     return {{"type", "llama"},          {"vocab_size", 512},       {"seq_len", 64},
             {"hidden_size", 64},        {"intermediate_size", 96}, {"num_hidden_layers", 4},
             {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
@@ -88,6 +89,16 @@ inline spec::LoraConfig typed_lora(const std::string& model) {
              config::validate({{"model", model_config(model)}, {"lora", lora_config(model)}, {"train_batch_size", 8}}))
       .lora;
 }
+// The "fp8" object of a model of the grid (enabled for llama_fp8 alone).
+inline Json fp8_config(const std::string& model) { return {{"enabled", model == "llama_fp8"}}; }
+// The model of the grid as the planner builds it: its struct with its LoRA and FP8 settings.
+inline plan::PlannedModel planned(const std::string& model) {
+  const config::TrainConfig t = config::parse(config::validate({{"model", model_config(model)},
+                                                                {"lora", lora_config(model)},
+                                                                {"fp8", fp8_config(model)},
+                                                                {"train_batch_size", 8}}));
+  return plan::planned_model(t.model, t.lora, t.fp8);
+}
 
 inline Json case_config(const MemCase& c) {
   Json cfg = {{"model", model_config(c.model)},
@@ -108,6 +119,7 @@ inline Json case_config(const MemCase& c) {
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;
   if (c.bf16) cfg["bf16"] = {{"enabled", true}};
   if (!lora_config(c.model).is_null()) cfg["lora"] = lora_config(c.model);
+  cfg["fp8"] = fp8_config(c.model);
   if (c.model == "llama_docs") cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
   if (!c.offload.empty()) {
     Json& z = cfg["zero_optimization"];

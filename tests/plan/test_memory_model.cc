@@ -80,6 +80,13 @@ std::vector<MemCase> grid() {
     c.steps = 1;
     out.push_back(c);
   }
+  // FP8: each projection's FP8 copies, scales and the CPU product's fp32 scratch, under ZeRO-3 and tp, in bf16 too.
+  for (MemCase c : {mem_case(1, 1, 1), mem_case(2, 1, 1, 3), mem_case(2, 1, 2, 1),
+                    mem_case(1, 2, 2, 0, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_fp8";
+    c.steps = 1;
+    out.push_back(c);
+  }
   // Documents (data.document_mask): every stage fetches each micro-batch's.
   for (MemCase c : {mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1), mem_case(2, 1, 1, 3)}) {
     c.model = "llama_docs";
@@ -92,9 +99,7 @@ std::vector<MemCase> grid() {
 TEST(MemoryModel, PredictsEveryRanksMeasuredPeakExactly) {
   std::vector<testing::MemRow> rows;
   for (const MemCase& c : grid()) {
-    const plan::MemoryPrediction p =
-        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model), testing::typed_lora(c.model)))
-            .predict(testing::case_setup(c), true);
+    const plan::MemoryPrediction p = plan::MemoryModel(testing::planned(c.model)).predict(testing::case_setup(c), true);
     testing::MemRow row{c.name()};
     for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
       const int64_t measured = static_cast<int64_t>(measure(c, rank));
@@ -202,9 +207,7 @@ TEST(MemoryModel, OffloadKeepsNoCopyOfTheValuesOnTheHost) {
 
 TEST(MemoryModel, LiveMicroBatchesStayWithinTheScheduleBound) {
   for (const MemCase& c : grid()) {
-    const plan::MemoryPrediction p =
-        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model), testing::typed_lora(c.model)))
-            .predict(testing::case_setup(c));
+    const plan::MemoryPrediction p = plan::MemoryModel(testing::planned(c.model)).predict(testing::case_setup(c));
     for (const plan::RankMemory& r : p.ranks) {
       EXPECT_GE(r.live_micro_batches, 1) << c.name();
       EXPECT_LE(r.live_micro_batches, r.activation_bound) << c.name() << " stage " << r.pp_rank;
@@ -245,10 +248,7 @@ TEST(MemoryModel, LoraHoldsTheFrozenBaseInTheComputeDtypeOnly) {
   for (const bool bf16 : {false, true}) {
     MemCase c = mem_case(1, 1, 1, 0, spec::ScheduleKind::OneFOneB, 1, 2, bf16);
     c.model = "llama_lora";
-    const plan::RankMemory r =
-        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model), testing::typed_lora(c.model)))
-            .predict(testing::case_setup(c))
-            .worst();
+    const plan::RankMemory r = plan::MemoryModel(testing::planned(c.model)).predict(testing::case_setup(c)).worst();
     const int64_t x = bf16 ? 2 : 4;  // the compute dtype's bytes
     // Values in the compute dtype for every parameter, an fp32 master only for the adapters in bf16.
     EXPECT_EQ(r.resident[MemoryPurpose::Parameters], x * (base + adapters) + (bf16 ? 4 * adapters : 0)) << bf16;

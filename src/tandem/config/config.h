@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/spec/fp8.h"
 #include "tandem/spec/lora.h"
 #include "tandem/spec/model_config.h"
 #include "tandem/spec/train.h"
@@ -89,6 +90,7 @@ struct TrainConfig {
   bool bf16;
   ModelConfig model;
   spec::LoraConfig lora;  // "lora": adapters on the frozen model (enabled false without it)
+  spec::Fp8Config fp8;    // "fp8": the blocks' projections in FP8
   DataConfig data;
   EvalConfig eval;
   ParallelConfig parallel;

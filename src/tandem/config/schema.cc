@@ -46,7 +46,8 @@ std::vector<std::string> top_keys() {
           "eval",
           "tensorboard",
           "csv_monitor",
-          "lora"};
+          "lora",
+          "fp8"};
 }
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
 std::vector<std::string> gpt_keys() {
@@ -355,6 +356,30 @@ void validate_data(Fields& top) {
   validate_data_object(top.object("data"), "data", top.raw("model")["type"].get<std::string>());
 }
 
+// "fp8": {"enabled", "recipe", "min_features", "gradient_format"} (spec/fp8.h): the blocks' projections in FP8, with
+// bf16 or fp32 compute around them.
+void validate_fp8(Fields& top) {
+  Fields f(top.object("fp8"), "fp8");
+  f.only({"enabled", "recipe", "min_features", "gradient_format"});
+  const bool enabled = f.boolean("enabled", false);
+  const std::string recipe = f.choice("recipe", "tensorwise", {"tensorwise", "rowwise", "blockwise"});
+  f.integer("min_features", 0, 0);
+  f.choice("gradient_format", "e5m2", {"e5m2", "e4m3"});
+  if (!enabled) return;
+  if (recipe != "tensorwise")
+    TANDEM_FAIL("fp8.recipe \"", recipe,
+                "\" is not implemented yet: Tandem scales each tensor as a whole (\"tensorwise\", one power-of-two "
+                "scale per tensor from its current amax); use \"tensorwise\"");
+  if (top.raw("fp16")["enabled"].get<bool>())
+    TANDEM_FAIL(
+        "fp8 with fp16.enabled: FP8 training computes around its products in bf16 (or fp32), with no loss "
+        "scaling; set \"bf16\": {\"enabled\": true} instead of fp16");
+  const std::string type = top.raw("model")["type"].get<std::string>();
+  if (type != "gpt" && type != "llama")
+    TANDEM_FAIL("fp8 runs the projections of gpt and llama blocks, which model type '", type,
+                "' does not have: use a gpt or llama model, or remove \"fp8\"");
+}
+
 // "eval": {"data": {...}, "every": N, "steps": K}: the loss on K global batches of held-out data, with no update,
 // every N steps (0: after the last step only) and after the last.
 void validate_eval(Fields& top) {
@@ -449,6 +474,7 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   validate_precision(top, no_effect);
   validate_model(top);
   validate_lora(cfg, top.raw("model")["type"].get<std::string>());
+  validate_fp8(top);
   const Json& zero = cfg.at("zero_optimization");
   if (cfg.contains("lora") &&
       (zero.at("offload_optimizer").at("device") != "none" || zero.at("offload_param").at("device") != "none"))

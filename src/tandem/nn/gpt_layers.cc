@@ -67,6 +67,12 @@ int GptBlock::add_lora(const LoraTargets& targets) {
   return added;
 }
 
+int GptBlock::use_fp8(const spec::Fp8Config& config) {
+  int used = 0;
+  for (Linear* l : {&qkv_, &proj_, &fc_, &out_}) used += l->use_fp8(config) ? 1 : 0;
+  return used;
+}
+
 Tensor GptBlock::forward(const Tensor& x, Saved& saved) {
   const int64_t B = x.dim(0), T = x.dim(1);
   saved.children.assign(kNumChildren, Saved{});

@@ -40,6 +40,8 @@ class GptBlock final : public Layer {
   // Freezes the block and adds LoRA adapters (lora.h) at the sites of `targets` it has: "blocks.<i>.qkv" (GPT-2's
   // c_attn, one adapter over q, k and v), "blocks.<i>.proj", "blocks.<i>.fc", "blocks.<i>.out". Returns how many.
   int add_lora(const LoraTargets& targets);
+  // Runs qkv, proj, fc and out in FP8 where their shapes allow (Linear::use_fp8); returns how many do.
+  int use_fp8(const spec::Fp8Config& config);
   // x (B, T, C) -> y (B, T, C)
   Tensor forward(const Tensor& x, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override;

@@ -102,42 +102,128 @@ Shape Linear::output_shape(const Shape& in) const {
 
 Tensor Linear::forward(const Tensor& x, Saved& saved) { return forward_add(x, Tensor(), saved); }
 
+bool Linear::use_fp8(const spec::Fp8Config& config) {
+  // Decided on the logical shape, so every layout runs the same projections in FP8.
+  const int64_t slots = split_ == Split::None ? 1 : tp_.size;
+  const int64_t in = split_ == Split::Row ? in_ * slots : in_, out = split_ == Split::Column ? out_ * slots : out_;
+  fp8_gradients_ = config.gradients;
+  fp8_ = config.enabled && in >= config.min_features && out >= config.min_features && in % 16 == 0 && out % 16 == 0;
+  if (fp8_)
+    TANDEM_CHECK(ops::fp8_shape_ok(16, out_, in_) && ops::fp8_shape_ok(16, in_, out_), name(), ": FP8 products need ",
+                 "multiples of 16 features, but this tensor-parallel slot holds ", in_, " inputs and ", out_,
+                 " outputs of ", in, " and ", out, ": use fewer tensor-parallel slots, or set fp8.min_features above ",
+                 std::min(in, out), " to keep this projection in the compute dtype");
+  return fp8_;
+}
+
+namespace {
+// A one-element fp32 tensor on x's device: an amax or an inverse scale.
+Tensor scalar_like(const Tensor& x, const std::string& what) {
+  return Tensor::empty({1}, DType::F32, x.device(), what);
+}
+
+// t's amax, the maximum over the tp slots when `split` (they hold parts of one logical tensor).
+Tensor amax_of(const Tensor& t, bool split, const TpSlot& tp, const std::string& what) {
+  Tensor a = scalar_like(t, what);
+  ops::amax(t, a);
+  if (split) tp.max(a);
+  return a;
+}
+
+// t (R, C) in `format` with its inverse scale: q (R, C) and/or q_t (C, R) as asked.
+struct Quantized {
+  Tensor q, q_t, inv_scale;
+};
+Quantized quantize(const Tensor& t, const Tensor& amax, DType format, bool plain, bool transposed,
+                   const std::string& what) {
+  const int64_t r = t.numel() / t.dim(-1), c = t.dim(-1);
+  Quantized out;
+  if (plain) out.q = Tensor::empty({r, c}, format, t.device(), what);
+  if (transposed) out.q_t = Tensor::empty({c, r}, format, t.device(), what + " transposed");
+  out.inv_scale = scalar_like(t, what + " scale");
+  ops::fp8_quantize(t.view({r, c}), amax, out.q, out.q_t, out.inv_scale);
+  return out;
+}
+}  // namespace
+
+void Linear::forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& residual, const Tensor& y2d,
+                         Saved& saved) {
+  const Tensor amax_x = amax_of(x2d, split_ == Split::Row, tp_, name() + " amax x");
+  const Tensor amax_w = amax_of(weight_->value, split_ != Split::None, tp_, name() + " amax weight");
+  const Quantized xq = quantize(x2d, amax_x, DType::E4M3, true, false, name() + " x fp8");
+  const Quantized wq = quantize(weight_->value, amax_w, DType::E4M3, true, false, name() + " weight fp8");
+  ops::fp8_matmul(xq.q, xq.inv_scale, wq.q, wq.inv_scale, bias, residual, y2d, /*fast_accum=*/true);
+  saved.tensors.push_back(amax_x);
+  saved.tensors.push_back(amax_w);
+}
+
+void Linear::backward_fp8(const Tensor& dy2d, const Tensor& x2d, const Tensor& amax_x, const Tensor& amax_w,
+                          const Tensor& dx2d) {
+  const Tensor amax_dy = amax_of(dy2d, split_ == Split::Column, tp_, name() + " amax dy");
+  const Quantized gq = quantize(dy2d, amax_dy, fp8_gradients_, true, weight_->trainable, name() + " dy fp8");
+  if (weight_->trainable) {
+    // dW (out, in) += dy^T (out, N) x^T (in, N)^T: both with the tokens contiguous.
+    const Quantized xq = quantize(x2d, amax_x, DType::E4M3, false, true, name() + " x fp8");
+    ops::fp8_matmul(gq.q_t, gq.inv_scale, xq.q_t, xq.inv_scale, Tensor(), weight_->grad, weight_->grad);
+  }
+  // dx (N, in) = dy (N, out) W^T (in, out)^T.
+  const Quantized wq = quantize(weight_->value, amax_w, DType::E4M3, false, true, name() + " weight fp8");
+  ops::fp8_matmul(gq.q, gq.inv_scale, wq.q_t, wq.inv_scale, Tensor(), Tensor(), dx2d);
+}
+
 Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved) {
   TANDEM_CHECK(x.dim(-1) == in_, name(), " expects last dim ", in_, ", got ", shape_str(x.shape()));
   Tensor y = Tensor::empty(output_shape(x.shape()), x.dtype(), x.device(), name() + " output");  // (..., out)
   const Tensor bias = bias_ && !bias_deferred_ ? bias_->value : Tensor();                        // (out) or none
+  const int64_t n = x.numel() / in_;
+  const Tensor x2d = x.view({n, in_}), y2d = y.view({n, out_});  // (N, in), (N, out)
+  saved.tensors = {x};
+  const bool fp8 = fp8_tokens(n);
   std::vector<Tensor> h;  // (N, r) per adapter: what their backward needs
   if (split_ == Split::Row) {
     // Partial products of the input slices: summed over tp first, then the adapters, the bias and the residual.
-    ops::matmul(x, weight_->value, y, false, true);
+    if (fp8)
+      forward_fp8(x2d, Tensor(), Tensor(), y2d, saved);
+    else
+      ops::matmul(x, weight_->value, y, false, true);
     if (lora_) h = lora_->down(x);
     tp_.sum(y);
     if (lora_) lora_->up(h, y);
     if (bias.defined()) ops::add_bias(y.view({y.numel() / out_, out_}), bias);
     if (residual.defined()) ops::add(y, residual, y);
   } else {
-    ops::linear_forward(x, weight_->value, bias, residual, y);
+    if (fp8)
+      forward_fp8(x2d, bias, residual.defined() ? residual.view({n, out_}) : Tensor(), y2d, saved);
+    else
+      ops::linear_forward(x, weight_->value, bias, residual, y);
     if (lora_) {
       h = lora_->down(x);
       lora_->up(h, y);
     }
   }
-  saved.tensors = {x};
-  saved.tensors.insert(saved.tensors.end(), h.begin(), h.end());
+  saved.tensors.insert(saved.tensors.end(), h.begin(), h.end());  // {x, [amax x, amax W], h...}
   return y;
 }
 
 Tensor Linear::backward(const Tensor& dy, Saved& saved) {
   const Tensor x = saved.tensors.at(0);  // (..., in)
-  // dW (out, in) += dy^T x and db (out) += sum dy, one op; nothing for a frozen weight.
-  const bool bias_grad = bias_ && bias_->trainable;
-  if (weight_->trainable)
-    ops::linear_weight_grad(dy, x, weight_->grad, bias_grad ? bias_->grad : Tensor());
-  else if (bias_grad)
-    ops::bias_backward(dy.view({dy.numel() / out_, out_}), bias_->grad);
+  const int64_t n = x.numel() / in_;
+  const bool fp8 = fp8_tokens(n);
+  const auto adapters_saved = saved.tensors.begin() + (fp8 ? 3 : 1);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");  // (..., in)
-  ops::matmul(dy, weight_->value, dx, false, false);
-  if (lora_) lora_->backward(x, std::vector<Tensor>(saved.tensors.begin() + 1, saved.tensors.end()), dy, dx);
+  const bool bias_grad = bias_ && bias_->trainable;
+  if (fp8) {
+    backward_fp8(dy.view({n, out_}), x.view({n, in_}), saved.tensors.at(1), saved.tensors.at(2), dx.view({n, in_}));
+    if (bias_grad) ops::bias_backward(dy.view({n, out_}), bias_->grad);
+  } else {
+    // dW (out, in) += dy^T x and db (out) += sum dy, one op; nothing for a frozen weight.
+    if (weight_->trainable)
+      ops::linear_weight_grad(dy, x, weight_->grad, bias_grad ? bias_->grad : Tensor());
+    else if (bias_grad)
+      ops::bias_backward(dy.view({n, out_}), bias_->grad);
+    ops::matmul(dy, weight_->value, dx, false, false);
+  }
+  if (lora_) lora_->backward(x, std::vector<Tensor>(adapters_saved, saved.tensors.end()), dy, dx);
   if (split_ == Split::Column) tp_.sum(dx);  // each slot saw only its output columns
   saved.clear();
   return dx;

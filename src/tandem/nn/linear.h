@@ -5,6 +5,10 @@
 // partitioned X (the sum over tp is the "g" operator; b is replicated and added once after it).
 // With LoRA adapters (lora.h) the frozen product gains s (x A^T) B^T on the adapted outputs; a frozen weight has no
 // gradient and its weight-gradient product is skipped.
+// With FP8 (use_fp8, spec/fp8.h) the three products run as ops::fp8_matmul: x and W in e4m3, dy in e5m2, each with
+// one power-of-two scale from its amax over the whole logical tensor, so the maximum over tp is taken wherever the
+// tensor is split: W always, x in a row-parallel layer, dy in a column-parallel one. Every layout then rounds every
+// element alike. Forward saves x and the two amaxes; backward quantizes again from them (the same bits).
 #pragma once
 
 #include <memory>
@@ -12,6 +16,7 @@
 
 #include "tandem/nn/layer.h"
 #include "tandem/nn/lora.h"
+#include "tandem/spec/fp8.h"
 
 namespace tandem::nn {
 
@@ -53,7 +58,20 @@ class Linear final : public Layer {
   // lora.h says. Every adapter of one layer takes the same options.
   void add_lora(const LoraOptions& options, int part, const std::string& label);
 
+  // Runs the products in FP8 from now on when the logical layer has at least config.min_features inputs and outputs,
+  // both multiples of 16; returns whether it does. Throws when it does but this slot's share is not a multiple of 16
+  // (ops::fp8_shape_ok). A call whose token count is not a multiple of 16 still runs in the compute dtype.
+  bool use_fp8(const spec::Fp8Config& config);
+  bool fp8() const { return fp8_; }
+
  private:
+  // The FP8 forward product into y (N, out): x W^T (+ bias + residual when given), saving the amaxes into `saved`.
+  void forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& residual, const Tensor& y2d, Saved& saved);
+  // dW += dy^T x (when trainable) and dx = dy W, in FP8, from the amaxes forward saved.
+  void backward_fp8(const Tensor& dy2d, const Tensor& x2d, const Tensor& amax_x, const Tensor& amax_w,
+                    const Tensor& dx2d);
+  bool fp8_tokens(int64_t n) const { return fp8_ && n % 16 == 0; }
+
   int64_t in_, out_;
   std::vector<int64_t> parts_;  // the fused projections' output sizes, in all (one part when not fused)
   Split split_;
@@ -61,6 +79,8 @@ class Linear final : public Layer {
   Parameter* weight_;  // (out_local, in_local)
   Parameter* bias_;    // (out_local) or null
   bool bias_deferred_ = false;
+  bool fp8_ = false;
+  DType fp8_gradients_ = DType::E5M2;   // dy's format under FP8
   std::unique_ptr<LoraAdapters> lora_;  // null without adapters
 };
 

@@ -61,7 +61,7 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp) {
   return c;
 }
 
-Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora) {
+Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, const spec::Fp8Config& fp8) {
   const LlamaConfig c = resolve_llama(cfg, tp.size);
   auto rope = std::make_shared<RopeCache>(
       ops::rope_tables(ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, rope_scaling_of(c)), c.seq_len));
@@ -77,8 +77,14 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora) {
   Model model;
   LoraSites sites(lora, model);
   model.add(sites.frozen(std::make_unique<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp)));
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    model.add(sites.adapted(std::make_unique<LlamaBlock>(static_cast<int>(i), shape, rope, tp, model.batch_context())));
+  Model::Fp8Use fp8_use;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    auto block = std::make_unique<LlamaBlock>(static_cast<int>(i), shape, rope, tp, model.batch_context());
+    fp8_use.fp8 += block->use_fp8(fp8);
+    fp8_use.projections += 4;
+    model.add(sites.adapted(std::move(block)));
+  }
+  model.set_fp8_use(fp8_use);
   model.add(
       sites.frozen(std::make_unique<LlamaHead>(c.hidden_size, c.vocab_size, shape.eps, tp, c.tie_word_embeddings)));
   model.set_vocab_parallel_logits(tp.active());

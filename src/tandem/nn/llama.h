@@ -8,6 +8,7 @@
 #include "tandem/nn/model.h"
 #include "tandem/nn/tensor_parallel.h"
 #include "tandem/ops/rope_tables.h"
+#include "tandem/spec/fp8.h"
 #include "tandem/spec/models.h"
 
 namespace tandem::nn {
@@ -39,7 +40,9 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp = 1);
 // Tensor-parallel as llama_layers.h describes; the logits are then vocabulary-parallel.
 // With `lora`, every parameter above is frozen and LoRA adapters are added at its sites (LlamaBlock::add_lora), each
 // of which must exist.
-Model build_llama(const LlamaConfig& cfg, TpSlot tp = {}, const LoraTargets* lora = nullptr);
+// `fp8`: the blocks' projections run in FP8 where their shapes allow (Model::fp8_use counts them).
+Model build_llama(const LlamaConfig& cfg, TpSlot tp = {}, const LoraTargets* lora = nullptr,
+                  const spec::Fp8Config& fp8 = {});
 // V C + L (2C + (H + 2 Hkv) D C + H D C + 3 F C [+ (H + 2 Hkv) D] [+ C]) + C [+ V C untied], computed without building
 // the model: every logical parameter once (a tied head adds none).
 int64_t llama_parameter_count(const LlamaConfig& cfg);

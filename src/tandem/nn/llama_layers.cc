@@ -136,6 +136,12 @@ int LlamaBlock::add_lora(const LoraTargets& targets) {
   return added;
 }
 
+int LlamaBlock::use_fp8(const spec::Fp8Config& config) {
+  int used = 0;
+  for (Linear* l : {&qkv_, &o_, &gate_up_, &down_}) used += l->use_fp8(config) ? 1 : 0;
+  return used;
+}
+
 Tensor LlamaBlock::forward(const Tensor& x, Saved& saved) {
   const int64_t B = x.dim(0), T = x.dim(1);
   Device& dev = x.device();

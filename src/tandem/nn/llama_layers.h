@@ -92,6 +92,8 @@ class LlamaBlock final : public Layer {
   // Freezes the block and adds LoRA adapters (lora.h) at the sites of `targets` it has: "layers.<i>.qkv.{q,k,v}",
   // "layers.<i>.o", "layers.<i>.gate_up.{gate,up}", "layers.<i>.down". Returns how many.
   int add_lora(const LoraTargets& targets);
+  // Runs qkv, o, gate_up and down in FP8 where their shapes allow (Linear::use_fp8); returns how many do.
+  int use_fp8(const spec::Fp8Config& config);
   // x (B, T, C) -> y (B, T, C)
   Tensor forward(const Tensor& x, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override;

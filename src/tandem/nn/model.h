@@ -70,6 +70,12 @@ class Model {
   // so the loss must be vocabulary-parallel.
   bool vocab_parallel_logits() const { return vocab_parallel_logits_; }
   void set_vocab_parallel_logits(bool v) { vocab_parallel_logits_ = v; }
+  // How many of the blocks' projections run their products in FP8 (spec/fp8.h), of how many: the builder's count.
+  struct Fp8Use {
+    int fp8 = 0, projections = 0;
+  };
+  Fp8Use fp8_use() const { return fp8_use_; }
+  void set_fp8_use(Fp8Use use) { fp8_use_ = use; }
 
   // The micro-batch being run, for layers whose draws depend on it (batch_context.h): the engine sets it before each
   // forward and backward; layers built for this model hold the pointer.
@@ -81,6 +87,7 @@ class Model {
   Tensor values_;                                          // (P) fp32
   Tensor grads_;                                           // (P) fp32
   bool vocab_parallel_logits_ = false;
+  Fp8Use fp8_use_;
   std::shared_ptr<BatchContext> context_ = std::make_shared<BatchContext>();
 };
 

@@ -20,15 +20,20 @@ Model build_mlp(const MlpConfig& cfg, TpSlot tp) {
   return model;
 }
 
-Model build_gpt(const GptConfig& cfg, TpSlot tp, const LoraTargets* lora) {
+Model build_gpt(const GptConfig& cfg, TpSlot tp, const LoraTargets* lora, const spec::Fp8Config& fp8) {
   if (cfg.heads <= 0 || cfg.dim % cfg.heads != 0)
     TANDEM_FAIL("gpt dim ", cfg.dim, " must be a multiple of heads ", cfg.heads);
   Model model;
   LoraSites sites(lora, model);
   model.add(sites.frozen(std::make_unique<GptEmbedding>(cfg.vocab_size, cfg.seq_len, cfg.dim, tp)));
-  for (int64_t i = 0; i < cfg.layers; ++i)
-    model.add(
-        sites.adapted(std::make_unique<GptBlock>(static_cast<int>(i), cfg.dim, cfg.heads, tp, model.batch_context())));
+  Model::Fp8Use fp8_use;
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    auto block = std::make_unique<GptBlock>(static_cast<int>(i), cfg.dim, cfg.heads, tp, model.batch_context());
+    fp8_use.fp8 += block->use_fp8(fp8);
+    fp8_use.projections += 4;
+    model.add(sites.adapted(std::move(block)));
+  }
+  model.set_fp8_use(fp8_use);
   model.add(sites.frozen(std::make_unique<GptHead>(cfg.dim, cfg.vocab_size, tp, cfg.tie_word_embeddings)));
   model.set_vocab_parallel_logits(tp.active());
   sites.check_all_added();

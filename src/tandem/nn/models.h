@@ -7,6 +7,7 @@
 #include "tandem/nn/lora.h"
 #include "tandem/nn/model.h"
 #include "tandem/nn/tensor_parallel.h"
+#include "tandem/spec/fp8.h"
 #include "tandem/spec/models.h"
 
 namespace tandem::nn {
@@ -22,7 +23,9 @@ Model build_mlp(const MlpConfig& cfg, TpSlot tp = {});
 // table, as Hugging Face's GPT-2).
 using GptConfig = spec::GptConfig;
 // With `lora`, every parameter is frozen and LoRA adapters are added at its sites (GptBlock::add_lora).
-Model build_gpt(const GptConfig& cfg, TpSlot tp = {}, const LoraTargets* lora = nullptr);
+// `fp8`: the blocks' projections run in FP8 where their shapes allow (Model::fp8_use counts them).
+Model build_gpt(const GptConfig& cfg, TpSlot tp = {}, const LoraTargets* lora = nullptr,
+                const spec::Fp8Config& fp8 = {});
 // V*C + T*C + L*(12 C^2 + 13 C) + 2C (+ V*C untied), computed without building the model.
 int64_t gpt_parameter_count(const GptConfig& cfg);
 

@@ -11,9 +11,9 @@ Shape PlannedModel::input_shape(int64_t micro) const {
   return s;
 }
 
-PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfig& lora) {
+PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfig& lora, const spec::Fp8Config& fp8) {
   PlannedModel m;
-  m.build = [model, lora](nn::TpSlot tp) { return train::build_model(model, tp, lora); };
+  m.build = [model, lora, fp8](nn::TpSlot tp) { return train::build_model(model, tp, lora, fp8); };
   const spec::ModelIO io = spec::model_io(model);
   m.type = spec::model_type(model);
   m.rows_per_sample = spec::rows_per_sample(model);

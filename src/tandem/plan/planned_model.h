@@ -9,6 +9,7 @@
 
 #include "tandem/layout/layout.h"
 #include "tandem/nn/model.h"
+#include "tandem/spec/fp8.h"
 #include "tandem/spec/lora.h"
 #include "tandem/spec/model_config.h"
 
@@ -32,6 +33,7 @@ struct PlannedModel {
 };
 
 // The model a config names, built by the engine's factory (train::build_model), with the config's LoRA adapters.
-PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfig& lora = {});
+PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfig& lora = {},
+                           const spec::Fp8Config& fp8 = {});
 
 }  // namespace tandem::plan

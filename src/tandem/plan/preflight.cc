@@ -37,7 +37,7 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   s.offload_optimizer = cfg.offload_optimizer;
   s.offload_param = cfg.offload_param;
   s.async_checkpoints = cfg.checkpoint.async && (cfg.checkpoint.every > 0 || cfg.checkpoint.at_end);
-  MemoryModel model(planned_model(cfg.model, cfg.lora));
+  MemoryModel model(planned_model(cfg.model, cfg.lora, cfg.fp8));
 
   PreflightResult r;
   r.memory = model.predict(s, /*every_replica=*/true);

@@ -14,12 +14,14 @@ namespace {
 struct Build {
   nn::TpSlot tp;
   const nn::LoraTargets* lora;
+  const spec::Fp8Config& fp8;
   nn::Model operator()(const spec::MlpConfig& m) const {
     if (lora) TANDEM_FAIL("LoRA adapts gpt and llama models, not an mlp");
+    if (fp8.enabled) TANDEM_FAIL("\"fp8\" runs the projections of gpt and llama blocks, not an mlp's layers");
     return nn::build_mlp(m, tp);
   }
-  nn::Model operator()(const spec::GptConfig& g) const { return nn::build_gpt(g, tp, lora); }
-  nn::Model operator()(const spec::LlamaConfig& c) const { return nn::build_llama(c, tp, lora); }
+  nn::Model operator()(const spec::GptConfig& g) const { return nn::build_gpt(g, tp, lora, fp8); }
+  nn::Model operator()(const spec::LlamaConfig& c) const { return nn::build_llama(c, tp, lora, fp8); }
 };
 
 }  // namespace
@@ -34,10 +36,11 @@ nn::LoraTargets lora_targets(const spec::ModelConfig& model, const spec::LoraCon
   return t;
 }
 
-nn::Model build_model(const spec::ModelConfig& model, nn::TpSlot tp, const spec::LoraConfig& lora) {
-  if (!lora.enabled) return std::visit(Build{tp, nullptr}, model);
+nn::Model build_model(const spec::ModelConfig& model, nn::TpSlot tp, const spec::LoraConfig& lora,
+                      const spec::Fp8Config& fp8) {
+  if (!lora.enabled) return std::visit(Build{tp, nullptr, fp8}, model);
   const nn::LoraTargets targets = lora_targets(model, lora);
-  return std::visit(Build{tp, &targets}, model);
+  return std::visit(Build{tp, &targets, fp8}, model);
 }
 
 }  // namespace tandem::train

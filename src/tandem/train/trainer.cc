@@ -134,9 +134,10 @@ Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data:
 Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups) {
   const spec::ModelConfig model = cfg.model;
   const spec::LoraConfig lora = cfg.lora;
+  const spec::Fp8Config fp8 = cfg.fp8;
   auto dataset = data::make_dataset(cfg.data, spec::model_io(cfg.model), cfg.seed);
   return Trainer(
-      cfg, [model, lora](nn::TpSlot tp) { return build_model(model, tp, lora); }, std::move(dataset),
+      cfg, [model, lora, fp8](nn::TpSlot tp) { return build_model(model, tp, lora, fp8); }, std::move(dataset),
       std::move(options), groups);
 }
 
@@ -295,6 +296,7 @@ void Trainer::setup() {
     std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
     std::printf("%s", engine_->describe_stages().c_str());
     if (cfg_.lora.enabled) std::printf("%s", describe_lora().c_str());
+    if (cfg_.fp8.enabled) std::printf("%s", describe_fp8().c_str());
     if (l.pp > 1)
       std::printf("  schedule: %s, %lld micro-batches per step\n", spec::schedule_name(plan_.schedule).c_str(),
                   static_cast<long long>(b.accum));
@@ -323,6 +325,19 @@ std::string Trainer::describe_lora() const {
                 static_cast<long long>(adapters / 2), static_cast<long long>(trainable),
                 100.0 * static_cast<double>(trainable) / static_cast<double>(std::max<int64_t>(trainable + frozen, 1)),
                 static_cast<long long>(frozen), dtype_name(engine_->store().compute_dtype()).c_str());
+  return line;
+}
+
+std::string Trainer::describe_fp8() const {
+  const nn::Model::Fp8Use use = engine_->model().fp8_use();
+  char line[512];
+  std::snprintf(
+      line, sizeof line,
+      "  fp8 (%s): %d of this rank's %d block projections run their products in e4m3 (inputs, weights) and "
+      "%s (gradients)%s; attention, norms, embeddings, the head and the loss in %s\n",
+      spec::fp8_recipe_name(cfg_.fp8.recipe), use.fp8, use.projections, dtype_name(cfg_.fp8.gradients).c_str(),
+      use.fp8 < use.projections ? " (the others: fewer features than fp8.min_features, or not multiples of 16)" : "",
+      dtype_name(engine_->store().compute_dtype()).c_str());
   return line;
 }
 

@@ -89,8 +89,9 @@ class Trainer {
   StepMetrics train_step(int64_t step, bool first_of_run);
   // Samples [first, first + count) of `dataset`'s step `step`, on the device the engine runs on.
   parallel::pipeline::MicroBatch micro_batch(const data::Dataset& dataset, int64_t step, int64_t first, int64_t count);
-  double evaluate();                  // the mean loss over cfg.eval.steps global batches of the eval data
-  std::string describe_lora() const;  // "  lora: r 8, ..., 1.2M trainable parameters (0.9%) on a frozen base of ..."
+  double evaluate();  // the mean loss over cfg.eval.steps global batches of the eval data
+  std::string describe_lora() const;
+  std::string describe_fp8() const;  // "  lora: r 8, ..., 1.2M trainable parameters (0.9%) on a frozen base of ..."
   // The offload timeline (TANDEM_TIMELINE=S) once recorded: OUT/timeline_rank<r>.json and a summary line.
   void write_timeline(bool at_end);
   std::vector<MonitorEvent> monitor_events(const StepMetrics& m) const;  // the tags and values of one step

@@ -1,0 +1,41 @@
+// FP8 training as plain values, with no JSON and no parsing: what config/ reads the "fp8" object into and what the
+// model factory and nn take. The products of a decoder block's projections run in FP8 (e4m3 inputs and weights, e5m2
+// output gradients, fp32 sums); attention, norms, embeddings, the head, the loss and the optimizer stay in the compute
+// dtype and fp32 (ops.h, "FP8").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tandem/core/dtype.h"
+
+namespace tandem::spec {
+
+// How a tensor is scaled into FP8. Tensorwise: one power-of-two scale per tensor from its current amax, taken over the
+// whole logical tensor (the maximum over the tensor-parallel slots that hold parts of it), so every layout scales
+// alike. Rowwise and blockwise (per-row, or 1x128 / 128x128 tiles) are named so the config can say what it wants.
+enum class Fp8Recipe { Tensorwise, Rowwise, Blockwise };
+
+inline const char* fp8_recipe_name(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::Tensorwise:
+      return "tensorwise";
+    case Fp8Recipe::Rowwise:
+      return "rowwise";
+    case Fp8Recipe::Blockwise:
+      return "blockwise";
+  }
+  return "?";
+}
+
+struct Fp8Config {
+  bool enabled = false;
+  Fp8Recipe recipe = Fp8Recipe::Tensorwise;
+  // A projection with fewer input or output features than this stays in the compute dtype (FP8 does not pay there).
+  int64_t min_features = 0;
+  // The output gradients' format: E5M2 (torchao's and Transformer Engine's choice: 2 mantissa bits, the range of
+  // fp16) or E4M3 (a mantissa bit more, 2^13 less range).
+  DType gradients = DType::E5M2;
+};
+
+}  // namespace tandem::spec
