@@ -157,8 +157,9 @@ void Linear::forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& re
   saved.tensors.push_back(amax_w);
 }
 
-void Linear::backward_fp8(const Tensor& dy2d, const Tensor& x2d, const Tensor& amax_x, const Tensor& amax_w,
-                          const Tensor& dx2d) {
+Tensor Linear::backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& amax_x, const Tensor& amax_w) {
+  const int64_t n = dy2d.dim(0);
+  const Tensor x2d = x.view({n, in_});  // (N, in)
   const Tensor amax_dy = amax_of(dy2d, split_ == Split::Column, tp_, name() + " amax dy");
   const Quantized gq = quantize(dy2d, amax_dy, fp8_gradients_, true, weight_->trainable, name() + " dy fp8");
   if (weight_->trainable) {
@@ -168,7 +169,9 @@ void Linear::backward_fp8(const Tensor& dy2d, const Tensor& x2d, const Tensor& a
   }
   // dx (N, in) = dy (N, out) W^T (in, out)^T.
   const Quantized wq = quantize(weight_->value, amax_w, DType::E4M3, false, true, name() + " weight fp8");
-  ops::fp8_matmul(gq.q, gq.inv_scale, wq.q_t, wq.inv_scale, Tensor(), Tensor(), dx2d);
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");  // (..., in)
+  ops::fp8_matmul(gq.q, gq.inv_scale, wq.q_t, wq.inv_scale, Tensor(), Tensor(), dx.view({n, in_}));
+  return dx;
 }
 
 Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved) {
@@ -210,17 +213,18 @@ Tensor Linear::backward(const Tensor& dy, Saved& saved) {
   const int64_t n = x.numel() / in_;
   const bool fp8 = fp8_tokens(n);
   const auto adapters_saved = saved.tensors.begin() + (fp8 ? 3 : 1);
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");  // (..., in)
   const bool bias_grad = bias_ && bias_->trainable;
+  Tensor dx;  // (..., in), allocated after the weight gradient's product and its scratch
   if (fp8) {
-    backward_fp8(dy.view({n, out_}), x.view({n, in_}), saved.tensors.at(1), saved.tensors.at(2), dx.view({n, in_}));
     if (bias_grad) ops::bias_backward(dy.view({n, out_}), bias_->grad);
+    dx = backward_fp8(dy.view({n, out_}), x, saved.tensors.at(1), saved.tensors.at(2));
   } else {
     // dW (out, in) += dy^T x and db (out) += sum dy, one op; nothing for a frozen weight.
     if (weight_->trainable)
       ops::linear_weight_grad(dy, x, weight_->grad, bias_grad ? bias_->grad : Tensor());
     else if (bias_grad)
       ops::bias_backward(dy.view({n, out_}), bias_->grad);
+    dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
     ops::matmul(dy, weight_->value, dx, false, false);
   }
   if (lora_) lora_->backward(x, std::vector<Tensor>(adapters_saved, saved.tensors.end()), dy, dx);

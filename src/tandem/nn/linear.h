@@ -67,9 +67,8 @@ class Linear final : public Layer {
  private:
   // The FP8 forward product into y (N, out): x W^T (+ bias + residual when given), saving the amaxes into `saved`.
   void forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& residual, const Tensor& y2d, Saved& saved);
-  // dW += dy^T x (when trainable) and dx = dy W, in FP8, from the amaxes forward saved.
-  void backward_fp8(const Tensor& dy2d, const Tensor& x2d, const Tensor& amax_x, const Tensor& amax_w,
-                    const Tensor& dx2d);
+  // dW += dy^T x (when trainable), then dx = dy W (returned, x's shape), in FP8, from the amaxes forward saved.
+  Tensor backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& amax_x, const Tensor& amax_w);
   bool fp8_tokens(int64_t n) const { return fp8_ && n % 16 == 0; }
 
   int64_t in_, out_;
