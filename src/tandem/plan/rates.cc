@@ -16,7 +16,7 @@ Rates builtin_rates(const std::string& name) {
     // bf16 GEMMs at transformer shapes (d 1600-5120): 888 TFLOP/s at 8192^3 (989 peak), less on thinner ones.
     // This rate and op_overhead_s were fitted to nine 1- and 2-GPU training runs (docs/benchmarks.md).
     r.gemm_flops = 650e12;
-    r.gemm_flops_fp32 = 50e12;   // plain fp32 (no TF32): 67 TFLOP/s peak
+    r.gemm_flops_fp32 = 50e12;  // plain fp32 (no TF32): 67 TFLOP/s peak
     // FP8 tensor cores (1979 TFLOP/s peak, twice bf16's): fitted to the Llama 3.2 1B and 8-layer Llama-3-8B runs of
     // 2026-12-02 in FP8 so their predicted steps err as the same runs' in bf16 do (4-5% slow; docs/benchmarks.md).
     r.gemm_flops_fp8 = 1300e12;
