@@ -8,6 +8,9 @@ peak that a --probe run measured, and peak GiB with the planner's predicted peak
 the ratios to compiled and eager and the peaks side by side; then, for a model run at more than one micro-batch,
 Tandem's fastest over compiled PyTorch's fastest; writes OUT/speed.json. gpt and llama configs alike.
 Usage: python3 bench/run_summary.py --speed OUT_DIR
+With --fp8 (bench/gpu_fp8.sh's folder): per shape KEY, Tandem bf16 (KEY_bf16), Tandem fp8 (KEY_fp8) and torchao float8
+(KEY_torchao): tok/s, peak GiB, fp8 over bf16 and over torchao, the first and last losses; writes OUT/fp8.json.
+Usage: python3 bench/run_summary.py --fp8 OUT_DIR
 """
 import glob, json, os, re, statistics, sys
 
@@ -143,6 +146,35 @@ def speed(out):
     return all(r["tandem"].get("tokens_per_s") for r in rows.values())
 
 
+def fp8(out):
+    rows = {}
+    keys = sorted({os.path.basename(p)[:-len("_bf16.json")] for p in glob.glob(f"{out}/*_bf16.json")},
+                  key=lambda k: os.path.getmtime(f"{out}/{k}_bf16.json"))
+    print(f"{'shape':8s} {'model':17s} {'bf16':>8s} {'fp8':>8s} {'torchao':>8s} {'fp8/bf16':>8s} {'fp8/ao':>7s} | "
+          f"{'peak GiB bf16 fp8 torchao':>25s} | losses bf16, fp8 (first -> last)")
+    ok = True
+    for key in keys:
+        b, f = (tandem_run(out, f"{key}_{v}") if os.path.exists(f"{out}/{key}_{v}.log") else {"error": "not run"}
+                for v in ("bf16", "fp8"))
+        t = torch_result(out, f"{key}_torchao")
+        rows[key] = {"bf16": b, "fp8": f, "torchao": t}
+        tps = [x.get("tokens_per_s") for x in (b, f, t)]
+        peaks = [b.get("peak_gib_per_gpu"), f.get("peak_gib_per_gpu"), t.get("peak_mem_GiB")]
+        ratio = lambda x, y: f"{x / y:.3f}x" if x and y else "-"
+        cell = lambda v, w, fmt=".0f": format(v, fmt).rjust(w) if v else "-".rjust(w)
+        losses = ", ".join(f"{x['loss_first']:.4f} -> {x['loss_last']:.4f}" if x.get("loss_first") else "-"
+                           for x in (b, f))
+        print(f"{key:8s} {b.get('model', ''):17s} {cell(tps[0], 8)} {cell(tps[1], 8)} {cell(tps[2], 8)} "
+              f"{ratio(tps[1], tps[0]):>8s} {ratio(tps[1], tps[2]):>7s} | {cell(peaks[0], 7, '.2f')} "
+              f"{cell(peaks[1], 7, '.2f')} {cell(peaks[2], 9, '.2f')} | {losses}")
+        for name, x in (("bf16", b), ("fp8", f), ("torchao", t)):
+            if x.get("error"):
+                print(f"  {key}_{name}: {x['error']}")
+        ok = ok and bool(tps[0] and tps[1])
+    json.dump(rows, open(f"{out}/fp8.json", "w"), indent=1)
+    return ok
+
+
 def main(out):
     res = {}
     for log in sorted(glob.glob(f"{out}/*.log")):
@@ -174,4 +206,6 @@ def main(out):
 if __name__ == "__main__":
     if sys.argv[1] == "--speed":
         sys.exit(0 if speed(sys.argv[2]) else 1)
+    if sys.argv[1] == "--fp8":
+        sys.exit(0 if fp8(sys.argv[2]) else 1)
     main(sys.argv[1])
