@@ -115,6 +115,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/backend.cc
   ${_tandem_ops}/cross_entropy.cu
   ${_tandem_ops}/dropout.cu
+  ${_tandem_ops}/random_fill.cu
   ${_tandem_ops}/elementwise.cu
   ${_tandem_ops}/embedding.cu
   ${_tandem_ops}/fp8.cu

@@ -1,4 +1,6 @@
 // ops_check: matmul, the linear layer, the elementwise ops and LayerNorm, CUDA against the CPU.
+#include <chrono>
+
 #include "ops_check.h"
 
 namespace tandem::ops_check {
@@ -219,6 +221,36 @@ void check_elementwise(Suite& s) {
         s.row("dropout mask", tn, shape, static_cast<double>(differ), 0.0, "elements dropped on one side only");
       });
     }
+  }
+  // Initial values: the GPU draws the host's bits (core/random_fill.h), for a part of a fused, unequally blocked
+  // tensor (a grouped-query qkv's q, k and v rows) from its 1000th element on; the rate of the GPU's draws beside it.
+  for (const RandomKind kind : {RandomKind::Normal, RandomKind::Uniform}) {
+    const char* kind_name = kind == RandomKind::Normal ? "normal" : "uniform";
+    const int64_t in = 4096, n = (4096 + 1024 + 1024) / 2 * in - 1000;
+    s.run("random_fill", kind_name, dims({n}), [&] {
+      RandomFill f;
+      f.kind = kind;
+      f.scale = 0.02f;
+      f.seed = 7;
+      f.stream = hash_name("blocks.3.qkv.weight");
+      f.first = 1000;
+      f.shard = ShardIndex{1, 4096 + 1024 + 1024, in, 1, 2, 3, {4096, 1024, 1024, 0}};
+      auto y = s.output({n}, DType::F32);
+      random_fill_host(y.cpu.f32(), n, f);
+      gpu::random_fill(y.gpu, f);  // once to load the kernel, then timed
+      s.dev().synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      gpu::random_fill(y.gpu, f);
+      s.dev().synchronize();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const std::vector<float> g = y.gpu.to_host_floats();
+      const float* w = y.cpu.f32();
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&g[static_cast<size_t>(i)], &w[i], 4) != 0;
+      s.row("random_fill", kind_name, dims({n}), static_cast<double>(differ), 0.0,
+            "elements whose bits differ from the host's; " + std::to_string(ms) + " ms on the GPU (" +
+                std::to_string(n / ms / 1e6) + " G elements/s)");
+    });
   }
   // Casts: the exact conversion of the host's rounding functions (round to nearest even), so the error should be
   // 0; the bound is a fraction of the target dtype's.

@@ -1,4 +1,5 @@
-// Core: dtype conversions (FP8's against a nearest-value search), Philox streams, size parsing, tensor views.
+// Core: dtype conversions (FP8's against a nearest-value search), Philox streams and the initial values' draws,
+// size parsing, tensor views.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/core/tensor.h"
 #include "tandem/core/units.h"
 #include "tandem/device/cpu_device.h"
@@ -90,11 +92,15 @@ TEST(DType, Fp8RoundsToTheNearestValueTiesToEven) {
       for (const float f : {p, -p}) {
         const uint8_t got = encode(f), want = nearest_fp8(f, decode, e4m3);
         EXPECT_EQ(decode(got), decode(want)) << (e4m3 ? "e4m3 " : "e5m2 ") << f;
-        if (f != 0.0f) EXPECT_EQ(got, want) << (e4m3 ? "e4m3 " : "e5m2 ") << f;
+        if (f != 0.0f) {
+          EXPECT_EQ(got, want) << (e4m3 ? "e4m3 " : "e5m2 ") << f;
+        }
       }
     for (int code = 0; code < 256; ++code) {
       const float v = decode(static_cast<uint8_t>(code));
-      if (std::isfinite(v) && v != 0.0f) EXPECT_EQ(encode(v), code) << "round trip of code " << code;
+      if (std::isfinite(v) && v != 0.0f) {
+        EXPECT_EQ(encode(v), code) << "round trip of code " << code;
+      }
     }
   }
 }
@@ -117,6 +123,70 @@ TEST(Philox, NormalMoments) {
   }
   EXPECT_NEAR(s / n, 0.0, 0.01);
   EXPECT_NEAR(s2 / n, 1.0, 0.02);
+}
+
+// The normal draw is sqrt(-2 ln u1) cos(2 pi u2) computed in double with its own logarithm and cosine and rounded once:
+// against the formula in long double, the same float or, where the exact value lies within double rounding of a float
+// tie, its neighbour.
+TEST(RandomFill, NormalIsBoxMullerRoundedOnce) {
+  int off_by_one = 0;
+  const int n = 300000;
+  for (int i = 0; i < n; ++i) {
+    const PhiloxBlock b = philox4x32({static_cast<uint32_t>(i), 0, 5, 0}, 11);
+    const long double u1 = ((b[0] >> 8) + 1) / 16777216.0L, u2 = ((b[1] >> 8) + 1) / 16777216.0L;
+    const long double exact = std::sqrt(-2.0L * std::log(u1)) * std::cos(6.283185307179586476925286766559L * u2);
+    const float want = static_cast<float>(exact), got = normal_from_words(b[0], b[1]);
+    if (got == want) continue;
+    ++off_by_one;
+    EXPECT_EQ(got, std::nextafter(want, got)) << "draw " << i << ": " << got << " against " << want;
+  }
+  EXPECT_LE(off_by_one, 3) << "of " << n;
+}
+
+// Edges of the two words: u1 = 1 (radius 0), the smallest u1, and u2 at each quarter turn and its neighbours.
+TEST(RandomFill, NormalAtTheEdges) {
+  EXPECT_EQ(normal_from_words(0xffffffffu, 0), 0.0f);
+  const float r = static_cast<float>(std::sqrt(-2.0L * std::log(1.0L / 16777216.0L)));  // 5.7683...
+  for (uint32_t q = 0; q <= 4; ++q) {
+    const uint32_t j = q << 22;  // u2 = (j + 1) / 2^24 with j = (w2 >> 8): one step past q quarters
+    for (uint32_t d : {0u, 1u}) {
+      const uint32_t w2 = ((j + d - 1) & 0xffffffu) << 8;
+      const long double exact = std::sqrt(-2.0L * std::log(1.0L / 16777216.0L)) *
+                                std::cos(6.283185307179586476925286766559L * (((w2 >> 8) + 1) / 16777216.0L));
+      EXPECT_NEAR(normal_from_words(0, w2), static_cast<float>(exact), 1e-6f * r) << "quarter " << q << " + " << d;
+    }
+  }
+  EXPECT_EQ(normal_from_words(0, 0xffffff00u), r);  // u2 = 1: a whole turn
+}
+
+// A part of a tensor draws what the whole holds at its elements' logical indices, for every part of a fused,
+// unequally blocked split.
+TEST(RandomFill, PartsDrawTheWholesElements) {
+  RandomFill whole;
+  whole.kind = RandomKind::Normal;
+  whole.scale = 0.02f;
+  whole.seed = 3;
+  whole.stream = hash_name("blocks.0.qkv.weight");
+  const int64_t outer = 2, split = 16, inner = 3, numel = outer * split * inner;
+  std::vector<float> all(numel);
+  random_fill_host(all.data(), numel, whole);
+  for (RandomKind kind : {RandomKind::Normal, RandomKind::Uniform}) {
+    whole.kind = kind;
+    random_fill_host(all.data(), numel, whole);
+    for (int64_t part = 0; part < 2; ++part) {
+      RandomFill f = whole;
+      f.shard = ShardIndex{outer, split, inner, part, 2, 3, {8, 4, 4, 0}};
+      f.first = 5;  // from the part's sixth element
+      std::vector<float> mine(numel / 2 - 5);
+      random_fill_host(mine.data(), static_cast<int64_t>(mine.size()), f);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const int64_t g = f.shard.global_index(5 + static_cast<int64_t>(i));
+        ASSERT_GE(g, 0);
+        EXPECT_EQ(mine[i], all[static_cast<size_t>(g)]) << "part " << part << " element " << i;
+      }
+    }
+  }
+  EXPECT_EQ(all[7], 0.02f * (2.0f * uniform_at(3, whole.stream, 7) - 1.0f));
 }
 
 TEST(Units, ParseAndFormat) {

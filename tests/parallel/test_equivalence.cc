@@ -4,8 +4,9 @@
 // under every ZeRO stage (dp > 1), every schedule (pp > 1), with and without activation checkpointing; a representative
 // set of layouts also in bf16 against the single-device bf16 run, within the measured bounds kBf16 and kBf16Tp; LoRA
 // adapters on a frozen llama and gpt (with dropout on a tied llama) on a representative set (with tp within
-// kF32LoraTp); the gpt and the llama with their projections in FP8 (the first step within kF32, later ones within the
-// measured kFp8 bounds). Also the memory claim of ZeRO-3. Run under mpirun -np TANDEM_TEST_WORLD.
+// kF32LoraTp; the llama's tp layouts within kF32TpLlama); the gpt and the llama with their projections in FP8 (the
+// first step within kF32, later ones within the measured kFp8 bounds). Also the memory claim of ZeRO-3. Run under
+// mpirun -np TANDEM_TEST_WORLD.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -259,6 +260,12 @@ const Bounds kF32 = {1e-5, 1e-5, 1e-5, 1e-4, 1e-5};
 // tensor) and 2.3e-5 (all) on a CPU whose OpenBLAS runs its Haswell kernels, and stayed within kF32 on one that
 // runs its AVX-512 ones; the bounds sit about 4x above. Losses and the first step keep kF32's.
 const Bounds kF32LoraTp = {1e-5, 1e-5, 1e-5, 5e-4, 1e-4};
+// The llama with tp in fp32: the input gradients' partial sums over the tp slots (q, k, v and gate, up are
+// column-split) reach the embedding's rows rounded in another order than on one device, and an element whose gradient
+// is near zero steps +-lr by it, as above. Its embedding reached 1.44e-4 (the tensor) and 1.08e-5 (all parameters) on
+// dp1 x pp2 x tp2 interleaved with the initial values of core/random_fill.h, 1.06e-4 to 1.24e-4 on two other tp2
+// layouts; the first step and every loss stay within kF32's 1e-5. The bounds sit about 2-3x above.
+const Bounds kF32TpLlama = {1e-5, 1e-5, 1e-5, 3e-4, 3e-5};
 // bf16 (fp32 master weights, moments and gradient reduction) against the single-device bf16 run. Measured
 // over every layout of the fp32 matrix run in bf16 (156 cases on 4 and 8 processes), the largest differences:
 //                         first loss  first grad norm  any loss  a tensor  all parameters
@@ -313,7 +320,10 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
   const bool lora = c.model.find("lora") != std::string::npos;
   const bool fp8 = c.model.find("fp8") != std::string::npos;
   const Bounds b = fp8        ? (c.bf16 ? kFp8Bf16 : kFp8)
-                   : !c.bf16  ? (lora && c.tp > 1 ? kF32LoraTp : kF32)
+                   : !c.bf16  ? (c.tp == 1 ? kF32
+                                 : lora    ? kF32LoraTp
+                                 : llama   ? kF32TpLlama
+                                           : kF32)
                    : c.tp > 1 ? (llama ? kBf16TpLlama : kBf16Tp)
                               : kBf16;
   double failures = 0;
@@ -360,11 +370,14 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
     const double r = rel(all_got, all_want);
     EXPECT_LE(r, b.all) << "all parameters";
     failures += r > b.all;
-    if (c.bf16 || fp8)
+    if (c.bf16 || fp8 || c.tp > 1)
       std::printf(
           "[%s] %s against one device: first loss %.1e, first gradient norm %.1e, any loss %.1e, a tensor "
           "%.1e, all %.1e\n",
-          fp8 ? "fp8" : "bf16", case_name(c).c_str(), first_loss, first_grad_norm, worst_loss, worst_tensor, r);
+          fp8      ? "fp8"
+          : c.bf16 ? "bf16"
+                   : "fp32",
+          case_name(c).c_str(), first_loss, first_grad_norm, worst_loss, worst_tensor, r);
   }
   // Every rank reports rank 0's verdict, so the job's exit code is the same everywhere.
   failures = groups.world->all_reduce_scalar(failures);

@@ -1,6 +1,6 @@
 #include "tandem/core/philox.h"
 
-#include <cmath>
+#include "tandem/core/random_fill.h"
 
 namespace tandem {
 
@@ -28,9 +28,7 @@ PhiloxBlock block_at(uint64_t seed, uint64_t stream, uint64_t index) {
 
 float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
   const PhiloxBlock b = block_at(seed, stream, index);
-  const float u1 = uniform_from_bits(b[0]);
-  const float u2 = uniform_from_bits(b[1]);
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * u2);
+  return normal_from_words(b[0], b[1]);
 }
 
 float uniform_at(uint64_t seed, uint64_t stream, uint64_t index) {

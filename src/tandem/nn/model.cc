@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
+#include "tandem/ops/ops.h"
 
 namespace tandem::nn {
 
@@ -55,11 +57,37 @@ int64_t Model::num_parameters() const {
   return n;
 }
 
+ShardIndex Shard::index() const {
+  TANDEM_CHECK(blocks.size() <= static_cast<size_t>(ShardIndex::kMaxBlocks), "a shard of ", blocks.size(),
+               " fused blocks; kernels index at most ", ShardIndex::kMaxBlocks);
+  ShardIndex s;
+  s.outer = outer;
+  s.split = split;
+  s.inner = inner;
+  s.part = part;
+  s.parts = parts;
+  s.nblocks = static_cast<int>(blocks.size());
+  for (size_t k = 0; k < blocks.size(); ++k) s.blocks[k] = blocks[k];
+  return s;
+}
+
+namespace {
+// The draws of a Normal or Uniform parameter's elements from `first` on. Keyed by the element's index in the logical
+// tensor, so a shard draws what the whole would hold there.
+RandomFill random_fill_of(const Parameter& param, uint64_t seed, int64_t first) {
+  RandomFill f;
+  f.kind = param.init == Init::Normal ? RandomKind::Normal : RandomKind::Uniform;
+  f.scale = param.init == Init::Normal ? param.stddev : param.bound;
+  f.seed = seed;
+  f.stream = hash_name(param.name);
+  f.first = first;
+  f.shard = param.shard.index();
+  return f;
+}
+}  // namespace
+
 std::vector<float> initial_values(const Parameter& param, uint64_t seed, int64_t first, int64_t count) {
   std::vector<float> v(static_cast<size_t>(count));
-  // Keyed by the element's index in the logical tensor, so a shard draws what the whole would hold there.
-  const uint64_t stream = hash_name(param.name);
-  const Shard& sh = param.shard;
   switch (param.init) {
     case Init::Zeros:
       break;
@@ -67,17 +95,8 @@ std::vector<float> initial_values(const Parameter& param, uint64_t seed, int64_t
       std::fill(v.begin(), v.end(), 1.0f);
       break;
     case Init::Normal:
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < count; ++i)
-        v[static_cast<size_t>(i)] =
-            param.stddev * normal_at(seed, stream, static_cast<uint64_t>(sh.global_index(first + i)));
-      break;
     case Init::Uniform:
-      // (0, 1] to (-bound, bound].
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < count; ++i)
-        v[static_cast<size_t>(i)] =
-            param.bound * (2.0f * uniform_at(seed, stream, static_cast<uint64_t>(sh.global_index(first + i))) - 1.0f);
+      random_fill_host(v.data(), count, random_fill_of(param, seed, first));
       break;
   }
   return v;
@@ -86,8 +105,19 @@ std::vector<float> initial_values(const Parameter& param, uint64_t seed, int64_t
 void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first) {
   TANDEM_CHECK(value.dtype() == DType::F32, "initial values are drawn in fp32, got ", dtype_name(value.dtype()));
   if (!value.device().holds_data()) return;  // a counting device: nothing to draw into
-  // Drawn on the host and copied, so any device gets the same numbers.
-  value.copy_from_host(initial_values(param, seed, first, value.numel()).data());
+  // Drawn where `value` lives: the host and a GPU draw the same bits (core/random_fill.h).
+  switch (param.init) {
+    case Init::Zeros:
+      value.fill_zero();
+      break;
+    case Init::Ones:
+      ops::fill(value, 1.0f);
+      break;
+    case Init::Normal:
+    case Init::Uniform:
+      ops::random_fill(value, random_fill_of(param, seed, first));
+      break;
+  }
 }
 
 void Model::materialize(Device& device, uint64_t seed) {

@@ -94,7 +94,7 @@ class Model {
 // The parameter's initial values for elements [first, first + count) of what it holds (its shard, flattened), on the
 // host in fp32. Any slice, any tensor-parallel split: the same numbers.
 std::vector<float> initial_values(const Parameter& param, uint64_t seed, int64_t first, int64_t count);
-// Fills `value` (f32) with initial_values(param, seed, first, value.numel()), on any device.
+// Fills `value` (f32) with initial_values(param, seed, first, value.numel()), drawn on value's own device.
 void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first = 0);
 
 }  // namespace tandem::nn

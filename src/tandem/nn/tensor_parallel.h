@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "tandem/core/shard_index.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::nn {
@@ -45,18 +46,10 @@ struct Shard {
   bool sharded() const { return parts > 1; }
   // Flat index in the logical tensor of the shard's flat element `i`.
   int64_t global_index(int64_t i) const {
-    const int64_t local_split = split / parts;
-    const int64_t o = i / (local_split * inner), rest = i % (local_split * inner);
-    if (blocks.empty()) return (o * split + part * local_split) * inner + rest;
-    int64_t row = rest / inner, start = 0;  // row within this shard's middle dim; start of its block in the whole
-    for (const int64_t b : blocks) {
-      const int64_t piece = b / parts;
-      if (row < piece) return (o * split + start + part * piece + row) * inner + rest % inner;
-      row -= piece;
-      start += b;
-    }
-    return -1;  // i is past the shard (valid() shards never get here for i < their numel)
+    return shard_global_index(outer, split, inner, part, parts, blocks.data(), static_cast<int>(blocks.size()), i);
   }
+  // The same as plain values, for a kernel (at most ShardIndex::kMaxBlocks blocks).
+  ShardIndex index() const;
   // The sizes multiply out to `numel` and every block divides into `parts`.
   bool valid(int64_t numel) const {
     if (outer * split * inner != numel || parts < 1 || part < 0 || part >= parts || split % parts != 0) return false;

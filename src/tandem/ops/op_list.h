@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tandem/core/ignore_target.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::ops {
@@ -35,6 +36,7 @@ using tandem::kIgnoreTarget;
   X(void, axpy, (float alpha, const Tensor& x, const Tensor& y), (alpha, x, y))                                    \
   X(void, scale, (const Tensor& x, float alpha), (x, alpha))                                                       \
   X(void, fill, (const Tensor& x, float value), (x, value))                                                        \
+  X(void, random_fill, (const Tensor& out, const RandomFill& fill), (out, fill))                                    \
   X(void, cast, (const Tensor& src, const Tensor& dst), (src, dst))                                                \
   X(void, relu_forward, (const Tensor& x, const Tensor& y), (x, y))                                                \
   X(void, relu_backward, (const Tensor& x, const Tensor& dy, const Tensor& dx), (x, dy, dx))                       \

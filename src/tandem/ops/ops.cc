@@ -136,6 +136,15 @@ void fill(const Tensor& x, float value) {
   return backend_of("fill", x).fill(x, value);
 }
 
+void random_fill(const Tensor& out, const RandomFill& fill) {
+  const char* op = "random_fill";
+  check_devices(op, out);
+  check_f32(op, "out", out);
+  TANDEM_CHECK(fill.shard.parts >= 1 && fill.shard.split % fill.shard.parts == 0, op, ": a part ", fill.shard.part,
+               " of ", fill.shard.parts, " of a middle dim of ", fill.shard.split);
+  return backend_of(op, out).random_fill(out, fill);
+}
+
 void relu_forward(const Tensor& x, const Tensor& y) {
   check_devices("relu_forward", y, x);
   check_compute("relu_forward", {{"x", x}, {"y", y}});

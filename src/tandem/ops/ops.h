@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tandem/core/random_fill.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::ops {
@@ -146,6 +147,9 @@ double sum_squares_total(const std::vector<Tensor>& xs);
 
 // x = value, every element.
 void fill(const Tensor& x, float value);
+// out (f32) = the RandomFill's elements 0..numel-1 (core/random_fill.h: initial values, drawn where they
+// are stored). Every device draws the host's bits.
+void random_fill(const Tensor& out, const RandomFill& fill);
 
 // AdamW (Loshchilov & Hutter) on flat fp32 buffers of equal numel, one step, `step` counted from 1:
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p),
