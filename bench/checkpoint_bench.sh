@@ -10,7 +10,9 @@
 #   on CPU)
 #   BENCH_STEPS (default 32) and BENCH_EVERY (default 15): checkpoints at steps EVERY and 2 EVERY; the steps between
 #   them overlap the first background write. BENCH_DD_GB (default 16, tiny 0.25): what dd writes. BENCH_DEVICE
-#   (default auto). BENCH_LAYERS: fewer layers of the model's shape (its checkpoint shrinks with them).
+#   (default auto). BENCH_LAYERS: fewer layers of the model's shape (its checkpoint shrinks with them). BENCH_BF16=1:
+#   bf16 compute (fp32 master weights and moments, so the same checkpoint). BENCH_BATCH (llama3-8b; default 1):
+#   sequences a step, in micro-batches of 1 (16: the 8B's run of bench/gpu_start.sh).
 #   OUT_DIR gets the configs, logs, run folders (removed after, unless BENCH_KEEP=1) and summary.json.
 set -u
 bin=$(realpath "$1")
@@ -29,7 +31,7 @@ case $model in
     model_json='{ "type": "llama", "vocab_size": 128256, "seq_len": 2048, "hidden_size": 4096, "intermediate_size": 14336,
       "num_hidden_layers": '$layers', "num_attention_heads": 32, "num_key_value_heads": 8,
       "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000, "tie_word_embeddings": false }'
-    batch='"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1'
+    batch='"train_batch_size": '${BENCH_BATCH:-1}', "train_micro_batch_size_per_gpu": 1'
     parallel='"parallel": { "activation_checkpointing": true }'
     ;;
   gpt-d768)
@@ -55,10 +57,12 @@ case $model in
     ;;
 esac
 
+precision=""
+[ "${BENCH_BF16:-0}" = 1 ] && precision='"bf16": { "enabled": true },'
 config() {  # NAME ASYNC
   cat >"$out/$1.json" <<JSON
 { "model": $model_json,
-  "data": { "type": "synthetic" }, $batch, "steps": $steps, "seed": 1, $parallel,
+  "data": { "type": "synthetic" }, $batch, "steps": $steps, "seed": 1, $parallel, $precision
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-5 } },
   "checkpoint": { "every": $every, "keep": 1, "at_end": false, "async": $2 } }
 JSON

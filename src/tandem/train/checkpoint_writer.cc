@@ -135,7 +135,8 @@ struct CheckpointWriter::Pending {
   std::string error;  // set before done, by whoever writes the file
   uint32_t crc = 0;
   Clock::time_point started;
-  double write_s = 0;  // this rank's file, start to commit
+  double write_s = 0;                                // this rank's file, start to commit
+  std::vector<std::pair<Device*, uint64_t>> copies;  // async: each device's last copy of the state (its ticket)
 };
 
 CheckpointWriter::CheckpointWriter(parallel::Engine& engine, layout::Groups& groups, CheckpointWriterOptions options)
@@ -192,18 +193,38 @@ config::Json CheckpointWriter::manifest_without_files(int64_t step) {
       {"config", options_.config}};
 }
 
-void CheckpointWriter::copy_state() {
+void CheckpointWriter::copy_state(Pending& w) {
   checkpoint::Progress progress("copying checkpoint state to host memory", layout_.data_bytes, options_.print);
-  // Within the visit: state paged in from a swap file (offload to nvme) is there only for the call.
-  visit_saved(engine_, groups_.coord,
-              [&](const nn::Parameter&, const std::string& key, int64_t, const Tensor& value, const Tensor& m,
-                  const Tensor& v) {
-                const Tensor* parts[] = {&value, &m, &v};
-                for (int i = 0; i < 3; ++i) {
-                  parts[i]->copy_to_host(image_.data() + layout_.offsets.at(key + "/" + kParts[i]));
-                  progress.add(parts[i]->nbytes());
-                }
-              });
+  // A GPU's state is queued on its copy stream after the work queued so far (this step's update), so the next step's
+  // forward and backward run beside the copies: its update waits for them on the GPU (ParameterStore::update_after)
+  // and the writer thread before it writes. State in host memory (offloaded, or paged in from a swap file only for
+  // the visit) is copied at once.
+  std::vector<std::pair<Device*, uint64_t>> fences;
+  visit_saved(
+      engine_, groups_.coord,
+      [&](const nn::Parameter&, const std::string& key, int64_t, const Tensor& value, const Tensor& m,
+          const Tensor& v) {
+        const Tensor* parts[] = {&value, &m, &v};
+        for (int i = 0; i < 3; ++i) {
+          Device& d = parts[i]->device();
+          auto f = std::find_if(fences.begin(), fences.end(), [&](const auto& e) { return e.first == &d; });
+          if (f == fences.end()) f = fences.insert(fences.end(), {&d, d.fence()});
+          const uint64_t ticket = d.copy_to_host_async(image_.data() + layout_.offsets.at(key + "/" + kParts[i]),
+                                                       parts[i]->raw(), parts[i]->nbytes(), f->second);
+          if (ticket != 0) {  // a device's copies run in order: its last ticket covers them all
+            auto c = std::find_if(w.copies.begin(), w.copies.end(), [&](const auto& e) { return e.first == &d; });
+            if (c == w.copies.end())
+              w.copies.push_back({&d, ticket});
+            else
+              c->second = ticket;
+          }
+          progress.add(parts[i]->nbytes());
+        }
+      });
+  // The update's ticket is one of its own (an empty copy after the others), as one ticket has one waiter: the writer
+  // thread's wait on the last copy's ticket retires it.
+  for (const auto& [d, last] : w.copies)
+    engine_.store().update_after(*d, d->copy_to_host_async(nullptr, nullptr, 0, last));
   progress.finish();
 }
 
@@ -234,10 +255,11 @@ double CheckpointWriter::save(int64_t step) {
   Pending& w = *pending_;
   if (options_.async) {
     if (image_.bytes() < layout_.data_bytes) image_ = HostBuffer(layout_.data_bytes, *device_);
-    copy_state();
+    copy_state(w);
     const bool kill = options_.kill_in_write_step == step;
     w.thread = std::thread([this, &w, path, what, kill] {
       try {
+        for (const auto& [d, ticket] : w.copies) d->host_waits(ticket);  // the state has arrived
         checkpoint::Progress progress(what, layout_.file_bytes(), options_.print);
         const auto t = Clock::now();
         w.crc = write_image(path, layout_.prefix, image_.data(), layout_.data_bytes, progress, kill);
@@ -250,8 +272,9 @@ double CheckpointWriter::save(int64_t step) {
     });
     const double blocked = seconds_since(t0);
     if (options_.print) {
-      std::printf("checkpoint %s: %s copied to %s host memory in %s; writing it in the background\n",
+      std::printf("checkpoint %s: %s %s %s host memory in %s; writing it in the background\n",
                   format::step_folder_name(step).c_str(), format_bytes(layout_.data_bytes).c_str(),
+                  w.copies.empty() ? "copied to" : "queued for copying beside the next step to",
                   image_.pinned() ? "page-locked" : "pageable", format_duration(blocked).c_str());
       std::fflush(stdout);
     }

@@ -73,7 +73,7 @@ class CheckpointWriter {
   // and throws AgreedError naming the newest complete checkpoint.
   void complete();
   [[noreturn]] void fail_write(const Pending& p, int first, const std::string& cause);
-  void copy_state();
+  void copy_state(Pending& w);
   config::Json manifest_without_files(int64_t step);
 
   parallel::Engine& engine_;

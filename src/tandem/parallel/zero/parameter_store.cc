@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "tandem/core/dtype.h"
@@ -490,6 +491,7 @@ void ParameterStore::optimizer_step(float lr, float grad_scale) {
   } else {
     adamw_->begin_step();
   }
+  if (state_read_ != 0) device_.device_waits(std::exchange(state_read_, 0));
   for (const auto& u : units_)
     if (!u->offloaded) adamw_->update(u->first_segment, u->end_segment, lr, grad_scale);
   refresh_values(/*offloaded_too=*/false);
@@ -516,6 +518,10 @@ void ParameterStore::visit_owned(
     }
     swap_out(*u, state[0]);
   }
+}
+
+void ParameterStore::update_after(Device& device, uint64_t ticket) {
+  if (&device == &device_ && ticket != 0) state_read_ = ticket;
 }
 
 void ParameterStore::values_changed() { refresh_values(); }

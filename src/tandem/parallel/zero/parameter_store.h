@@ -107,6 +107,10 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void optimizer_step(float lr, float grad_scale);
   // Waits for the offloaded units' update of the last step (every visit below does; so does the destructor).
   void finish_update();
+  // The owned state is being read by device work that `ticket` marks (a checkpoint's copies to host memory, on the
+  // device's copy stream): the next optimizer_step's updates on `device` wait for it there, not on the host, so the
+  // forward and backward before them run beside the copies. Tickets of other devices were copied at once.
+  void update_after(Device& device, uint64_t ticket);
 
   // The offload timeline (timeline.h) of the next step: its backward, the copies down and up, the host AdamW, and the
   // step after's forward beside them. take_timeline() gives it once the step after has run (null before), or with
@@ -267,6 +271,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   bool stop_updater_ = false;
   std::exception_ptr update_error_;
   std::optional<UpdateInBackward> in_backward_;
+  uint64_t state_read_ = 0;  // update_after's ticket, until the next update waits for it
   std::optional<GradientDownload> download_;
   // The timeline being recorded: spans whose ends are device marks, turned into seconds when it is taken.
   struct MarkedSpan {
