@@ -4,8 +4,11 @@
 # AdamW lr 3e-4 with 100 warm-up steps. Prints the two losses every 100th step and at the end with their relative
 # difference, the worst of those, and writes OUT/curve.json (every step's two losses).
 # Usage: bash bench/gpu_fp8_curve.sh BIN_DIR OUT_DIR [STEPS]   (STEPS default 1000; GPU_FP8_CURVE_LIMIT_S per run)
-#   GPU_FP8_CURVE_RUNS (default "bf16 fp8"): which runs, of bf16, fp8 and fp8e4 (fp8 with fp8.gradient_format e4m3);
-#   the table compares each FP8 run that has finished with bf16's (a bf16 run of an earlier call in OUT_DIR counts).
+#   GPU_FP8_CURVE_RUNS (default "bf16 fp8"): which runs, of bf16, fp8, fp8e4 (fp8 with fp8.gradient_format e4m3) and
+#   bf16nd (the control: bf16 with cuDNN's non-deterministic attention backward, TANDEM_NONDETERMINISTIC_ATTENTION=1,
+#   a perturbation at bf16's rounding and nothing more, so its distance from bf16 is how far two runs of one function
+#   drift apart on this text); the table compares each run that has finished with bf16's (a bf16 run of an earlier
+#   call in OUT_DIR counts).
 set -u
 bin="$1"
 out="$2"
@@ -33,14 +36,16 @@ for v in ${GPU_FP8_CURVE_RUNS:-bf16 fp8}; do
     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192, "rms_norm_eps": 1e-5,
     "rope_theta": 500000, "tie_word_embeddings": true },
   "data": { "type": "text", "path": "$text" }, "train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
-  "steps": $steps, "seed": 1, "bf16": { "enabled": true }, "fp8": { "enabled": $([ $v = bf16 ] && echo false || echo true),
+  "steps": $steps, "seed": 1, "bf16": { "enabled": true }, "fp8": { "enabled": $([ "${v#bf16}" = "$v" ] && echo true || echo false),
     "gradient_format": "$([ $v = fp8e4 ] && echo e4m3 || echo e5m2)" },
   "optimizer": { "type": "AdamW", "params": { "lr": 3e-4, "weight_decay": 0.1 } },
   "scheduler": { "type": "WarmupLR", "params": { "warmup_num_steps": 100 } },
   "steps_per_print": 100, "checkpoint": { "every": 0, "at_end": false } }
 JSON
   t0=$(date +%s)
-  timeout "$limit" "$bin/tandem" train "$out/curve_$v.json" --device cuda --out "$out/curve_$v" >"$out/curve_$v.log" 2>&1
+  nd=0
+  [ $v = bf16nd ] && nd=1
+  TANDEM_NONDETERMINISTIC_ATTENTION=$nd timeout "$limit" "$bin/tandem" train "$out/curve_$v.json" --device cuda --out "$out/curve_$v" >"$out/curve_$v.log" 2>&1
   echo "$v: exit $? after $(($(date +%s) - t0)) s"
 done
 
@@ -48,7 +53,7 @@ done
 import json, sys
 out = sys.argv[1]
 import os
-runs = {v: [json.loads(l) for l in open(f"{out}/curve_{v}/metrics.jsonl")] for v in ("bf16", "fp8", "fp8e4")
+runs = {v: [json.loads(l) for l in open(f"{out}/curve_{v}/metrics.jsonl")] for v in ("bf16", "fp8", "fp8e4", "bf16nd")
         if os.path.exists(f"{out}/curve_{v}/metrics.jsonl")}
 n = min(len(r) for r in runs.values())
 loss = {v: [m["loss"] for m in r[:n]] for v, r in runs.items()}
@@ -57,7 +62,7 @@ speed = {v: sum(m["tokens_per_s"] * m["step_s"] for m in r[10:n]) / sum(m["step_
 b = loss["bf16"]
 # The loss of one step of 4 sequences swings with its batch; the mean over the 100 steps before each mark is the
 # curve's level. Both are printed.
-for v in (x for x in ("fp8", "fp8e4") if x in loss):
+for v in (x for x in ("fp8", "fp8e4", "bf16nd") if x in loss):
     f = loss[v]
     worst_step = worst_mean = 0
     print(f"{v} against bf16: step, bf16 and {v} at the step, their difference; the means of the 100 steps to it")
