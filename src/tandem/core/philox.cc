@@ -20,9 +20,9 @@ uint64_t hash_name(std::string_view name) {
 
 namespace {
 PhiloxBlock block_at(uint64_t seed, uint64_t stream, uint64_t index) {
-  return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(stream),
-                     static_cast<uint32_t>(stream >> 32)},
-                    seed);
+  PhiloxBlock b;
+  philox_block_at(seed, stream, index, b.data());
+  return b;
 }
 }  // namespace
 

@@ -33,11 +33,20 @@ inline TANDEM_HOST_DEVICE void philox4x32_rounds(uint32_t c[4], uint64_t key) {
   }
 }
 
+// The Philox block of element `index` of `stream` under `seed` into c[0..3]: the counter is (index, stream), 32 bits a
+// word, low word first. Every draw (normal_at, uniform_at, the kernels) takes its words from this block.
+inline TANDEM_HOST_DEVICE void philox_block_at(uint64_t seed, uint64_t stream, uint64_t index, uint32_t c[4]) {
+  c[0] = static_cast<uint32_t>(index);
+  c[1] = static_cast<uint32_t>(index >> 32);
+  c[2] = static_cast<uint32_t>(stream);
+  c[3] = static_cast<uint32_t>(stream >> 32);
+  philox4x32_rounds(c, seed);
+}
+
 // uniform_at's word (below) of element `index` of `stream` under `seed`, computed where it is called.
 inline TANDEM_HOST_DEVICE uint32_t philox_uniform_word(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint32_t c[4] = {static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(stream),
-                   static_cast<uint32_t>(stream >> 32)};
-  philox4x32_rounds(c, seed);
+  uint32_t c[4];
+  philox_block_at(seed, stream, index, c);
   return c[2];
 }
 

@@ -116,10 +116,8 @@ TANDEM_HOST_DEVICE inline float normal_from_words(uint32_t w1, uint32_t w2) {
 
 // Element i of a RandomFill.
 TANDEM_HOST_DEVICE inline float random_fill_value(const RandomFill& f, int64_t i) {
-  const auto index = static_cast<uint64_t>(f.shard.global_index(f.first + i));
-  uint32_t c[4] = {static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(f.stream),
-                   static_cast<uint32_t>(f.stream >> 32)};
-  philox4x32_rounds(c, f.seed);
+  uint32_t c[4];
+  philox_block_at(f.seed, f.stream, static_cast<uint64_t>(f.shard.global_index(f.first + i)), c);
   if (f.kind == RandomKind::Normal) return f.scale * normal_from_words(c[0], c[1]);
   return f.scale * (2.0f * uniform_from_bits(c[2]) - 1.0f);  // (0, 1] to (-1, 1]: both steps exact
 }
