@@ -1,33 +1,20 @@
-// ops_check: the FP8 ops (ops.h, "FP8"), CUDA against the CPU: amax and fp8_quantize bit for bit (on values at and
-// beside every rounding boundary of e4m3 and e5m2, subnormals, saturation, zeros, NaN), fp8_matmul on the same FP8
-// operands; then the FP8 linear layer's numerics against bf16 at Llama-3-8B's projection shapes, as SQNR against an
-// fp32 reference; and (bench_fp8) its timings against bf16. `ops_check --family fp8` runs these alone.
+// ops_check: the FP8 ops (ops.h, "FP8"), CUDA against the CPU, with one scale a tensor: amax and fp8_quantize bit
+// for bit (on values at and beside every rounding boundary of e4m3 and e5m2, subnormals, saturation, zeros, NaN),
+// fp8_matmul on the same FP8 operands; then the FP8 linear layer's numerics against bf16 at Llama-3-8B's projection
+// shapes, as SQNR against an fp32 reference; and (bench_fp8) its timings against bf16. ops_check_fp8_blocks.cc has
+// the same ops with several scales and the recipes' timings, which check_fp8 and bench_fp8 call in turn.
+// `ops_check --family fp8` runs these alone.
+#include "ops_check_fp8.h"
+
 #include <bit>
 #include <cinttypes>
 #include <limits>
 
-#include "ops_check.h"
-#include "tandem/ops/fp8_scale.h"
-
 namespace tandem::ops_check {
+
 namespace {
 
-const char* fmt_name(DType t) { return t == DType::E4M3 ? "e4m3" : "e5m2"; }
 int max_exp_of(DType format) { return format == DType::E4M3 ? ops::kE4M3MaxExp : ops::kE5M2MaxExp; }
-uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  std::vector<uint8_t> v(t.nbytes());
-  t.copy_to_host(v.data());
-  return v;
-}
-
-// The same tensor on the host (any dtype, FP8 included): the CPU op's operand or output in the GPU's dtype.
-Tensor host_copy(Suite& s, const Tensor& t) {
-  Tensor h = Tensor::empty(t.shape(), t.dtype(), s.host(), "host copy");
-  h.copy_from(t);
-  return h;
-}
 
 Tensor scalar(Device& dev, float v) {
   Tensor t = Tensor::empty({1}, DType::F32, dev, "scalar");
@@ -79,25 +66,6 @@ std::vector<float> boundary_values(DType format, DType t, int e) {
   return rounded(all, t);
 }
 
-// How many bytes differ, and the first difference as text (`x`: the input, read at the element a byte came from).
-std::pair<int64_t, std::string> diff_bytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
-                                           const std::vector<float>& x, int64_t r, int64_t c, bool transposed) {
-  int64_t count = 0;
-  std::string first;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (got[i] == want[i]) continue;
-    if (count++ == 0) {
-      const int64_t at =
-          transposed ? static_cast<int64_t>(i) % r * c + static_cast<int64_t>(i) / r : static_cast<int64_t>(i);
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "first at %zu: x = %.9g (bits %08x), gpu 0x%02x, cpu 0x%02x", i, x[at],
-                    bits_of(x[at]), got[i], want[i]);
-      first = buf;
-    }
-  }
-  return {count, first};
-}
-
 // ---- amax ----
 
 void check_amax(Suite& s) {
@@ -136,8 +104,8 @@ void check_amax(Suite& s) {
         Tensor want = Tensor::empty({1}, DType::F32, s.host(), "amax"),
                got = Tensor::empty({1}, DType::F32, s.dev(), "amax");
         s.poison(got);
-        cpu::amax(x_cpu, want);
-        gpu::amax(x_gpu, got);
+        cpu::amax(x_cpu, want, kOneScale, false);
+        gpu::amax(x_gpu, got, kOneScale, false);
         const float g = got.to_host_floats()[0], w = want.f32()[0];
         char note[96];
         std::snprintf(note, sizeof note, "gpu %08x, cpu %08x", bits_of(g), bits_of(w));
@@ -167,8 +135,8 @@ void quantize_case(Suite& s, DType t, DType format, int64_t r, int64_t c, const 
     const Tensor x_cpu = xs.cpu.flat_slice(ox, n, {r, c}), x_gpu = xs.gpu.flat_slice(ox, n, {r, c});
     Tensor a_cpu = scalar(s.host(), amax), a_gpu = scalar(s.dev(), amax);
     if (std::isnan(amax)) {
-      cpu::amax(x_cpu, a_cpu);
-      gpu::amax(x_gpu, a_gpu);
+      cpu::amax(x_cpu, a_cpu, kOneScale, false);
+      gpu::amax(x_gpu, a_gpu, kOneScale, false);
     }
     const Tensor none;
     Tensor q_cpu = want_q ? Tensor::empty({r, c}, format, s.host(), "q") : none;
@@ -182,8 +150,8 @@ void quantize_case(Suite& s, DType t, DType format, int64_t r, int64_t c, const 
     Tensor inv_cpu = Tensor::empty({1}, DType::F32, s.host(), "inv_scale");
     Tensor inv_gpu = Tensor::empty({1}, DType::F32, s.dev(), "inv_scale");
     s.poison(inv_gpu);
-    cpu::fp8_quantize(x_cpu, a_cpu, q_cpu, qt_cpu, inv_cpu);
-    gpu::fp8_quantize(x_gpu, a_gpu, q_gpu, qt_gpu, inv_gpu);
+    cpu::fp8_quantize(x_cpu, a_cpu, q_cpu, qt_cpu, inv_cpu, kOneScale);
+    gpu::fp8_quantize(x_gpu, a_gpu, q_gpu, qt_gpu, inv_gpu, kOneScale);
     const std::vector<float> xv = x_cpu.to_host_floats();
     if (want_q) {
       const auto [count, first] = diff_bytes(bytes_of(q_gpu), bytes_of(q_cpu), xv, r, c, false);
@@ -250,22 +218,6 @@ void check_quantize(Suite& s) {
 
 // ---- fp8_matmul ----
 
-// An FP8 operand quantized by the CPU op from normals: the bytes and inverse scale on both sides.
-struct Fp8Operand {
-  Tensor cpu_q, cpu_inv, gpu_q, gpu_inv;
-};
-Fp8Operand fp8_operand(Suite& s, const Shape& shape, DType format, uint64_t seed, float stddev) {
-  const auto x = s.make(shape, DType::F32, seed, stddev);
-  Tensor a = Tensor::empty({1}, DType::F32, s.host(), "amax");
-  cpu::amax(x.cpu, a);
-  Fp8Operand o{Tensor::empty(shape, format, s.host(), "q"), Tensor::empty({1}, DType::F32, s.host(), "inv_scale"),
-               Tensor::empty(shape, format, s.dev(), "q"), Tensor::empty({1}, DType::F32, s.dev(), "inv_scale")};
-  cpu::fp8_quantize(x.cpu, a, o.cpu_q, Tensor(), o.cpu_inv);
-  o.gpu_q.copy_from(o.cpu_q);
-  o.gpu_inv.copy_from(o.cpu_inv);
-  return o;
-}
-
 void check_fp8_matmul(Suite& s) {
   struct Case {
     int64_t m, n, k;
@@ -305,8 +257,10 @@ void check_fp8_matmul(Suite& s) {
       const Tensor bias_cpu = host_copy(s, bias.gpu), cin_cpu = host_copy(s, cin.gpu), d_cpu = host_copy(s, d.gpu);
       const Tensor& c_cpu = c.accumulate ? d_cpu : c.c ? cin_cpu : none;
       const Tensor& c_gpu = c.accumulate ? d.gpu : c.c ? cin.gpu : none;
-      cpu::fp8_matmul(a.cpu_q, a.cpu_inv, b.cpu_q, b.cpu_inv, c.bias ? bias_cpu : none, c_cpu, d_cpu, c.fast);
-      gpu::fp8_matmul(a.gpu_q, a.gpu_inv, b.gpu_q, b.gpu_inv, c.bias ? bias.gpu : none, c_gpu, d.gpu, c.fast);
+      cpu::fp8_matmul(a.cpu_q, a.cpu_inv, b.cpu_q, b.cpu_inv, c.bias ? bias_cpu : none, c_cpu, d_cpu, c.fast, kOneScale,
+                      kOneScale);
+      gpu::fp8_matmul(a.gpu_q, a.gpu_inv, b.gpu_q, b.gpu_inv, c.bias ? bias.gpu : none, c_gpu, d.gpu, c.fast, kOneScale,
+                      kOneScale);
       s.row("fp8_matmul", tn, shape, rel_error(d.gpu.to_host_floats(), d_cpu.to_host_floats()),
             c.fast ? gpu_check::kOpFp8MatmulFastAccum : gpu_check::kOpFp8Matmul);
     });
@@ -328,7 +282,8 @@ void check_fp8_matmul(Suite& s) {
       auto d = s.output({32, r.n}, r.d);
       std::string message;
       try {
-        gpu::fp8_matmul(a.gpu_q, a.gpu_inv, b.gpu_q, b.gpu_inv, r.bias ? bias.gpu : Tensor(), Tensor(), d.gpu, false);
+        gpu::fp8_matmul(a.gpu_q, a.gpu_inv, b.gpu_q, b.gpu_inv, r.bias ? bias.gpu : Tensor(), Tensor(), d.gpu, false,
+                        kOneScale, kOneScale);
       } catch (const std::exception& e) {
         message = e.what();
       }
@@ -371,8 +326,8 @@ Quantized quantize(CudaDevice& dev, const Tensor& x, DType format, bool with_q =
   Quantized out{
       Tensor::empty({1}, DType::F32, dev, "amax"), with_q ? Tensor::empty({r, c}, format, dev, "q") : Tensor(),
       with_t ? Tensor::empty({c, r}, format, dev, "q_t") : Tensor(), Tensor::empty({1}, DType::F32, dev, "inv_scale")};
-  gpu::amax(x, out.amax);
-  gpu::fp8_quantize(x, out.amax, out.q, out.q_t, out.inv);
+  gpu::amax(x, out.amax, kOneScale, false);
+  gpu::fp8_quantize(x, out.amax, out.q, out.q_t, out.inv, kOneScale);
   return out;
 }
 
@@ -427,7 +382,7 @@ void check_fp8_linear(Suite& s) {
       const Quantized xq = quantize(dev, x, DType::E4M3), wq = quantize(dev, w, DType::E4M3);
       const Tensor none;
       Tensor y8 = Tensor::empty({N, ls.out}, bf, dev, "y fp8");
-      gpu::fp8_matmul(xq.q, xq.inv, wq.q, wq.inv, none, none, y8, true);
+      gpu::fp8_matmul(xq.q, xq.inv, wq.q, wq.inv, none, none, y8, true, kOneScale, kOneScale);
       const Sqnr y_b = sqnr(dev, y_ref, y_bf), y_8 = sqnr(dev, y_ref, y8);
       char note[128];
       std::snprintf(note, sizeof note, "SQNR fp8 %.1f dB (fast accum), bf16 %.1f dB", y_8.db, y_b.db);
@@ -437,8 +392,8 @@ void check_fp8_linear(Suite& s) {
         const Quantized dyq = quantize(dev, dy, grad);
         Tensor dx8 = Tensor::empty({N, ls.in}, bf, dev, "dx fp8");
         Tensor dw8 = Tensor::zeros({ls.out, ls.in}, DType::F32, dev, "dW fp8");  // accumulated into, as in training
-        gpu::fp8_matmul(dyq.q, dyq.inv, wq.q_t, wq.inv, none, none, dx8, false);
-        gpu::fp8_matmul(dyq.q_t, dyq.inv, xq.q_t, xq.inv, none, dw8, dw8, false);
+        gpu::fp8_matmul(dyq.q, dyq.inv, wq.q_t, wq.inv, none, none, dx8, false, kOneScale, kOneScale);
+        gpu::fp8_matmul(dyq.q_t, dyq.inv, xq.q_t, xq.inv, none, dw8, dw8, false, kOneScale, kOneScale);
         const double bound = rel_bound(grad == DType::E5M2 ? gpu_check::kFp8SqnrE5m2Db : gpu_check::kFp8SqnrDb);
         const std::string tn = std::string("dy ") + fmt_name(grad);
         const Sqnr dx_8 = sqnr(dev, dx_ref, dx8), dw_8 = sqnr(dev, dw_ref, dw8);
@@ -456,26 +411,14 @@ void check_fp8_linear(Suite& s) {
 void check_fp8(Suite& s) {
   check_amax(s);
   check_quantize(s);
+  check_amax_blocks(s);
+  check_quantize_blocks(s);
   check_fp8_matmul(s);
+  check_fp8_matmul_blocks(s);
   check_fp8_linear(s);
 }
 
 // ---- timings ----
-
-namespace {
-
-// Fills t (bf16) with N(0, stddev) values from a pool of 2^24 normals on the device, copied over it piece by piece:
-// random data at the cost of a device copy (a tensor cores' timing on constant data runs at a higher clock).
-void fill_random(const Tensor& pool, const Tensor& t, float stddev) {
-  const int64_t n = t.numel(), p = pool.numel();
-  for (int64_t at = 0; at < n; at += p) {
-    const int64_t len = std::min(p, n - at);
-    t.flat_slice(at, len, {len}).copy_from(pool.flat_slice(0, len, {len}));
-  }
-  gpu::scale(t, stddev);
-}
-
-}  // namespace
 
 void bench_fp8(CudaDevice& dev) {
   std::printf("\n%-58s %10s %14s %10s\n", "FP8 linear layer, Llama-3-8B, N = 16384 (median of 20)", "ms", "rate",
@@ -511,29 +454,33 @@ void bench_fp8(CudaDevice& dev) {
     // The three products, bf16 then FP8 (the forward with fast accumulation, the gradients without).
     const double fwd_bf = median_ms(dev, [&] { gpu::linear_forward(x, w, none, none, y); });
     print("fwd  y = x W^T, bf16 linear_forward" + at, fwd_bf, flops, "TFLOP/s", 0);
-    const double fwd_8 = median_ms(dev, [&] { gpu::fp8_matmul(xq.q, xq.inv, wq.q, wq.inv, none, none, y, true); });
+    const double fwd_8 =
+        median_ms(dev, [&] { gpu::fp8_matmul(xq.q, xq.inv, wq.q, wq.inv, none, none, y, true, kOneScale, kOneScale); });
     print("fwd  y = x W^T, fp8_matmul e4m3 fast accum" + at, fwd_8, flops, "TFLOP/s", fwd_bf);
     const double dx_bf = median_ms(dev, [&] { gpu::matmul(dy, w, dx, false, false, 0.0f); });
     print("bwd  dx = dy W, bf16 matmul" + at, dx_bf, flops, "TFLOP/s", 0);
-    const double dx_8 = median_ms(dev, [&] { gpu::fp8_matmul(dyq.q, dyq.inv, wq.q_t, wq.inv, none, none, dx, false); });
+    const double dx_8 = median_ms(
+        dev, [&] { gpu::fp8_matmul(dyq.q, dyq.inv, wq.q_t, wq.inv, none, none, dx, false, kOneScale, kOneScale); });
     print("bwd  dx = dy W, fp8_matmul e5m2 x e4m3" + at, dx_8, flops, "TFLOP/s", dx_bf);
     const double dw_bf = median_ms(dev, [&] { gpu::matmul(dy, x, dw, true, false, 1.0f); });
     print("bwd  dW += dy^T x, bf16 matmul into f32" + at, dw_bf, flops, "TFLOP/s", 0);
-    const double dw_8 = median_ms(dev, [&] { gpu::fp8_matmul(dyq.q_t, dyq.inv, xq.q_t, xq.inv, none, dw, dw, false); });
+    const double dw_8 = median_ms(
+        dev, [&] { gpu::fp8_matmul(dyq.q_t, dyq.inv, xq.q_t, xq.inv, none, dw, dw, false, kOneScale, kOneScale); });
     print("bwd  dW += dy^T x, fp8_matmul e5m2 x e4m3 into f32" + at, dw_8, flops, "TFLOP/s", dw_bf);
     // The casts: amax (reads x), fp8_quantize to q (reads x, writes a byte each), to q and q_t (two bytes each).
     for (const auto& [name, t, fmt] : {std::tuple<const char*, const Tensor&, DType>{"x", x, e4}, {"dy", dy, e5}}) {
       const double n = static_cast<double>(t.numel());
       Tensor a = Tensor::empty({1}, f32, dev, "amax"), inv = Tensor::empty({1}, f32, dev, "inv");
       Tensor q = Tensor::empty(t.shape(), fmt, dev, "q"), qt = Tensor::empty({t.dim(1), t.dim(0)}, fmt, dev, "q_t");
-      gpu::amax(t, a);
+      gpu::amax(t, a, kOneScale, false);
       const std::string what = std::string(" ") + name + " " + dims({t.dim(0), t.dim(1)}) + " bf16";
-      print("amax" + what, median_ms(dev, [&] { gpu::amax(t, a); }), 2 * n, "GB/s", 0);
-      print("fp8_quantize q" + what, median_ms(dev, [&] { gpu::fp8_quantize(t, a, q, none, inv); }), 3 * n, "GB/s", 0);
-      print("fp8_quantize q and q_t" + what, median_ms(dev, [&] { gpu::fp8_quantize(t, a, q, qt, inv); }), 4 * n,
+      print("amax" + what, median_ms(dev, [&] { gpu::amax(t, a, kOneScale, false); }), 2 * n, "GB/s", 0);
+      print("fp8_quantize q" + what, median_ms(dev, [&] { gpu::fp8_quantize(t, a, q, none, inv, kOneScale); }), 3 * n,
             "GB/s", 0);
-      print("fp8_quantize q_t alone" + what, median_ms(dev, [&] { gpu::fp8_quantize(t, a, none, qt, inv); }), 3 * n,
-            "GB/s", 0);
+      print("fp8_quantize q and q_t" + what, median_ms(dev, [&] { gpu::fp8_quantize(t, a, q, qt, inv, kOneScale); }),
+            4 * n, "GB/s", 0);
+      print("fp8_quantize q_t alone" + what, median_ms(dev, [&] { gpu::fp8_quantize(t, a, none, qt, inv, kOneScale); }),
+            3 * n, "GB/s", 0);
     }
     // One training step of the layer: bf16's three products against FP8's three casts (amax and quantize of x, W
     // and dy, each with its transposed copy) and three products. W's cast is counted in every step here, though a
@@ -546,15 +493,16 @@ void bench_fp8(CudaDevice& dev) {
     print("step bf16: 3 products" + at, step_bf, 3 * flops, "TFLOP/s", 0);
     const double step_8 = median_ms(dev, [&] {
       for (const auto& [t, qz] : {std::pair<const Tensor&, const Quantized&>{x, xq}, {w, wq}, {dy, dyq}}) {
-        gpu::amax(t, qz.amax);
-        gpu::fp8_quantize(t, qz.amax, qz.q, qz.q_t, qz.inv);
+        gpu::amax(t, qz.amax, kOneScale, false);
+        gpu::fp8_quantize(t, qz.amax, qz.q, qz.q_t, qz.inv, kOneScale);
       }
-      gpu::fp8_matmul(xq.q, xq.inv, wq.q, wq.inv, none, none, y, true);
-      gpu::fp8_matmul(dyq.q, dyq.inv, wq.q_t, wq.inv, none, none, dx, false);
-      gpu::fp8_matmul(dyq.q_t, dyq.inv, xq.q_t, xq.inv, none, dw, dw, false);
+      gpu::fp8_matmul(xq.q, xq.inv, wq.q, wq.inv, none, none, y, true, kOneScale, kOneScale);
+      gpu::fp8_matmul(dyq.q, dyq.inv, wq.q_t, wq.inv, none, none, dx, false, kOneScale, kOneScale);
+      gpu::fp8_matmul(dyq.q_t, dyq.inv, xq.q_t, xq.inv, none, dw, dw, false, kOneScale, kOneScale);
     });
     print("step fp8: 3 x (amax + quantize q, q_t) + 3 products" + at, step_8, 3 * flops, "TFLOP/s", step_bf);
   }
+  bench_fp8_recipes(dev, pool);
 }
 
 }  // namespace tandem::ops_check

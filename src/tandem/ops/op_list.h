@@ -11,6 +11,7 @@
 #include "tandem/core/ignore_target.h"
 #include "tandem/core/random_fill.h"
 #include "tandem/core/tensor.h"
+#include "tandem/ops/fp8_scale.h"
 
 namespace tandem::ops {
 
@@ -117,11 +118,13 @@ using tandem::kIgnoreTarget;
   X(void, dropout, (const Tensor& x, const Tensor& y, float p, uint64_t seed, uint64_t stream, int64_t row0,      \
                     int64_t width, int64_t col0),                                                                  \
     (x, y, p, seed, stream, row0, width, col0))                                                                    \
-  X(void, amax, (const Tensor& x, const Tensor& amax), (x, amax))                                                  \
+  X(void, amax, (const Tensor& x, const Tensor& amax, Fp8Blocks blocks, bool transposed),                         \
+    (x, amax, blocks, transposed))                                                                                 \
   X(void, fp8_quantize, (const Tensor& x, const Tensor& amax, const Tensor& q, const Tensor& q_t,                  \
-                         const Tensor& inv_scale),                                                                 \
-    (x, amax, q, q_t, inv_scale))                                                                                  \
+                         const Tensor& inv_scale, Fp8Blocks blocks),                                               \
+    (x, amax, q, q_t, inv_scale, blocks))                                                                          \
   X(void, fp8_matmul, (const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, const Tensor& b_inv_scale,     \
-                       const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum),                     \
-    (a, a_inv_scale, b, b_inv_scale, bias, c, d, fast_accum))
+                       const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum, Fp8Blocks a_blocks,  \
+                       Fp8Blocks b_blocks),                                                                        \
+    (a, a_inv_scale, b, b_inv_scale, bias, c, d, fast_accum, a_blocks, b_blocks))
 // clang-format on

@@ -26,6 +26,7 @@
 
 #include "tandem/core/random_fill.h"
 #include "tandem/core/tensor.h"
+#include "tandem/ops/fp8_scale.h"
 
 namespace tandem::ops {
 
@@ -234,31 +235,40 @@ void attention_gqa_documents_forward(const Tensor& qkv, int heads, int kv_heads,
 void attention_gqa_documents_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
                                       const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
 
-// ---- FP8 (Hopper's e4m3 and e5m2) with one power-of-two scale per tensor ----
+// ---- FP8 (Hopper's e4m3 and e5m2) with power-of-two scales per tensor, per row or per block ----
 // A tensor goes to FP8 as q = fp8(x * s) (round to nearest even, saturating at the format's largest finite value) and
-// back as x ~ q / s. The scale s of a tensor whose largest magnitude is amax is the largest power of two with
-// amax * s <= max (448 for e4m3, 57344 for e5m2), clamped to [2^-126, 2^126]; 1 when amax is 0. A power of two makes
-// x * s exact, so q is the same on every backend. A non-finite amax (an inf or a NaN in the tensor) gives s = 1 and
-// inv_scale NaN, so the product reads NaN and the overflow shows instead of saturating quietly.
+// back as x ~ q / s. The scale s of a block of elements (the whole tensor, a row, a 1x128 or 128x128 tile:
+// Fp8Blocks, fp8_scale.h) whose largest magnitude is amax is the largest power of two with amax * s <= max (448 for
+// e4m3, 57344 for e5m2), clamped to [2^-126, 2^126]; 1 when amax is 0. A power of two makes x * s exact, so q is the
+// same on every backend. A non-finite amax (an inf or a NaN in the block) gives s = 1 and inv_scale NaN, so the
+// product reads NaN and the overflow shows instead of saturating quietly. Scales of several blocks are laid out as
+// fp8_scale_grid says (the layout Hopper's scaled products read), amax alike.
 
-// amax (1) f32 = the largest |x| over every element of x (any float dtype), overwritten; NaN when x holds a NaN.
-// On the device: no host sync.
-void amax(const Tensor& x, const Tensor& amax);
-// x (R, C) in X, read as its 2-D view (rows_of, cols_of); amax (1) f32 on x's device (the tensor's own, or its maximum
-// over a group of slots that together hold a logical tensor, so every slot scales alike). Writes q (R, C) and/or
-// q_t (C, R) = q transposed (either may be undefined, not both; both E4M3 or both E5M2: their dtype picks the
-// format), and inv_scale (1) f32 = 1 / s.
-void fp8_quantize(const Tensor& x, const Tensor& amax, const Tensor& q, const Tensor& q_t, const Tensor& inv_scale);
-// d (M, N) = (a (M, K) @ b (N, K)^T) * a_inv_scale * b_inv_scale + bias (N) + c (M, N), summed in fp32 and rounded
-// once into d. a and b are FP8 with K contiguous in both (the "TN" form Hopper's FP8 tensor cores take): e4m3 x e4m3,
-// e4m3 x e5m2 or e5m2 x e4m3. a_inv_scale and b_inv_scale (1) f32 as fp8_quantize writes them. d is X or f32; bias
-// (optional) and c (optional) hold d's dtype; c may be d (accumulate: a weight gradient). On CUDA, K and N must be
-// multiples of 16 (fp8_shape_ok); the product of two FP8 values is exact in fp32, so backends differ only in the
-// order of the sum. `fast_accum`: CUDA may keep the tensor cores' partial sums in their own reduced precision
+// amax (G) f32 = the largest |x| of each block of x's 2-D view (rows_of, cols_of) (any float dtype), or of its
+// transpose (C, R) when `transposed`, cut into `blocks`; G = fp8_scale_grid(...).count, overwritten (padding 0); NaN
+// for a block holding a NaN. blocks {}: one value, the whole tensor. On the device: no host sync.
+void amax(const Tensor& x, const Tensor& amax, Fp8Blocks blocks = {}, bool transposed = false);
+// x (R, C) in X, read as its 2-D view; amax (G) f32 on x's device as amax above writes it for the output's blocks
+// (the tensor's own, or its maximum over a group of slots that together hold a logical tensor, so every slot scales
+// alike). Writes q (R, C) and/or q_t (C, R) = q transposed (both E4M3 or both E5M2: their dtype picks the format),
+// and inv_scale (G) f32 = 1 / s per block. `blocks` are blocks of the output written: with one scale (blocks {})
+// either output or both; with more, exactly one of q (blocks of x) and q_t (blocks of x^T).
+void fp8_quantize(const Tensor& x, const Tensor& amax, const Tensor& q, const Tensor& q_t, const Tensor& inv_scale,
+                  Fp8Blocks blocks = {});
+// d (M, N) = sum_k a[m, k] / s_a[m, k] * b[n, k] / s_b[n, k] + bias (N) + c (M, N), summed in fp32 and rounded once
+// into d, where 1 / s_a is a_inv_scale's value for a's block holding (m, k) (a_blocks, fp8_scale_grid's layout) and
+// 1 / s_b likewise. a and b are FP8 with K contiguous in both (the "TN" form Hopper's FP8 tensor cores take): e4m3 x
+// e4m3, e4m3 x e5m2 or e5m2 x e4m3. d is X or f32; bias (optional) and c (optional) hold d's dtype; c may be d
+// (accumulate: a weight gradient). On CUDA, K and N must be multiples of 16 (fp8_shape_ok), and the blocks one of
+// Hopper's pairs: one scale each; one per row each ({1, 0}); {1, 128} with {128, 128} or {1, 128}; {128, 128} with
+// {1, 128} (an operand in {1, 128} blocks with a multiple of 4 rows: cuBLASLt has no kernel for others). A product of
+// two FP8 values is exact in fp32 and the scales are powers of two, so backends differ only in the order of the sum.
+// `fast_accum`: CUDA may keep the tensor cores' partial sums in their own reduced precision
 // (CUBLASLT_MATMUL_DESC_FAST_ACCUM: faster, less exact; recipes allow it for the forward product only); the CPU
 // always sums in fp32.
 void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, const Tensor& b_inv_scale,
-                const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum = false);
+                const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum = false, Fp8Blocks a_blocks = {},
+                Fp8Blocks b_blocks = {});
 // Whether fp8_matmul takes a product of these sizes on every backend.
 inline bool fp8_shape_ok(int64_t m, int64_t n, int64_t k) {
   return m > 0 && n % 16 == 0 && k % 16 == 0 && n > 0 && k > 0;

@@ -83,7 +83,7 @@ OpWork work_of(const A&... a) {
     w.bytes = work_detail::tensor_bytes(dbias);
   } else if constexpr (id == OpId::fp8_matmul) {
     // The product's FLOPs; the epilogue's reads of bias and c as bytes.
-    const auto& [x, x_inv, y, y_inv, bias, c, d, fast] = std::tie(a...);
+    const auto& [x, x_inv, y, y_inv, bias, c, d, fast, x_blocks, y_blocks] = std::tie(a...);
     w.gemm_flops_fp8 =
         2.0 * static_cast<double>(rows_of(d)) * static_cast<double>(cols_of(d)) * static_cast<double>(cols_of(x));
     w.bytes = work_detail::tensor_bytes(bias) + work_detail::tensor_bytes(c);

@@ -21,7 +21,7 @@ int64_t linear_forward_scratch(const ScratchContext& ctx, const Tensor& x, const
                                const Tensor& residual, const Tensor& y);
 int64_t fp8_matmul_scratch(const ScratchContext& ctx, const Tensor& a, const Tensor& a_inv_scale, const Tensor& b,
                            const Tensor& b_inv_scale, const Tensor& bias, const Tensor& c, const Tensor& d,
-                           bool fast_accum);
+                           bool fast_accum, Fp8Blocks a_blocks, Fp8Blocks b_blocks);
 int64_t linear_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dweight,
                                    const Tensor& dbias);
 int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,

@@ -141,11 +141,21 @@ void decode_fp8(const Tensor& src, float* dst) {
 #pragma omp parallel for schedule(static) if (worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) dst[i] = decode(p[i]);
 }
+
+// x32 (rows, K) f32 *= the inverse scale of each element's block (blocks of x's (rows, K), fp8_scale.h): exact, the
+// scales being powers of two.
+void scale_blocks(float* x32, int64_t rows, int64_t k, const Tensor& inv_scale, Fp8Blocks blocks) {
+  const Fp8ScaleGrid g = fp8_scale_grid(rows, k, blocks);
+  const float* s = inv_scale.f32();
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * k))
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < k; ++j) x32[i * k + j] *= s[g.at(i / g.block_rows, j / g.block_cols)];
+}
 }  // namespace
 
 // a and b decoded into fp32 and the fp32 sum (M, N), a and the sum padded as matmul pads them.
 int64_t fp8_matmul_scratch(const ScratchContext&, const Tensor& a, const Tensor&, const Tensor& b, const Tensor&,
-                           const Tensor&, const Tensor&, const Tensor& d, bool) {
+                           const Tensor&, const Tensor&, const Tensor& d, bool, Fp8Blocks, Fp8Blocks) {
   const int64_t m = rows_of(d), n = cols_of(d), k = cols_of(a);
   if (m == 0 || n == 0) return 0;
   const int64_t rows = padded_rows(m, n, std::max<int64_t>(k, 1), false);
@@ -153,9 +163,11 @@ int64_t fp8_matmul_scratch(const ScratchContext&, const Tensor& a, const Tensor&
 }
 
 // The FP8 values are exact in fp32 and so are their products: the sum is OpenBLAS's fp32 product of the decoded
-// operands, then the scales, the bias and c in fp32, rounded once into d. fast_accum changes nothing here.
+// operands, then the scales, the bias and c in fp32, rounded once into d. With one scale per operand the scales
+// multiply the sum; with blocks each decoded element is scaled first (exact: powers of two), so the sum is of the
+// same products. fast_accum changes nothing here.
 void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, const Tensor& b_inv_scale,
-                const Tensor& bias, const Tensor& c, const Tensor& d, bool) {
+                const Tensor& bias, const Tensor& c, const Tensor& d, bool, Fp8Blocks a_blocks, Fp8Blocks b_blocks) {
   const int64_t m = rows_of(d), n = cols_of(d), k = cols_of(a);
   if (m == 0 || n == 0) return;
   const int64_t rows = padded_rows(m, n, std::max<int64_t>(k, 1), false);
@@ -166,6 +178,9 @@ void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, con
   decode_fp8(a, a32.f32());
   if (rows > m) a32.rows(m, rows - m).fill_zero();
   decode_fp8(b, b32.f32());
+  const bool a_single = fp8_scale_grid(m, k, a_blocks).single(), b_single = fp8_scale_grid(n, k, b_blocks).single();
+  if (!a_single) scale_blocks(a32.f32(), m, k, a_inv_scale, a_blocks);
+  if (!b_single) scale_blocks(b32.f32(), n, k, b_inv_scale, b_blocks);
   if (k == 0) {
     sum.fill_zero();
   } else {
@@ -173,7 +188,7 @@ void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, con
                 static_cast<int>(k), 1.0f, a32.f32(), static_cast<int>(k), b32.f32(), static_cast<int>(k), 0.0f,
                 sum.f32(), static_cast<int>(n));
   }
-  const float sa = a_inv_scale.f32()[0], sb = b_inv_scale.f32()[0];
+  const float sa = a_single ? a_inv_scale.f32()[0] : 1.0f, sb = b_single ? b_inv_scale.f32()[0] : 1.0f;
   visit_float(d.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const float* acc = sum.f32();                                 // (rows, N)

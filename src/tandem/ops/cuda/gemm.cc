@@ -14,7 +14,14 @@
 // and in bf16 for an f32 D. This op's bias has d's dtype, so an f32 d's bias is added after the product (add_bias).
 // cuBLASLt's A transposed and
 // its B not (our TN form), matrices 16-byte aligned, K and N multiples of 16.
+// Scales of several blocks (ops.h, "FP8"; fp8_scale.h lays them out as cuBLASLt reads them) go to cuBLASLt's scale
+// modes (fp8_scale_modes): the pairs Hopper's kernels take are one scale each (SCALAR_32F), one per row each
+// (OUTER_VEC_32F), and 1 x 128 with 128 x 128 or 1 x 128 blocks (VEC128_32F, BLK128x128_32F). An operand's grid is
+// read in any mode whose layout is the same there (a 1 x 128 grid over K <= 128 is one per row, one 128 x 128 block
+// is one scale), and the first pair both operands fit is taken. cuBLASLt (13.1, on an H200) has no algorithm for 1 x
+// 128 scales of an operand whose rows are not a multiple of 4, so those are refused here, with a message.
 #include <cstdint>
+#include <string>
 
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
@@ -115,8 +122,49 @@ void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dweight
   if (dbias.defined()) bias_backward(dy.view({rows, cols_of(dy)}), dbias);
 }
 
+namespace {
+
+// Whether the scales of an operand (rows, K) in grid g (fp8_scale.h) are where cuBLASLt's scale mode m reads them.
+bool fits(const Fp8ScaleGrid& g, int64_t rows, int64_t k, ScaleMode m) {
+  switch (m) {
+    case ScaleMode::Scalar:
+      return g.single();
+    case ScaleMode::OuterVec:  // index r
+      return g.block_rows == 1 && g.cols == 1;
+    case ScaleMode::Vec128:  // index (k / 128) * rows + r; cuBLASLt has no algorithm for rows not a multiple of 4
+      return g.block_rows == 1 && rows % 4 == 0 && (g.block_cols == 128 || (g.cols == 1 && k <= 128));
+    case ScaleMode::Blk128x128:  // index (r / 128) * round_up(ceil(K / 128), 4) + k / 128, or k / 128 for one row
+      return (g.block_rows == 128 || (g.rows == 1 && rows <= 128)) &&
+             (g.block_cols == 128 || (g.cols == 1 && k <= 128));
+  }
+  return false;
+}
+
+std::string blocks_str(Fp8Blocks b) {
+  const auto extent = [](int64_t e) { return e > 0 ? std::to_string(e) : std::string("all"); };
+  return extent(b.rows) + " x " + extent(b.cols);
+}
+
+// The scale modes of a (M, K) and b (N, K): the first pair of Hopper's that both grids fit, or a refusal naming them.
+std::pair<ScaleMode, ScaleMode> fp8_scale_modes(const char* op, int64_t m, int64_t n, int64_t k, Fp8Blocks a_blocks,
+                                                Fp8Blocks b_blocks) {
+  using enum ScaleMode;
+  constexpr std::pair<ScaleMode, ScaleMode> kPairs[] = {
+      {Scalar, Scalar}, {OuterVec, OuterVec}, {Vec128, Blk128x128}, {Blk128x128, Vec128}, {Vec128, Vec128}};
+  const Fp8ScaleGrid ga = fp8_scale_grid(m, k, a_blocks), gb = fp8_scale_grid(n, k, b_blocks);
+  for (const auto& [ma, mb] : kPairs)
+    if (fits(ga, m, k, ma) && fits(gb, n, k, mb)) return {ma, mb};
+  TANDEM_FAIL(op, ": a (", m, ", ", k, ") in blocks of ", blocks_str(a_blocks), " with b (", n, ", ", k,
+              ") in blocks of ", blocks_str(b_blocks),
+              " is no pair of scales cuBLASLt's FP8 products take: one scale each, one per row each, 1 x 128 with "
+              "128 x 128 or 1 x 128, or 128 x 128 with 1 x 128 (1 x 128 scales for a multiple of 4 rows)");
+}
+
+}  // namespace
+
 void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, const Tensor& b_inv_scale,
-                const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum) {
+                const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum, Fp8Blocks a_blocks,
+                Fp8Blocks b_blocks) {
   const char* op = "fp8_matmul";
   const auto fp8 = [](DType t) { return t == DType::E4M3 || t == DType::E5M2; };
   TANDEM_CHECK(fp8(a.dtype()) && fp8(b.dtype()) && (a.dtype() == DType::E4M3 || b.dtype() == DType::E4M3), op,
@@ -131,6 +179,14 @@ void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, con
   if (m == 0 || n == 0) return;
   TANDEM_CHECK(fp8_shape_ok(m, n, k), op, ": cuBLASLt's FP8 kernels need K and N positive multiples of 16; got M ", m,
                ", N ", n, ", K ", k);
+  for (const auto& [name, t, rows, blocks] :
+       {std::tuple<const char*, const Tensor&, int64_t, Fp8Blocks>{"a_inv_scale", a_inv_scale, m, a_blocks},
+        {"b_inv_scale", b_inv_scale, n, b_blocks}}) {
+    const int64_t count = fp8_scale_grid(rows, k, blocks).count;
+    TANDEM_CHECK(t.numel() == count, op, ": ", name, " ", shape_str(t.shape()), " must hold ", count,
+                 " element(s), one per block of ", blocks_str(blocks));
+  }
+  const auto [a_mode, b_mode] = fp8_scale_modes(op, m, n, k, a_blocks, b_blocks);
   device::CudaDevice& dev = cuda_device(d);
   // An f32 d's bias would have to be bf16 in the epilogue: it is added in a pass of its own instead.
   const bool epilogue_bias = bias.defined() && d.dtype() != DType::F32;
@@ -145,7 +201,9 @@ void fp8_matmul(const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, con
                   .bias = epilogue_bias ? bias.raw() : nullptr,
                   .a_scale = a_inv_scale.f32(),
                   .b_scale = b_inv_scale.f32(),
-                  .fast_accum = fast_accum};
+                  .fast_accum = fast_accum,
+                  .a_mode = a_mode,
+                  .b_mode = b_mode};
   if (queue_product(dev, p) && (epilogue_bias || !bias.defined())) return;
   if (epilogue_bias) {  // no algorithm with the bias epilogue: the product with c alone
     Product plain = p;

@@ -13,7 +13,9 @@
 // matrix with the same bytes. So the row-major C = op(a) op(b) is computed as the column-major
 // C^T = op(b)^T op(a)^T: cuBLASLt's A is our b, its B is our a, and its (m, n) is our (N, M). For FP8 the scales
 // follow the operands: cuBLASLt's A scale is our b's, its B scale our a's; our TN form (a (M, K), b (N, K), K
-// contiguous in both) is cuBLASLt's A transposed and B not, the only form its FP8 kernels take.
+// contiguous in both) is cuBLASLt's A transposed and B not, the only form its FP8 kernels take. Scales of several
+// blocks (ScaleMode) set CUBLASLT_MATMUL_DESC_A_SCALE_MODE / B_SCALE_MODE likewise swapped; the kernels for them
+// may have no fast accumulation, and then the plan is made without it (below).
 #include "tandem/ops/cuda/gemm_plan.h"
 
 #include <cublasLt.h>
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "tandem/ops/cuda/cuda_util.h"
@@ -53,6 +56,34 @@ cudaDataType_t cuda_type(DType t) {
       break;
   }
   TANDEM_FAIL("matmul: dtype ", dtype_name(t), " is not a float dtype");
+}
+
+cublasLtMatmulMatrixScale_t cublas_mode(ScaleMode m) {
+  switch (m) {
+    case ScaleMode::Scalar:
+      break;
+    case ScaleMode::OuterVec:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case ScaleMode::Vec128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case ScaleMode::Blk128x128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
+const char* mode_name(ScaleMode m) {
+  switch (m) {
+    case ScaleMode::Scalar:
+      break;
+    case ScaleMode::OuterVec:
+      return "one per row (OUTER_VEC_32F)";
+    case ScaleMode::Vec128:
+      return "1 x 128 blocks (VEC128_32F)";
+    case ScaleMode::Blk128x128:
+      return "128 x 128 blocks (BLK128x128_32F)";
+  }
+  return "one scale (SCALAR_32F)";
 }
 
 const char* type_name(cudaDataType_t t) {
@@ -92,6 +123,7 @@ struct PlanKey {
   uint32_t align_bias;  // 0 without an epilogue
   bool scaled;          // FP8: a and b scale pointers set
   bool fast_accum;
+  ScaleMode a_mode, b_mode;  // FP8: how a's and b's scales are laid out (Scalar otherwise)
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -169,6 +201,11 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const Product& produ
     if (key.scaled) set_attribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(key.d_type));
   }
   if (key.scaled) set_attribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(key.fast_accum ? 1 : 0));
+  const bool blocked = key.a_mode != ScaleMode::Scalar || key.b_mode != ScaleMode::Scalar;
+  if (blocked) {  // swapped as the operands are: cuBLASLt's A is our b
+    set_attribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, static_cast<int32_t>(cublas_mode(key.b_mode)));
+    set_attribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, static_cast<int32_t>(cublas_mode(key.a_mode)));
+  }
   set_pointers(p, key, product);
   // Column-major shapes of the stored bytes: our b is (K, N) row-major = (N, K) column-major, or (K, N) when
   // transposed; our a is (K, M) column-major, or (M, K) when transposed; C is (N, M). Leading dims are the
@@ -194,6 +231,15 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const Product& produ
   if (status == CUBLAS_STATUS_SUCCESS)
     status =
         cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, kCandidates, results.data(), &found);
+  if ((status != CUBLAS_STATUS_SUCCESS || found == 0) && blocked && key.fast_accum) {
+    // cuBLASLt's kernels for scales of several blocks may have no fast accumulation (Hopper's 1 x 128 and 128 x 128
+    // ones scale their partial sums into fp32 at every 128 of K): the plan is then made without it, summing in fp32
+    // as the products without fast_accum do (the key keeps fast_accum as asked).
+    set_attribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(0));
+    found = 0;
+    status =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, kCandidates, results.data(), &found);
+  }
   cublasLtMatmulPreferenceDestroy(pref);
   if ((status != CUBLAS_STATUS_SUCCESS || found == 0) && key.epilogue != Epilogue::None) {
     destroy(p);
@@ -205,8 +251,10 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const Product& produ
     TANDEM_FAIL(product.op, ": cuBLASLt has no algorithm for (", m, " x ", k, ") @ (", k, " x ", n, ")",
                 key.trans_a ? " with a transposed" : "", key.trans_b ? " with b transposed" : "", ", inputs ",
                 type_name(key.a_type), " and ", type_name(key.b_type), ", output ", type_name(key.d_type),
-                ", operand alignments ", key.align_a, "/", key.align_b, "/", key.align_d,
-                " bytes: ", status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
+                ", operand alignments ", key.align_a, "/", key.align_b, "/", key.align_d, " bytes",
+                blocked ? std::string(", scales of a ") + mode_name(key.a_mode) + " and of b " + mode_name(key.b_mode)
+                        : std::string(),
+                ": ", status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
   }
   p.algo = results[0].algo;
   if (split_k_of(p.algo) == 1) {
@@ -317,7 +365,9 @@ bool queue_product(device::CudaDevice& dev, const Product& p) {
                     .epilogue = p.epilogue,
                     .align_bias = p.epilogue == Epilogue::None ? 0 : alignment_of(p.bias),
                     .scaled = scaled,
-                    .fast_accum = scaled && p.fast_accum};
+                    .fast_accum = scaled && p.fast_accum,
+                    .a_mode = scaled ? p.a_mode : ScaleMode::Scalar,
+                    .b_mode = scaled ? p.b_mode : ScaleMode::Scalar};
   std::lock_guard<std::mutex> lock(ctx.mu);
   auto it = ctx.plans.find(key);
   if (it == ctx.plans.end()) it = ctx.plans.emplace(key, make_plan(ctx.handle, key, p)).first;
