@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FP8 training end to end ("fp8": {"enabled": true}): a llama whose block projections run in FP8 trains beside the
-# same run in bf16, says which projections run in FP8, keeps its losses within a few percent of bf16's, and the
-# recipes it does not implement, fp16 and an mlp are refused before step 1.
+# same run in bf16, says which projections run in FP8, keeps its losses within a few percent of bf16's (with each
+# recipe), a blockwise layer whose tensor-parallel share is not whole tiles and fp16 are refused before step 1.
 # Usage: test_fp8.sh TANDEM_BINARY PYTHON. Prints one line per check and "N passed, M failed".
 set -u
 tandem="$1"
@@ -37,6 +37,21 @@ sys.exit(0 if len(got) == len(want) == 20 and worst < 0.01 and got[-1] < 0.9 * g
 PY
 check "fp8 losses stay within 1% of bf16's at every step (0.17% measured) and fall" $?
 
+# The per-row and per-tile recipes: the same run, the same bound.
+for recipe in rowwise blockwise; do
+  run 300 "$tandem" train "$work/llama.json" --out "$work/$recipe" --set fp8.enabled=true --set fp8.recipe=$recipe
+  grep -q "fp8 ($recipe): 8 of this rank.s 8 block projections" "$work/out"
+  check "fp8.recipe=$recipe trains all 8 block projections in FP8" $? "$(grep fp8 "$work/out"; tail -2 "$work/out")"
+  "$python" - "$work/bf16/metrics.jsonl" "$work/$recipe/metrics.jsonl" <<'PY'
+import json, sys
+want, got = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+worst = max(abs(g - w) / w for g, w in zip(got, want))
+print(f"fp8 against bf16: worst step {worst:.2%}; first {got[0]:.4f} last {got[-1]:.4f}")
+sys.exit(0 if len(got) == len(want) == 20 and worst < 0.01 and got[-1] < 0.9 * got[0] else 1)
+PY
+  check "fp8.recipe=$recipe losses stay within 1% of bf16's at every step and fall" $?
+done
+
 run 300 "$tandem" train "$work/llama.json" --out "$work/min" --set fp8.enabled=true --set fp8.min_features=128
 grep -q 'fp8 (tensorwise): 0 of this rank.s 8 block projections' "$work/out"
 check "fp8.min_features 128 keeps every projection (each has the 64 hidden features) in bf16" $? "$(grep fp8 "$work/out")"
@@ -46,7 +61,13 @@ run 300 "$tandem" train -n 2 "$work/llama.json" --out "$work/tp" --set fp8.enabl
   --set steps=3
 check "fp8 over a tensor-parallel pair trains" $rc "$(tail -3 "$work/out")"
 
-for refused in 'fp8.recipe=rowwise|is not implemented yet' 'fp16.enabled=true|fp8 with fp16.enabled'; do
+# 64 features over 2 slots are 32: not whole 128-wide tiles.
+run 60 "$tandem" train -n 2 "$work/llama.json" --out "$work/refused" --set fp8.enabled=true --set fp8.recipe=blockwise \
+  --set parallel.tensor=2
+[ $rc -eq 1 ] && grep -q "must be whole tiles" "$work/out" && ! grep -q '^step 1/' "$work/out"
+check "blockwise over a tensor-parallel pair of 32-feature shares is refused before step 1" $? "$(tail -2 "$work/out")"
+
+for refused in 'fp16.enabled=true|fp8 with fp16.enabled'; do
   run 60 "$tandem" train "$work/llama.json" --out "$work/refused" --set fp8.enabled=true --set bf16.enabled=false \
     --set "${refused%%|*}"
   [ $rc -eq 1 ] && grep -q "${refused#*|}" "$work/out" && ! grep -q '^step 1/' "$work/out"

@@ -316,7 +316,15 @@ TEST(Config, Fp8IsTypedAndRefusesWhatItCannotDo) {
   EXPECT_HAS(error_of([&] { validate(c); }), "fp8.gradient_format");
   c["fp8"].erase("gradient_format");
   c["fp8"]["recipe"] = "rowwise";
-  EXPECT_HAS(error_of([&] { validate(c); }), "fp8.recipe \"rowwise\" is not implemented yet");
+  EXPECT_EQ(parse(validate(c)).fp8.recipe, spec::Fp8Recipe::Rowwise);
+  EXPECT_EQ(parse(validate(c)).fp8.gradients, DType::E5M2);
+  // Blockwise keeps the gradients in e4m3 unless told otherwise, as DeepSeek-V3 and Transformer Engine do.
+  c["fp8"]["recipe"] = "blockwise";
+  EXPECT_EQ(parse(validate(c)).fp8.recipe, spec::Fp8Recipe::Blockwise);
+  EXPECT_EQ(parse(validate(c)).fp8.gradients, DType::E4M3);
+  c["fp8"]["gradient_format"] = "e5m2";
+  EXPECT_EQ(parse(validate(c)).fp8.gradients, DType::E5M2);
+  c["fp8"].erase("gradient_format");
   c["fp8"]["recipe"] = "Tensorwise";  // case-insensitive, as every choice
   EXPECT_NO_THROW(validate(c));
   c["fp8"]["recipe"] = "delayed";

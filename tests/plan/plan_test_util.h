@@ -21,7 +21,8 @@ using config::Json;
 
 struct MemCase {
   // "gpt" | "mlp" | "llama_lora" (LoRA on every projection of a frozen llama) | "llama_docs" (a llama whose attention
-  // stays inside documents: data.document_mask) | "llama_fp8" (its block projections in FP8)
+  // stays inside documents: data.document_mask) | "llama_fp8" (its block projections in FP8) | "llama_fp8_rowwise" |
+  // "llama_fp8_blockwise" (the other recipes)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
@@ -65,7 +66,7 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
-  if (model == "llama_lora" || model == "llama_docs" || model == "llama_fp8")
+  if (model == "llama_lora" || model == "llama_docs" || model.rfind("llama_fp8", 0) == 0)
     return {{"type", "llama"},          {"vocab_size", 512},       {"seq_len", 64},
             {"hidden_size", 64},        {"intermediate_size", 96}, {"num_hidden_layers", 4},
             {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
@@ -89,8 +90,13 @@ inline spec::LoraConfig typed_lora(const std::string& model) {
              config::validate({{"model", model_config(model)}, {"lora", lora_config(model)}, {"train_batch_size", 8}}))
       .lora;
 }
-// The "fp8" object of a model of the grid (enabled for llama_fp8 alone).
-inline Json fp8_config(const std::string& model) { return {{"enabled", model == "llama_fp8"}}; }
+// The "fp8" object of a model of the grid: enabled for llama_fp8 (tensorwise), llama_fp8_rowwise and
+// llama_fp8_blockwise.
+inline Json fp8_config(const std::string& model) {
+  if (model.rfind("llama_fp8", 0) != 0) return {{"enabled", false}};
+  const std::string recipe = model == "llama_fp8" ? "tensorwise" : model.substr(std::string("llama_fp8_").size());
+  return {{"enabled", true}, {"recipe", recipe}};
+}
 // The model of the grid as the planner builds it: its struct with its LoRA and FP8 settings.
 inline plan::PlannedModel planned(const std::string& model) {
   const config::TrainConfig t = config::parse(config::validate({{"model", model_config(model)},

@@ -87,6 +87,20 @@ std::vector<MemCase> grid() {
     c.steps = 1;
     out.push_back(c);
   }
+  // The other recipes' scales of each row and tile, and the amaxes they take again in backward (blockwise: one
+  // slot per tensor, its 64 features not whole tiles over tp).
+  for (MemCase c :
+       {mem_case(1, 1, 1), mem_case(2, 1, 2, 3), mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_fp8_rowwise";
+    c.steps = 1;
+    out.push_back(c);
+  }
+  for (MemCase c :
+       {mem_case(1, 1, 1), mem_case(2, 1, 1, 3), mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_fp8_blockwise";
+    c.steps = 1;
+    out.push_back(c);
+  }
   // Documents (data.document_mask): every stage fetches each micro-batch's.
   for (MemCase c : {mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1), mem_case(2, 1, 1, 3)}) {
     c.model = "llama_docs";

@@ -324,7 +324,10 @@ TrainConfig parse(const Json& validated_cfg) {
   tc.lora = lora_config(cfg);
   const Json& f8 = cfg.at("fp8");
   tc.fp8.enabled = f8.at("enabled").get<bool>();
-  tc.fp8.recipe = spec::Fp8Recipe::Tensorwise;  // the one validate accepts when enabled
+  const std::string recipe = f8.at("recipe").get<std::string>();
+  tc.fp8.recipe = recipe == "rowwise"     ? spec::Fp8Recipe::Rowwise
+                  : recipe == "blockwise" ? spec::Fp8Recipe::Blockwise
+                                          : spec::Fp8Recipe::Tensorwise;
   tc.fp8.min_features = f8.at("min_features").get<int64_t>();
   tc.fp8.gradients = dtype_from_name(f8.at("gradient_format").get<std::string>());
   tc.data = data_config(cfg.at("data"));

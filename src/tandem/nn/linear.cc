@@ -107,13 +107,26 @@ bool Linear::use_fp8(const spec::Fp8Config& config) {
   const int64_t slots = split_ == Split::None ? 1 : tp_.size;
   const int64_t in = split_ == Split::Row ? in_ * slots : in_, out = split_ == Split::Column ? out_ * slots : out_;
   fp8_gradients_ = config.gradients;
+  fp8_recipe_ = config.recipe;
   fp8_ = config.enabled && in >= config.min_features && out >= config.min_features && in % 16 == 0 && out % 16 == 0;
-  if (fp8_)
-    TANDEM_CHECK(ops::fp8_shape_ok(16, out_, in_) && ops::fp8_shape_ok(16, in_, out_), name(), ": FP8 products need ",
-                 "multiples of 16 features, but this tensor-parallel slot holds ", in_, " inputs and ", out_,
-                 " outputs of ", in, " and ", out, ": use fewer tensor-parallel slots, or set fp8.min_features above ",
+  if (!fp8_) return false;
+  TANDEM_CHECK(ops::fp8_shape_ok(16, out_, in_) && ops::fp8_shape_ok(16, in_, out_), name(), ": FP8 products need ",
+               "multiples of 16 features, but this tensor-parallel slot holds ", in_, " inputs and ", out_,
+               " outputs of ", in, " and ", out, ": use fewer tensor-parallel slots, or set fp8.min_features above ",
+               std::min(in, out), " to keep this projection in the compute dtype");
+  if (fp8_recipe_ == spec::Fp8Recipe::Blockwise && slots > 1) {
+    // A slot's blocks must be blocks of the logical tensor: its share of each split dimension (of each fused part)
+    // whole 128-element tiles.
+    bool aligned = split_ != Split::Row || in_ % kFp8Tile == 0;
+    if (split_ == Split::Column)
+      for (const int64_t part : parts_) aligned = aligned && part % (kFp8Tile * slots) == 0;
+    TANDEM_CHECK(aligned, name(), ": the blockwise FP8 recipe scales 128 x 128 tiles of the weight and 1 x 128 ones ",
+                 "of the activations, so each tensor-parallel slot's share of a split dimension must be whole tiles; ",
+                 "this layer's ", in, " inputs and ", out, " outputs over ", slots, " slots are not. Use fewer ",
+                 "tensor-parallel slots, the \"rowwise\" or \"tensorwise\" recipe, or set fp8.min_features above ",
                  std::min(in, out), " to keep this projection in the compute dtype");
-  return fp8_;
+  }
+  return true;
 }
 
 namespace {
@@ -144,10 +157,67 @@ Quantized quantize(const Tensor& t, const Tensor& amax, DType format, bool plain
   ops::fp8_quantize(t.view({r, c}), amax, out.q, out.q_t, out.inv_scale);
   return out;
 }
+
+// One operand of an FP8 product under a recipe with several scales per tensor: q (R, K) in `format`, t (R, K) itself
+// or t^T when `transposed`, with the inverse scales of its blocks.
+struct Fp8Operand {
+  Tensor q, inv_scale;
+  ops::Fp8Blocks blocks;
+};
+// `across_slots`: the blocks hold elements of other tp slots, so their amaxes are the maximum over the slots.
+Fp8Operand operand(const Tensor& t, bool transposed, DType format, ops::Fp8Blocks blocks, bool across_slots,
+                   const TpSlot& tp, const std::string& what) {
+  const int64_t r = t.numel() / t.dim(-1), c = t.dim(-1);
+  const Tensor t2d = t.view({r, c});
+  const int64_t rows = transposed ? c : r, k = transposed ? r : c;
+  const int64_t count = ops::fp8_scale_grid(rows, k, blocks).count;
+  Tensor amax = Tensor::empty({count}, DType::F32, t.device(), what + " amax");
+  ops::amax(t2d, amax, blocks, transposed);
+  if (across_slots) tp.max(amax);
+  Fp8Operand out{Tensor::empty({rows, k}, format, t.device(), what), Tensor(), blocks};
+  out.inv_scale = Tensor::empty({count}, DType::F32, t.device(), what + " scale");
+  ops::fp8_quantize(t2d, amax, transposed ? Tensor() : out.q, transposed ? out.q : Tensor(), out.inv_scale, blocks);
+  return out;
+}
 }  // namespace
+
+ops::Fp8Blocks Linear::fp8_blocks(bool weight) const {
+  switch (fp8_recipe_) {
+    case spec::Fp8Recipe::Tensorwise:
+      return {};
+    case spec::Fp8Recipe::Rowwise:
+      return {1, 0};
+    case spec::Fp8Recipe::Blockwise:
+      return weight ? ops::Fp8Blocks{kFp8Tile, kFp8Tile} : ops::Fp8Blocks{1, kFp8Tile};
+  }
+  return {};
+}
+
+bool Linear::fp8_across_slots(bool rows_split, bool k_split) const {
+  switch (fp8_recipe_) {
+    case spec::Fp8Recipe::Tensorwise:
+      return rows_split || k_split;  // one scale for the whole logical tensor
+    case spec::Fp8Recipe::Rowwise:
+      return k_split;  // a row's scale spans the product's K
+    case spec::Fp8Recipe::Blockwise:
+      return false;  // use_fp8 checked that every slot holds whole tiles
+  }
+  return true;
+}
 
 void Linear::forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& residual, const Tensor& y2d,
                          Saved& saved) {
+  if (fp8_recipe_ != spec::Fp8Recipe::Tensorwise) {
+    // x (N, in) and W (out, in), each scaled along `in`: split over the slots in a row-parallel layer.
+    const bool row = split_ == Split::Row, column = split_ == Split::Column;
+    const Fp8Operand xq =
+        operand(x2d, false, DType::E4M3, fp8_blocks(false), fp8_across_slots(false, row), tp_, name() + " x fp8");
+    const Fp8Operand wq = operand(weight_->value, false, DType::E4M3, fp8_blocks(true), fp8_across_slots(column, row),
+                                  tp_, name() + " weight fp8");
+    ops::fp8_matmul(xq.q, xq.inv_scale, wq.q, wq.inv_scale, bias, residual, y2d, /*fast_accum=*/true, xq.blocks,
+                    wq.blocks);
+    return;
+  }
   const Tensor amax_x = amax_of(x2d, split_ == Split::Row, tp_, name() + " amax x");
   const Tensor amax_w = amax_of(weight_->value, split_ != Split::None, tp_, name() + " amax weight");
   const Quantized xq = quantize(x2d, amax_x, DType::E4M3, true, false, name() + " x fp8");
@@ -155,6 +225,31 @@ void Linear::forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& re
   ops::fp8_matmul(xq.q, xq.inv_scale, wq.q, wq.inv_scale, bias, residual, y2d, /*fast_accum=*/true);
   saved.tensors.push_back(amax_x);
   saved.tensors.push_back(amax_w);
+}
+
+Tensor Linear::backward_fp8_blocks(const Tensor& dy2d, const Tensor& x) {
+  const int64_t n = dy2d.dim(0);
+  const Tensor x2d = x.view({n, in_});  // (N, in)
+  const bool row = split_ == Split::Row, column = split_ == Split::Column;
+  if (weight_->trainable) {
+    // dW (out, in) += dy^T (out, N) x^T (in, N)^T, both scaled along the tokens, which no slot splits.
+    const Fp8Operand gq_t = operand(dy2d, true, fp8_gradients_, fp8_blocks(false), fp8_across_slots(column, false), tp_,
+                                    name() + " dy fp8 transposed");
+    const Fp8Operand xq_t = operand(x2d, true, DType::E4M3, fp8_blocks(false), fp8_across_slots(row, false), tp_,
+                                    name() + " x fp8 transposed");
+    ops::fp8_matmul(gq_t.q, gq_t.inv_scale, xq_t.q, xq_t.inv_scale, Tensor(), weight_->grad, weight_->grad, false,
+                    gq_t.blocks, xq_t.blocks);
+  }
+  // dx (N, in) = dy (N, out) W^T (in, out)^T, both scaled along `out`: split over the slots in a column-parallel
+  // layer.
+  const Fp8Operand gq =
+      operand(dy2d, false, fp8_gradients_, fp8_blocks(false), fp8_across_slots(false, column), tp_, name() + " dy fp8");
+  const Fp8Operand wq_t = operand(weight_->value, true, DType::E4M3, fp8_blocks(true), fp8_across_slots(row, column),
+                                  tp_, name() + " weight fp8 transposed");
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");  // (..., in)
+  ops::fp8_matmul(gq.q, gq.inv_scale, wq_t.q, wq_t.inv_scale, Tensor(), Tensor(), dx.view({n, in_}), false, gq.blocks,
+                  wq_t.blocks);
+  return dx;
 }
 
 Tensor Linear::backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& amax_x, const Tensor& amax_w) {
@@ -212,12 +307,13 @@ Tensor Linear::backward(const Tensor& dy, Saved& saved) {
   const Tensor x = saved.tensors.at(0);  // (..., in)
   const int64_t n = x.numel() / in_;
   const bool fp8 = fp8_tokens(n);
-  const auto adapters_saved = saved.tensors.begin() + (fp8 ? 3 : 1);
+  const auto adapters_saved = saved.tensors.begin() + 1 + (fp8 ? fp8_saved() : 0);
   const bool bias_grad = bias_ && bias_->trainable;
   Tensor dx;  // (..., in), allocated after the weight gradient's product and its scratch
   if (fp8) {
     if (bias_grad) ops::bias_backward(dy.view({n, out_}), bias_->grad);
-    dx = backward_fp8(dy.view({n, out_}), x, saved.tensors.at(1), saved.tensors.at(2));
+    dx = fp8_saved() > 0 ? backward_fp8(dy.view({n, out_}), x, saved.tensors.at(1), saved.tensors.at(2))
+                         : backward_fp8_blocks(dy.view({n, out_}), x);
   } else {
     // dW (out, in) += dy^T x and db (out) += sum dy, one op; nothing for a frozen weight.
     if (weight_->trainable)

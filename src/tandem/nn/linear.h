@@ -5,10 +5,14 @@
 // partitioned X (the sum over tp is the "g" operator; b is replicated and added once after it).
 // With LoRA adapters (lora.h) the frozen product gains s (x A^T) B^T on the adapted outputs; a frozen weight has no
 // gradient and its weight-gradient product is skipped.
-// With FP8 (use_fp8, spec/fp8.h) the three products run as ops::fp8_matmul: x and W in e4m3, dy in e5m2, each with
-// one power-of-two scale from its amax over the whole logical tensor, so the maximum over tp is taken wherever the
-// tensor is split: W always, x in a row-parallel layer, dy in a column-parallel one. Every layout then rounds every
-// element alike. Forward saves x and the two amaxes; backward quantizes again from them (the same bits).
+// With FP8 (use_fp8, spec/fp8.h) the three products run as ops::fp8_matmul: x and W in e4m3, dy in e5m2 (or e4m3),
+// with power-of-two scales taken from the amaxes of the logical tensor's blocks, so every layout rounds every element
+// alike. Tensorwise: one scale per tensor, the maximum over tp wherever the tensor is split (W always, x in a
+// row-parallel layer, dy in a column-parallel one); forward saves x and the two amaxes and backward quantizes again
+// from them (the same bits). Rowwise: one scale per row of each operand as its product reads it (each scaled along
+// the product's K), the maximum over tp where the slots split that K. Blockwise: 1 x 128 tiles of x and dy, 128 x 128
+// tiles of W, each slot holding whole tiles (use_fp8 checks), so no slot needs another's amax. The two block recipes
+// take each operand's amaxes in backward, from x and W.
 #pragma once
 
 #include <memory>
@@ -16,6 +20,7 @@
 
 #include "tandem/nn/layer.h"
 #include "tandem/nn/lora.h"
+#include "tandem/ops/fp8_scale.h"
 #include "tandem/spec/fp8.h"
 
 namespace tandem::nn {
@@ -69,7 +74,19 @@ class Linear final : public Layer {
   void forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& residual, const Tensor& y2d, Saved& saved);
   // dW += dy^T x (when trainable), then dx = dy W (returned, x's shape), in FP8, from the amaxes forward saved.
   Tensor backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& amax_x, const Tensor& amax_w);
+  // The same under a recipe of several scales per tensor, each operand scaled along the product's K.
+  Tensor backward_fp8_blocks(const Tensor& dy2d, const Tensor& x);
   bool fp8_tokens(int64_t n) const { return fp8_ && n % 16 == 0; }
+  // The tensors forward_fp8 saves after x: the two amaxes under the tensorwise recipe, none under the others.
+  int fp8_saved() const { return fp8_recipe_ == spec::Fp8Recipe::Tensorwise ? 2 : 0; }
+  // The recipe's blocks of an operand in the product's orientation: a weight's (W, W^T) or an activation's (x, dy
+  // and their transposes).
+  ops::Fp8Blocks fp8_blocks(bool weight) const;
+  // Whether an operand's amaxes are the maximum over the tp slots, given whether the slots split its rows and its
+  // K (its columns): when its blocks hold elements of other slots.
+  bool fp8_across_slots(bool rows_split, bool k_split) const;
+
+  static constexpr int64_t kFp8Tile = 128;  // the blockwise recipe's tiles: 1 x 128 and 128 x 128
 
   int64_t in_, out_;
   std::vector<int64_t> parts_;  // the fused projections' output sizes, in all (one part when not fused)
@@ -79,7 +96,8 @@ class Linear final : public Layer {
   Parameter* bias_;    // (out_local) or null
   bool bias_deferred_ = false;
   bool fp8_ = false;
-  DType fp8_gradients_ = DType::E5M2;   // dy's format under FP8
+  DType fp8_gradients_ = DType::E5M2;  // dy's format under FP8
+  spec::Fp8Recipe fp8_recipe_ = spec::Fp8Recipe::Tensorwise;
   std::unique_ptr<LoraAdapters> lora_;  // null without adapters
 };
 

@@ -11,9 +11,10 @@
 
 namespace tandem::spec {
 
-// How a tensor is scaled into FP8. Tensorwise: one power-of-two scale per tensor from its current amax, taken over the
-// whole logical tensor (the maximum over the tensor-parallel slots that hold parts of it), so every layout scales
-// alike. Rowwise and blockwise (per-row, or 1x128 / 128x128 tiles) are named so the config can say what it wants.
+// How a tensor is scaled into FP8: power-of-two scales from the current amaxes of the logical tensor's blocks (the
+// maximum over the tensor-parallel slots where a block spans several), so every layout scales alike (nn/linear.h).
+// Tensorwise: one scale per tensor. Rowwise: one per row of each operand along the product's K (torchao's rowwise).
+// Blockwise: 1 x 128 tiles of activations and gradients, 128 x 128 tiles of weights (DeepSeek-V3's).
 enum class Fp8Recipe { Tensorwise, Rowwise, Blockwise };
 
 inline const char* fp8_recipe_name(Fp8Recipe r) {
@@ -33,8 +34,9 @@ struct Fp8Config {
   Fp8Recipe recipe = Fp8Recipe::Tensorwise;
   // A projection with fewer input or output features than this stays in the compute dtype (FP8 does not pay there).
   int64_t min_features = 0;
-  // The output gradients' format: E5M2 (torchao's and Transformer Engine's choice: 2 mantissa bits, the range of
-  // fp16) or E4M3 (a mantissa bit more, 2^13 less range).
+  // The output gradients' format: E5M2 (torchao's and Transformer Engine's choice for one scale per tensor or row: 2
+  // mantissa bits, the range of fp16) or E4M3 (a mantissa bit more, 2^13 less range: the config's default for the
+  // blockwise recipe).
   DType gradients = DType::E5M2;
 };
 
