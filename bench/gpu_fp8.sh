@@ -11,6 +11,8 @@
 #     full8  the full Llama-3-8B, micro 1 x 16 with activation checkpointing (Tandem only).
 #   The torchao runs need torchao importable beside torch (pip install torchao); GPU_FP8_TORCH=0 leaves them out; GPU_FP8_STEPS (default 6) Tandem's steps (speed: the tokens of the
 #   steps after the first over their time); torchao runs 3 timed steps after 3 warm-up steps.
+#   GPU_FP8_RECIPES: the FP8 recipes Tandem runs (default "tensorwise"; any of "tensorwise rowwise blockwise"), each
+#   as NAME_fp8 (tensorwise) or NAME_fp8_RECIPE.
 #   GPU_FP8_DRY=1 prints the commands and checks the configs with `tandem plan` (works without a GPU).
 set -u
 bin="$1"
@@ -21,6 +23,7 @@ parts=" ${GPU_FP8_PARTS:-ops l1b l8} "
 dry="${GPU_FP8_DRY:-0}"
 steps="${GPU_FP8_STEPS:-6}"
 with_torch="${GPU_FP8_TORCH:-1}"
+recipes="${GPU_FP8_RECIPES:-tensorwise}"
 here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$out"
 if [ "$dry" = 1 ]; then
@@ -32,8 +35,8 @@ started=$(date +%s)
 status=0
 source "$here/budgeted_run.sh"
 
-# llama NAME HIDDEN LAYERS HEADS KV FFN TIED MICRO CKPT FP8: a Llama shape at T=2048, 16 sequences a step, bf16 around
-# the products, FP8 (tensorwise) when FP8 is true.
+# llama NAME HIDDEN LAYERS HEADS KV FFN TIED MICRO CKPT FP8 [RECIPE]: a Llama shape at T=2048, 16 sequences a step,
+# bf16 around the products, FP8 (RECIPE, default tensorwise) when FP8 is true.
 llama() {
   cat >"$out/$1.json" <<JSON
 { "model": { "type": "llama", "vocab_size": 128256, "seq_len": 2048, "hidden_size": $2, "num_hidden_layers": $3,
@@ -41,7 +44,7 @@ llama() {
     "rope_theta": 500000, "tie_word_embeddings": $7 },
   "data": { "type": "synthetic" }, "train_batch_size": 16, "train_micro_batch_size_per_gpu": $8,
   "parallel": { "activation_checkpointing": $9 }, "steps": $steps, "seed": 1, "bf16": { "enabled": true },
-  "fp8": { "enabled": ${10} },
+  "fp8": { "enabled": ${10}, "recipe": "${11:-tensorwise}" },
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-4, "weight_decay": 0.1 } },
   "checkpoint": { "every": 0, "at_end": false } }
 JSON
@@ -68,9 +71,14 @@ shape() {
   [[ $parts == *" $key "* ]] || return 0
   echo "== $key: d$2 L$3 h$4 kv$5 ffn $6, micro $micro x $((16 / micro))$([ "$ckpt" = true ] && echo ", checkpointing")"
   llama "${key}_bf16" "$2" "$3" "$4" "$5" "$6" "$7" "$micro" "$ckpt" false
-  llama "${key}_fp8" "$2" "$3" "$4" "$5" "$6" "$7" "$micro" "$ckpt" true
   tandem "${key}_bf16" "$tandem_s"
-  tandem "${key}_fp8" "$tandem_s"
+  local recipe name
+  for recipe in $recipes; do
+    name="${key}_fp8"
+    [ "$recipe" = tensorwise ] || name="${key}_fp8_$recipe"
+    llama "$name" "$2" "$3" "$4" "$5" "$6" "$7" "$micro" "$ckpt" true "$recipe"
+    tandem "$name" "$tandem_s"
+  done
   if [ "$with_torch" = 1 ] && [ -n "$torch_shape" ]; then
     local layers=()
     [ "$torch_shape" = 8b ] && [ "$3" != 32 ] && layers=(--layers "$3")

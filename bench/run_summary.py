@@ -9,7 +9,8 @@ the ratios to compiled and eager and the peaks side by side; then, for a model r
 Tandem's fastest over compiled PyTorch's fastest; writes OUT/speed.json. gpt and llama configs alike.
 Usage: python3 bench/run_summary.py --speed OUT_DIR
 With --fp8 (bench/gpu_fp8.sh's folder): per shape KEY, Tandem bf16 (KEY_bf16), Tandem fp8 (KEY_fp8) and torchao float8
-(KEY_torchao): tok/s, peak GiB, fp8 over bf16 and over torchao, the first and last losses; writes OUT/fp8.json.
+(KEY_torchao): tok/s, peak GiB, fp8 over bf16 and over torchao, the first and last losses, and a line for each other
+recipe run (KEY_fp8_rowwise, KEY_fp8_blockwise); writes OUT/fp8.json.
 Usage: python3 bench/run_summary.py --fp8 OUT_DIR
 """
 import glob, json, os, re, statistics, sys
@@ -170,6 +171,15 @@ def fp8(out):
         for name, x in (("bf16", b), ("fp8", f), ("torchao", t)):
             if x.get("error"):
                 print(f"  {key}_{name}: {x['error']}")
+        # The other recipes (KEY_fp8_RECIPE), a line each.
+        for recipe in ("rowwise", "blockwise"):
+            if not os.path.exists(f"{out}/{key}_fp8_{recipe}.log"):
+                continue
+            r = rows[key][f"fp8_{recipe}"] = tandem_run(out, f"{key}_fp8_{recipe}")
+            tr = r.get("tokens_per_s")
+            print(f"  {key} fp8 {recipe:9s} {cell(tr, 8)} tok/s, {ratio(tr, tps[0])} bf16, {ratio(tr, tps[1])} "
+                  f"tensorwise, {ratio(tr, tps[2])} torchao | peak {cell(r.get('peak_gib_per_gpu'), 7, '.2f')} GiB | "
+                  + (f"{r['loss_first']:.4f} -> {r['loss_last']:.4f}" if r.get("loss_first") else r.get("error", "-")))
         ok = ok and bool(tps[0] and tps[1])
     json.dump(rows, open(f"{out}/fp8.json", "w"), indent=1)
     return ok
