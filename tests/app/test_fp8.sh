@@ -27,14 +27,17 @@ check "the same run with fp8.enabled trains" $rc "$(tail -3 "$work/out")"
 grep -q 'fp8 (tensorwise): 8 of this rank.s 8 block projections' "$work/out"
 check "it says that all 8 block projections run in FP8" $? "$(grep fp8 "$work/out")"
 
-# Each step's loss within 1% of bf16's, the last at least 10% under the first (it learns).
-"$python" - "$work/bf16/metrics.jsonl" "$work/fp8/metrics.jsonl" <<'PY'
+# near_bf16 DIR: each step's loss within 1% of bf16's, the last at least 10% under the first (it learns).
+near_bf16() {
+  "$python" - "$work/bf16/metrics.jsonl" "$1/metrics.jsonl" <<'PY'
 import json, sys
 want, got = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
 worst = max(abs(g - w) / w for g, w in zip(got, want))
 print(f"fp8 against bf16: worst step {worst:.2%}; first {got[0]:.4f} last {got[-1]:.4f}")
 sys.exit(0 if len(got) == len(want) == 20 and worst < 0.01 and got[-1] < 0.9 * got[0] else 1)
 PY
+}
+near_bf16 "$work/fp8"
 check "fp8 losses stay within 1% of bf16's at every step (0.17% measured) and fall" $?
 
 # The per-row and per-tile recipes: the same run, the same bound.
@@ -42,13 +45,7 @@ for recipe in rowwise blockwise; do
   run 300 "$tandem" train "$work/llama.json" --out "$work/$recipe" --set fp8.enabled=true --set fp8.recipe=$recipe
   grep -q "fp8 ($recipe): 8 of this rank.s 8 block projections" "$work/out"
   check "fp8.recipe=$recipe trains all 8 block projections in FP8" $? "$(grep fp8 "$work/out"; tail -2 "$work/out")"
-  "$python" - "$work/bf16/metrics.jsonl" "$work/$recipe/metrics.jsonl" <<'PY'
-import json, sys
-want, got = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
-worst = max(abs(g - w) / w for g, w in zip(got, want))
-print(f"fp8 against bf16: worst step {worst:.2%}; first {got[0]:.4f} last {got[-1]:.4f}")
-sys.exit(0 if len(got) == len(want) == 20 and worst < 0.01 and got[-1] < 0.9 * got[0] else 1)
-PY
+  near_bf16 "$work/$recipe"
   check "fp8.recipe=$recipe losses stay within 1% of bf16's at every step and fall" $?
 done
 
