@@ -54,9 +54,58 @@ Tensor LoraAdapters::dropped(const Adapter& a, const Tensor& rows, int64_t per_s
   return out;
 }
 
+bool LoraAdapters::merged() const { return adapters_.size() > 1 && !masking(); }
+
+const Tensor& LoraAdapters::identity(DType dtype, Device& device) const {
+  for (const Tensor& t : identities_)
+    if (t.dtype() == dtype) return t;
+  const int64_t kr = static_cast<int64_t>(adapters_.size()) * options_.r;
+  Tensor one = Tensor::zeros({kr, kr}, DType::F32, device, "LoRA block identity");
+  std::vector<float> host(static_cast<size_t>(kr * kr), 0.0f);
+  for (int64_t i = 0; i < kr; ++i) host[static_cast<size_t>(i * kr + i)] = 1.0f;
+  one.copy_from_host(host.data());
+  if (dtype != DType::F32) {
+    Tensor cast = Tensor::empty({kr, kr}, dtype, device, "LoRA block identity");
+    ops::cast(one, cast);
+    one = cast;
+  }
+  identities_.push_back(one);
+  return identities_.back();
+}
+
+Tensor LoraAdapters::stacked_a(const Tensor& like) const {
+  const int64_t r = options_.r;
+  Tensor a = Tensor::empty({static_cast<int64_t>(adapters_.size()) * r, in_local_}, like.dtype(), like.device(),
+                           "LoRA A of the merged adapters");  // (k r, in_local)
+  for (size_t j = 0; j < adapters_.size(); ++j) a.rows(static_cast<int64_t>(j) * r, r).copy_from(adapters_[j].a->value);
+  return a;
+}
+
+Tensor LoraAdapters::block_diagonal_b(const Tensor& like) const {
+  const int64_t r = options_.r, kr = static_cast<int64_t>(adapters_.size()) * r;
+  Tensor b = Tensor::zeros({out_local_, kr}, like.dtype(), like.device(), "LoRA B of the merged adapters");
+  const Tensor& eye = identity(like.dtype(), like.device());
+  // B_blk's rows of adapter j = B_j (rows, r) E_j^T, E_j^T = rows [j r, (j + 1) r) of the identity (r, k r).
+  for (size_t j = 0; j < adapters_.size(); ++j) {
+    const Adapter& a = adapters_[j];
+    ops::matmul(a.b->value, eye.rows(static_cast<int64_t>(j) * r, r), b.rows(a.row, a.rows), false, false);
+  }
+  return b;  // (out_local, k r)
+}
+
+std::vector<Tensor> LoraAdapters::down_merged(const Tensor& rows) const {
+  const int64_t n = rows.dim(0), kr = static_cast<int64_t>(adapters_.size()) * options_.r;
+  Tensor h = Tensor::empty({n, kr}, rows.dtype(), rows.device(), "LoRA output of the merged adapters");  // (N, k r)
+  ops::matmul(rows, stacked_a(rows), h, false, true);
+  if (row_parallel_) tp_.sum(h);
+  if (options_.scaling != 1.0f) ops::scale(h, options_.scaling);
+  return {h};
+}
+
 std::vector<Tensor> LoraAdapters::down(const Tensor& x) const {
   const int64_t n = x.numel() / in_local_, per_sample = n / x.dim(0);
   const Tensor rows = x.view({n, in_local_});  // (N, in_local)
+  if (merged()) return down_merged(rows);
   std::vector<Tensor> out;
   for (const Adapter& a : adapters_) {
     Tensor h = Tensor::empty({n, options_.r}, x.dtype(), x.device(), a.a->name + " output");  // (N, r)
@@ -70,6 +119,10 @@ std::vector<Tensor> LoraAdapters::down(const Tensor& x) const {
 
 void LoraAdapters::up(const std::vector<Tensor>& h, const Tensor& y) const {
   const Tensor rows = y.view({y.numel() / out_local_, out_local_});  // (N, out_local)
+  if (h.size() == 1 && merged()) {
+    ops::matmul(h[0], block_diagonal_b(y), rows, false, true, 1.0f);
+    return;
+  }
   for (size_t i = 0; i < adapters_.size(); ++i) ops::matmul(h[i], padded_b(adapters_[i]), rows, false, true, 1.0f);
 }
 
@@ -78,6 +131,10 @@ void LoraAdapters::backward(const Tensor& x, const std::vector<Tensor>& h, const
   const Tensor rows = x.view({n, in_local_});     // (N, in_local)
   const Tensor g_out = dy.view({n, out_local_});  // (N, out_local)
   const Tensor g_in = dx.view({n, in_local_});    // (N, in_local)
+  if (h.size() == 1 && merged()) {
+    backward_merged(rows, h[0], g_out, g_in);
+    return;
+  }
   for (size_t i = 0; i < adapters_.size(); ++i) {
     const Adapter& a = adapters_[i];
     // dB += dY^T (s H): h holds s H. For an adapter on some of the rows, the product over every row, its rows taken.
@@ -105,6 +162,29 @@ void LoraAdapters::backward(const Tensor& x, const std::vector<Tensor>& h, const
     if (!row_parallel_) tp_.sum(g);
     ops::matmul(g, dropped(a, rows, per_sample), a.a->grad, true, false, 1.0f);
   }
+}
+
+void LoraAdapters::backward_merged(const Tensor& rows, const Tensor& h, const Tensor& g_out, const Tensor& g_in) const {
+  const int64_t n = rows.dim(0), r = options_.r, kr = static_cast<int64_t>(adapters_.size()) * r;
+  Device& device = rows.device();
+  // dB_j += (dY^T (s H_cat))[its rows, columns j r..]: the rows picked as a view, the columns by E_j.
+  Tensor all = Tensor::empty({out_local_, kr}, DType::F32, device, "LoRA B gradient of the merged adapters");
+  ops::matmul(g_out, h, all, true, false);
+  const Tensor& eye = identity(DType::F32, device);
+  for (size_t j = 0; j < adapters_.size(); ++j) {
+    const Adapter& a = adapters_[j];
+    ops::matmul(all.rows(a.row, a.rows), eye.rows(static_cast<int64_t>(j) * r, r), a.b->grad, false, true, 1.0f);
+  }
+  // G_cat = s dY B_blk (N, k r); dX += G_cat A_cat; dA_cat = G_cat^T X, summed over the slots of a column split.
+  Tensor g = Tensor::empty({n, kr}, g_out.dtype(), device, "LoRA output grad of the merged adapters");
+  ops::matmul(g_out, block_diagonal_b(g_out), g, false, false);
+  if (options_.scaling != 1.0f) ops::scale(g, options_.scaling);
+  ops::matmul(g, stacked_a(rows), g_in, false, false, 1.0f);
+  if (!row_parallel_) tp_.sum(g);
+  Tensor da = Tensor::empty({kr, in_local_}, DType::F32, device, "LoRA A gradient of the merged adapters");
+  ops::matmul(g, rows, da, true, false);
+  for (size_t j = 0; j < adapters_.size(); ++j)
+    ops::axpy(1.0f, da.rows(static_cast<int64_t>(j) * r, r), adapters_[j].a->grad);
 }
 
 }  // namespace tandem::nn

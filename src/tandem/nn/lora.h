@@ -10,6 +10,12 @@
 // qkv and nothing else, exactly as PEFT's separate q_proj. A block's adapter contributes s h B_pad^T where B_pad is B
 // placed at the block's rows of an (out, r) matrix of zeros, so every product stays one dense GEMM (the zeros add
 // exact zeros).
+// Merged: the k adapters of a fused projection without dropout run as one adapter of rank k r, A_cat = [A_1; ..; A_k]
+// (k r, in) and B_blk (out, k r) block-diagonal (B_j at its block's rows and columns [j r, (j + 1) r)), so the
+// layer's output, its gradient and its input gradient are read and written once per pass instead of k times. Each
+// output still sums only its own adapter's r terms (plus exact zeros), so the forward is the separate adapters' to the
+// bit. B_j goes into B_blk, and dB_j out of dY^T H_cat, through products with rows of the identity: each element sums
+// one exact product with 1 and exact zeros, so the placement is exact (fp32 sums, as every product here).
 //
 // Tensor parallelism (Megatron's notation; slot i of tp, X the layer's input):
 //   column-parallel, W = [W_1; ..; W_tp] split by rows, X replicated. A is whole on every slot; B = [B_1; ..; B_tp]
@@ -105,8 +111,8 @@ class LoraAdapters {
   bool empty() const { return adapters_.empty(); }
   const LoraOptions& options() const { return options_; }
 
-  // x (N, in_local) -> one (N, r) per adapter: s dropout(x) A^T, summed over tp for a row-parallel layer. What
-  // backward needs besides x.
+  // x (N, in_local) -> one (N, r) per adapter: s dropout(x) A^T, summed over tp for a row-parallel layer (in the
+  // merged form one (N, k r), the adapters' side by side). What backward needs besides x.
   std::vector<Tensor> down(const Tensor& x) const;
   // y (N, out_local) += h B_pad^T for each adapter's h (from down).
   void up(const std::vector<Tensor>& h, const Tensor& y) const;
@@ -117,6 +123,15 @@ class LoraAdapters {
  private:
   // B at its rows of an (out_local, r) matrix of zeros; B itself when it spans every output.
   Tensor padded_b(const Adapter& a) const;
+  // Whether the adapters run as one (the merged form above): several of them, no dropout mask.
+  bool merged() const;
+  // A_cat (k r, in_local) and B_blk (out_local, k r) of the merged form.
+  Tensor stacked_a(const Tensor& like) const;
+  Tensor block_diagonal_b(const Tensor& like) const;
+  // The (k r, k r) identity in `dtype` on the layer's device, made once per dtype: its rows place and pick blocks.
+  const Tensor& identity(DType dtype, Device& device) const;
+  std::vector<Tensor> down_merged(const Tensor& rows) const;
+  void backward_merged(const Tensor& rows, const Tensor& h, const Tensor& g_out, const Tensor& g_in) const;
   // Whether this micro-batch's inputs are masked: dropout > 0 while training.
   bool masking() const;
   // rows (N, in_local) of a batch of `per_sample` rows per sample, with the adapter's mask applied (rows itself when
@@ -128,6 +143,7 @@ class LoraAdapters {
   TpSlot tp_;
   int64_t in_local_, in_global_, out_local_;
   std::vector<Adapter> adapters_;
+  mutable std::vector<Tensor> identities_;  // identity(): at most one per dtype
 };
 
 }  // namespace tandem::nn
