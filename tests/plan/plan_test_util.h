@@ -133,6 +133,7 @@ inline Json case_config(const MemCase& c) {
     const bool nvme = c.offload == "nvme" || c.offload == "param-nvme";
     if (c.offload == "param-nvme") z["stage"] = 3;
     z["offload_optimizer"] = {{"device", nvme ? "nvme" : "cpu"}};
+    if (c.offload == "cpu-half") z["offload_optimizer"]["ratio"] = 0.5;
     if (nvme) z["offload_optimizer"]["nvme_path"] = "/tmp";
     if (c.offload == "param") z["offload_param"] = {{"device", "cpu"}};
     if (c.offload == "param-nvme") z["offload_param"] = {{"device", "nvme"}, {"nvme_path", "/tmp"}};

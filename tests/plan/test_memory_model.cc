@@ -191,6 +191,34 @@ TEST(MemoryModel, OffloadKeepsOneGradientOnTheHost) {
   });
 }
 
+// offload_optimizer.ratio 0.5: the last layers' optimizer goes to the host, at least half of the parameters, and the
+// first layers (the embedding: its gradient comes last in the backward) stay on the device.
+TEST(MemoryModel, OffloadRatioKeepsTheFirstLayersOnTheDevice) {
+  MemCase c = mem_case(1, 1, 1);
+  c.model = "gpt";
+  c.steps = 1;
+  c.offload = "cpu-half";
+  run_case(c, 0, [&](train::Trainer& trainer) {
+    std::vector<int64_t> layer_params;
+    int64_t params = 0;
+    for (const auto& layer : trainer.engine().model().layers()) {
+      int64_t n = 0;
+      for (const nn::Parameter* p : layer->parameters()) n += shape_numel(p->shape);
+      layer_params.push_back(n);
+      params += n;
+    }
+    ASSERT_NE(trainer.engine().host_memory(), nullptr);
+    const int64_t offloaded = trainer.engine().host_memory()->live()[MemoryPurpose::Gradients] / 4;
+    int64_t suffix = 0;  // the parameters of the layers from `first` on
+    size_t first = layer_params.size();
+    while (first > 0 && suffix < offloaded) suffix += layer_params[--first];
+    EXPECT_EQ(suffix, offloaded) << "the offloaded units are the last layers";
+    EXPECT_GT(first, 0u) << "the first layer stays on the device";
+    EXPECT_GE(2 * offloaded, params) << "at least the ratio's share is offloaded";
+    EXPECT_LT(2 * (offloaded - layer_params[first]), params) << "and no more layers than that takes";
+  });
+}
+
 // offload_optimizer alone in bf16: the device keeps the bf16 values, so the host keeps no copy of them; the update
 // casts each unit's values into one of two upload buffers of the largest unit's size. Against the same run in fp32,
 // whose host values are the master itself: those two buffers more, not 2 bytes a parameter.

@@ -39,16 +39,17 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       if (uses_held.count(p->name)) ++uses_held[p->name];
   std::map<std::string, int> tied_unit;  // by name: the unit of a tied parameter built on this rank
   std::vector<optim::Segment> segments;
-  // offload_optimizer.ratio: the first `ratio` of this rank's parameters, in layer order, are offloaded.
-  int64_t held_parameters = 0, offloaded_parameters = 0;
+  // offload_optimizer.ratio: the last `ratio` of this rank's parameters, in layer order, are offloaded (at least
+  // that share: the units past the longest first run that holds at most 1 - ratio of them). The first layers stay on
+  // the device because their gradients come last in the backward: their update is the one nothing after it hides.
+  int64_t held_parameters = 0, seen_parameters = 0;
   for (size_t layer : layers)
     for (const nn::Parameter* p : model.layers()[layer]->parameters()) held_parameters += shape_numel(p->shape);
+  const double kept_on_device = (1.0 - offload.optimizer.ratio) * static_cast<double>(held_parameters);
   const auto offload_next = [&](const std::vector<nn::Parameter*>& params, bool tied_remote) {
+    for (const nn::Parameter* p : params) seen_parameters += shape_numel(p->shape);
     if (!offload.optimizer.enabled() || tied_remote) return false;
-    if (static_cast<double>(offloaded_parameters) >= offload.optimizer.ratio * static_cast<double>(held_parameters))
-      return false;
-    for (const nn::Parameter* p : params) offloaded_parameters += shape_numel(p->shape);
-    return true;
+    return static_cast<double>(seen_parameters) > kept_on_device;
   };
   for (size_t layer : layers) {
     const std::string& name = model.layers()[layer]->name();
@@ -78,7 +79,10 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       units_.back()->tied_remote = tied_remote;
     }
     if (!plain.empty()) add_unit(layer, plain, label, seed, offload_next(plain, false), 1, segments);
-    if (!frozen.empty()) add_unit(layer, frozen, label + " frozen", seed, /*offload=*/false, 1, segments);
+    if (!frozen.empty()) {
+      for (const nn::Parameter* p : frozen) seen_parameters += shape_numel(p->shape);
+      add_unit(layer, frozen, label + " frozen", seed, /*offload=*/false, 1, segments);
+    }
   }
   {
     PurposeScope as_optimizer(device_, MemoryPurpose::Optimizer);
