@@ -165,6 +165,45 @@ TEST(Offload, TheEightBOnFourDevicesOf24GiBGetsAnOffloadedAnswer) {
   EXPECT_TRUE(host_reason);
 }
 
+// One device with room beside the offloaded optimizer: the search also offers the first layer's optimizer kept on the
+// device (offload_optimizer.ratio below 1; its update is the one the next step would wait for on the host), with less
+// host memory and its config keys, and --explain reads its name back to the same prediction.
+TEST(Offload, WithRoomTheFirstLayersOptimizerStaysOnTheDevice) {
+  const spec::GptConfig model{64, 1024, 256, 2, 4};  // T 64, V 1024, d 256: the embedding and head are the big layers
+  plan::SearchOptions o = options(1, 0, 8);
+  o.offload = true;
+  o.host_memory = uint64_t{1} << 30;
+  const plan::PlannedModel planned = plan::planned_model(model);
+  const plan::SearchResult unbudgeted = plan::search_layouts(planned, o);
+  // A budget between the smallest no-offload peak and the same layout's offloaded peak plus the first layer's state.
+  int64_t smallest = INT64_MAX;
+  for (const plan::Candidate& c : unbudgeted.fit)
+    if (!c.setup.offload_optimizer.enabled()) smallest = std::min(smallest, c.memory.peak());
+  o.device_memory = static_cast<uint64_t>(smallest - 1);
+  const plan::SearchResult r = plan::search_layouts(planned, o);
+  print("first layer kept on the device", r, o);
+  const plan::Candidate* part = nullptr;
+  for (const plan::Candidate& c : r.fit)
+    if (c.setup.offload_optimizer.enabled() && c.setup.offload_optimizer.ratio < 1 && !part) part = &c;
+  ASSERT_NE(part, nullptr) << plan::format_table(r, o, 30);
+  const plan::Candidate* whole = nullptr;
+  for (const plan::Candidate& c : r.fit)
+    if (c.setup.offload_optimizer.ratio == 1 && c.setup.offload_optimizer.enabled() &&
+        c.setup.micro_batch == part->setup.micro_batch &&
+        c.setup.plan.activation_checkpointing == part->setup.plan.activation_checkpointing)
+      whole = &c;
+  ASSERT_NE(whole, nullptr);
+  EXPECT_LT(part->memory.host_peak(), whole->memory.host_peak());
+  EXPECT_GT(part->memory.peak(), whole->memory.peak());
+  EXPECT_LE(part->memory.peak(), static_cast<int64_t>(o.device_memory));
+  EXPECT_NE(part->config_keys().find("\"ratio\":"), std::string::npos) << part->config_keys();
+  const plan::Setup back = plan::parse_candidate(part->name(), o);
+  EXPECT_EQ(back.offload_optimizer.ratio, part->setup.offload_optimizer.ratio) << part->name();
+  plan::MemoryModel mm(planned);
+  EXPECT_EQ(plan::evaluate(mm, back, o).memory.peak(), part->memory.peak()) << part->name();
+  EXPECT_THROW(plan::parse_candidate("dp1,micro8,offload,ratio1.5", o), Error);
+}
+
 TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
   auto o = options(4, 0, 64);
   plan::Setup s = plan::parse_candidate("dp2,pp2,tp1,zero1,micro16", o);

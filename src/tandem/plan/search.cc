@@ -1,8 +1,10 @@
 #include "tandem/plan/search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <string>
 
 #include "tandem/core/units.h"
 
@@ -46,6 +48,36 @@ std::vector<int> divisors(int64_t n) {
   return d;
 }
 
+// A ratio as `tandem plan` prints it and --explain reads it back: the shortest of %.4g and %.17g that reads back exact.
+std::string ratio_str(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", r);
+  if (std::stod(buf) != r) std::snprintf(buf, sizeof buf, "%.17g", r);
+  return buf;
+}
+
+// offload_optimizer.ratio that keeps the first layer's optimizer on the device and offloads every other layer's
+// (ParameterStore keeps the longest first run of layers holding at most 1 - ratio of the parameters), or 1 when the
+// model has a single layer. Its gradient comes last in the backward, so on the host its update is what the next
+// step waits for. Four digits where they keep the second layer off the device.
+double first_layer_kept_ratio(const PlannedModel& model) {
+  const nn::Model m = model.build(nn::TpSlot{});
+  std::vector<int64_t> layer;
+  int64_t total = 0;
+  for (const auto& l : m.layers()) {
+    int64_t n = 0;
+    for (const nn::Parameter* p : l->parameters()) n += shape_numel(p->shape);
+    layer.push_back(n);
+    total += n;
+  }
+  if (layer.size() < 2 || total == 0) return 1;
+  const double keep = static_cast<double>(layer[0]) + 0.5 * static_cast<double>(layer[1]);
+  const double exact = 1.0 - keep / static_cast<double>(total);
+  const double rounded = std::floor(exact * 1e4) / 1e4;
+  const double kept_if_rounded = (1.0 - rounded) * static_cast<double>(total);
+  return kept_if_rounded < static_cast<double>(layer[0] + layer[1]) && rounded > 0 ? rounded : exact;
+}
+
 bool valid_for_model(const layout::ParallelPlan& plan, const PlannedModel& model, int64_t m) {
   if (!model.validate) return true;
   try {
@@ -71,6 +103,8 @@ std::string Candidate::name() const {
     os << ",offload_param";
   else if (setup.offload_optimizer.enabled())
     os << ",offload";
+  if (setup.offload_optimizer.enabled() && setup.offload_optimizer.ratio < 1)
+    os << ",ratio" << ratio_str(setup.offload_optimizer.ratio);
   return os.str();
 }
 
@@ -88,6 +122,7 @@ config::Json Candidate::config() const {
     stage = std::max(stage, 1);
     zero["offload_optimizer"] = {{"device", spec::offload_device_name(setup.offload_optimizer.device)},
                                  {"pin_memory", true}};
+    if (setup.offload_optimizer.ratio < 1) zero["offload_optimizer"]["ratio"] = setup.offload_optimizer.ratio;
   }
   if (setup.offload_param.enabled()) {
     stage = 3;
@@ -145,6 +180,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
   const int per_node = opt.devices / opt.nodes;
   MemoryModel memory(model);
   SearchResult result;
+  const double keep_first = opt.offload ? first_layer_kept_ratio(model) : 1.0;
   Setup base;
   base.dtype_bytes = opt.dtype_bytes;
   base.backend = opt.rates.device == "cuda" ? Backend::Cuda : Backend::Cpu;
@@ -184,7 +220,15 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
                 o.offload_optimizer.pin_memory = true;
                 if (with_param) o.offload_param = o.offload_optimizer;
                 Candidate oc = evaluate(memory, o, opt);
+                const bool offloaded_fits = oc.fits;
                 (oc.fits ? result.fit : result.no_fit).push_back(std::move(oc));
+                // With room left on one device (no pipeline, no tp split), the first layer's optimizer kept there too:
+                // its update then waits for no host after the backward. Shown only where it fits.
+                if (!offloaded_fits || with_param || pp > 1 || tp > 1 || keep_first >= 1) continue;
+                Setup k = o;
+                k.offload_optimizer.ratio = keep_first;
+                Candidate kc = evaluate(memory, k, opt);
+                if (kc.fits) result.fit.push_back(std::move(kc));
               }
             }
         }
@@ -243,6 +287,14 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
     } else if (tok == "offload") {
       s.offload_optimizer.device = spec::OffloadDevice::Cpu;
       s.offload_optimizer.pin_memory = true;
+    } else if (starts("ratio")) {
+      try {
+        size_t used = 0;
+        s.offload_optimizer.ratio = std::stod(tok.substr(5), &used);
+        if (used + 5 != tok.size() || !(s.offload_optimizer.ratio > 0 && s.offload_optimizer.ratio <= 1)) throw 0;
+      } catch (...) {
+        TANDEM_FAIL("--explain: '", tok, "' is not ratio<a share in (0, 1]>");
+      }
     } else if (tok == "offload_param") {
       s.offload_optimizer.device = spec::OffloadDevice::Cpu;
       s.offload_optimizer.pin_memory = true;
@@ -258,7 +310,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
     } else {
       TANDEM_FAIL("--explain: unknown part '", tok,
                   "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: ckpt or ckpt0, v2, gpipe or 1f1b, offload "
-                  "or offload_param)");
+                  "or offload_param, ratio0.8)");
     }
   }
   // As resolve_parallel: given only dp, the virtual GPU is a pipeline; otherwise a missing pp or tp is 1 and
@@ -300,7 +352,10 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
     const auto& l = c.setup.plan.layout;
     const std::string lay = "dp" + std::to_string(l.dp) + " pp" + std::to_string(l.pp) + " tp" + std::to_string(l.tp);
     const std::string mb = std::to_string(c.setup.micro_batch) + " x " + std::to_string(c.setup.micro_batches);
-    const char* offload = c.setup.offload_param.enabled() ? "all" : c.setup.offload_optimizer.enabled() ? "optim" : "-";
+    const char* offload = c.setup.offload_param.enabled()        ? "all"
+                          : !c.setup.offload_optimizer.enabled() ? "-"
+                          : c.setup.offload_optimizer.ratio < 1  ? "part"
+                                                                 : "optim";
     const std::string host = c.memory.host_peak() > 0 ? bytes_str(c.memory.host_peak()) : "-";
     std::snprintf(line, sizeof line, "%3zu  %-17s  %-14s  %4d  %-4s  %-7s  %-11s  %11s  %9s  %-4s  %-9s %s\n", i,
                   lay.c_str(), schedule_label(c.setup.plan).c_str(), l.dp > 1 ? c.setup.zero_stage : 0,
