@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tandem/config/config.h"
+#include "tandem/core/dtype.h"
 #include "tandem/ops/profile.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/event_file.h"
@@ -172,23 +173,33 @@ TEST(Train, LoraResumeIsBitExactAndCheckpointsHoldTheAdaptersAlone) {
 
 // A LoRA run without model.from_pretrained trains on a base drawn from its seed; export (--merge) draws the same base
 // from the checkpoint's config: exactly what the run held (fp32 compute).
+// In bf16 the run holds the frozen base rounded to nearest even, from fp32 draws made on its device: the host's draw,
+// rounded.
 TEST(Train, LoraBaseFromTheSeedIsDrawnAgainForExport) {
-  Json cfg = {
-      {"train_batch_size", 2},
-      {"steps", 2},
-      {"seed", 17},
-      {"model", {{"type", "gpt"}, {"vocab_size", 64}, {"seq_len", 8}, {"dim", 16}, {"layers", 2}, {"heads", 2}}},
-      {"lora", {{"r", 2}, {"target_modules", "all-linear"}}},
-      {"data", {{"type", "synthetic"}}}};
-  const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
-  TrainOptions opt;
-  opt.print = false;
-  Trainer t = Trainer::from_config(tc, opt);
-  t.run();
-  const auto held = t.engine().collect_parameters();
-  const auto base = lora_base_weights(tc.raw);
-  ASSERT_EQ(base.size() + 2 * 4 * 2, held.size());  // the adapters (A, B of 4 projections in 2 blocks) besides
-  for (const auto& [name, tensor] : base) EXPECT_EQ(tensor.values, held.at(name)) << name;
+  for (const bool bf16 : {false, true}) {
+    Json cfg = {
+        {"train_batch_size", 2},
+        {"steps", 2},
+        {"seed", 17},
+        {"model", {{"type", "gpt"}, {"vocab_size", 64}, {"seq_len", 8}, {"dim", 16}, {"layers", 2}, {"heads", 2}}},
+        {"lora", {{"r", 2}, {"target_modules", "all-linear"}}},
+        {"data", {{"type", "synthetic"}}}};
+    if (bf16) cfg["bf16"] = {{"enabled", true}};
+    const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
+    TrainOptions opt;
+    opt.print = false;
+    Trainer t = Trainer::from_config(tc, opt);
+    t.run();
+    const auto held = t.engine().collect_parameters();
+    const auto base = lora_base_weights(tc.raw);
+    ASSERT_EQ(base.size() + 2 * 4 * 2, held.size());  // the adapters (A, B of 4 projections in 2 blocks) besides
+    for (const auto& [name, tensor] : base) {
+      std::vector<float> want = tensor.values;
+      if (bf16)
+        for (float& v : want) v = bf16_to_f32(f32_to_bf16(v));
+      EXPECT_EQ(want, held.at(name)) << name << (bf16 ? " in bf16" : "");
+    }
+  }
 }
 
 // "data": {"document_mask": true}: attention stays inside each document of a window. On windows with several

@@ -153,8 +153,7 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
   for (size_t i = 0; i < u->params.size() && !u->swapped; ++i) {
     const int64_t a = std::max(u->offsets[i], m0),
                   b = std::min(u->offsets[i] + shape_numel(u->params[i]->shape), m0 + mn);
-    if (a < b)
-      nn::initialize_parameter(*u->params[i], u->master.flat_slice(a - m0, b - a, {b - a}), seed, a - u->offsets[i]);
+    if (a < b) draw_initial(*u->params[i], u->master.flat_slice(a - m0, b - a, {b - a}), seed, a - u->offsets[i]);
   }
   if (offload) {
     // The owned values in the compute dtype on the host (the master itself in fp32), and where the device starts
@@ -213,57 +212,6 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
   units_of_layer_[layer].push_back(index);
   units_.push_back(std::move(u));
   return index;
-}
-
-void ParameterStore::add_frozen_values(Unit& u, uint64_t seed) {
-  PurposeScope as_parameters(device_, MemoryPurpose::Parameters);
-  // The whole buffer at stages 0-2, drawn on every rank alike (nothing to gather); the owned shard at stage 3.
-  const int64_t begin = stage_ == 3 ? dp_.rank() * u.shard : 0, count = stage_ == 3 ? u.shard : u.shard * dp_.size();
-  const Tensor held = Tensor::zeros({count}, compute_, device_, u.label + (stage_ == 3 ? " shard" : " parameters"));
-  if (stage_ == 3) {
-    u.frozen_shard = held;
-  } else {
-    u.values = held;
-    point_values(u, held);
-  }
-  fill_frozen(u, begin, held, [&](const nn::Parameter& p, int64_t offset, int64_t n, float* out) {
-    const std::vector<float> v = nn::initial_values(p, seed, offset, n);
-    std::copy(v.begin(), v.end(), out);
-  });
-}
-
-void ParameterStore::fill_frozen(Unit& u, int64_t begin, const Tensor& held,
-                                 const std::function<void(const nn::Parameter&, int64_t, int64_t, float*)>& fill) {
-  if (!device_.holds_data()) return;  // a counting device: nothing to write
-  const int64_t end = begin + held.numel();
-  for (size_t i = 0; i < u.params.size(); ++i) {
-    const int64_t a = std::max(u.offsets[i], begin), b = std::min(u.offsets[i] + shape_numel(u.params[i]->shape), end);
-    if (a >= b) continue;
-    std::vector<float> v(static_cast<size_t>(b - a));
-    fill(*u.params[i], a - u.offsets[i], b - a, v.data());
-    // Rounded on the host as ops::cast rounds (to nearest even), so no fp32 copy is made on the device.
-    const Tensor dst = held.flat_slice(a - begin, b - a, {b - a});
-    if (compute_ == DType::F32) {
-      dst.copy_from_host(v.data());
-      continue;
-    }
-    std::vector<uint16_t> half(v.size());
-    for (size_t k = 0; k < v.size(); ++k) half[k] = compute_ == DType::BF16 ? f32_to_bf16(v[k]) : f32_to_f16(v[k]);
-    dst.copy_from_host(half.data());
-  }
-}
-
-void ParameterStore::write_frozen(const std::function<void(const nn::Parameter&, int64_t, int64_t, float*)>& fill) {
-  std::vector<std::unique_ptr<comm::Request>> pending;
-  for (auto& u : units_) {
-    if (!u->frozen) continue;
-    const bool sharded = stage_ >= 1;
-    const int64_t begin = sharded ? dp_.rank() * u->shard : 0, count = sharded ? u->shard : u->shard * dp_.size();
-    const Tensor held = stage_ == 3 ? u->frozen_shard : u->values.flat_slice(begin, count, {count});
-    fill_frozen(*u, begin, held, fill);
-    if (stage_ == 1 || stage_ == 2) pending.push_back(dp_.all_gather_async(held, u->values));
-  }
-  for (auto& r : pending) r->wait();
 }
 
 ParameterStore::~ParameterStore() {

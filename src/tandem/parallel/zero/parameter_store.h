@@ -172,6 +172,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
                int uses, std::vector<optim::Segment>& segments);
   // A frozen unit's compute-dtype values, initialised from the seed (add_unit's part for frozen parameters).
   void add_frozen_values(Unit& u, uint64_t seed);
+  // dst (elements [first, first + numel) of p's initial values; any float dtype, on the device or in host memory) =
+  // those values, drawn on the device (initial_values.cc).
+  void draw_initial(const nn::Parameter& p, const Tensor& dst, uint64_t seed, int64_t first);
   // Writes elements [begin, begin + held.numel()) of frozen unit `u`'s flat buffer, held by `held` (compute dtype),
   // from `fill` (as write_frozen's), rounded on the host.
   void fill_frozen(Unit& u, int64_t begin, const Tensor& held,
