@@ -97,7 +97,7 @@ if [[ $parts == *" l8x64 "* ]]; then
   llama l8x64_device 8 64 2 false
   tandem l8x64_device 180
   # The optimizer on the host leaves the device room for 32 sequences a micro-batch without checkpointing (102.0 GiB
-  # predicted): two micro-batches, so two copies of the fp32 gradient down a step and one sum on the host.
+  # predicted): two micro-batches, so the fp32 gradient sum goes down twice a step and back up once.
   llama l8x64_cpu_m32 8 64 32 false "$cpu"
   tandem l8x64_cpu_m32 240
   after_backward l8x64_cpu_m32 240

@@ -212,6 +212,7 @@ TEST(MemoryModel, OffloadRatioKeepsTheFirstLayersOnTheDevice) {
     int64_t suffix = 0;  // the parameters of the layers from `first` on
     size_t first = layer_params.size();
     while (first > 0 && suffix < offloaded) suffix += layer_params[--first];
+    ASSERT_LT(first, layer_params.size()) << "something is offloaded";
     EXPECT_EQ(suffix, offloaded) << "the offloaded units are the last layers";
     EXPECT_GT(first, 0u) << "the first layer stays on the device";
     EXPECT_GE(2 * offloaded, params) << "at least the ratio's share is offloaded";

@@ -10,6 +10,7 @@
 
 #include "tandem/config/config.h"
 #include "tandem/core/units.h"
+#include "tandem/parallel/zero/parameter_store.h"
 #include "tandem/plan/search.h"
 
 namespace tandem {
@@ -175,7 +176,7 @@ TEST(Offload, WithRoomTheFirstLayersOptimizerStaysOnTheDevice) {
   o.host_memory = uint64_t{1} << 30;
   const plan::PlannedModel planned = plan::planned_model(model);
   const plan::SearchResult unbudgeted = plan::search_layouts(planned, o);
-  // A budget between the smallest no-offload peak and the same layout's offloaded peak plus the first layer's state.
+  // A budget 1 byte under the smallest peak without offload: only offloaded candidates fit.
   int64_t smallest = INT64_MAX;
   for (const plan::Candidate& c : unbudgeted.fit)
     if (!c.setup.offload_optimizer.enabled()) smallest = std::min(smallest, c.memory.peak());
@@ -202,6 +203,25 @@ TEST(Offload, WithRoomTheFirstLayersOptimizerStaysOnTheDevice) {
   plan::MemoryModel mm(planned);
   EXPECT_EQ(plan::evaluate(mm, back, o).memory.peak(), part->memory.peak()) << part->name();
   EXPECT_THROW(plan::parse_candidate("dp1,micro8,offload,ratio1.5", o), Error);
+  EXPECT_THROW(plan::parse_candidate("dp1,micro8,offload,ratiox", o), Error);
+}
+
+// The ratio the planner names keeps exactly the layers asked for under the store's own rule, for layers of any sizes.
+TEST(Offload, TheRatioKeepingTheFirstLayersKeepsThemUnderTheStoresRule) {
+  for (const std::vector<int64_t>& layers :
+       {std::vector<int64_t>{525, 218, 218, 218, 525}, std::vector<int64_t>{7, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 11},
+        std::vector<int64_t>{1, 1000000, 1}, std::vector<int64_t>{131334144, 218112000, 218112000, 4096, 525336576}})
+    for (size_t kept = 1; kept < layers.size(); ++kept) {
+      const double r = parallel::ratio_keeping_first(layers, kept);
+      int64_t total = 0;
+      for (int64_t n : layers) total += n;
+      int64_t seen = 0;
+      for (size_t i = 0; i < layers.size(); ++i) {
+        seen += layers[i];
+        EXPECT_EQ(parallel::ratio_offloads(seen, total, r), i >= kept) << "layer " << i << ", kept " << kept;
+      }
+    }
+  EXPECT_EQ(parallel::ratio_keeping_first({5, 5}, 2), 1.0);
 }
 
 TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {

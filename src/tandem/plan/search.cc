@@ -1,12 +1,12 @@
 #include "tandem/plan/search.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
 
 #include "tandem/core/units.h"
+#include "tandem/parallel/zero/parameter_store.h"
 
 namespace tandem::plan {
 
@@ -56,26 +56,17 @@ std::string ratio_str(double r) {
   return buf;
 }
 
-// offload_optimizer.ratio that keeps the first layer's optimizer on the device and offloads every other layer's
-// (ParameterStore keeps the longest first run of layers holding at most 1 - ratio of the parameters), or 1 when the
-// model has a single layer. Its gradient comes last in the backward, so on the host its update is what the next
-// step waits for. Four digits where they keep the second layer off the device.
+// offload_optimizer.ratio that keeps the first layer's optimizer on the device (parallel::ratio_keeping_first, over
+// the model's layers as one rank holds them without tp), or 1 for a model of one layer.
 double first_layer_kept_ratio(const PlannedModel& model) {
-  const nn::Model m = model.build(nn::TpSlot{});
-  std::vector<int64_t> layer;
-  int64_t total = 0;
-  for (const auto& l : m.layers()) {
+  const nn::Model built = model.build(nn::TpSlot{});
+  std::vector<int64_t> layers;
+  for (const auto& l : built.layers()) {
     int64_t n = 0;
     for (const nn::Parameter* p : l->parameters()) n += shape_numel(p->shape);
-    layer.push_back(n);
-    total += n;
+    layers.push_back(n);
   }
-  if (layer.size() < 2 || total == 0) return 1;
-  const double keep = static_cast<double>(layer[0]) + 0.5 * static_cast<double>(layer[1]);
-  const double exact = 1.0 - keep / static_cast<double>(total);
-  const double rounded = std::floor(exact * 1e4) / 1e4;
-  const double kept_if_rounded = (1.0 - rounded) * static_cast<double>(total);
-  return kept_if_rounded < static_cast<double>(layer[0] + layer[1]) && rounded > 0 ? rounded : exact;
+  return parallel::ratio_keeping_first(layers, 1);
 }
 
 bool valid_for_model(const layout::ParallelPlan& plan, const PlannedModel& model, int64_t m) {
@@ -288,13 +279,15 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.offload_optimizer.device = spec::OffloadDevice::Cpu;
       s.offload_optimizer.pin_memory = true;
     } else if (starts("ratio")) {
+      size_t used = 0;
+      double r = -1;
       try {
-        size_t used = 0;
-        s.offload_optimizer.ratio = std::stod(tok.substr(5), &used);
-        if (used + 5 != tok.size() || !(s.offload_optimizer.ratio > 0 && s.offload_optimizer.ratio <= 1)) throw 0;
-      } catch (...) {
-        TANDEM_FAIL("--explain: '", tok, "' is not ratio<a share in (0, 1]>");
+        r = std::stod(tok.substr(5), &used);
+      } catch (const std::exception&) {
       }
+      if (used + 5 != tok.size() || !(r > 0 && r <= 1))
+        TANDEM_FAIL("--explain: '", tok, "' is not ratio<a share in (0, 1]>");
+      s.offload_optimizer.ratio = r;
     } else if (tok == "offload_param") {
       s.offload_optimizer.device = spec::OffloadDevice::Cpu;
       s.offload_optimizer.pin_memory = true;

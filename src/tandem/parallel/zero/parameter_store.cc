@@ -1,6 +1,7 @@
 #include "tandem/parallel/zero/parameter_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <utility>
 #include <vector>
@@ -9,6 +10,26 @@
 #include "tandem/ops/ops.h"
 
 namespace tandem::parallel {
+
+bool ratio_offloads(int64_t seen_through_unit, int64_t held, double ratio) {
+  return static_cast<double>(seen_through_unit) > (1.0 - ratio) * static_cast<double>(held);
+}
+
+double ratio_keeping_first(const std::vector<int64_t>& layer_params, size_t kept) {
+  if (kept >= layer_params.size()) return 1;
+  int64_t total = 0, first = 0;
+  for (size_t i = 0; i < layer_params.size(); ++i) (i < kept ? first : total) += layer_params[i];
+  total += first;
+  const int64_t through_next = first + layer_params[kept];
+  const auto keeps = [&](double r) {
+    return r > 0 && r <= 1 && !ratio_offloads(first, total, r) && ratio_offloads(through_next, total, r);
+  };
+  // Half way into the next layer, then its four-digit floor where the rule still keeps the same layers.
+  const double exact =
+      1.0 - (static_cast<double>(first) + 0.5 * static_cast<double>(layer_params[kept])) / static_cast<double>(total);
+  const double rounded = std::floor(exact * 1e4) / 1e4;
+  return keeps(rounded) ? rounded : keeps(exact) ? exact : 1;
+}
 
 ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp,
                                Device& device, uint64_t seed, const spec::OptimizerConfig& adamw, DType compute,
@@ -39,17 +60,14 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       if (uses_held.count(p->name)) ++uses_held[p->name];
   std::map<std::string, int> tied_unit;  // by name: the unit of a tied parameter built on this rank
   std::vector<optim::Segment> segments;
-  // offload_optimizer.ratio: the last `ratio` of this rank's parameters, in layer order, are offloaded (at least
-  // that share: the units past the longest first run that holds at most 1 - ratio of them). The first layers stay on
-  // the device because their gradients come last in the backward: their update is the one nothing after it hides.
+  // offload_optimizer.ratio: the last layers' units are offloaded (ratio_offloads).
   int64_t held_parameters = 0, seen_parameters = 0;
   for (size_t layer : layers)
     for (const nn::Parameter* p : model.layers()[layer]->parameters()) held_parameters += shape_numel(p->shape);
-  const double kept_on_device = (1.0 - offload.optimizer.ratio) * static_cast<double>(held_parameters);
   const auto offload_next = [&](const std::vector<nn::Parameter*>& params, bool tied_remote) {
     for (const nn::Parameter* p : params) seen_parameters += shape_numel(p->shape);
-    if (!offload.optimizer.enabled() || tied_remote) return false;
-    return static_cast<double>(seen_parameters) > kept_on_device;
+    return offload.optimizer.enabled() && !tied_remote &&
+           ratio_offloads(seen_parameters, held_parameters, offload.optimizer.ratio);
   };
   for (size_t layer : layers) {
     const std::string& name = model.layers()[layer]->name();

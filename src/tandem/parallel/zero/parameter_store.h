@@ -57,6 +57,15 @@
 
 namespace tandem::parallel {
 
+// offload_optimizer.ratio's rule, in one place for the store and the planner: in a rank's layer order, a unit is
+// offloaded once the parameters up to and including it are more than 1 - ratio of the rank's (`held`), so the first
+// layers stay on the device (their gradients come last in the backward: their update is the one nothing after it
+// hides) and at least `ratio` of the parameters go to the host.
+bool ratio_offloads(int64_t seen_through_unit, int64_t held, double ratio);
+// The ratio under which that rule keeps exactly the first `kept` (>= 1) of layers holding `layer_params` on the device:
+// four digits where they do, or 1 when nothing would be left to offload.
+double ratio_keeping_first(const std::vector<int64_t>& layer_params, size_t kept);
+
 // What the store offloads, and where to.
 struct OffloadOptions {
   spec::OffloadConfig optimizer;            // offload_optimizer
