@@ -289,6 +289,12 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved
     if (lora_) lora_->up(h, y);
     if (bias.defined()) ops::add_bias(y.view({y.numel() / out_, out_}), bias);
     if (residual.defined()) ops::add(y, residual, y);
+  } else if (lora_ && !fp8 && !bias.defined() && !residual.defined()) {
+    // The adapters' sum written first, then the base product added into it (cuBLASLt reads it as its C): y is
+    // written twice and read once, not written, read and written again.
+    h = lora_->down(x);
+    lora_->up(h, y, 0.0f);
+    ops::matmul(x, weight_->value, y, false, true, 1.0f);
   } else {
     if (fp8)
       forward_fp8(x2d, bias, residual.defined() ? residual.view({n, out_}) : Tensor(), y2d, saved);
@@ -307,9 +313,10 @@ Tensor Linear::backward(const Tensor& dy, Saved& saved) {
   const Tensor x = saved.tensors.at(0);  // (..., in)
   const int64_t n = x.numel() / in_;
   const bool fp8 = fp8_tokens(n);
-  const auto adapters_saved = saved.tensors.begin() + 1 + (fp8 ? fp8_saved() : 0);
+  const std::vector<Tensor> adapters(saved.tensors.begin() + 1 + (fp8 ? fp8_saved() : 0), saved.tensors.end());
   const bool bias_grad = bias_ && bias_->trainable;
-  Tensor dx;  // (..., in), allocated after the weight gradient's product and its scratch
+  Tensor dx;                   // (..., in), allocated after the weight gradient's product and its scratch
+  bool adapters_done = false;  // whether the adapters' input gradient is in dx
   if (fp8) {
     if (bias_grad) ops::bias_backward(dy.view({n, out_}), bias_->grad);
     dx = fp8_saved() > 0 ? backward_fp8(dy.view({n, out_}), x, saved.tensors.at(1), saved.tensors.at(2))
@@ -321,9 +328,12 @@ Tensor Linear::backward(const Tensor& dy, Saved& saved) {
     else if (bias_grad)
       ops::bias_backward(dy.view({n, out_}), bias_->grad);
     dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
-    ops::matmul(dy, weight_->value, dx, false, false);
+    // As in the forward: the adapters' part written first, the base's product added into it.
+    adapters_done = lora_ && lora_->writes_input_grad();
+    if (adapters_done) lora_->backward(x, adapters, dy, dx, 0.0f);
+    ops::matmul(dy, weight_->value, dx, false, false, adapters_done ? 1.0f : 0.0f);
   }
-  if (lora_) lora_->backward(x, std::vector<Tensor>(adapters_saved, saved.tensors.end()), dy, dx);
+  if (lora_ && !adapters_done) lora_->backward(x, adapters, dy, dx);
   if (split_ == Split::Column) tp_.sum(dx);  // each slot saw only its output columns
   saved.clear();
   return dx;

@@ -117,22 +117,25 @@ std::vector<Tensor> LoraAdapters::down(const Tensor& x) const {
   return out;
 }
 
-void LoraAdapters::up(const std::vector<Tensor>& h, const Tensor& y) const {
+void LoraAdapters::up(const std::vector<Tensor>& h, const Tensor& y, float beta) const {
   const Tensor rows = y.view({y.numel() / out_local_, out_local_});  // (N, out_local)
   if (h.size() == 1 && merged()) {
-    ops::matmul(h[0], block_diagonal_b(y), rows, false, true, 1.0f);
+    ops::matmul(h[0], block_diagonal_b(y), rows, false, true, beta);
     return;
   }
-  for (size_t i = 0; i < adapters_.size(); ++i) ops::matmul(h[i], padded_b(adapters_[i]), rows, false, true, 1.0f);
+  for (size_t i = 0; i < adapters_.size(); ++i)
+    ops::matmul(h[i], padded_b(adapters_[i]), rows, false, true, i == 0 ? beta : 1.0f);
 }
 
-void LoraAdapters::backward(const Tensor& x, const std::vector<Tensor>& h, const Tensor& dy, const Tensor& dx) const {
+void LoraAdapters::backward(const Tensor& x, const std::vector<Tensor>& h, const Tensor& dy, const Tensor& dx,
+                            float beta) const {
+  TANDEM_CHECK(beta == 1.0f || writes_input_grad(), "LoRA: a masked input gradient is added, not written");
   const int64_t n = x.numel() / in_local_, per_sample = n / x.dim(0);
   const Tensor rows = x.view({n, in_local_});     // (N, in_local)
   const Tensor g_out = dy.view({n, out_local_});  // (N, out_local)
   const Tensor g_in = dx.view({n, in_local_});    // (N, in_local)
   if (h.size() == 1 && merged()) {
-    backward_merged(rows, h[0], g_out, g_in);
+    backward_merged(rows, h[0], g_out, g_in, beta);
     return;
   }
   for (size_t i = 0; i < adapters_.size(); ++i) {
@@ -152,7 +155,7 @@ void LoraAdapters::backward(const Tensor& x, const std::vector<Tensor>& h, const
     if (options_.scaling != 1.0f) ops::scale(g, options_.scaling);
     // dX += dropout'(G A): the slot's partial sum under a column split, summed over tp by the layer with its own.
     if (!masking()) {
-      ops::matmul(g, a.a->value, g_in, false, false, 1.0f);
+      ops::matmul(g, a.a->value, g_in, false, false, i == 0 ? beta : 1.0f);
     } else {
       Tensor t = Tensor::empty({n, in_local_}, dx.dtype(), dx.device(), a.a->name + " input grad");  // (N, in_local)
       ops::matmul(g, a.a->value, t, false, false);
@@ -164,7 +167,8 @@ void LoraAdapters::backward(const Tensor& x, const std::vector<Tensor>& h, const
   }
 }
 
-void LoraAdapters::backward_merged(const Tensor& rows, const Tensor& h, const Tensor& g_out, const Tensor& g_in) const {
+void LoraAdapters::backward_merged(const Tensor& rows, const Tensor& h, const Tensor& g_out, const Tensor& g_in,
+                                   float beta) const {
   const int64_t n = rows.dim(0), r = options_.r, kr = static_cast<int64_t>(adapters_.size()) * r;
   Device& device = rows.device();
   // dB_j += (dY^T (s H_cat))[its rows, columns j r..]: the rows picked as a view, the columns by E_j.
@@ -175,11 +179,12 @@ void LoraAdapters::backward_merged(const Tensor& rows, const Tensor& h, const Te
     const Adapter& a = adapters_[j];
     ops::matmul(all.rows(a.row, a.rows), eye.rows(static_cast<int64_t>(j) * r, r), a.b->grad, false, true, 1.0f);
   }
-  // G_cat = s dY B_blk (N, k r); dX += G_cat A_cat; dA_cat = G_cat^T X, summed over the slots of a column split.
+  // G_cat = s dY B_blk (N, k r); dX = beta dX + G_cat A_cat; dA_cat = G_cat^T X, summed over the slots of a column
+  // split.
   Tensor g = Tensor::empty({n, kr}, g_out.dtype(), device, "LoRA output grad of the merged adapters");
   ops::matmul(g_out, block_diagonal_b(g_out), g, false, false);
   if (options_.scaling != 1.0f) ops::scale(g, options_.scaling);
-  ops::matmul(g, stacked_a(rows), g_in, false, false, 1.0f);
+  ops::matmul(g, stacked_a(rows), g_in, false, false, beta);
   if (!row_parallel_) tp_.sum(g);
   Tensor da = Tensor::empty({kr, in_local_}, DType::F32, device, "LoRA A gradient of the merged adapters");
   ops::matmul(g, rows, da, true, false);

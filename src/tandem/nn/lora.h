@@ -114,11 +114,17 @@ class LoraAdapters {
   // x (N, in_local) -> one (N, r) per adapter: s dropout(x) A^T, summed over tp for a row-parallel layer (in the
   // merged form one (N, k r), the adapters' side by side). What backward needs besides x.
   std::vector<Tensor> down(const Tensor& x) const;
-  // y (N, out_local) += h B_pad^T for each adapter's h (from down).
-  void up(const std::vector<Tensor>& h, const Tensor& y) const;
-  // Accumulates the adapters' gradients and adds their part of the input gradient into dx (N, in_local): a
-  // column-parallel layer's dx is its partial sum, which the layer then sums over tp.
-  void backward(const Tensor& x, const std::vector<Tensor>& h, const Tensor& dy, const Tensor& dx) const;
+  // y (N, out_local) = beta y + sum of h B_pad^T over the adapters' h (from down). beta 0 writes y without reading
+  // it: the layer then adds its own product into it (one pass over y fewer than adding the adapters after it).
+  void up(const std::vector<Tensor>& h, const Tensor& y, float beta = 1.0f) const;
+  // Accumulates the adapters' gradients and puts their part of the input gradient into dx (N, in_local), added to
+  // it (beta 1) or written over it (beta 0, which writes_input_grad() allows): a column-parallel layer's dx is its
+  // partial sum, which the layer then sums over tp.
+  void backward(const Tensor& x, const std::vector<Tensor>& h, const Tensor& dy, const Tensor& dx,
+                float beta = 1.0f) const;
+  // Whether backward can write dx rather than add to it: not with a dropout mask, whose input gradient adds a masked
+  // copy.
+  bool writes_input_grad() const { return !masking(); }
 
  private:
   // B at its rows of an (out_local, r) matrix of zeros; B itself when it spans every output.
@@ -131,7 +137,7 @@ class LoraAdapters {
   // The (k r, k r) identity in `dtype` on the layer's device, made once per dtype: its rows place and pick blocks.
   const Tensor& identity(DType dtype, Device& device) const;
   std::vector<Tensor> down_merged(const Tensor& rows) const;
-  void backward_merged(const Tensor& rows, const Tensor& h, const Tensor& g_out, const Tensor& g_in) const;
+  void backward_merged(const Tensor& rows, const Tensor& h, const Tensor& g_out, const Tensor& g_in, float beta) const;
   // Whether this micro-batch's inputs are masked: dropout > 0 while training.
   bool masking() const;
   // rows (N, in_local) of a batch of `per_sample` rows per sample, with the adapter's mask applied (rows itself when
