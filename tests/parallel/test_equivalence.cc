@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -441,7 +442,14 @@ struct OffloadCase {
   std::string device = "cpu";  // where the optimizer goes: "cpu" or "nvme" (a swap file in a temporary folder)
   int accumulation = 4;        // gradient_accumulation_steps
   bool clipping = true;        // gradient_clipping 1.0; without it (and without fp16) the update starts in the backward
+  int64_t upload_piece = 0;  // TANDEM_OFFLOAD_UPLOAD_PIECE: the updated values go up in pieces of this many (0: unset)
 };
+
+// The case with each unit's updated values sent up in pieces of `n` elements, most of them cutting a parameter.
+OffloadCase in_pieces(OffloadCase c, int64_t n) {
+  c.upload_piece = n;
+  return c;
+}
 
 // The case without gradient clipping: each offloaded unit's update starts as its gradient comes down.
 OffloadCase unclipped(OffloadCase c) {
@@ -454,7 +462,8 @@ std::string offload_case_name(const OffloadCase& c) {
   os << c.model << "_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_zero" << c.zero << "_" << c.precision
      << (c.param ? "_param" : "") << (c.ratio < 1 ? "_ratio" + std::to_string(static_cast<int>(c.ratio * 100)) : "")
      << (c.checkpointing ? "_recompute" : "") << (c.device == "nvme" ? "_nvme" : "")
-     << (c.accumulation != 4 ? "_accum" + std::to_string(c.accumulation) : "") << (c.clipping ? "" : "_unclipped");
+     << (c.accumulation != 4 ? "_accum" + std::to_string(c.accumulation) : "") << (c.clipping ? "" : "_unclipped")
+     << (c.upload_piece ? "_pieces" + std::to_string(c.upload_piece) : "");
   return os.str();
 }
 void PrintTo(const OffloadCase& c, std::ostream* os) { *os << offload_case_name(c); }
@@ -493,7 +502,10 @@ std::vector<OffloadCase> offload_cases() {
           unclipped({"gpt", 2, 2, 1, 2, "fp32", false, 0.5}),
           unclipped({"llama", 1, 2, 2, 3, "fp32", true, 1, true}),
           unclipped({"gpt", 4, 1, 1, 3, "bf16", true, 1, false, "nvme"}),
-          unclipped({"gpt_tied", 1, 1, 4, 1, "fp32", false, 1, false, "cpu", 1})};
+          unclipped({"gpt_tied", 1, 1, 4, 1, "fp32", false, 1, false, "cpu", 1}),
+          // The updated values up in pieces of 1000 elements: in the backward (bf16), and swapped (fp32 from nvme).
+          in_pieces(unclipped({"gpt", 4, 1, 1, 2, "bf16"}), 1000),
+          in_pieces({"gpt", 1, 2, 2, 1, "fp32", false, 1, false, "nvme"}, 1000)};
 }
 
 class OffloadEquivalence : public ::testing::TestWithParam<OffloadCase> {};
@@ -520,7 +532,9 @@ TEST_P(OffloadEquivalence, SameBitsAsTheStateOnTheDevice) {
     for (const char* key : {"offload_optimizer", "offload_param"})
       if (cfg["zero_optimization"].contains(key)) cfg["zero_optimization"][key]["nvme_path"] = swap.string();
   }
+  if (c.upload_piece) setenv("TANDEM_OFFLOAD_UPLOAD_PIECE", std::to_string(c.upload_piece).c_str(), 1);
   const Result host = train(cfg, &groups);
+  unsetenv("TANDEM_OFFLOAD_UPLOAD_PIECE");
   double failures = 0;
   if (testing::mpi_world().rank() == 0) {
     EXPECT_EQ(host.losses, device.losses);

@@ -30,7 +30,7 @@ void AdamW::update(size_t first, size_t end, float lr, float grad_scale) const {
 }
 
 void AdamW::update_one(size_t i, const Tensor& value, const Tensor& exp_avg, const Tensor& exp_avg_sq, float lr,
-                       float grad_scale, const Tensor& rounded, int64_t step) const {
+                       float grad_scale, const Tensor& rounded, int64_t step, int64_t at) const {
   const Segment& s = segments_.at(i);
   ops::AdamWParams p;
   p.lr = lr;
@@ -41,7 +41,9 @@ void AdamW::update_one(size_t i, const Tensor& value, const Tensor& exp_avg, con
   p.decoupled = cfg_.adam_w_mode;
   p.step = step > 0 ? step : step_;
   p.grad_scale = grad_scale;
-  ops::adamw_step(value, s.grad, exp_avg, exp_avg_sq, p, rounded);
+  const int64_t n = value.numel();
+  const Tensor grad = at == 0 && n == s.grad.numel() ? s.grad : s.grad.flat_slice(at, n, {n});
+  ops::adamw_step(value, grad, exp_avg, exp_avg_sq, p, rounded);
 }
 
 }  // namespace tandem::optim

@@ -37,9 +37,9 @@ class AdamW {
   // Segment i's update on state the caller holds (its value and moments read in from a swap file, or the segment's
   // own), (n) each; `rounded`, when defined, (n) bf16/f16: the updated value rounded to it in the same pass. `step`:
   // the step it belongs to (its bias corrections), when not the one counted last (an update that runs on while the
-  // next step has been counted).
+  // next step has been counted). `at`: where the (n) elements start in the segment (a piece of it; 0: all of it).
   void update_one(size_t i, const Tensor& value, const Tensor& exp_avg, const Tensor& exp_avg_sq, float lr,
-                  float grad_scale, const Tensor& rounded = Tensor(), int64_t step = 0) const;
+                  float grad_scale, const Tensor& rounded = Tensor(), int64_t step = 0, int64_t at = 0) const;
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }

@@ -13,20 +13,21 @@
 
 namespace tandem::parallel {
 
-Tensor ParameterStore::values_for_upload(Unit& u) {
+Tensor ParameterStore::values_for_upload(Unit& u, int64_t n) {
   if (!u.values_staged) return host_values_of(u, /*read=*/false, /*updating=*/true);
   u.upload_buffer = next_upload_buffer_;
   next_upload_buffer_ = (next_upload_buffer_ + 1) % upload_buffers_.size();
   device_.host_waits(std::exchange(upload_tickets_[u.upload_buffer], 0));  // its last upload has left
-  const int64_t mn = u.grad_shard.numel();
-  return upload_buffers_[u.upload_buffer].flat_slice(0, mn, {mn});
+  return upload_buffers_[u.upload_buffer].flat_slice(0, n, {n});
 }
 
-void ParameterStore::upload_values(Unit& u, const Tensor& source, uint64_t after, bool record) {
+void ParameterStore::upload_values(Unit& u, const Tensor& source, int64_t at, uint64_t after, bool record) {
   if (param_offload_) return;  // the device takes the host shard just before each gather (gather_values)
-  const Tensor& dst =
+  const Tensor& own =
       values_transient() ? u.values_shard : u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
+  const Tensor dst = own.flat_slice(at, source.numel(), {source.numel()});
   const uint64_t start = record ? device_.mark(/*transfers=*/true, after) : 0;
+  // The copies leave in order on one stream: the last piece's ticket stands for the unit's whole upload.
   u.upload = device_.copy_from_host_async(dst.raw(), source.raw(), dst.nbytes(), after);
   if (u.values_staged) upload_tickets_[u.upload_buffer] = u.upload;
   if (record) mark_span("to device", u.label, start, device_.mark(/*transfers=*/true));
@@ -101,36 +102,54 @@ void ParameterStore::finish_download() {
   if (complete && in_backward_) queue_update(u, in_backward_->lr, in_backward_->grad_scale);
 }
 
-Tensor ParameterStore::values_from_master(Unit& u, const QueuedUpdate* update) {
+void ParameterStore::write_values(const Unit& u, const QueuedUpdate* update, const std::array<Tensor, 3>& state,
+                                  int64_t begin, int64_t end, const Tensor& values) {
   const auto& segs = adamw_->segments();
-  std::array<Tensor, 3> state;  // a swapped unit's master, exp_avg and exp_avg_sq, paged in
-  if (u.swapped) state = swap_in(u);
   const Tensor master = u.swapped ? state[0] : u.master;  // (shard) fp32
-  const Tensor values = values_for_upload(u);             // (shard) in the compute dtype, for the device
+  const auto piece = [](const Tensor& t, int64_t at, int64_t n) { return t.flat_slice(at, n, {n}); };
   // 16-bit values are rounded from the master by the AdamW pass itself; what no segment's update writes (the padding
   // past the last parameter; everything without an update) is cast on its own. fp32 values are the master, or a copy.
   const bool rounding = values.dtype() != DType::F32;
-  int64_t done = 0;  // elements of `values` written so far, in order
-  const auto cast_up_to = [&](int64_t end) {
-    if (rounding && end > done)
-      ops::cast(master.flat_slice(done, end - done, {end - done}), values.flat_slice(done, end - done, {end - done}));
+  int64_t done = begin;  // elements of the unit written so far, in order
+  const auto cast_up_to = [&](int64_t to) {
+    if (rounding && to > done) ops::cast(piece(master, done, to - done), piece(values, done - begin, to - done));
   };
   for (size_t i = u.first_segment; update && i < u.end_segment; ++i) {
-    const int64_t n = segs[i].grad.numel(), at = segment_start_[i];
-    TANDEM_CHECK(at >= done, "offloaded update: segments of ", u.label, " out of order");
-    cast_up_to(at);
-    const Tensor rounded = rounding ? values.flat_slice(at, n, {n}) : Tensor();
-    const Tensor value = u.swapped ? state[0].flat_slice(at, n, {n}) : segs[i].value;
-    const Tensor exp_avg = u.swapped ? state[1].flat_slice(at, n, {n}) : adamw_->exp_avg()[i];
-    const Tensor exp_avg_sq = u.swapped ? state[2].flat_slice(at, n, {n}) : adamw_->exp_avg_sq()[i];
-    adamw_->update_one(i, value, exp_avg, exp_avg_sq, update->lr, update->grad_scale, rounded, update->step);
-    done = at + n;
+    // The segment's elements inside [begin, end): [a, b) of the unit, from `off` on in the segment.
+    const int64_t at = segment_start_[i], a = std::max(at, begin), b = std::min(at + segs[i].grad.numel(), end);
+    if (a >= b) continue;
+    TANDEM_CHECK(a >= done, "offloaded update: segments of ", u.label, " out of order");
+    cast_up_to(a);
+    const int64_t n = b - a, off = a - at;
+    const Tensor rounded = rounding ? piece(values, a - begin, n) : Tensor();
+    const Tensor value = u.swapped ? piece(state[0], a, n) : piece(segs[i].value, off, n);
+    const Tensor exp_avg = u.swapped ? piece(state[1], a, n) : piece(adamw_->exp_avg()[i], off, n);
+    const Tensor exp_avg_sq = u.swapped ? piece(state[2], a, n) : piece(adamw_->exp_avg_sq()[i], off, n);
+    adamw_->update_one(i, value, exp_avg, exp_avg_sq, update->lr, update->grad_scale, rounded, update->step, off);
+    done = b;
   }
-  cast_up_to(master.numel());
-  if (!rounding && !values.shares_storage(master)) ops::cast(master, values);
-  if (u.values_swapped && values_swap_) values_swap_->write(u.values_offset, values.raw(), u.values_bytes);
+  cast_up_to(end);
+  if (!rounding && !values.shares_storage(master)) ops::cast(piece(master, begin, end - begin), values);
+}
+
+void ParameterStore::update_values(Unit& u, const QueuedUpdate* update, uint64_t after, bool record) {
+  std::array<Tensor, 3> state;  // a swapped unit's master, exp_avg and exp_avg_sq, paged in
+  if (u.swapped) state = swap_in(u);
+  const int64_t total = u.grad_shard.numel();
+  if (u.values_staged) {
+    for (int64_t begin = 0; begin < total; begin += upload_piece_) {
+      const int64_t end = std::min(begin + upload_piece_, total);
+      const Tensor values = values_for_upload(u, end - begin);
+      write_values(u, update, state, begin, end, values);
+      upload_values(u, values, begin, after, record);
+    }
+  } else {
+    const Tensor values = values_for_upload(u, total);
+    write_values(u, update, state, 0, total, values);
+    if (u.values_swapped && values_swap_) values_swap_->write(u.values_offset, values.raw(), u.values_bytes);
+    upload_values(u, values, 0, after, record);
+  }
   if (u.swapped && update) swap_out(u, state[0]);
-  return values;
 }
 
 void ParameterStore::run_update(const QueuedUpdate& q) {
@@ -138,9 +157,9 @@ void ParameterStore::run_update(const QueuedUpdate& q) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
   const double started = now();
-  const Tensor values = values_from_master(*q.unit, &q);
+  update_values(*q.unit, &q, q.fence, q.record);
+  // The span holds the unit's AdamW and the issue of its uploads, which wait only for an upload buffer to be free.
   if (q.record) timeline_->add("host AdamW", q.unit->label, started, now());
-  upload_values(*q.unit, values, q.fence, q.record);
 }
 
 void ParameterStore::queue_update(Unit& u, float lr, float grad_scale) {

@@ -42,7 +42,9 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       device_(device),
       host_(offload.host),
       param_offload_(offload.param.enabled()),
-      micro_batches_(offload.micro_batches) {
+      micro_batches_(offload.micro_batches),
+      upload_piece_(offload.upload_piece) {
+  TANDEM_CHECK(upload_piece_ > 0, "offload: upload pieces of ", upload_piece_, " elements");
   // With one replica there is nothing to shard: every stage is stage 0.
   TANDEM_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage);
   TANDEM_CHECK(!offload.optimizer.enabled() || host_, "offload_optimizer without host memory to offload to");
@@ -114,7 +116,8 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     if (u->values_staged) largest_staged = std::max(largest_staged, u->grad_shard.numel());
   if (largest_staged > 0) {
     PurposeScope scope(host(), MemoryPurpose::Parameters);
-    for (Tensor& b : upload_buffers_) b = Tensor::zeros({largest_staged}, compute_, host(), "parameter upload buffer");
+    const int64_t n = std::min(largest_staged, upload_piece_);
+    for (Tensor& b : upload_buffers_) b = Tensor::zeros({n}, compute_, host(), "parameter upload buffer");
   }
   refresh_values();
 }
@@ -304,7 +307,7 @@ void ParameterStore::refresh_values(bool offloaded_too) {
     if (u->frozen) continue;  // never updated (write_frozen gathers what it writes)
     if (u->offloaded) {
       if (!offloaded_too) continue;
-      upload_values(*u, values_from_master(*u), fence, /*record=*/false);
+      update_values(*u, nullptr, fence, /*record=*/false);
       continue;
     }
     if (values_transient()) continue;  // gathered from the master when needed

@@ -72,6 +72,9 @@ struct OffloadOptions {
   spec::OffloadConfig param;                // offload_param
   device::AccountedDevice* host = nullptr;  // the host memory offloaded state lives in (needed when either is on)
   int micro_batches = 1;                    // per step: each unit's backward runs this many times
+  // The most elements of one piece of a unit's updated values on their way up (update_values): 64 Mi, 128 MiB of
+  // bf16 values, each piece well past the copy's fixed costs.
+  int64_t upload_piece = int64_t{64} << 20;
 };
 
 class ParameterStore final : public nn::Model::LayerHooks {
@@ -197,10 +200,10 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // `offloaded_too`, the offloaded units' values uploaded from their host master as well.
   void refresh_values(bool offloaded_too = true);
   // Offloaded units (host_update.cc): the owned compute-dtype values from the host master, uploaded to where the
-  // device keeps them (the owned slice of the full values, or values_shard); the full values are stale until
-  // gathered again (make_current). `source`: the host values (values_for_upload). `record`: its copy goes in the
-  // timeline.
-  void upload_values(Unit& u, const Tensor& source, uint64_t after, bool record);
+  // device keeps them (the owned slice of the full values, or values_shard), from element `at` of the owned shard on;
+  // the full values are stale until gathered again (make_current). `source`: the host values (values_for_upload).
+  // `record`: its copy goes in the timeline.
+  void upload_values(Unit& u, const Tensor& source, int64_t at, uint64_t after, bool record);
   // Before the device reads an offloaded unit's values: its upload waited for, and at stages 1-2 the owned shards
   // gathered into the full values again.
   void make_current(Unit& u);
@@ -212,8 +215,8 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void prepare_gradient(Unit& u);
   void download_gradient(Unit& u);
   void finish_download();
-  // The offloaded unit's host AdamW (paged in and out when swapped), then run_update's values uploaded; the recorded
-  // step's spans go in the timeline.
+  // The offloaded unit's host AdamW and its values uploaded (update_values); the recorded step's spans go in the
+  // timeline.
   void run_update(const QueuedUpdate& q);
   // Queues the unit's update of this step for the update's thread (once a step; the thread starts with the first), or
   // runs it at once on a counting device or under the op profile (the planner accounts in order; the profile times on
@@ -238,12 +241,20 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // `updating`: the update's thread asks, and gets its own buffer.
   Tensor host_values_of(const Unit& u, bool read, bool updating = false);
   // Where the update writes the unit's new compute-dtype values for the upload: host_values_of's tensor, or for a
-  // staged unit the next of the two upload buffers, once that buffer's last upload has left it.
-  Tensor values_for_upload(Unit& u);
-  // values_for_upload from the unit's fp32 master (read in from the swap file when swapped), written to the
-  // parameters' swap file when they live there; with `update`, after the unit's host AdamW of that update, whose pass
-  // writes the rounded values too (the swapped state written back). Returns the values written.
-  Tensor values_from_master(Unit& u, const QueuedUpdate* update = nullptr);
+  // staged unit the first `n` elements of the next of the two upload buffers, once that buffer's last upload has left
+  // it.
+  Tensor values_for_upload(Unit& u, int64_t n);
+  // The unit's owned values from its fp32 master (read in from the swap file when swapped) and uploaded, with `update`
+  // after the unit's host AdamW of that update, whose pass writes the rounded values too (the swapped state written
+  // back). A staged unit goes in pieces of at most upload_piece_ elements through the upload buffers, so that the
+  // host updates piece k while piece k - 1 travels up and the buffers hold a piece, not the largest unit; any other
+  // unit whole, its values written to the parameters' swap file when they live there. `after`, `record`: as
+  // upload_values's.
+  void update_values(Unit& u, const QueuedUpdate* update, uint64_t after, bool record);
+  // Elements [begin, end) of the unit's owned values into `values` (end - begin): the AdamW pass over the segments
+  // there when `update`, else the master's values cast. `state`: swap_in's views for a swapped unit.
+  void write_values(const Unit& u, const QueuedUpdate* update, const std::array<Tensor, 3>& state, int64_t begin,
+                    int64_t end, const Tensor& values);
   bool values_transient() const { return stage_ == 3 || param_offload_; }
   // The device memory offloaded state is accounted on: the host's.
   Device& host() const { return *host_; }
@@ -268,9 +279,10 @@ class ParameterStore final : public nn::Model::LayerHooks {
   std::unique_ptr<checkpoint::SwapFile> values_swap_;
   Tensor values_buffer_;  // (largest shard) compute dtype: one unit's owned values, aligned for direct I/O, for gathers
   Tensor values_update_buffer_;  // the same for the update's thread
-  // Staged units (Unit::values_staged): two (largest staged shard) compute-dtype host buffers the updated values go
-  // up from, in turn, and the ticket of each one's last upload. Used by one thread at a time: the update's, or the
-  // caller's once the update is finished.
+  // Staged units (Unit::values_staged): two compute-dtype host buffers of the largest staged shard or upload_piece_
+  // elements, whichever is less, the updated values go up from, in turn, and the ticket of each one's last upload.
+  // Used by one thread at a time: the update's, or the caller's once the update is finished.
+  int64_t upload_piece_;
   std::array<Tensor, 2> upload_buffers_;
   std::array<uint64_t, 2> upload_tickets_{};
   size_t next_upload_buffer_ = 0;
