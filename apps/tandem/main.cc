@@ -155,7 +155,7 @@ int64_t preflight(const tandem::config::TrainConfig& tc, const tandem::layout::P
   // Offloaded state and background checkpoints share the node's host memory with the other ranks on it.
   const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   o.ranks_per_node = local_size ? std::max(1, std::atoi(local_size)) : 1;
-  o.host_memory_bytes = tc.host_memory_bytes ? tc.host_memory_bytes : device::available_host_memory();
+  o.host_memory_bytes = tc.host_memory_bytes ? tc.host_memory_bytes : device::usable_host_memory();
   const plan::PreflightResult pre = plan::preflight(tc, plan, o);
   if (print) {
     std::printf("%s\n", pre.line.c_str());
@@ -177,7 +177,7 @@ tandem::config::Json choose_layout(tandem::config::Json cfg, int world, bool on_
   o.dtype_bytes = given.bf16 || given.fp16.enabled ? 2 : 4;
   o.global_batch = config::global_batch(given.batch_config);
   o.device_memory = given.device_memory_bytes ? given.device_memory_bytes : gpu_memory;
-  o.host_memory = given.host_memory_bytes ? given.host_memory_bytes : device::available_host_memory();
+  o.host_memory = given.host_memory_bytes ? given.host_memory_bytes : device::usable_host_memory();
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(given.model, given.lora, given.fp8), o);
   if (r.fit.empty())
     TANDEM_FAIL("\"parallel\": \"auto\" found no layout of ", world, " devices that fits",

@@ -43,7 +43,7 @@ void add_plan_options(CLI::App& sub, PlanArgs& a) {
                  "of 8 GiB or more, else cpu)");
   sub.add_option("--host-memory", a.host_memory,
                  "Host memory per node for offloaded state, e.g. 512GiB (default: the config's host_memory, else "
-                 "what this machine has free)");
+                 "what this machine has free, less 5% kept for its processes and the system)");
   sub.add_option("--dtype", a.dtype, "Compute dtype: fp32 or bf16 (default: bf16 if the config enables bf16/fp16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub.add_option("--explain", a.explain, "Print the full breakdown of one layout, e.g. dp2,pp2,tp1,zero1,micro16");
@@ -64,7 +64,7 @@ int run_plan_command(const PlanArgs& a) {
   opt.rates = plan::load_rates(rates);
   opt.host_memory = !a.host_memory.empty() ? parse_bytes(a.host_memory)
                     : tc.host_memory_bytes ? tc.host_memory_bytes
-                                           : device::available_host_memory();
+                                           : device::usable_host_memory();
   opt.default_schedule =
       tc.parallel.virtual_stages.value_or(1) > 1 ? spec::ScheduleKind::Interleaved : tc.parallel.schedule;
   opt.default_checkpointing = tc.parallel.activation_checkpointing;
@@ -87,7 +87,8 @@ int run_plan_command(const PlanArgs& a) {
               opt.host_memory ? format_bytes(opt.host_memory).c_str() : "unlimited",
               !a.host_memory.empty() ? "--host-memory"
               : tc.host_memory_bytes ? "the config's host_memory"
-                                     : "what this machine has free; --host-memory sets it");
+                                     : "what this machine has free, less 5% kept for its processes and the system; "
+                                       "--host-memory sets it");
 
   if (!a.explain.empty()) {
     const plan::Setup setup = plan::parse_candidate(a.explain, opt);

@@ -49,4 +49,19 @@ TEST(CpuDevice, OverBudgetNamesTensorBudgetAndHolders) {
   EXPECT_EQ(dev.live_bytes(), 800000u);  // the failed allocation holds nothing
 }
 
+// The full Llama-3-8B's optimizer on a host of 125.1 GiB available: with 121.6 GiB, then 119.9 GiB of offloaded state
+// (both under all of it), the kernel killed the run for memory once the process held 123.2 GiB in all. What offload
+// may take leaves room for the rest.
+TEST(HostMemory, OffloadLeavesRoomForTheProcessesAndTheSystem) {
+  const uint64_t gib = uint64_t{1} << 30;
+  const auto usable = [&](double available_gib) {
+    return static_cast<double>(usable_host_memory(static_cast<uint64_t>(available_gib * gib))) / gib;
+  };
+  EXPECT_LT(usable(125.1), 119.9);
+  EXPECT_NEAR(usable(125.1), 125.1 * 0.95, 0.01);
+  EXPECT_EQ(usable(20.0), 16.0);  // at least 4 GiB kept
+  EXPECT_EQ(usable(3.5), 0.0);
+  EXPECT_LE(usable_host_memory(), available_host_memory());
+}
+
 }  // namespace tandem::device

@@ -38,4 +38,14 @@ uint64_t available_host_memory() {
   return 0;
 }
 
+uint64_t usable_host_memory(uint64_t available) {
+  const uint64_t kept = std::max<uint64_t>(uint64_t{4} << 30, available / 100 * 5);
+  return available > kept ? available - kept : 0;
+}
+
+uint64_t usable_host_memory() {
+  const uint64_t available = available_host_memory();
+  return available ? std::max<uint64_t>(1, usable_host_memory(available)) : 0;
+}
+
 }  // namespace tandem::device
