@@ -5,7 +5,8 @@
 # layers under a 24 GiB device budget beside it unbudgeted; a model past the largest that trains without offload
 # (11.52B). Each offloaded run prints its step timeline (TANDEM_TIMELINE). Then the table: tok/s, peaks, ratios.
 # Usage: bash bench/gpu_offload.sh BIN_DIR PYTORCH_LLAMA_SCRIPT OUT_DIR [BUDGET_S]
-#   GPU_OFFLOAD_PARTS: any of "adamw l8 l8m2 torch l8x64 full24 full8b24 capacity" (default all, in that order);
+#   GPU_OFFLOAD_PARTS: any of "adamw l8 l8m2 torch l8x64 full24 full8b24 l28x24 capacity" (default all, in that
+#   order);
 #   GPU_OFFLOAD_STEPS (default 6): steps of each run (its speed: the tokens of the steps after the first over their time).
 #   GPU_OFFLOAD_DRY=1 prints the commands and checks the configs with `tandem plan` instead of running them (works
 #   without a GPU).
@@ -14,7 +15,7 @@ bin="$1"
 anchor="$2"
 out="$3"
 budget="${4:-540}"
-parts=" ${GPU_OFFLOAD_PARTS:-adamw l8 l8m2 torch l8x64 full24 full8b24 capacity} "
+parts=" ${GPU_OFFLOAD_PARTS:-adamw l8 l8m2 torch l8x64 full24 full8b24 l28x24 capacity} "
 dry="${GPU_OFFLOAD_DRY:-0}"
 steps="${GPU_OFFLOAD_STEPS:-6}"
 mkdir -p "$out"
@@ -128,6 +129,16 @@ if [[ $parts == *" full8b24 "* ]]; then
   tandem full8b_24gib 300
   llama full8b_device 32 16 1 true
   tandem full8b_device 240
+fi
+
+if [[ $parts == *" l28x24 "* ]]; then
+  # The full 8B's optimizer needs 119.9 GiB of host memory, past what a 128 GiB host gives it (the preflight refuses
+  # it); 28 layers of its shape (7.16B) need 106.9 GiB. The same 24 GiB budget, then unbudgeted at micro 1 x 16.
+  echo "== 28 layers of the Llama-3-8B shape (7.16B) under a 24 GiB device budget, the optimizer on the host, then unbudgeted"
+  llama l28_24gib 28 16 4 true '"zero_optimization": { "stage": 1, "offload_optimizer": { "device": "cpu", "pin_memory": true } }, "device_memory": "24GiB"'
+  tandem l28_24gib 300
+  llama l28_device 28 16 1 true
+  tandem l28_device 200
 fi
 
 if [[ $parts == *" capacity "* ]]; then
