@@ -28,6 +28,9 @@ enum class MemoryPurpose {
 inline constexpr int kMemoryPurposes = 8;
 const char* purpose_name(MemoryPurpose p);  // "parameters", "gradients", ...
 
+// A device's queues of work: its compute, its copies to host memory, its copies from host memory.
+enum class DeviceQueue { Compute, ToHost, FromHost };
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -46,12 +49,13 @@ class Device {
   // Waits until all work queued on this device is done (a no-op on CPU).
   virtual void synchronize() {}
 
-  // Copies between this device and host memory that the host does not wait for: on a GPU they run on a stream of
-  // their own (overlapping compute when the host memory is page-locked); a CPU copies at once. Each returns a ticket
-  // (0: already done). A copy starts after the device work of the fence `after` (fence(): the work this thread has
-  // queued so far; 0: none to wait for). The host memory must stay valid and unchanged, and the device memory alive,
-  // until the ticket is done: device_waits(t) makes device work queued afterwards wait for it, host_waits(t) makes
-  // the host wait. Safe to call from a second host thread.
+  // Copies between this device and host memory that the host does not wait for: on a GPU they run on two streams of
+  // their own, one a direction, so that a copy down and a copy up run at once (overlapping compute when the host
+  // memory is page-locked); a CPU copies at once. Copies in one direction run in the order they were issued. Each
+  // returns a ticket (0: already done). A copy starts after the device work of the fence `after` (fence(): the work
+  // this thread has queued so far; 0: none to wait for). The host memory must stay valid and unchanged, and the device
+  // memory alive, until the ticket is done: device_waits(t) makes device work queued afterwards wait for it,
+  // host_waits(t) makes the host wait. Safe to call from a second host thread.
   virtual uint64_t fence() { return 0; }
   virtual uint64_t copy_to_host_async(void* host_dst, const void* src, size_t bytes, uint64_t after) {
     copy_to_host(host_dst, src, bytes);
@@ -64,11 +68,12 @@ class Device {
   virtual void device_waits(uint64_t ticket) {}
   virtual void host_waits(uint64_t ticket) {}
 
-  // Timing marks for a timeline: mark() notes when the device reaches this point of its queue (the compute stream's,
-  // or with `transfers` the copies' stream, after the device work of the fence `after`, as the next copy would);
+  // Timing marks for a timeline: mark() notes when the device reaches this point of one of its queues (the compute
+  // stream's, or the copies' to or from host memory, after the device work of the fence `after`, as the next copy
+  // would);
   // mark_seconds(m) is that moment on the host's steady clock, in seconds, once the device has got there (it waits).
   // A CPU device marks the host clock at once.
-  virtual uint64_t mark(bool transfers = false, uint64_t after = 0);
+  virtual uint64_t mark(DeviceQueue queue = DeviceQueue::Compute, uint64_t after = 0);
   virtual double mark_seconds(uint64_t mark);
 
   // The purpose later allocations are accounted under (devices that keep no accounts ignore it).
@@ -78,7 +83,7 @@ class Device {
   bool holds_data() const { return kind() != DeviceKind::Counting; }
 };
 
-inline uint64_t Device::mark(bool, uint64_t) {
+inline uint64_t Device::mark(DeviceQueue, uint64_t) {
   return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 inline double Device::mark_seconds(uint64_t mark) {

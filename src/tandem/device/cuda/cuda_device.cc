@@ -112,7 +112,8 @@ CudaDevice::CudaDevice(int index, uint64_t budget_bytes) : AccountedDevice(budge
   // Non-blocking: the legacy default stream (which a library might use behind our back) does not serialise them.
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
-  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking));
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&to_host_, cudaStreamNonBlocking));
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&from_host_, cudaStreamNonBlocking));
   TANDEM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_slot_), sizeof(DeferredError)));
   TANDEM_CUDA_CHECK(cudaMemsetAsync(error_slot_, 0, sizeof(DeferredError), compute_));
   error_host_ = PinnedBuffer(sizeof(DeferredError));
@@ -128,14 +129,16 @@ CudaDevice::~CudaDevice() {
   cudaSetDevice(index_);
   if (compute_) cudaStreamSynchronize(compute_);
   if (comm_) cudaStreamSynchronize(comm_);
-  if (transfer_) cudaStreamSynchronize(transfer_);
+  for (cudaStream_t s : {to_host_, from_host_})
+    if (s) cudaStreamSynchronize(s);
   tickets_.clear();
   marks_.clear();
   mark_origin_.reset();
   contexts_.clear();  // their handles and workspaces go before the memory and streams they use
   arena_.reset();
   if (error_slot_) cudaFree(error_slot_);
-  if (transfer_) cudaStreamDestroy(transfer_);
+  for (cudaStream_t s : {to_host_, from_host_})
+    if (s) cudaStreamDestroy(s);
   if (comm_) cudaStreamDestroy(comm_);
   if (compute_) cudaStreamDestroy(compute_);
 }
@@ -162,13 +165,14 @@ uint64_t CudaDevice::fence() {
 
 uint64_t CudaDevice::copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, uint64_t after) {
   make_current();
+  cudaStream_t stream = kind == cudaMemcpyDeviceToHost ? to_host_ : from_host_;
   std::lock_guard<std::mutex> lock(transfer_mu_);
   if (after != 0) {
     const auto it = tickets_.find(after);
-    if (it != tickets_.end()) it->second.wait_in(transfer_);
+    if (it != tickets_.end()) it->second.wait_in(stream);
   }
-  if (bytes > 0) TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, transfer_));
-  return issue_locked(transfer_, 0);
+  if (bytes > 0) TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+  return issue_locked(stream, 0);
 }
 
 uint64_t CudaDevice::copy_to_host_async(void* host_dst, const void* src, size_t bytes, uint64_t after) {
@@ -198,12 +202,15 @@ void CudaDevice::host_waits(uint64_t ticket) {
   done.synchronize();  // outside the lock: other threads keep issuing while this one waits
 }
 
-uint64_t CudaDevice::mark(bool transfers, uint64_t after) {
+uint64_t CudaDevice::mark(DeviceQueue queue, uint64_t after) {
   make_current();
+  cudaStream_t stream = queue == DeviceQueue::ToHost     ? to_host_
+                        : queue == DeviceQueue::FromHost ? from_host_
+                                                         : compute_;
   std::lock_guard<std::mutex> lock(transfer_mu_);
-  if (transfers && after != 0) {
+  if (queue != DeviceQueue::Compute && after != 0) {
     const auto it = tickets_.find(after);
-    if (it != tickets_.end()) it->second.wait_in(transfer_);
+    if (it != tickets_.end()) it->second.wait_in(stream);
   }
   if (!mark_origin_) {
     mark_origin_ = std::make_unique<CudaEvent>(/*timing=*/true);
@@ -212,7 +219,7 @@ uint64_t CudaDevice::mark(bool transfers, uint64_t after) {
     mark_origin_host_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
   const uint64_t id = next_ticket_++;
-  marks_.emplace(id, CudaEvent(/*timing=*/true)).first->second.record(transfers ? transfer_ : compute_);
+  marks_.emplace(id, CudaEvent(/*timing=*/true)).first->second.record(stream);
   return id;
 }
 

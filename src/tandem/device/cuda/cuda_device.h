@@ -110,7 +110,8 @@ class CudaDevice final : public AccountedDevice {
   // Waits for the compute stream, then throws the first bad input a kernel reported since the last check.
   void synchronize() override;
 
-  // Offload's copies (device_interface.h) on the transfer stream, each ordered after its fence; tickets are events.
+  // Offload's copies (device_interface.h) on the stream of their direction, each ordered after its fence; tickets
+  // are events.
   // A fence is an event on the compute stream. Thread-safe: the host optimizer's thread issues uploads.
   uint64_t fence() override;
   uint64_t copy_to_host_async(void* host_dst, const void* src, size_t bytes, uint64_t after) override;
@@ -118,7 +119,7 @@ class CudaDevice final : public AccountedDevice {
   void device_waits(uint64_t ticket) override;
   void host_waits(uint64_t ticket) override;
   // Timing events, turned into the host's clock through one event the host waited for (the first mark).
-  uint64_t mark(bool transfers, uint64_t after) override;
+  uint64_t mark(DeviceQueue queue, uint64_t after) override;
   double mark_seconds(uint64_t mark) override;
   // Page-locked (cudaMallocHost) host memory when asked, plain host memory otherwise.
   std::unique_ptr<AccountedDevice> host_memory(bool page_locked) const override;
@@ -198,7 +199,8 @@ class CudaDevice final : public AccountedDevice {
 
   cudaStream_t compute_ = nullptr;
   cudaStream_t comm_ = nullptr;
-  cudaStream_t transfer_ = nullptr;  // offload's copies between the device and host memory
+  cudaStream_t to_host_ = nullptr;    // copies to host memory (offload, checkpoints)
+  cudaStream_t from_host_ = nullptr;  // copies from host memory: PCIe moves both directions at once
   std::mutex transfer_mu_;
   uint64_t next_ticket_ = 1;
   std::map<uint64_t, CudaEvent> tickets_;   // not yet known to be done; a ticket missing here is done

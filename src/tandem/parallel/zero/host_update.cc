@@ -26,11 +26,11 @@ void ParameterStore::upload_values(Unit& u, const Tensor& source, int64_t at, ui
   const Tensor& own =
       values_transient() ? u.values_shard : u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
   const Tensor dst = own.flat_slice(at, source.numel(), {source.numel()});
-  const uint64_t start = record ? device_.mark(/*transfers=*/true, after) : 0;
-  // The copies leave in order on one stream: the last piece's ticket stands for the unit's whole upload.
+  const uint64_t start = record ? device_.mark(DeviceQueue::FromHost, after) : 0;
+  // Uploads leave in order on their stream: the last piece's ticket stands for the unit's whole upload.
   u.upload = device_.copy_from_host_async(dst.raw(), source.raw(), dst.nbytes(), after);
   if (u.values_staged) upload_tickets_[u.upload_buffer] = u.upload;
-  if (record) mark_span("to device", u.label, start, device_.mark(/*transfers=*/true));
+  if (record) mark_span("to device", u.label, start, device_.mark(DeviceQueue::FromHost));
   // With one replica the owned slice is the whole buffer; otherwise the replicas' slices are gathered again.
   u.stale = !values_transient() && dp_.size() > 1;
 }
@@ -85,9 +85,9 @@ void ParameterStore::download_gradient(Unit& u) {
   point_grads(u, Tensor());
   u.grads = Tensor();
   const uint64_t fence = device_.fence();
-  const uint64_t start = timeline_phase_ == 1 ? device_.mark(/*transfers=*/true, fence) : 0;
+  const uint64_t start = timeline_phase_ == 1 ? device_.mark(DeviceQueue::ToHost, fence) : 0;
   d.ticket = device_.copy_to_host_async(dst.raw(), d.source.raw(), d.source.nbytes(), fence);
-  if (timeline_phase_ == 1) mark_span("to host", u.label, start, device_.mark(/*transfers=*/true));
+  if (timeline_phase_ == 1) mark_span("to host", u.label, start, device_.mark(DeviceQueue::ToHost));
   download_ = std::move(d);
 }
 
