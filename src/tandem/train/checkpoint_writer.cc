@@ -195,10 +195,10 @@ config::Json CheckpointWriter::manifest_without_files(int64_t step) {
 
 void CheckpointWriter::copy_state(Pending& w) {
   checkpoint::Progress progress("copying checkpoint state to host memory", layout_.data_bytes, options_.print);
-  // A GPU's state is queued on its copy stream after the work queued so far (this step's update), so the next step's
-  // forward and backward run beside the copies: its update waits for them on the GPU (ParameterStore::update_after)
-  // and the writer thread before it writes. State in host memory (offloaded, or paged in from a swap file only for
-  // the visit) is copied at once.
+  // A GPU's state is queued on its stream of copies to host memory after the work queued so far (this step's update),
+  // so the next step's forward and backward run beside the copies: its update waits for them on the GPU
+  // (ParameterStore::update_after) and the writer thread before it writes. State in host memory (offloaded, or paged in
+  // from a swap file only for the visit) is copied at once.
   std::vector<std::pair<Device*, uint64_t>> fences;
   visit_saved(
       engine_, groups_.coord,

@@ -120,8 +120,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // Waits for the offloaded units' update of the last step (every visit below does; so does the destructor).
   void finish_update();
   // The owned state is being read by device work that `ticket` marks (a checkpoint's copies to host memory, on the
-  // device's copy stream): the next optimizer_step's updates on `device` wait for it there, not on the host, so the
-  // forward and backward before them run beside the copies. Tickets of other devices were copied at once.
+  // device's stream of copies to host memory): the next optimizer_step's updates on `device` wait for it there, not on
+  // the host, so the forward and backward before them run beside the copies. Tickets of other devices were copied at
+  // once.
   void update_after(Device& device, uint64_t ticket);
 
   // The offload timeline (timeline.h) of the next step: its backward, the copies down and up, the host AdamW, and the
