@@ -42,8 +42,9 @@ void add_plan_options(CLI::App& sub, PlanArgs& a) {
                  "Speeds for the time model: cpu, h200, or a file from `tandem calibrate` (default: h200 for devices "
                  "of 8 GiB or more, else cpu)");
   sub.add_option("--host-memory", a.host_memory,
-                 "Host memory per node for offloaded state, e.g. 512GiB (default: the config's host_memory, else "
-                 "what this machine has free, less 5% kept for its processes and the system)");
+                 std::string("Host memory per node for offloaded state, e.g. 512GiB (default: the config's "
+                             "host_memory, else for this machine ") +
+                     device::kUsableHostMemoryRule + ")");
   sub.add_option("--dtype", a.dtype, "Compute dtype: fp32 or bf16 (default: bf16 if the config enables bf16/fp16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub.add_option("--explain", a.explain, "Print the full breakdown of one layout, e.g. dp2,pp2,tp1,zero1,micro16");
@@ -83,12 +84,13 @@ int run_plan_command(const PlanArgs& a) {
   if (info.rows_per_sample > 1) std::printf(" of %lld tokens", static_cast<long long>(info.rows_per_sample));
   std::printf("\n%d device%s (%d node%s) of %s; compute %s; rates '%s'\n", opt.devices, opt.devices == 1 ? "" : "s",
               opt.nodes, opt.nodes == 1 ? "" : "s", budget.c_str(), half ? "bf16" : "fp32", opt.rates.name.c_str());
-  std::printf("host memory for offloaded state: %s per node (%s)\n",
-              opt.host_memory ? format_bytes(opt.host_memory).c_str() : "unlimited",
-              !a.host_memory.empty() ? "--host-memory"
-              : tc.host_memory_bytes ? "the config's host_memory"
-                                     : "what this machine has free, less 5% kept for its processes and the system; "
-                                       "--host-memory sets it");
+  std::printf(
+      "host memory for offloaded state: %s per node (%s)\n",
+      opt.host_memory ? format_bytes(opt.host_memory).c_str() : "unlimited",
+      !a.host_memory.empty() ? "--host-memory"
+      : tc.host_memory_bytes
+          ? "the config's host_memory"
+          : (std::string("for this machine ") + device::kUsableHostMemoryRule + "; --host-memory sets it").c_str());
 
   if (!a.explain.empty()) {
     const plan::Setup setup = plan::parse_candidate(a.explain, opt);

@@ -38,6 +38,9 @@ uint64_t available_host_memory() {
   return 0;
 }
 
+const char* const kUsableHostMemoryRule =
+    "its free memory, less 5% (at least 4 GiB) kept for its processes and the system";
+
 uint64_t usable_host_memory(uint64_t available) {
   const uint64_t kept = std::max<uint64_t>(uint64_t{4} << 30, available / 100 * 5);
   return available > kept ? available - kept : 0;

@@ -36,6 +36,8 @@ uint64_t available_host_memory();
 // of it) and for what MemAvailable counts but the kernel does not give up. Measured on a host with 125.1 GiB
 // available: a process that held 119.9 GiB of offloaded state and 3.3 GiB besides was killed for memory.
 uint64_t usable_host_memory(uint64_t available);
+// That rule in words, for messages: "its free memory, less 5% (at least 4 GiB) kept for its processes and the system".
+extern const char* const kUsableHostMemoryRule;
 // usable_host_memory of this machine's available_host_memory(); 0 when it cannot tell.
 uint64_t usable_host_memory();
 

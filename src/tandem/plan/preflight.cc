@@ -12,6 +12,7 @@
 
 #include "tandem/checkpoint/disk_space.h"
 #include "tandem/core/units.h"
+#include "tandem/device/cpu_device.h"
 #include "tandem/plan/search.h"
 
 namespace tandem::plan {
@@ -72,7 +73,8 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
           ", " + bytes_str(r.host_per_node) + " for the " + std::to_string(options.ranks_per_node) + " ranks of a node";
     if (options.host_memory_bytes)
       r.line += ", of " + bytes_str(static_cast<int64_t>(options.host_memory_bytes)) +
-                (cfg.host_memory_bytes ? " (\"host_memory\")" : " usable (free, less 5% kept for the system)");
+                (cfg.host_memory_bytes ? std::string(" (\"host_memory\")")
+                                       : std::string(" usable (") + device::kUsableHostMemoryRule + ")");
   }
   // nvme: the folder must be there and hold a node's swap files.
   for (const bool parameters : {false, true}) {
@@ -105,17 +107,15 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
     if (w.checkpoint_host > 0)
       held +=
           (held.empty() ? "" : "; ") + std::string("the background checkpoint's copy ") + bytes_str(w.checkpoint_host);
-    r.message =
-        "this run needs " + bytes_str(r.host_per_node) + " of host memory on a node (" +
-        std::to_string(options.ranks_per_node) + " rank" + (options.ranks_per_node > 1 ? "s" : "") + ", the fullest " +
-        bytes_str(w.host_peak + w.checkpoint_host) + ": " + held + "), over the " +
-        bytes_str(static_cast<int64_t>(options.host_memory_bytes)) +
-        (cfg.host_memory_bytes ? " of \"host_memory\""
-                               : " the node can give it (its free memory, less 5% kept for its processes and the "
-                                 "system)") +
-        ": offload less (zero_optimization.offload_optimizer.ratio below 1, or no offload_param), write "
-        "checkpoints at the step boundary (checkpoint.async false), use more nodes, or set \"host_memory\" "
-        "if the node has more than it reports";
+    r.message = "this run needs " + bytes_str(r.host_per_node) + " of host memory on a node (" +
+                std::to_string(options.ranks_per_node) + " rank" + (options.ranks_per_node > 1 ? "s" : "") +
+                ", the fullest " + bytes_str(w.host_peak + w.checkpoint_host) + ": " + held + "), over the " +
+                bytes_str(static_cast<int64_t>(options.host_memory_bytes)) +
+                (cfg.host_memory_bytes ? std::string(" of \"host_memory\"")
+                                       : std::string(" the node can give it (") + device::kUsableHostMemoryRule + ")") +
+                ": offload less (zero_optimization.offload_optimizer.ratio below 1, or no offload_param), write "
+                "checkpoints at the step boundary (checkpoint.async false), use more nodes, or set \"host_memory\" "
+                "if the node has more than it reports";
     return r;
   }
   if (r.fits) return r;
