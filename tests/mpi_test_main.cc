@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "test_subset.h"
+
 namespace tandem::testing {
 namespace {
 comm::mpi::MpiWorld* world = nullptr;  // set by main()
@@ -22,6 +24,8 @@ int main(int argc, char** argv) {
                  world.size());
     return 2;
   }
+  if (world.rank() == 0)
+    for (const std::string& line : tandem::testing::left_out_report()) std::printf("%s\n", line.c_str());
   if (world.rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

@@ -15,10 +15,12 @@
 #include <map>
 #include <sstream>
 
+#include "equivalence_subsets.h"
 #include "mpi_test_main.h"
 #include "tandem/config/config.h"
 #include "tandem/layout/groups.h"
 #include "tandem/train/trainer.h"
+#include "test_subset.h"
 
 namespace tandem {
 namespace {
@@ -424,7 +426,9 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneDevice) {
   EXPECT_EQ(failures, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence,
+                         ::testing::ValuesIn(testing::select_subset(cases(), case_name, "Equivalence",
+                                                                    equivalence_subsets(TANDEM_TEST_WORLD))),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // Offload (offload_optimizer, offload_param): the same layout with its optimizer state in host memory computes the
@@ -555,10 +559,11 @@ TEST_P(OffloadEquivalence, SameBitsAsTheStateOnTheDevice) {
   EXPECT_EQ(failures, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, OffloadEquivalence, ::testing::ValuesIn(offload_cases()),
-                         [](const ::testing::TestParamInfo<OffloadCase>& info) {
-                           return offload_case_name(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, OffloadEquivalence,
+    ::testing::ValuesIn(testing::select_subset(offload_cases(), offload_case_name, "OffloadEquivalence",
+                                               offload_subsets(TANDEM_TEST_WORLD))),
+    [](const ::testing::TestParamInfo<OffloadCase>& info) { return offload_case_name(info.param); });
 
 #if TANDEM_TEST_WORLD == 4
 // ZeRO-3 over 4 replicas holds a quarter of the training state plus one layer's gathered parameters and
