@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/ops/ops.h"
 

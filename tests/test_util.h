@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::testing {

@@ -16,7 +16,7 @@
 
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/core/tensor.h"
 #include "tandem/core/units.h"
 #include "tandem/device/cpu_device.h"

@@ -9,7 +9,7 @@
 
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/config/config.h"
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/interchange/peft.h"
 #include "tandem/interchange/peft_names.h"
 #include "test_util.h"

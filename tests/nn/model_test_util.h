@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/nn/loss.h"
 #include "tandem/nn/model.h"

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "model_test_util.h"
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/nn/linear.h"
 #include "tandem/nn/llama.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "ops_test_util.h"
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::ops {

@@ -61,12 +61,4 @@ inline TANDEM_HOST_DEVICE float uniform_from_bits(uint32_t bits) {
   return (static_cast<float>(bits >> 8) + 1.0f) * (1.0f / 16777216.0f);
 }
 
-// N(0, 1) for element `index` of the stream `stream` under `seed` (Box-Muller on one Philox block: random_fill.h's
-// normal_from_words, the GPU's bits too).
-float normal_at(uint64_t seed, uint64_t stream, uint64_t index);
-// U(0, 1] for element `index`; the same block as normal_at, a different word.
-float uniform_at(uint64_t seed, uint64_t stream, uint64_t index);
-// A 64-bit integer for element `index`.
-uint64_t bits64_at(uint64_t seed, uint64_t stream, uint64_t index);
-
 }  // namespace tandem

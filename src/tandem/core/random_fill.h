@@ -125,4 +125,12 @@ TANDEM_HOST_DEVICE inline float random_fill_value(const RandomFill& f, int64_t i
 // out[0, n) = the RandomFill's elements 0..n-1, on the host's cores.
 void random_fill_host(float* out, int64_t n, const RandomFill& fill);
 
+// N(0, 1) for element `index` of the stream `stream` under `seed` (Box-Muller on one Philox block: normal_from_words
+// above, the GPU's bits too).
+float normal_at(uint64_t seed, uint64_t stream, uint64_t index);
+// U(0, 1] for element `index`; the same block as normal_at, a different word.
+float uniform_at(uint64_t seed, uint64_t stream, uint64_t index);
+// A 64-bit integer for element `index`.
+uint64_t bits64_at(uint64_t seed, uint64_t stream, uint64_t index);
+
 }  // namespace tandem

@@ -2,7 +2,7 @@
 #include "tandem/data/sampler.h"
 
 #include "tandem/core/error.h"
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 
 namespace tandem::data {
 namespace {

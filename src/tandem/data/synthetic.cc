@@ -3,7 +3,7 @@
 #include <numeric>
 #include <vector>
 
-#include "tandem/core/philox.h"
+#include "tandem/core/random_fill.h"
 #include "tandem/data/datasets.h"
 #include "tandem/data/sampler.h"
 
