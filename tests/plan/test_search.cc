@@ -164,6 +164,22 @@ TEST(Offload, TheEightBOnFourDevicesOf24GiBGetsAnOffloadedAnswer) {
   for (const plan::Candidate& c : small.no_fit)
     host_reason |= c.why_not.find("of host memory per node") != std::string::npos;
   EXPECT_TRUE(host_reason);
+  // With too little host memory for every offloaded candidate and nothing fitting without it, the table says host
+  // memory is short and by how much, not that the devices would need the smallest (offloaded) peak.
+  o.offload = true;
+  o.devices = 4;
+  ASSERT_TRUE(small.fit.empty());
+  const std::string answer = plan::format_table(small, o, 5);
+  EXPECT_EQ(answer.find("that much memory per device would be needed"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("device memory is not what is short, host memory is"), std::string::npos) << answer;
+  int64_t least = INT64_MAX;
+  for (const plan::Candidate& c : small.no_fit)
+    if (c.short_of_host) least = std::min(least, c.memory.host_per_node(4));
+  ASSERT_NE(least, INT64_MAX);
+  EXPECT_NE(answer.find("--host-memory " + format_bytes(static_cast<uint64_t>(least))), std::string::npos) << answer;
+  EXPECT_NE(answer.find(format_bytes(static_cast<uint64_t>(least - (int64_t{8} << 30))) + " more than the 8.0 GiB"),
+            std::string::npos)
+      << answer;
 }
 
 // One device with room beside the offloaded optimizer: the search also offers the first layer's optimizer kept on the

@@ -159,6 +159,7 @@ Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions&
   const int64_t host = c.memory.host_per_node(opt.devices / opt.nodes);
   if (opt.host_memory && host > static_cast<int64_t>(opt.host_memory)) {
     c.fits = false;
+    c.short_of_host = true;
     c.why_not = "its offloaded state needs " + bytes_str(host) + " of host memory per node, over " +
                 bytes_str(static_cast<int64_t>(opt.host_memory));
   }
@@ -368,7 +369,23 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
     os << "Nothing fits on the devices alone; the fastest candidate offloads to host memory ("
        << bytes_str(best.memory.host_peak()) << " a rank): set " << best.config_keys() << ".\n";
   }
-  if (r.fit.empty() && !r.no_fit.empty()) {
+  // The candidates that fit the devices but not the node's host memory: what is short is host memory.
+  const Candidate* least_host = nullptr;
+  for (const Candidate& c : r.no_fit)
+    if (c.short_of_host && (!least_host || c.memory.host_per_node(opt.devices / opt.nodes) <
+                                               least_host->memory.host_per_node(opt.devices / opt.nodes)))
+      least_host = &c;
+  if (r.fit.empty() && least_host) {
+    const int64_t host = least_host->memory.host_per_node(opt.devices / opt.nodes);
+    const int64_t given = static_cast<int64_t>(opt.host_memory);
+    os << "Nothing fits: device memory is not what is short, host memory is. Every candidate that fits in " << budget
+       << " per device offloads state to host memory, and the least any needs is " << bytes_str(host) << " per node ("
+       << least_host->name() << "), " << bytes_str(host - given) << " more than the " << bytes_str(given)
+       << " usable. With --host-memory " << bytes_str(host) << " (a node with that much free) it would run at "
+       << rate_str(least_host->time.tokens_per_s) << " " << least_host->time.unit
+       << "; with fewer offloaded bytes (more devices, more nodes, or more device memory "
+       << "for offload_optimizer.ratio below 1) it needs less.\n";
+  } else if (r.fit.empty() && !r.no_fit.empty()) {
     const Candidate& best = r.no_fit.front();
     os << "Nothing fits in " << budget << " per device. The smallest peak is " << bytes_str(best.memory.peak()) << " ("
        << best.name() << "): that much memory per device would be needed (" << best.why_not << ").\n";

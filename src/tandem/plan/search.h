@@ -36,7 +36,8 @@ struct Candidate {
   MemoryPrediction memory;
   TimePrediction time;
   bool fits = false;
-  std::string why_not;  // what pushes the worst device over the budget (or the node's host memory)
+  std::string why_not;         // what pushes the worst device over the budget (or the node's host memory)
+  bool short_of_host = false;  // fits the devices, but its offloaded state is over the node's host memory
   // "dp2,pp2,tp1,zero1,micro16" (+ ",ckpt", ",v2", ",offload", ",offload_param", ",ratio0.8"): the spelling --explain
   // takes.
   std::string name() const;
