@@ -47,6 +47,18 @@ run 60 "$tandem" train tiny.json --resume busy --set "steps=$(($(wc -l <busy/met
 [ $rc -eq 0 ] && grep -q "resumed from busy" out
 check "that stale lock does not block a resume into the folder" $? "$(grep -E 'error|resumed' out)"
 
+# --- a --resume of a folder whose job runs and has no checkpoint yet: the lock is named, not "its run ended"
+"$tandem" train tiny.json --out young --set steps=100000 --set checkpoint.every=100000 >young.out 2>&1 &
+young=$!
+for _ in $(seq 1 300); do grep -q "^step 3/" young.out && break; sleep 0.2; done
+run 60 "$tandem" train tiny.json --resume young
+[ $rc -ne 0 ] && grep -q "cannot resume from 'young': it is in use by a job (host .*, pid $young, since " out &&
+  grep -q "has not written its first checkpoint yet" out && ! grep -q "ended" out && ! grep -q -- "--overwrite" out
+check "a --resume of a running job's folder before its first checkpoint names the job, not an ended run" $? \
+  "$(grep error out)"
+kill -KILL $young
+wait $young
+
 # --- a run that died before its first checkpoint: the refusal says so and offers --overwrite, not --resume
 run 60 env TANDEM_FAULT=rank=0,step=2,kind=kill "$tandem" train tiny.json --out early
 run 60 "$tandem" train tiny.json --out early

@@ -16,6 +16,7 @@
 #include "tandem/interchange/weight_source.h"
 #include "tandem/train/checkpoint_format.h"
 #include "tandem/train/checkpoint_writer.h"
+#include "tandem/train/run_lock.h"
 
 namespace tandem::train {
 
@@ -145,6 +146,12 @@ std::string find_checkpoint(const std::string& path) {
     auto all = complete_checkpoint_paths(root);
     if (!all.empty()) return all.back().string();
   }
+  // A job that still runs there has not written its first checkpoint yet: its run has not ended.
+  if (const std::string who = RunFolderLock::holder(path); !who.empty())
+    TANDEM_FAIL("cannot resume from '", path, "': it is in use by a job (", who,
+                ") that has not written its first checkpoint yet, so there is nothing to resume. Wait for its first "
+                "checkpoint (checkpoint.every sets when) or for that job to end (SIGTERM saves a checkpoint), then "
+                "resume");
   if (fs::exists(p / "metrics.jsonl"))
     TANDEM_FAIL("cannot resume from '", path, "': its run ended before its first checkpoint (it holds metrics.jsonl ",
                 "but no complete checkpoint under checkpoints/), so there is nothing to resume: start the run again, ",
