@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mpi_test_main.h"
+#include "tandem/comm/mpi/mpi_communicator.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/layout/groups.h"
 #include "test_util.h"
@@ -139,6 +140,14 @@ TEST(Groups, LayoutOfAnotherWorldSizeIsRefused) {
                make_groups(world, Layout{2, 2, 1});
              }),
              "layout dp 2 x pp 2 x tp 1 on 8 ranks");
+}
+
+// A communicator whose setup calls fail (here: no communicator at all) is refused with the failing MPI call and the
+// group named, not built with a rank and size MPI never gave.
+TEST(Groups, ACommunicatorWhoseSetupFailsIsRefusedNamingTheCall) {
+  comm::mpi::MpiWorld& world = testing::mpi_world();
+  EXPECT_HAS(tandem::testing::error_of([&] { comm::mpi::MpiCommunicator(world, MPI_COMM_NULL, "broken"); }),
+             "MPI_Comm_rank failed on group 'broken'");
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 
 #include <cstdio>
 
+#include "tandem/comm/nccl/nccl_communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
+#include "tandem/device/cuda/cuda_check.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/layout/placement.h"
 
@@ -36,9 +38,9 @@ GpuReport gpu_report() {
   GpuReport r;
   char line[512];
   int runtime = 0, driver = 0, nccl = 0;
-  cudaRuntimeGetVersion(&runtime);
-  cudaDriverGetVersion(&driver);
-  ncclGetVersion(&nccl);
+  TANDEM_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  TANDEM_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  comm::nccl::check_nccl(ncclGetVersion(&nccl), "ncclGetVersion", "this process");
   const size_t cudnn = cudnnGetVersion();
   std::snprintf(line, sizeof line, "CUDA backend: runtime %d.%d, cuDNN %zu.%zu.%zu, NCCL %d.%d.%d; ", runtime / 1000,
                 runtime % 1000 / 10, cudnn / 10000, cudnn % 10000 / 100, cudnn % 100, nccl / 10000, nccl % 10000 / 100,

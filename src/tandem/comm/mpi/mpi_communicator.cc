@@ -79,11 +79,11 @@ class MpiRequest final : public Request {
 
 MpiCommunicator::MpiCommunicator(MpiWorld& world, MPI_Comm comm, std::string name)
     : world_(world), comm_(comm), name_(std::move(name)), id_(hash_name(name_)) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", name_);
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", name_);
   world_ranks_.resize(static_cast<size_t>(size_));
   const int me = world.rank();
-  MPI_Allgather(&me, 1, MPI_INT, world_ranks_.data(), 1, MPI_INT, comm_);
+  check_mpi(MPI_Allgather(&me, 1, MPI_INT, world_ranks_.data(), 1, MPI_INT, comm_), "MPI_Allgather", name_);
 }
 
 MpiCommunicator::~MpiCommunicator() {

@@ -16,16 +16,18 @@ bool launched_by_mpi() {
 
 MpiWorld::MpiWorld(int* argc, char*** argv, double timeout_s) : timeout_s_(timeout_s) {
   int initialised = 0;
-  MPI_Initialized(&initialised);
+  check_mpi(MPI_Initialized(&initialised), "MPI_Initialized", "world");
   if (!initialised) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", "world");
     initialised_here_ = true;
+    TANDEM_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI_Init_thread: this MPI gives thread level ", provided,
+                 ", below MPI_THREAD_FUNNELED, which Tandem's communication thread needs");
   }
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
   // Errors return codes (checked and turned into messages) instead of aborting inside MPI.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", "world");
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank", "world");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size", "world");
   progress_ = std::make_unique<ProgressTable>(MPI_COMM_WORLD);
 }
 
@@ -40,7 +42,7 @@ std::unique_ptr<Communicator> MpiWorld::split(int color, int key, const std::str
   MPI_Comm comm = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &comm), "MPI_Comm_split", name);
   if (comm == MPI_COMM_NULL) return nullptr;  // not a member
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", name);
   return std::make_unique<MpiCommunicator>(*this, comm, name);
 }
 

@@ -7,9 +7,14 @@
 #include <atomic>
 #include <cerrno>
 
+#include "tandem/comm/mpi/mpi_communicator.h"
 #include "tandem/core/error.h"
 
 namespace tandem::comm::mpi {
+
+namespace {
+constexpr const char* kGroup = "the progress table of this node";
+}  // namespace
 
 const char* op_name(int32_t op) {
   switch (op) {
@@ -36,13 +41,15 @@ const char* op_name(int32_t op) {
 
 ProgressTable::ProgressTable(MPI_Comm world) {
   int world_rank = 0, world_size = 0;
-  MPI_Comm_rank(world, &world_rank);
-  MPI_Comm_size(world, &world_size);
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node_);
+  check_mpi(MPI_Comm_rank(world, &world_rank), "MPI_Comm_rank", kGroup);
+  check_mpi(MPI_Comm_size(world, &world_size), "MPI_Comm_size", kGroup);
+  check_mpi(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node_), "MPI_Comm_split_type",
+            kGroup);
   int node_size = 0;
-  MPI_Comm_size(node_, &node_size);
+  check_mpi(MPI_Comm_size(node_, &node_size), "MPI_Comm_size", kGroup);
   void* base = nullptr;
-  MPI_Win_allocate_shared(sizeof(Entry), sizeof(Entry), MPI_INFO_NULL, node_, &base, &win_);
+  check_mpi(MPI_Win_allocate_shared(sizeof(Entry), sizeof(Entry), MPI_INFO_NULL, node_, &base, &win_),
+            "MPI_Win_allocate_shared", kGroup);
   mine_ = static_cast<volatile Entry*>(base);
   for (int g = 0; g < kMaxGroups; ++g) {
     mine_->group[g] = 0;
@@ -56,16 +63,16 @@ ProgressTable::ProgressTable(MPI_Comm world) {
   mine_->wait_group_name[0] = 0;
 
   std::vector<int> node_world(static_cast<size_t>(node_size));
-  MPI_Allgather(&world_rank, 1, MPI_INT, node_world.data(), 1, MPI_INT, node_);
+  check_mpi(MPI_Allgather(&world_rank, 1, MPI_INT, node_world.data(), 1, MPI_INT, node_), "MPI_Allgather", kGroup);
   by_world_rank_.assign(static_cast<size_t>(world_size), nullptr);
   for (int r = 0; r < node_size; ++r) {
     MPI_Aint size = 0;
     int disp = 0;
     void* ptr = nullptr;
-    MPI_Win_shared_query(win_, r, &size, &disp, &ptr);
+    check_mpi(MPI_Win_shared_query(win_, r, &size, &disp, &ptr), "MPI_Win_shared_query", kGroup);
     by_world_rank_[static_cast<size_t>(node_world[static_cast<size_t>(r)])] = static_cast<volatile Entry*>(ptr);
   }
-  MPI_Barrier(node_);
+  check_mpi(MPI_Barrier(node_), "MPI_Barrier", kGroup);
 }
 
 ProgressTable::~ProgressTable() {
