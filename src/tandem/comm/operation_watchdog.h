@@ -36,13 +36,14 @@ class OperationWatchdog {
 
   // `rank`: this process's world rank, for the message. `timeout_s`: how long an operation may stay pending
   // (infinity: never times out). `on_timeout` is called at most once, on the watchdog's thread, without any lock
-  // held. `async_error` (optional) returns a non-empty text when the operations can no longer complete; it is
-  // polled while something is pending. `thread_setup` (optional) runs once on the watchdog's thread before it
-  // polls (the NCCL path makes the rank's GPU current there, so the probes do not touch another device).
+  // held; it must not throw, and it may not return (NCCL's ends the process). `async_error` (optional) returns a
+  // non-empty text when the operations can no longer complete; it is polled while something is pending. `thread_setup`
+  // (optional) runs once on the watchdog's thread before it polls (the NCCL path makes the rank's GPU current there, so
+  // the probes do not touch another device).
   OperationWatchdog(int rank, double timeout_s, std::function<void(std::string)> on_timeout,
                     std::function<std::string()> async_error = {}, std::function<void()> thread_setup = {},
                     std::chrono::milliseconds poll = std::chrono::milliseconds(50));
-  // Stops and joins the thread; pending operations are dropped without firing.
+  // Stops and joins the thread (after the action, if it is running); pending operations are dropped unfired.
   ~OperationWatchdog();
   OperationWatchdog(const OperationWatchdog&) = delete;
   OperationWatchdog& operator=(const OperationWatchdog&) = delete;
