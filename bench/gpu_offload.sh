@@ -50,11 +50,12 @@ tandem() {  # NAME LIMIT_S [VAR=VALUE...]: OUT/NAME.json on the GPU, its timelin
   fi
   run "$1" "$2" env TANDEM_TIMELINE=3 "${@:3}" "$bin/tandem" train "$out/$1.json" --device cuda --out "$out/$1"
 }
-# after_backward NAME LIMIT_S: NAME's config again as NAME_after, its host update held until the backward ends (as
-# with gradient clipping): the same losses, the timing before the update moved into the backward.
+# after_backward NAME LIMIT_S: NAME's config again as NAME_after with offload_optimizer.update "after_backward", its
+# host update held until the backward ends (as with gradient clipping): the same losses, the timing before the update
+# moved into the backward.
 after_backward() {
-  cp "$out/$1.json" "$out/$1_after.json"
-  tandem "$1_after" "$2" TANDEM_OFFLOAD_UPDATE=after_backward
+  sed 's/"offload_optimizer": {/& "update": "after_backward",/' "$out/$1.json" >"$out/$1_after.json"
+  tandem "$1_after" "$2"
 }
 
 cpu='"zero_optimization": { "stage": 2, "offload_optimizer": { "device": "cpu", "pin_memory": true } }'

@@ -83,7 +83,8 @@ grep -q "^offload timeline of step 3 (rank 0, .*timeline_rank0.json" "$work/out"
 check "... and the run names the timeline's file" $? "$(grep timeline "$work/out")"
 
 # --- without gradient clipping the update needs nothing of the whole step: each unit's starts in the backward, as its
-# gradient comes down (TANDEM_OFFLOAD_UPDATE=after_backward keeps it after the backward); the same losses either way.
+# gradient comes down (offload_optimizer.update "after_backward" keeps it after the backward); the same losses either
+# way.
 # Layers of 2048 so that the backward below the first updated unit lasts far longer than a thread takes to wake.
 cat >"$work/deep.json" <<'JSON'
 {
@@ -109,17 +110,19 @@ PY
 run 300 env TANDEM_TIMELINE=3 "$tandem" train "$work/deep.json" --out "$work/in_backward"
 [ $rc -eq 0 ] && starts in "$work/in_backward" >"$work/when" 2>&1
 check "without clipping the host update starts in the backward" $? "$(cat "$work/when"; tail -3 "$work/out")"
-run 300 env TANDEM_TIMELINE=3 TANDEM_OFFLOAD_UPDATE=after_backward "$tandem" train "$work/deep.json" \
-  --out "$work/after_backward"
+update='--set zero_optimization.offload_optimizer.update'
+run 300 env TANDEM_TIMELINE=3 "$tandem" train "$work/deep.json" --out "$work/after_backward" $update=after_backward
 [ $rc -eq 0 ] && starts after "$work/after_backward" >"$work/when" 2>&1
-check "... and after it with TANDEM_OFFLOAD_UPDATE=after_backward" $? "$(cat "$work/when"; tail -3 "$work/out")"
+check "... and after it with offload_optimizer.update after_backward" $? "$(cat "$work/when"; tail -3 "$work/out")"
 losses "$work/in_backward/metrics.jsonl" 1 4 >"$work/in_backward.losses"
 losses "$work/after_backward/metrics.jsonl" 1 4 >"$work/after_backward.losses"
 same "$work/in_backward.losses" "$work/after_backward.losses"
 check "... with the same losses, bit for bit" $? "$(paste "$work/in_backward.losses" "$work/after_backward.losses" | head -3)"
-run 30 env TANDEM_OFFLOAD_UPDATE=sometimes "$tandem" train "$work/deep.json" --out "$work/bad_env"
-[ $rc -ne 0 ] && grep -q "TANDEM_OFFLOAD_UPDATE='sometimes' is not in_backward or after_backward" "$work/out"
-check "... and another value of TANDEM_OFFLOAD_UPDATE is refused by name" $? "$(tail -3 "$work/out")"
+run 30 "$tandem" train "$work/deep.json" --out "$work/bad_update" $update=sometimes
+refusal="'zero_optimization.offload_optimizer.update' must be one of \"in_backward\", \"after_backward\", got \"sometimes\""
+[ $rc -ne 0 ] && ! grep -q '^step 1/' "$work/out" && grep -qF "$refusal" "$work/out"
+check "... and another value of offload_optimizer.update is refused before step 1, naming the key" $? \
+  "$(tail -3 "$work/out")"
 
 # --- checkpoints are layout-free: offloaded -> not, and back, continue as if never stopped
 run 300 "$tandem" train "$work/mlp.json" --resume "$work/host/checkpoints/step_00000003" --out "$work/to_device"

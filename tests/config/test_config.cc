@@ -1,7 +1,7 @@
 // Tests of tandem_config: defaults, unknown-key suggestions, batch arithmetic, overrides, file errors
-// (repeated keys among them), Adam and AdamW, the schedulers' keys. DeepSpeed's other keys are tested in
-// test_deepspeed_keys.cc, "auto" values in test_auto_values.cc; model, data and parallel semantics by their
-// own modules.
+// (repeated keys among them), Adam and AdamW, the schedulers' keys, offload_optimizer's keys of Tandem's own.
+// DeepSpeed's other keys are tested in test_deepspeed_keys.cc, "auto" values in test_auto_values.cc; model, data and
+// parallel semantics by their own modules.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -396,6 +396,59 @@ TEST(Config, DeviceMemory) {
   EXPECT_HAS(error_of([&] { validate(c); }), "'device_memory' must be a size");
   c["device_memory"] = true;
   EXPECT_HAS(error_of([&] { validate(c); }), "'device_memory' must be a size");
+}
+
+// Tandem's own keys of offload_optimizer: when the host update may start, and the pieces the updated values go up in.
+// Like ratio they are checked and written back with or without a device (changing nothing without one), and they are
+// not DeepSpeed keys of no effect.
+TEST(Config, OffloadUpdateAndUploadPiece) {
+  Json c = gpt_cfg();
+  c["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};
+  const Json v = validate(c);
+  EXPECT_EQ(v["zero_optimization"]["offload_optimizer"]["update"], "in_backward");
+  EXPECT_EQ(v["zero_optimization"]["offload_optimizer"]["upload_piece"], int64_t{64} << 20);
+  EXPECT_EQ(validate(v), v);
+  TrainConfig tc = parse(v, 1);
+  EXPECT_EQ(tc.offload_optimizer.update, OffloadUpdate::InBackward);
+  EXPECT_EQ(tc.offload_optimizer.upload_piece, int64_t{64} << 20);
+  Json& o = c["zero_optimization"]["offload_optimizer"];
+  o["update"] = "after_backward";
+  o["upload_piece"] = 1000;
+  tc = parse(validate(c), 1);
+  EXPECT_EQ(tc.offload_optimizer.update, OffloadUpdate::AfterBackward);
+  EXPECT_EQ(tc.offload_optimizer.upload_piece, 1000);
+  EXPECT_TRUE(tc.no_effect_keys.empty());
+  o["update"] = "in_backward";
+  EXPECT_EQ(parse(validate(c), 1).offload_optimizer.update, OffloadUpdate::InBackward);
+  const std::string update =
+      "config key 'zero_optimization.offload_optimizer.update' must be one of \"in_backward\", "
+      "\"after_backward\", got ";
+  o["update"] = "sometimes";
+  EXPECT_HAS(error_of([&] { validate(c); }), update + "\"sometimes\"");
+  o["update"] = true;
+  EXPECT_HAS(error_of([&] { validate(c); }), update + "true");
+  o["update"] = "after_backward";
+  const std::string piece = "config key 'zero_optimization.offload_optimizer.upload_piece' must be a positive integer";
+  for (const Json& bad : {Json(0), Json(-4096), Json(2.5), Json("64Mi")}) {
+    o["upload_piece"] = bad;
+    EXPECT_HAS(error_of([&] { validate(c); }), piece + ", got " + bad.dump());
+  }
+  // Without a device: checked all the same, and of no effect.
+  c["zero_optimization"] = {{"stage", 1}, {"offload_optimizer", {{"update", "after_backward"}, {"upload_piece", 8}}}};
+  tc = parse(validate(c), 1);
+  EXPECT_FALSE(tc.offload_optimizer.enabled());
+  EXPECT_TRUE(tc.no_effect_keys.empty());
+  c["zero_optimization"]["offload_optimizer"]["update"] = "never";
+  EXPECT_HAS(error_of([&] { validate(c); }), update + "\"never\"");
+  // offload_param has neither; --set reaches them as any key.
+  c["zero_optimization"] = {{"stage", 3}, {"offload_param", {{"update", "after_backward"}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "unknown key 'zero_optimization.offload_param.update'");
+  c = gpt_cfg();
+  apply_override(c, "zero_optimization.offload_optimizer.update=after_backward");
+  apply_override(c, "zero_optimization.offload_optimizer.upload_piece=4096");
+  tc = parse(validate(c), 1);
+  EXPECT_EQ(tc.offload_optimizer.update, OffloadUpdate::AfterBackward);
+  EXPECT_EQ(tc.offload_optimizer.upload_piece, 4096);
 }
 
 TEST(Batch, DerivesEachOfTheThree) {

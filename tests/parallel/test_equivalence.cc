@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -446,7 +445,7 @@ struct OffloadCase {
   std::string device = "cpu";  // where the optimizer goes: "cpu" or "nvme" (a swap file in a temporary folder)
   int accumulation = 4;        // gradient_accumulation_steps
   bool clipping = true;        // gradient_clipping 1.0; without it (and without fp16) the update starts in the backward
-  int64_t upload_piece = 0;  // TANDEM_OFFLOAD_UPLOAD_PIECE: the updated values go up in pieces of this many (0: unset)
+  int64_t upload_piece = 0;    // offload_optimizer.upload_piece: the updated values go up in pieces of this many
 };
 
 // The case with each unit's updated values sent up in pieces of `n` elements, most of them cutting a parameter.
@@ -529,6 +528,7 @@ TEST_P(OffloadEquivalence, SameBitsAsTheStateOnTheDevice) {
   layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp});
   const Result device = train(cfg, &groups);
   cfg["zero_optimization"]["offload_optimizer"] = {{"device", c.device}, {"ratio", c.ratio}};
+  if (c.upload_piece) cfg["zero_optimization"]["offload_optimizer"]["upload_piece"] = c.upload_piece;
   if (c.param) cfg["zero_optimization"]["offload_param"] = {{"device", c.device}};
   if (c.device == "nvme") {
     const std::filesystem::path swap = std::filesystem::temp_directory_path() / "tandem_offload_test_swap";
@@ -536,9 +536,7 @@ TEST_P(OffloadEquivalence, SameBitsAsTheStateOnTheDevice) {
     for (const char* key : {"offload_optimizer", "offload_param"})
       if (cfg["zero_optimization"].contains(key)) cfg["zero_optimization"][key]["nvme_path"] = swap.string();
   }
-  if (c.upload_piece) setenv("TANDEM_OFFLOAD_UPLOAD_PIECE", std::to_string(c.upload_piece).c_str(), 1);
   const Result host = train(cfg, &groups);
-  unsetenv("TANDEM_OFFLOAD_UPLOAD_PIECE");
   double failures = 0;
   if (testing::mpi_world().rank() == 0) {
     EXPECT_EQ(host.losses, device.losses);

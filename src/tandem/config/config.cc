@@ -120,6 +120,9 @@ OffloadConfig offload_config(const Json& o) {
   c.pin_memory = o.at("pin_memory").get<bool>();
   c.buffer_count = o.at("buffer_count").get<int64_t>();
   c.ratio = o.value("ratio", 1.0);
+  c.update =
+      o.value("update", "in_backward") == "after_backward" ? OffloadUpdate::AfterBackward : OffloadUpdate::InBackward;
+  c.upload_piece = o.value("upload_piece", c.upload_piece);
   return c;
 }
 

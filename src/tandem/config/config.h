@@ -34,6 +34,7 @@ using spec::ModelIO;
 using spec::MonitorConfig;
 using spec::OffloadConfig;
 using spec::OffloadDevice;
+using spec::OffloadUpdate;
 using spec::OptimizerConfig;
 using spec::OptimizerType;
 using spec::ParallelConfig;

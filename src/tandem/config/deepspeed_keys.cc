@@ -199,9 +199,11 @@ std::vector<DeepSpeedKey> build_catalogue() {
                 "Tandem's swap buffers hold one layer each, sized by the layer"),
       no_effect("zero_optimization.offload_param.max_in_cpu",
                 "with \"nvme\" Tandem keeps no weights in host memory beyond its swap buffers"),
+      // offload_optimizer.update and .upload_piece, Tandem's own, are not listed: DeepSpeed has no such keys.
       schema("zero_optimization.offload_optimizer",
              "ZeRO-Offload: the fp32 master weights, both moments and the gradients' owned shard live in host memory "
-             "or files, and AdamW runs on the host (docs/offload.md)"),
+             "or files, and AdamW runs on the host (docs/offload.md); Tandem's own update and upload_piece are "
+             "accepted beside DeepSpeed's keys"),
       schema("zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\""),
       schema("zero_optimization.offload_optimizer.nvme_path",
              "with \"nvme\": the folder each rank's swap file goes in"),

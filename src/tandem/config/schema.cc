@@ -215,17 +215,23 @@ void rewrite_cpu_offload(Json& zero) {
   }
 }
 
-// One of zero_optimization's offload objects: its device, where files go with nvme, and the host buffers.
+// One of zero_optimization's offload objects: its device, where files go with nvme, and the host buffers. The
+// optimizer's has Tandem's own update and upload_piece beside DeepSpeed's keys. Like ratio, they are checked and
+// written back whether or not a device is set, and change nothing without one.
 void validate_offload(Fields& z, const std::string& key, std::vector<std::string>& no_effect) {
   Fields o(z.object(key), z.path(key));
   const bool optimizer = key == "offload_optimizer";
   std::vector<std::string> own = {"device", "nvme_path", "pin_memory", "buffer_count"};
-  if (optimizer) own.push_back("ratio");
+  if (optimizer) own.insert(own.end(), {"ratio", "update", "upload_piece"});
   only_with_deepspeed(o, own, no_effect);
   const std::string device = o.choice("device", "none", {"none", "cpu", "nvme"});
   o.boolean("pin_memory", false);
   o.integer("buffer_count", 4, 1, 1024);
-  if (optimizer) o.number("ratio", 1.0, 0.0, 1.0, /*min_exclusive=*/true);
+  if (optimizer) {
+    o.number("ratio", 1.0, 0.0, 1.0, /*min_exclusive=*/true);
+    o.choice("update", "in_backward", {"in_backward", "after_backward"});
+    o.integer("upload_piece", OffloadConfig{}.upload_piece, 1);
+  }
   if (device == "nvme" && !o.has("nvme_path"))
     TANDEM_FAIL("missing required config key '", o.path("nvme_path"), "': ", o.path("device"),
                 " \"nvme\" swaps to files in that folder (a fast local disk); give it, or use \"cpu\"");

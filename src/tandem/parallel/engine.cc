@@ -1,7 +1,6 @@
 #include "tandem/parallel/engine.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <sstream>
 
 #include "tandem/nn/loss.h"
@@ -9,19 +8,6 @@
 #include "tandem/optim/clip.h"
 
 namespace tandem::parallel {
-namespace {
-// TANDEM_OFFLOAD_UPLOAD_PIECE=N: the updated values of an offloaded unit go up in pieces of at most N elements
-// (OffloadOptions::upload_piece; unset: its default). For tests that cut small units into pieces, and for tuning.
-int64_t upload_piece_from_environment(int64_t fallback) {
-  const char* v = std::getenv("TANDEM_OFFLOAD_UPLOAD_PIECE");
-  if (!v) return fallback;
-  char* end = nullptr;
-  const long long n = std::strtoll(v, &end, 10);
-  TANDEM_CHECK(end != v && *end == '\0' && n > 0, "TANDEM_OFFLOAD_UPLOAD_PIECE='", v,
-               "' is not a positive number of elements");
-  return n;
-}
-}  // namespace
 
 Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineConfig& cfg, layout::Groups& groups,
                Device& device, const Shape& input_shape)
@@ -41,7 +27,6 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
   }
   OffloadOptions offload{cfg.offload_optimizer, cfg.offload_param, nullptr, static_cast<int>(cfg.micro_batches)};
-  offload.upload_piece = upload_piece_from_environment(offload.upload_piece);
   if (cfg.offload_optimizer.enabled()) {
     auto* accounted = dynamic_cast<device::AccountedDevice*>(&device);
     TANDEM_CHECK(accounted, "offload needs an accounted device (CPU, CUDA or counting), not ", device.name());
@@ -133,8 +118,10 @@ StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_
                         double loss_normalizer, int64_t step_index) {
   const auto& c = groups_.coord;
   // Without clipping or fp16's overflow check the update needs nothing of the whole step: with offload it starts in
-  // the backward, each unit's as its gradient comes down (the scale is the one computed below: 1 / 1).
-  const bool in_backward = cfg_.offload_update_in_backward && !cfg_.fp16.enabled && cfg_.gradient_clipping <= 0;
+  // the backward, each unit's as its gradient comes down (the scale is the one computed below: 1 / 1), unless
+  // offload_optimizer.update holds it until the backward's end.
+  const bool in_backward = cfg_.offload_optimizer.update == spec::OffloadUpdate::InBackward && !cfg_.fp16.enabled &&
+                           cfg_.gradient_clipping <= 0;
   store_->begin_step(in_backward ? std::optional<ParameterStore::UpdateInBackward>({lr, 1.0f}) : std::nullopt);
   StepResult r;
   r.loss_scale = loss_scale_;

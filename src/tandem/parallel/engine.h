@@ -35,9 +35,6 @@ struct EngineConfig {
   spec::OffloadConfig offload_param;      // zero_optimization.offload_param
   // The batches carry documents (data.document_mask): every stage fetches each micro-batch's for its attention.
   bool documents = false;
-  // With offload, no gradient clipping and no fp16: each offloaded unit's host update starts in the backward, as its
-  // gradient comes down (false: after the backward, as with clipping; the same numbers, for comparing the timing).
-  bool offload_update_in_backward = true;
 };
 
 struct StepResult {

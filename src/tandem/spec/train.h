@@ -97,6 +97,10 @@ struct EvalConfig {
 // lives in host memory (cpu) or in files under nvme_path (nvme) instead of on the device (docs/offload.md).
 enum class OffloadDevice { None, Cpu, Nvme };
 const char* offload_device_name(OffloadDevice d);  // "none", "cpu", "nvme"
+// offload_optimizer.update (Tandem's key): whether an offloaded unit's host update may start in the backward, as its
+// gradient comes down, when the step needs nothing else first (no clipping, no fp16), or waits for the backward's end.
+// The same numbers either way.
+enum class OffloadUpdate { InBackward, AfterBackward };
 
 struct OffloadConfig {
   OffloadDevice device = OffloadDevice::None;
@@ -105,6 +109,10 @@ struct OffloadConfig {
   int64_t buffer_count = 4;  // nvme: host buffers the swap cycles through (one read ahead, the rest written behind)
   double ratio = 1;          // offload_optimizer: the share of the optimizer state offloaded, by parameters in
                              // layer order; the rest stays on the device
+  OffloadUpdate update = OffloadUpdate::InBackward;  // offload_optimizer (Tandem's key)
+  // offload_optimizer (Tandem's key): the most elements of one piece of a unit's updated values on their way up to
+  // the device: 64 Mi, 128 MiB of bf16 values, each piece well past the copy's fixed costs.
+  int64_t upload_piece = int64_t{64} << 20;
   bool enabled() const { return device != OffloadDevice::None; }
 };
 

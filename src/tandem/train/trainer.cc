@@ -69,16 +69,6 @@ struct Fault {
   long long step = -1;
   std::string kind;
 };
-// TANDEM_OFFLOAD_UPDATE=after_backward: the offloaded units' host update waits for the end of the backward even when
-// it could start in it (the same numbers; for timing the two against each other). Unset or "in_backward": the default.
-bool offload_update_in_backward() {
-  const char* v = std::getenv("TANDEM_OFFLOAD_UPDATE");
-  if (!v || std::string(v) == "in_backward") return true;
-  TANDEM_CHECK(std::string(v) == "after_backward", "TANDEM_OFFLOAD_UPDATE='", v,
-               "' is not in_backward or after_backward");
-  return false;
-}
-
 Fault fault_from_environment() {
   const char* spec = std::getenv("TANDEM_FAULT");
   if (!spec) return {};
@@ -260,7 +250,6 @@ void Trainer::setup() {
   ec.documents = cfg_.data.document_mask || (cfg_.eval.enabled && cfg_.eval.data.document_mask);
   ec.offload_optimizer = cfg_.offload_optimizer;
   ec.offload_param = cfg_.offload_param;
-  ec.offload_update_in_backward = offload_update_in_backward();
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
   if (!options_.out_dir.empty()) {

@@ -43,7 +43,7 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       host_(offload.host),
       param_offload_(offload.param.enabled()),
       micro_batches_(offload.micro_batches),
-      upload_piece_(offload.upload_piece) {
+      upload_piece_(offload.optimizer.upload_piece) {
   TANDEM_CHECK(upload_piece_ > 0, "offload: upload pieces of ", upload_piece_, " elements");
   // With one replica there is nothing to shard: every stage is stage 0.
   TANDEM_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage);

@@ -72,9 +72,6 @@ struct OffloadOptions {
   spec::OffloadConfig param;                // offload_param
   device::AccountedDevice* host = nullptr;  // the host memory offloaded state lives in (needed when either is on)
   int micro_batches = 1;                    // per step: each unit's backward runs this many times
-  // The most elements of one piece of a unit's updated values on their way up (update_values): 64 Mi, 128 MiB of
-  // bf16 values, each piece well past the copy's fixed costs.
-  int64_t upload_piece = int64_t{64} << 20;
 };
 
 class ParameterStore final : public nn::Model::LayerHooks {
@@ -281,7 +278,8 @@ class ParameterStore final : public nn::Model::LayerHooks {
   Tensor values_buffer_;  // (largest shard) compute dtype: one unit's owned values, aligned for direct I/O, for gathers
   Tensor values_update_buffer_;  // the same for the update's thread
   // Staged units (Unit::values_staged): two compute-dtype host buffers of the largest staged shard or upload_piece_
-  // elements, whichever is less, the updated values go up from, in turn, and the ticket of each one's last upload.
+  // elements (offload_optimizer.upload_piece), whichever is less, the updated values go up from, in turn, and the
+  // ticket of each one's last upload.
   // Used by one thread at a time: the update's, or the caller's once the update is finished.
   int64_t upload_piece_;
   std::array<Tensor, 2> upload_buffers_;
