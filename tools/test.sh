@@ -18,4 +18,6 @@ if [ "$preset" = asan ]; then
   echo "-- asan leaves out (run by the release suite):"
   ctest --test-dir build/asan -N -L '^(python|matrix)$' | sed -n 's/^ *Test *#[0-9]*: /     /p'
 fi
-timed "testing" ctest --preset "$preset" -j2
+# Twice as many slots as cores: the end-to-end scripts and the mpirun tests (2 slots each) wait on process starts
+# and on each other more than they compute, and a pair of them keeps both cores busy.
+timed "testing" ctest --preset "$preset" -j"$((2 * $(nproc)))"
