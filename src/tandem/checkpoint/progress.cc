@@ -2,6 +2,7 @@
 #include "tandem/checkpoint/progress.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -24,8 +25,13 @@ Progress::Progress(std::string what, uint64_t total_bytes, bool enabled, Progres
       total_(total_bytes),
       enabled_(enabled),
       options_(std::move(options)),
-      start_(Clock::now()),
+      start_s_(now_s()),
       next_s_(options_.first_after_s) {}
+
+double Progress::now_s() const {
+  if (options_.clock) return options_.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 void Progress::say(const std::string& line) const {
   if (options_.sink) {
@@ -44,7 +50,7 @@ void Progress::add(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   done_ += bytes;
   if (!enabled_ || finished_) return;
-  const double t = std::chrono::duration<double>(Clock::now() - start_).count();
+  const double t = now_s() - start_s_;
   if (t < next_s_) return;
   next_s_ = t + options_.every_s;
   std::string line = what_ + ": " + format_bytes(done_);
@@ -67,7 +73,7 @@ void Progress::finish() {
   if (finished_) return;
   finished_ = true;
   if (!enabled_ || !printed_) return;
-  const double t = std::chrono::duration<double>(Clock::now() - start_).count();
+  const double t = now_s() - start_s_;
   say(what_ + ": " + format_bytes(done_) + " in " + format_duration(t) + ", " + rate_text(t));
 }
 

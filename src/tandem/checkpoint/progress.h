@@ -4,7 +4,6 @@
 // when any was printed. It only reports: the caller does the I/O and says how many bytes are done.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -16,6 +15,7 @@ struct ProgressOptions {
   double first_after_s = 3;                      // quiet before this
   double every_s = 5;                            // then a line at most this often
   std::function<void(const std::string&)> sink;  // where lines go (without newline); null: stdout
+  std::function<double()> clock;  // seconds on a steady clock; null: std::chrono::steady_clock (tests drive their own)
   // The defaults, with first_after_s = every_s = S when TANDEM_PROGRESS_S=S is set (S = 0: a line at every add(), for
   // the tests that check the lines of work too short to wait for).
   static ProgressOptions from_environment();
@@ -41,12 +41,13 @@ class Progress {
   void say(const std::string& line) const;
   std::string rate_text(double seconds) const;
 
-  using Clock = std::chrono::steady_clock;
+  double now_s() const;  // options_.clock's reading
+
   std::string what_;
   uint64_t total_;
   bool enabled_;
   ProgressOptions options_;
-  Clock::time_point start_;
+  double start_s_;
   mutable std::mutex mu_;
   uint64_t done_ = 0;
   double next_s_;  // seconds since start_ when the next line is due
