@@ -13,7 +13,7 @@ inline std::map<std::string, std::vector<std::string>> equivalence_subsets(int w
   if (world == 8)
     return {{"sanitized",
              {
-                 "llama_dp2_pp2_tp2_zero1",  // all three axes at once: the 8-process groups, tp inside a stage
+                 "llama_dp2_pp2_tp2_zero1_1f1b",  // all three axes at once: the 8-process groups, tp inside a stage
              }}};
   return {{"sanitized",
            {
