@@ -118,7 +118,8 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/random_fill.cu
   ${_tandem_ops}/elementwise.cu
   ${_tandem_ops}/embedding.cu
-  ${_tandem_ops}/fp8.cu
+  ${_tandem_ops}/fp8_amax.cu
+  ${_tandem_ops}/fp8_quantize.cu
   ${_tandem_ops}/gemm.cc
   ${_tandem_ops}/gemm_plan.cc
   ${_tandem_ops}/layernorm.cu
