@@ -401,6 +401,29 @@ TEST(Config, DeviceMemory) {
 // Tandem's own keys of offload_optimizer: when the host update may start, and the pieces the updated values go up in.
 // Like ratio they are checked and written back with or without a device (changing nothing without one), and they are
 // not DeepSpeed keys of no effect.
+TEST(Config, TilesDefaultToTheRulesAndTakeCountsOfTokens) {
+  Json c = gpt_cfg();
+  const Json v = validate(c);
+  EXPECT_EQ(v["tiles"]["loss_tokens"], 0);
+  EXPECT_EQ(v["tiles"]["mlp_tokens"], 0);
+  EXPECT_EQ(validate(v), v);
+  TrainConfig tc = parse(v, 1);
+  EXPECT_EQ(tc.tiles.loss_tokens, 0);
+  EXPECT_EQ(tc.tiles.mlp_tokens, 0);
+  c["tiles"] = {{"loss_tokens", 4096}, {"mlp_tokens", 8192}};
+  tc = parse(validate(c), 1);
+  EXPECT_EQ(tc.tiles.loss_tokens, 4096);
+  EXPECT_EQ(tc.tiles.mlp_tokens, 8192);
+  for (const char* key : {"loss_tokens", "mlp_tokens"})
+    for (const Json& bad : {Json(-1), Json(2.5), Json("4k")}) {
+      Json d = c;
+      d["tiles"][key] = bad;
+      EXPECT_HAS(error_of([&] { validate(d); }), std::string("config key 'tiles.") + key + "' must be");
+    }
+  c["tiles"] = {{"attention_tokens", 1}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "tiles.attention_tokens");
+}
+
 TEST(Config, OffloadUpdateAndUploadPiece) {
   Json c = gpt_cfg();
   c["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};

@@ -35,7 +35,8 @@ struct Case {
   // on a tied llama with lora_dropout, the mask drawn per sample); "llama_docs" and "gpt_docs" with attention kept
   // inside documents; "gpt_fp8" and "llama_fp8" with the blocks' projections in FP8 (fp8.enabled), at micro-batch 1 in
   // every layout (the activations' scales are per micro-batch, as on one device), "..._rowwise" and
-  // "llama_fp8_blockwise" with those recipes (the blockwise llama 256 wide, so each tp slot holds whole tiles)
+  // "llama_fp8_blockwise" with those recipes (the blockwise llama 256 wide, so each tp slot holds whole tiles);
+  // "llama_tiles" and "gpt_tiles" with the loss in chunks and the llama's MLP in tiles (the config's "tiles")
   std::string model;
   int dp, pp, tp, zero;
   spec::ScheduleKind schedule;
@@ -144,6 +145,16 @@ std::vector<Case> cases() {
             {"gpt_docs", 1, 2, 2, 0, kInterleaved, 2, false}};
   if (world == 8) docs = {{"llama_docs", 2, 2, 2, 1, k1F1B, 1, true}};
   out.insert(out.end(), docs.begin(), docs.end());
+  // Long-sequence tiles (tiles.loss_tokens 5, tiles.mlp_tokens 7, ragged against every micro-batch's rows): the loss in
+  // chunks, vocabulary-parallel over tp; the llama's MLP in tiles, down's row-parallel sum per tile, and left out of
+  // activation checkpointing's second forward; the reference runs the same tiles on one device.
+  std::vector<Case> tiles;
+  if (world == 4)
+    tiles = {{"llama_tiles", 1, 2, 2, 0, k1F1B, 1, true},
+             {"llama_tiles", 2, 1, 2, 3, k1F1B, 1, false},
+             {"gpt_tiles", 2, 2, 1, 1, kGPipe, 1, true}};
+  if (world == 8) tiles = {{"llama_tiles", 2, 2, 2, 2, k1F1B, 1, true}};
+  out.insert(out.end(), tiles.begin(), tiles.end());
   // FP8: the weights' scales from their amax over tp (and after ZeRO-3's gather), the activations' and gradients' per
   // micro-batch and over tp where split; in fp32 and bf16 around the products.
   std::vector<Case> fp8;
@@ -216,6 +227,7 @@ Json base_config(const std::string& model) {
     cfg["model"] = {{"type", "mlp"}, {"sizes", {24, 32, 32, 32, 32, 32, 32, 32, 10}}, {"activation", "gelu"}};
     cfg["data"] = {{"type", "synthetic"}};
   }
+  if (model.find("tiles") != std::string::npos) cfg["tiles"] = {{"loss_tokens", 5}, {"mlp_tokens", 7}};
   if (model.find("docs") != std::string::npos)
     cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
   if (model.find("lora") != std::string::npos) {

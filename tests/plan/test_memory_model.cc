@@ -349,8 +349,9 @@ nn::Model custom_model(nn::TpSlot) {
 // A model of custom layers, through the C++ API, on a 2-stage pipeline of 2 replicas with ZeRO-2: every rank's
 // predicted peak equals the one its training run measures.
 // The CUDA plan away from the GPU (cuDNN's attention workspace estimated, not asked) against the peaks the runs of
-// bench/gpu_speed.sh measured on an H200 on 2026-12-01 (docs/benchmarks.md): the gpt 1.64B, micro 8 x 2 of 1024
-// tokens, and the Llama 3.2 1B and 3B shapes, micro 4 x 4 and 2 x 8 of 2048 tokens; bf16, AdamW, one device.
+// bench/gpu_planner_peaks.sh measured on an H200 on 2026-12-04 (docs/benchmarks.md), the loss computed in the head in
+// chunks: the gpt 1.64B, micro 8 x 2 of 1024 tokens, and the Llama 3.2 1B and 3B shapes, micro 4 x 4 and 2 x 8 of
+// 2048 tokens; bf16, AdamW, one device. (With the whole logits held, on 2026-12-01, they were 0.3-2.2 GB higher.)
 TEST(MemoryModel, PlansTheGpuPeaksMeasuredOnAnH200) {
   const Json llama3 = {{"rope_type", "llama3"},
                        {"factor", 32},
@@ -381,13 +382,13 @@ TEST(MemoryModel, PlansTheGpuPeaksMeasuredOnAnH200) {
     return Json{{"type", "gpt"}, {"vocab_size", 50304}, {"seq_len", 1024},
                 {"dim", dim},    {"layers", layers},    {"heads", heads}};
   };
-  const std::vector<Measured> runs = {{"gpt 1.64B", gpt(1600, 48, 25), 8, 50864699924},
-                                      {"gpt 1.64B micro 16", gpt(1600, 48, 25), 16, 72208726548},
-                                      {"gpt d2048 L24", gpt(2048, 24, 16), 8, 39428047124},
-                                      {"gpt d2048 L24 micro 16", gpt(2048, 24, 16), 16, 53321122068},
-                                      {"gpt 6.86B", gpt(4096, 32, 32), 4, 141300736276},
-                                      {"Llama 3.2 1B", llama(2048, 16, 32), 4, 35555815700},
-                                      {"Llama 3.2 3B", llama(3072, 28, 24), 2, 69781960980}};
+  const std::vector<Measured> runs = {{"gpt 1.64B", gpt(1600, 48, 25), 8, 50331639060},
+                                      {"gpt 1.64B micro 16", gpt(1600, 48, 25), 16, 70588685588},
+                                      {"gpt d2048 L24", gpt(2048, 24, 16), 8, 39095097364},
+                                      {"gpt d2048 L24 micro 16", gpt(2048, 24, 16), 16, 52096522260},
+                                      {"gpt 6.86B", gpt(4096, 32, 32), 4, 141233184788},
+                                      {"Llama 3.2 1B", llama(2048, 16, 32), 4, 33320284436},
+                                      {"Llama 3.2 3B", llama(3072, 28, 24), 2, 68835823636}};
   for (const Measured& r : runs) {
     const config::TrainConfig cfg = config::parse(
         config::validate({{"model", r.model}, {"train_batch_size", 16}, {"train_micro_batch_size_per_gpu", r.micro}}));

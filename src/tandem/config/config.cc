@@ -325,6 +325,8 @@ TrainConfig parse(const Json& validated_cfg) {
     expand_from_pretrained(pretrained, &tc.pretrained_notices);
   }
   tc.lora = lora_config(cfg);
+  tc.tiles.loss_tokens = cfg.at("tiles").at("loss_tokens").get<int64_t>();
+  tc.tiles.mlp_tokens = cfg.at("tiles").at("mlp_tokens").get<int64_t>();
   const Json& f8 = cfg.at("fp8");
   tc.fp8.enabled = f8.at("enabled").get<bool>();
   const std::string recipe = f8.at("recipe").get<std::string>();

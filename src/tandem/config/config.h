@@ -10,6 +10,7 @@
 #include "tandem/spec/fp8.h"
 #include "tandem/spec/lora.h"
 #include "tandem/spec/model_config.h"
+#include "tandem/spec/tiles.h"
 #include "tandem/spec/train.h"
 
 namespace tandem::config {
@@ -92,6 +93,7 @@ struct TrainConfig {
   ModelConfig model;
   spec::LoraConfig lora;  // "lora": adapters on the frozen model (enabled false without it)
   spec::Fp8Config fp8;    // "fp8": the blocks' projections in FP8
+  spec::Tiles tiles;      // "tiles": the tokens the loss and the MLPs take at once (0: their rules' choice)
   DataConfig data;
   EvalConfig eval;
   ParallelConfig parallel;

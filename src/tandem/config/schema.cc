@@ -47,7 +47,8 @@ std::vector<std::string> top_keys() {
           "tensorboard",
           "csv_monitor",
           "lora",
-          "fp8"};
+          "fp8",
+          "tiles"};
 }
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
 std::vector<std::string> gpt_keys() {
@@ -384,6 +385,15 @@ void validate_fp8(Fields& top) {
                 "' does not have: use a gpt or llama model, or remove \"fp8\"");
 }
 
+// "tiles": {"loss_tokens", "mlp_tokens"} (spec/tiles.h): how many tokens the loss's chunks and the MLPs' tiles take at
+// once; 0 (the default) lets nn/tiles.h's rules choose from the sizes.
+void validate_tiles(Fields& top) {
+  Fields t(top.object("tiles"), "tiles");
+  t.only({"loss_tokens", "mlp_tokens"});
+  t.integer("loss_tokens", 0, 0);
+  t.integer("mlp_tokens", 0, 0);
+}
+
 // "eval": {"data": {...}, "every": N, "steps": K}: the loss on K global batches of held-out data, with no update,
 // every N steps (0: after the last step only) and after the last.
 void validate_eval(Fields& top) {
@@ -479,6 +489,7 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   validate_model(top);
   validate_lora(cfg, top.raw("model")["type"].get<std::string>());
   validate_fp8(top);
+  validate_tiles(top);
   const Json& zero = cfg.at("zero_optimization");
   if (cfg.contains("lora") &&
       (zero.at("offload_optimizer").at("device") != "none" || zero.at("offload_param").at("device") != "none"))

@@ -1,7 +1,7 @@
-// BatchContext: what a layer may need to know about the micro-batch it runs on besides its input: where its samples
-// sit (for draws every layout must make alike: LoRA's dropout masks) and its documents (attention kept inside each).
-// The model owns one (Model::batch_context); the engine sets it before each forward and backward action of a
-// micro-batch, and layers that need it hold a pointer to it. Layers that do not need it never see it.
+// BatchContext: where the samples of the micro-batch being run sit, for draws every layout must make alike (LoRA's
+// dropout masks). The model owns one (Model::batch_context); the engine sets it before each forward and backward
+// action of a micro-batch, and the adapters hold a pointer to it. What the micro-batch carries (targets, documents)
+// travels as an argument instead (batch.h).
 #pragma once
 
 #include <cstdint>
@@ -15,9 +15,6 @@ struct BatchContext {
   uint64_t seed = 0;         // the run's seed
   int64_t step = 0;          // the training step, 0-based
   int64_t first_sample = 0;  // the micro-batch's first sample: its index in the step's global batch
-  // (B, T) i32 on the device: each position's document in its window (data.document_mask), attention kept inside
-  // each; undefined: causal attention over the whole window.
-  Tensor documents;
 };
 
 }  // namespace tandem::nn

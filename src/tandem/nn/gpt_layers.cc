@@ -1,5 +1,6 @@
 #include "tandem/nn/gpt_layers.h"
 
+#include "tandem/nn/loss.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::nn {
@@ -36,10 +37,9 @@ Tensor GptEmbedding::backward(const Tensor& dy, Saved& saved) {
   return Tensor();
 }
 
-GptBlock::GptBlock(int index, int64_t dim, int heads, TpSlot tp, std::shared_ptr<const BatchContext> context)
+GptBlock::GptBlock(int index, int64_t dim, int heads, TpSlot tp)
     : Layer("blocks." + std::to_string(index)),
       heads_(heads / tp.size),
-      context_(std::move(context)),
       ln1_(child_name("ln1"), dim),
       qkv_(child_name("qkv"), dim, 3 * dim, true, Split::Column, tp, 3),
       proj_(child_name("proj"), dim, dim, true, Split::Row, tp),
@@ -73,14 +73,14 @@ int GptBlock::use_fp8(const spec::Fp8Config& config) {
   return used;
 }
 
-Tensor GptBlock::forward(const Tensor& x, Saved& saved) {
+Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   const int64_t B = x.dim(0), T = x.dim(1);
   saved.children.assign(kNumChildren, Saved{});
   Tensor qkv = qkv_.forward(ln1_.forward(x, saved.children[kLn1]), saved.children[kQkv]);  // (B, T, 3C / tp)
   const int64_t c_local = qkv.dim(2) / 3;
   Tensor att = Tensor::empty({B, T, c_local}, x.dtype(), x.device(), name() + " attention output");  // (B, T, C/tp)
   Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, x.device(), name() + " attention lse");     // (B, H, T)
-  const Tensor documents = context_ ? context_->documents : Tensor();                                // (B, T) or none
+  const Tensor& documents = batch.documents;                                                         // (B, T) or none
   if (documents.defined())
     ops::attention_gqa_documents_forward(qkv, heads_, heads_, documents, att, lse);  // multi-head: Hkv = H
   else
@@ -93,7 +93,7 @@ Tensor GptBlock::forward(const Tensor& x, Saved& saved) {
   return y;
 }
 
-Tensor GptBlock::backward(const Tensor& dy, Saved& saved) {
+Tensor GptBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   const Tensor qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
   // MLP branch: dx1 = dy + ln2'(fc'(gelu'(out'(dy))))
   Tensor g = out_.backward(dy, saved.children[kOut]);
@@ -103,7 +103,7 @@ Tensor GptBlock::backward(const Tensor& dy, Saved& saved) {
   // Attention branch: dx = dx1 + ln1'(qkv'(attention'(proj'(dx1))))
   Tensor datt = proj_.backward(dx1, saved.children[kProj]);                                   // (B, T, C)
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, T, 3C)
-  const Tensor documents = context_ ? context_->documents : Tensor();                         // (B, T) or none
+  const Tensor& documents = batch.documents;                                                  // (B, T) or none
   if (documents.defined())
     ops::attention_gqa_documents_backward(qkv, heads_, heads_, documents, att, lse, datt, dqkv);
   else
@@ -122,13 +122,23 @@ GptHead::GptHead(int64_t dim, int64_t vocab_size, TpSlot tp, bool tied)
   add_child(head_);
 }
 
-Tensor GptHead::forward(const Tensor& x, Saved& saved) {
+Tensor GptHead::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   saved.children.assign(2, Saved{});
-  return head_.forward(lnf_.forward(x, saved.children[0]), saved.children[1]);
+  Tensor h = lnf_.forward(x, saved.children[0]);  // (B, T, C)
+  if (!batch.loss) return head_.forward(h, saved.children[1]);
+  if (batch.training) {
+    saved.tensors = {h};
+    return Tensor();
+  }
+  head_loss(head_, head_.tp(), h, batch, false);
+  saved.clear();
+  return Tensor();
 }
 
-Tensor GptHead::backward(const Tensor& dy, Saved& saved) {
-  Tensor dx = lnf_.backward(head_.backward(dy, saved.children[1]), saved.children[0]);
+Tensor GptHead::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
+  const Tensor dh = batch.loss ? head_loss(head_, head_.tp(), saved.tensors.at(0), batch, true)
+                               : head_.backward(dy, saved.children[1]);  // (B, T, C)
+  Tensor dx = lnf_.backward(dh, saved.children[0]);
   saved.clear();
   return dx;
 }

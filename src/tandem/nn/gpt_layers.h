@@ -4,7 +4,6 @@
 #pragma once
 
 #include "tandem/nn/activation.h"
-#include "tandem/nn/batch_context.h"
 #include "tandem/nn/layernorm.h"
 #include "tandem/nn/linear.h"
 #include "tandem/nn/lora.h"
@@ -35,20 +34,20 @@ class GptEmbedding final : public Layer {
 // columns), proj and out row-parallel; LayerNorms are replicated.
 class GptBlock final : public Layer {
  public:
-  // `context`: the model's batch context, whose documents (when it has them) keep attention inside each document.
-  GptBlock(int index, int64_t dim, int heads, TpSlot tp = {}, std::shared_ptr<const BatchContext> context = nullptr);
+  GptBlock(int index, int64_t dim, int heads, TpSlot tp = {});
   // Freezes the block and adds LoRA adapters (lora.h) at the sites of `targets` it has: "blocks.<i>.qkv" (GPT-2's
   // c_attn, one adapter over q, k and v), "blocks.<i>.proj", "blocks.<i>.fc", "blocks.<i>.out". Returns how many.
   int add_lora(const LoraTargets& targets);
   // Runs qkv, proj, fc and out in FP8 where their shapes allow (Linear::use_fp8); returns how many do.
   int use_fp8(const spec::Fp8Config& config);
-  // x (B, T, C) -> y (B, T, C)
-  Tensor forward(const Tensor& x, Saved& saved) override;
-  Tensor backward(const Tensor& dy, Saved& saved) override;
+  // x (B, T, C) -> y (B, T, C); the batch's documents, when it has them, keep attention inside each document.
+  Tensor forward(const Tensor& x, Saved& saved) override { return forward(x, Batch{}, saved); }
+  Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
+  Tensor forward(const Tensor& x, const Batch& batch, Saved& saved) override;
+  Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
 
  private:
   int heads_;  // this slot's heads
-  std::shared_ptr<const BatchContext> context_;
   LayerNorm ln1_;
   Linear qkv_;   // C -> 3C
   Linear proj_;  // C -> C
@@ -65,8 +64,13 @@ class GptBlock final : public Layer {
 class GptHead final : public Layer {
  public:
   GptHead(int64_t dim, int64_t vocab_size, TpSlot tp = {}, bool tied = false);
-  Tensor forward(const Tensor& x, Saved& saved) override;
-  Tensor backward(const Tensor& dy, Saved& saved) override;
+  Tensor forward(const Tensor& x, Saved& saved) override { return forward(x, Batch{}, saved); }
+  Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
+  // With a loss sink in the batch the head computes the loss itself (head_loss, in chunks of rows): in a training
+  // forward it keeps only its input's norm and returns nothing, and its backward (dy undefined) computes the loss and
+  // the gradients; in evaluation its forward computes the loss. Without one it returns the logits.
+  Tensor forward(const Tensor& x, const Batch& batch, Saved& saved) override;
+  Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
   Shape output_shape(const Shape& in) const override { return head_.output_shape(in); }
 
  private:

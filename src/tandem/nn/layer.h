@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tandem/core/tensor.h"
+#include "tandem/nn/batch.h"
 #include "tandem/nn/tensor_parallel.h"
 
 namespace tandem::nn {
@@ -69,6 +70,16 @@ class Layer {
   // dx from dy; accumulates parameter gradients (+=). Returns an undefined tensor when x has no gradient
   // (token ids). May release what `saved` holds.
   virtual Tensor backward(const Tensor& dy, Saved& saved) = 0;
+  // The forms the model runs (Model::forward_range, backward_range): they also see the micro-batch (batch.h). Layers
+  // that read it (attention kept inside documents, a head that computes the loss) override them; the rest ignore it.
+  virtual Tensor forward(const Tensor& x, const Batch& batch, Saved& saved) { return forward(x, saved); }
+  virtual Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) { return backward(dy, saved); }
+  // The forward that activation checkpointing runs again just before the backward (Model::backward_range): only what
+  // it saves is used, not its output. A layer that can leave work out there overrides it (LlamaBlock's tiled MLP,
+  // which its backward recomputes tile by tile anyway).
+  virtual Tensor forward_for_backward(const Tensor& x, const Batch& batch, Saved& saved) {
+    return forward(x, batch, saved);
+  }
   // The output's shape for an input of shape `in` (pipelines size their receive buffers with it).
   virtual Shape output_shape(const Shape& in) const { return in; }
 

@@ -51,6 +51,9 @@ class Linear final : public Layer {
 
   int64_t in_features() const { return in_; }    // this slot's input width
   int64_t out_features() const { return out_; }  // this slot's output width
+  const TpSlot& tp() const { return tp_; }
+  // Whether its adapters apply a dropout mask (lora.h), keyed by each row's place in the micro-batch.
+  bool has_dropout() const { return lora_ && lora_->options().dropout > 0.0f; }
 
   // Leaves the bias add to the layer that follows, which folds it into its own pass (GptBlock's GELU: one pass over
   // the (B, T, 4C) activation instead of two), and returns the bias. Forward then returns x W^T without it;

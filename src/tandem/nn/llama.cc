@@ -79,7 +79,7 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
   model.add(sites.frozen(std::make_unique<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp)));
   Model::Fp8Use fp8_use;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    auto block = std::make_unique<LlamaBlock>(static_cast<int>(i), shape, rope, tp, model.batch_context());
+    auto block = std::make_unique<LlamaBlock>(static_cast<int>(i), shape, rope, tp);
     fp8_use.fp8 += block->use_fp8(fp8);
     fp8_use.projections += 4;
     model.add(sites.adapted(std::move(block)));
@@ -88,6 +88,7 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
   model.add(
       sites.frozen(std::make_unique<LlamaHead>(c.hidden_size, c.vocab_size, shape.eps, tp, c.tie_word_embeddings)));
   model.set_vocab_parallel_logits(tp.active());
+  model.set_computes_loss(true);  // the head (head_loss)
   sites.check_all_added();
   return model;
 }

@@ -1,5 +1,8 @@
 #include "tandem/nn/llama_layers.h"
 
+#include <algorithm>
+
+#include "tandem/nn/loss.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::nn {
@@ -89,13 +92,11 @@ Tensor LlamaEmbedding::backward(const Tensor& dy, Saved& saved) {
   return Tensor();
 }
 
-LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<RopeCache> rope, TpSlot tp,
-                       std::shared_ptr<const BatchContext> context)
+LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<RopeCache> rope, TpSlot tp)
     : Layer("layers." + std::to_string(index)),
       heads_(s.heads / tp.size),
       kv_heads_(s.kv_heads / tp.size),
       rope_(std::move(rope)),
-      context_(std::move(context)),
       attn_norm_(child_name("attn_norm"), s.dim, s.eps),
       qkv_(child_name("qkv"), s.dim, {s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim},
            s.qkv_bias, Split::Column, tp),
@@ -142,8 +143,21 @@ int LlamaBlock::use_fp8(const spec::Fp8Config& config) {
   return used;
 }
 
-Tensor LlamaBlock::forward(const Tensor& x, Saved& saved) {
-  const int64_t B = x.dim(0), T = x.dim(1);
+int64_t LlamaBlock::mlp_tile(const Batch& batch, int64_t rows, DType dtype) const {
+  // An adapter's dropout mask is keyed by its row's place in the micro-batch, which a tile does not know: such an MLP
+  // runs whole.
+  if (gate_up_.has_dropout() || down_.has_dropout()) return rows;
+  return mlp_tile_rows(batch.tiles.mlp_tokens, rows, down_.in_features(), dtype);
+}
+
+Tensor LlamaBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) { return run(x, batch, saved, true); }
+
+Tensor LlamaBlock::forward_for_backward(const Tensor& x, const Batch& batch, Saved& saved) {
+  return run(x, batch, saved, false);
+}
+
+Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool output) {
+  const int64_t B = x.dim(0), T = x.dim(1), C = x.dim(2), N = B * T;
   Device& dev = x.device();
   saved.children.assign(kNumChildren, Saved{});
   // (B, T, (H + 2 Hkv) D / tp): q and k rotated in place, v passed over.
@@ -152,36 +166,78 @@ Tensor LlamaBlock::forward(const Tensor& x, Saved& saved) {
   const int64_t d = qkv.dim(2) / (heads_ + 2 * kv_heads_);
   Tensor att = Tensor::empty({B, T, heads_ * d}, x.dtype(), dev, name() + " attention output");  // (B, T, H D / tp)
   Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, dev, name() + " attention lse");        // (B, H / tp, T)
-  const Tensor documents = context_ ? context_->documents : Tensor();                            // (B, T) or none
+  const Tensor& documents = batch.documents;                                                     // (B, T) or none
   if (documents.defined())
     ops::attention_gqa_documents_forward(qkv, heads_, kv_heads_, documents, att, lse);
   else
     ops::attention_gqa_forward(qkv, heads_, kv_heads_, att, lse);
   Tensor x1 = o_.forward_add(att, x, saved.children[kO]);  // (B, T, C): x + o(att), one pass
-  // (B, T, 2F / tp): gate | up of this slot's F / tp columns
-  Tensor gate_up = gate_up_.forward(mlp_norm_.forward(x1, saved.children[kMlpNorm]), saved.children[kGateUp]);
-  Tensor h = Tensor::empty({B, T, gate_up.dim(2) / 2}, x.dtype(), dev, name() + " swiglu output");  // (B, T, F / tp)
-  ops::swiglu_forward(gate_up, h);
-  Tensor y = down_.forward_add(h, x1, saved.children[kDown]);  // (B, T, C): x1 + down(h)
-  saved.tensors = {qkv, att, lse, gate_up};
+  const int64_t tile = mlp_tile(batch, N, x.dtype());
+  if (tile >= N) {
+    // (B, T, 2F / tp): gate | up of this slot's F / tp columns
+    Tensor gate_up = gate_up_.forward(mlp_norm_.forward(x1, saved.children[kMlpNorm]), saved.children[kGateUp]);
+    Tensor h = Tensor::empty({B, T, gate_up.dim(2) / 2}, x.dtype(), dev, name() + " swiglu output");  // (B, T, F / tp)
+    ops::swiglu_forward(gate_up, h);
+    Tensor y = down_.forward_add(h, x1, saved.children[kDown]);  // (B, T, C): x1 + down(h)
+    saved.tensors = {qkv, att, lse, gate_up};
+    return y;
+  }
+  // The MLP in tiles of rows, keeping only its input: the backward recomputes each tile's intermediates before its
+  // gradient, so at most one tile's are held (and activation checkpointing's second forward need not run it at all).
+  saved.tensors = {qkv, att, lse, x1};
+  if (!output) return Tensor();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), dev, name() + " output");  // (B, T, C)
+  const Tensor rows = x1.view({N, C}), out = y.view({N, C});
+  for (int64_t r0 = 0; r0 < N; r0 += tile) {
+    const int64_t n = std::min(tile, N - r0);
+    Saved norm, up, down;
+    const Tensor gate_up = gate_up_.forward(mlp_norm_.forward(rows.rows(r0, n), norm), up);        // (n, 2F / tp)
+    Tensor h = Tensor::empty({n, gate_up.dim(1) / 2}, x.dtype(), dev, name() + " swiglu output");  // (n, F / tp)
+    ops::swiglu_forward(gate_up, h);
+    out.rows(r0, n).copy_from(down_.forward_add(h, rows.rows(r0, n), down));  // x1 + down(h)
+  }
   return y;
 }
 
-Tensor LlamaBlock::backward(const Tensor& dy, Saved& saved) {
-  const Tensor qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
-  const Tensor gate_up = saved.tensors.at(3);
+Tensor LlamaBlock::mlp_backward(const Tensor& dy, const Batch& batch, Saved& saved) {
+  const int64_t C = dy.dim(-1), N = dy.numel() / C;
+  const int64_t tile = mlp_tile(batch, N, dy.dtype());
+  if (tile >= N) {
+    // dx1 = dy + mlp_norm'(gate_up'(swiglu'(down'(dy)))); the SwiGLU gradient overwrites gate_up, which nothing
+    // reads after it.
+    const Tensor gate_up = saved.tensors.at(3);
+    Tensor dh = down_.backward(dy, saved.children[kDown]);
+    ops::swiglu_backward(gate_up, dh, gate_up);
+    // (B, T, C): dy + mlp_norm'(g), one pass
+    return mlp_norm_.backward_add(gate_up_.backward(gate_up, saved.children[kGateUp]), dy, saved.children[kMlpNorm]);
+  }
+  const Tensor x1 = saved.tensors.at(3);  // (B, T, C)
   Device& dev = dy.device();
-  // MLP branch: dx1 = dy + mlp_norm'(gate_up'(swiglu'(down'(dy)))); the SwiGLU gradient overwrites gate_up, which
-  // nothing reads after it.
-  Tensor dh = down_.backward(dy, saved.children[kDown]);
-  ops::swiglu_backward(gate_up, dh, gate_up);
-  // (B, T, C): dy + mlp_norm'(g), one pass
-  Tensor dx1 =
-      mlp_norm_.backward_add(gate_up_.backward(gate_up, saved.children[kGateUp]), dy, saved.children[kMlpNorm]);
+  Tensor dx1 = Tensor::empty(x1.shape(), x1.dtype(), dev, name() + " mlp input grad");  // (B, T, C)
+  const Tensor rows = x1.view({N, C}), grads = dy.view({N, C}), out = dx1.view({N, C});
+  for (int64_t r0 = 0; r0 < N; r0 += tile) {
+    const int64_t n = std::min(tile, N - r0);
+    Saved norm, up, down;
+    const Tensor gate_up = gate_up_.forward(mlp_norm_.forward(rows.rows(r0, n), norm), up);         // (n, 2F / tp)
+    Tensor h = Tensor::empty({n, gate_up.dim(1) / 2}, x1.dtype(), dev, name() + " swiglu output");  // (n, F / tp)
+    ops::swiglu_forward(gate_up, h);
+    down_.forward(h, down);  // what down's backward needs; its output is not
+    h = Tensor();
+    const Tensor dh = down_.backward(grads.rows(r0, n), down);  // (n, F / tp)
+    ops::swiglu_backward(gate_up, dh, gate_up);
+    out.rows(r0, n).copy_from(mlp_norm_.backward_add(gate_up_.backward(gate_up, up), grads.rows(r0, n), norm));
+  }
+  return dx1;
+}
+
+Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
+  const Tensor qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
+  Device& dev = dy.device();
+  Tensor dx1 = mlp_backward(dy, batch, saved);  // (B, T, C)
   // Attention branch: dx = dx1 + attn_norm'(qkv'(rope'(attention'(o'(dx1))))), the rotation undone in place.
   Tensor datt = o_.backward(dx1, saved.children[kO]);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, T, (H + 2 Hkv) D / tp)
-  const Tensor documents = context_ ? context_->documents : Tensor();                // (B, T) or none
+  const Tensor& documents = batch.documents;                                         // (B, T) or none
   if (documents.defined())
     ops::attention_gqa_documents_backward(qkv, heads_, kv_heads_, documents, att, lse, datt, dqkv);
   else
@@ -201,13 +257,23 @@ LlamaHead::LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp, bool
   add_child(head_);
 }
 
-Tensor LlamaHead::forward(const Tensor& x, Saved& saved) {
+Tensor LlamaHead::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   saved.children.assign(2, Saved{});
-  return head_.forward(norm_.forward(x, saved.children[0]), saved.children[1]);
+  Tensor h = norm_.forward(x, saved.children[0]);  // (B, T, C)
+  if (!batch.loss) return head_.forward(h, saved.children[1]);
+  if (batch.training) {
+    saved.tensors = {h};
+    return Tensor();
+  }
+  head_loss(head_, head_.tp(), h, batch, false);
+  saved.clear();
+  return Tensor();
 }
 
-Tensor LlamaHead::backward(const Tensor& dy, Saved& saved) {
-  Tensor dx = norm_.backward(head_.backward(dy, saved.children[1]), saved.children[0]);
+Tensor LlamaHead::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
+  const Tensor dh = batch.loss ? head_loss(head_, head_.tp(), saved.tensors.at(0), batch, true)
+                               : head_.backward(dy, saved.children[1]);  // (B, T, C)
+  Tensor dx = norm_.backward(dh, saved.children[0]);
   saved.clear();
   return dx;
 }

@@ -7,7 +7,6 @@
 
 #include <memory>
 
-#include "tandem/nn/batch_context.h"
 #include "tandem/nn/linear.h"
 #include "tandem/ops/rope_tables.h"
 
@@ -86,22 +85,33 @@ struct LlamaBlockShape {
 // gate and up split separately, o and down row-parallel; the norms are replicated.
 class LlamaBlock final : public Layer {
  public:
-  // `context`: the model's batch context, whose documents (when it has them) keep attention inside each document.
-  LlamaBlock(int index, const LlamaBlockShape& shape, std::shared_ptr<RopeCache> rope, TpSlot tp = {},
-             std::shared_ptr<const BatchContext> context = nullptr);
+  LlamaBlock(int index, const LlamaBlockShape& shape, std::shared_ptr<RopeCache> rope, TpSlot tp = {});
   // Freezes the block and adds LoRA adapters (lora.h) at the sites of `targets` it has: "layers.<i>.qkv.{q,k,v}",
   // "layers.<i>.o", "layers.<i>.gate_up.{gate,up}", "layers.<i>.down". Returns how many.
   int add_lora(const LoraTargets& targets);
   // Runs qkv, o, gate_up and down in FP8 where their shapes allow (Linear::use_fp8); returns how many do.
   int use_fp8(const spec::Fp8Config& config);
-  // x (B, T, C) -> y (B, T, C)
-  Tensor forward(const Tensor& x, Saved& saved) override;
-  Tensor backward(const Tensor& dy, Saved& saved) override;
+  // x (B, T, C) -> y (B, T, C); the batch's documents, when it has them, keep attention inside each document.
+  Tensor forward(const Tensor& x, Saved& saved) override { return forward(x, Batch{}, saved); }
+  Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
+  // The MLP runs in tiles of rows when a whole pass's intermediates would pass tiles.h's budget (or
+  // batch.tiles.mlp_tokens says so): then only its input is kept, and the backward recomputes each tile before its
+  // gradient.
+  Tensor forward(const Tensor& x, const Batch& batch, Saved& saved) override;
+  Tensor forward_for_backward(const Tensor& x, const Batch& batch, Saved& saved) override;
+  Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
 
  private:
+  // Rows per MLP tile for a pass of `rows` rows: `rows` when it runs whole.
+  int64_t mlp_tile(const Batch& batch, int64_t rows, DType dtype) const;
+  // The forward; `output` false (activation checkpointing's second forward) skips a tiled MLP, whose result no one
+  // reads there.
+  Tensor run(const Tensor& x, const Batch& batch, Saved& saved, bool output);
+  // dx1 (B, T, C) = dy + the MLP branch's input gradient, whole or tile by tile.
+  Tensor mlp_backward(const Tensor& dy, const Batch& batch, Saved& saved);
+
   int heads_, kv_heads_;  // this slot's
   std::shared_ptr<RopeCache> rope_;
-  std::shared_ptr<const BatchContext> context_;
   RmsNorm attn_norm_;
   Linear qkv_;  // C -> (H + 2 Hkv) D
   Linear o_;    // H D -> C
@@ -117,8 +127,13 @@ class LlamaBlock final : public Layer {
 class LlamaHead final : public Layer {
  public:
   LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp = {}, bool tied = false);
-  Tensor forward(const Tensor& x, Saved& saved) override;
-  Tensor backward(const Tensor& dy, Saved& saved) override;
+  Tensor forward(const Tensor& x, Saved& saved) override { return forward(x, Batch{}, saved); }
+  Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
+  // With a loss sink in the batch the head computes the loss itself (head_loss, in chunks of rows): in a training
+  // forward it keeps only its input's norm and returns nothing, and its backward (dy undefined) computes the loss and
+  // the gradients; in evaluation its forward computes the loss. Without one it returns the logits.
+  Tensor forward(const Tensor& x, const Batch& batch, Saved& saved) override;
+  Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
   Shape output_shape(const Shape& in) const override { return head_.output_shape(in); }
 
  private:

@@ -1,5 +1,7 @@
 #include "tandem/nn/loss.h"
 
+#include <algorithm>
+
 #include "tandem/ops/ops.h"
 
 namespace tandem::nn {
@@ -30,6 +32,28 @@ double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, d
   Tensor sum = Tensor::zeros({1}, DType::F32, logits.device(), "loss sum");
   cross_entropy_loss(logits, targets, normalizer, sum, tp);
   return sum.to_host_floats()[0];
+}
+
+Tensor head_loss(Layer& head, const TpSlot& tp, const Tensor& h, const Batch& batch, bool backward) {
+  const int64_t C = h.dim(-1), N = h.numel() / C;
+  TANDEM_CHECK(batch.loss && batch.targets.numel() == N, "head_loss: targets ", shape_str(batch.targets.shape()),
+               " for the head's input ", shape_str(h.shape()), batch.loss ? "" : ", and no loss sink");
+  const LossSink& sink = *batch.loss;
+  const int64_t chunk = loss_chunk_rows(batch.tiles.loss_tokens, N, head.output_shape({1, C}).back(), h.dtype());
+  const Tensor rows = h.view({N, C}), ids = batch.targets.view({N, 1});  // (N, C), (N, 1)
+  Tensor dh;                                                             // (..., C)
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t n = std::min(chunk, N - r0);
+    Saved s;
+    const Tensor logits = head.forward(n == N ? h : rows.rows(r0, n), s);  // (n, V_local), or h's (..., V_local)
+    cross_entropy_loss(logits, ids.rows(r0, n).view({n}), sink.normalizer, sink.sum, tp, sink.grad_scale);
+    if (!backward) continue;
+    Tensor d = head.backward(logits, s);  // (n, C): logits hold d(loss)/d(logits) now
+    if (n == N) return d;                 // one chunk: the head's own gradient, no copy
+    if (!dh.defined()) dh = Tensor::empty(h.shape(), h.dtype(), h.device(), "head input grad");
+    dh.view({N, C}).rows(r0, n).copy_from(d);
+  }
+  return dh;
 }
 
 }  // namespace tandem::nn

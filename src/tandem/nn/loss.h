@@ -4,6 +4,8 @@
 #pragma once
 
 #include "tandem/core/tensor.h"
+#include "tandem/nn/batch.h"
+#include "tandem/nn/layer.h"
 #include "tandem/nn/tensor_parallel.h"
 
 namespace tandem::nn {
@@ -21,5 +23,17 @@ void cross_entropy_loss(const Tensor& logits, const Tensor& targets, double norm
 // The same, returning the sum on the host (tests and one-device tools).
 double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, double normalizer,
                                   const TpSlot& tp = {});
+
+// The vocabulary head's product and the loss, a chunk of rows at a time (batch.tiles.loss_tokens, tiles.h's rule), so
+// that no more than one chunk's logits (rows, V_local) is ever held: whole, the (B, T, V) logits are 33.6 GB at T 128k
+// for a 128k vocabulary.
+// h (..., C): the head's input (the final norm's output); head: the vocabulary projection (column-parallel under tp,
+// its slot's V_local columns: the loss is vocabulary-parallel over the same slot `tp`); batch.targets (N) i32 for the
+// N rows of h; the rows' losses are added to batch.loss's sum.
+// With `backward`, returns d(loss)/dh (h's shape) and accumulates the head's weight gradient, each chunk's product,
+// cross-entropy and gradient products done before the next chunk's logits are made; without (evaluation), returns an
+// undefined tensor. With one chunk it runs exactly the ops of the head's forward, cross_entropy_loss and the head's
+// backward; with several, the weight gradient is summed chunk by chunk.
+Tensor head_loss(Layer& head, const TpSlot& tp, const Tensor& h, const Batch& batch, bool backward);
 
 }  // namespace tandem::nn

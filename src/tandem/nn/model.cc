@@ -151,13 +151,13 @@ void Model::backward(const Tensor& doutput, std::vector<Saved>& saved, bool reco
 }
 
 Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std::vector<Saved>& saved, bool recompute,
-                            LayerHooks* hooks) {
+                            LayerHooks* hooks, const Batch& batch) {
   TANDEM_CHECK(first <= last && last <= layers_.size(), "layer range [", first, ", ", last, ")");
   saved.assign(last - first, Saved{});
   Tensor x = input;
   for (size_t i = first; i < last; ++i) {
     if (hooks) hooks->before_forward(i);
-    Tensor y = layers_[i]->forward(x, saved[i - first]);
+    Tensor y = layers_[i]->forward(x, batch, saved[i - first]);
     if (recompute) saved[i - first] = Saved{{x}, {}};
     if (hooks) hooks->after_forward(i);
     x = y;
@@ -166,7 +166,7 @@ Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std:
 }
 
 Tensor Model::backward_range(size_t first, size_t last, const Tensor& doutput, std::vector<Saved>& saved,
-                             bool recompute, LayerHooks* hooks) {
+                             bool recompute, LayerHooks* hooks, const Batch& batch) {
   TANDEM_CHECK(saved.size() == last - first, "backward() without a matching forward()");
   Tensor dy = doutput;
   for (size_t i = last; i-- > first;) {
@@ -175,9 +175,9 @@ Tensor Model::backward_range(size_t first, size_t last, const Tensor& doutput, s
     if (recompute) {
       const Tensor x = s.tensors.at(0);
       s.clear();
-      layers_[i]->forward(x, s);
+      layers_[i]->forward_for_backward(x, batch, s);
     }
-    dy = layers_[i]->backward(dy, s);
+    dy = layers_[i]->backward(dy, batch, s);
     s.clear();
     if (hooks) hooks->after_backward(i);
   }

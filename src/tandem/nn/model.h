@@ -60,11 +60,18 @@ class Model {
     // Whether every micro-batch's calls do the same, so that a planner may account one and replay it for the others.
     virtual bool replayable() const { return true; }
   };
+  // `batch`: what the micro-batch brings besides the input (batch.h), handed to every layer. With a loss sink in
+  // it and a head that computes the loss (computes_loss()), the range's output is undefined and its backward starts
+  // from an undefined doutput.
   Tensor forward_range(size_t first, size_t last, const Tensor& input, std::vector<Saved>& saved, bool recompute,
-                       LayerHooks* hooks = nullptr);
+                       LayerHooks* hooks = nullptr, const Batch& batch = {});
   // Returns d(input) (undefined when the first layer takes tokens).
   Tensor backward_range(size_t first, size_t last, const Tensor& doutput, std::vector<Saved>& saved, bool recompute,
-                        LayerHooks* hooks = nullptr);
+                        LayerHooks* hooks = nullptr, const Batch& batch = {});
+  // Whether the last layer computes the loss itself when the batch carries a sink (the gpt and llama heads): the
+  // logits are then never held whole.
+  bool computes_loss() const { return computes_loss_; }
+  void set_computes_loss(bool v) { computes_loss_ = v; }
 
   // True when the last layer returns one tensor-parallel slot's slice of the vocabulary (gpt under tp),
   // so the loss must be vocabulary-parallel.
@@ -87,6 +94,7 @@ class Model {
   Tensor values_;                                          // (P) fp32
   Tensor grads_;                                           // (P) fp32
   bool vocab_parallel_logits_ = false;
+  bool computes_loss_ = false;
   Fp8Use fp8_use_;
   std::shared_ptr<BatchContext> context_ = std::make_shared<BatchContext>();
 };

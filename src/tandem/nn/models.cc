@@ -28,7 +28,7 @@ Model build_gpt(const GptConfig& cfg, TpSlot tp, const LoraTargets* lora, const 
   model.add(sites.frozen(std::make_unique<GptEmbedding>(cfg.vocab_size, cfg.seq_len, cfg.dim, tp)));
   Model::Fp8Use fp8_use;
   for (int64_t i = 0; i < cfg.layers; ++i) {
-    auto block = std::make_unique<GptBlock>(static_cast<int>(i), cfg.dim, cfg.heads, tp, model.batch_context());
+    auto block = std::make_unique<GptBlock>(static_cast<int>(i), cfg.dim, cfg.heads, tp);
     fp8_use.fp8 += block->use_fp8(fp8);
     fp8_use.projections += 4;
     model.add(sites.adapted(std::move(block)));
@@ -36,6 +36,7 @@ Model build_gpt(const GptConfig& cfg, TpSlot tp, const LoraTargets* lora, const 
   model.set_fp8_use(fp8_use);
   model.add(sites.frozen(std::make_unique<GptHead>(cfg.dim, cfg.vocab_size, tp, cfg.tie_word_embeddings)));
   model.set_vocab_parallel_logits(tp.active());
+  model.set_computes_loss(true);  // the head (head_loss)
   sites.check_all_added();
   return model;
 }

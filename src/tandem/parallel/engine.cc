@@ -54,6 +54,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   setup.input_shape = input_shape;
   setup.activation_dtype = cfg.compute;
   setup.recompute = cfg.plan.activation_checkpointing;
+  setup.tiles = cfg.tiles;
   executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
 }
 
@@ -77,29 +78,20 @@ double Engine::run_schedule(const std::function<pipeline::MicroBatch(int64_t, in
       model_.vocab_parallel_logits() ? nn::TpSlot{c.tp, groups_.layout.tp, tp_reducer_.get()} : nn::TpSlot{};
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, device_, "step loss sum");  // (1), summed on the device
   const auto scale = static_cast<float>(forward_only ? 1.0 : loss_scale_);
-  // Where each micro-batch's samples sit in the step, for the layers' per-sample draws, and its documents, which
-  // every stage's attention reads (fetched once a step for each micro-batch, on every stage).
+  const nn::LossSink sink{loss_sum, loss_normalizer, scale};
+  // Where each micro-batch's samples sit in the step, for the layers' per-sample draws.
   nn::BatchContext& context = *model_.batch_context();
   context.training = !forward_only;
   context.seed = cfg_.seed;
   context.step = step_index;
-  std::map<int, Tensor> documents;  // by micro-batch
   const auto point_context = [&](int mb) {
     context.first_sample = c.dp * cfg_.micro_batch * cfg_.micro_batches + mb * cfg_.micro_batch;
-    if (!cfg_.documents) return;
-    auto it = documents.find(mb);
-    if (it == documents.end()) {
-      const PurposeScope scope(device_, MemoryPurpose::Other);
-      it = documents.emplace(mb, micro_batch(batch, mb).documents).first;
-    }
-    context.documents = it->second;
   };
-  executor_->run([&](int mb) { return micro_batch(batch, mb); },
+  executor_->run([&](int mb) { return micro_batch(batch, mb); }, sink,
                  [&](const Tensor& logits, const Tensor& targets) {
                    nn::cross_entropy_loss(logits, targets, loss_normalizer, loss_sum, loss_tp, scale);
                  },
                  forward_only, point_context);
-  context.documents = Tensor();
   if (!forward_only) {
     store_->reduce_gradients();
     store_->tie_gradients();

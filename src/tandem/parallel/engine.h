@@ -33,8 +33,7 @@ struct EngineConfig {
   spec::Fp16Config fp16;                  // loss scaling, when enabled (fp16 compute)
   spec::OffloadConfig offload_optimizer;  // zero_optimization.offload_optimizer
   spec::OffloadConfig offload_param;      // zero_optimization.offload_param
-  // The batches carry documents (data.document_mask): every stage fetches each micro-batch's for its attention.
-  bool documents = false;
+  spec::Tiles tiles;                      // the tokens the loss and the MLPs take at once ("tiles")
 };
 
 struct StepResult {

@@ -22,9 +22,9 @@ parallel::EngineConfig engine_config(const Setup& s) {
   ec.micro_batch = s.micro_batch;
   ec.micro_batches = s.micro_batches;
   ec.compute = s.dtype_bytes == 4 ? DType::F32 : DType::BF16;  // fp16 holds the same bytes and runs the same ops
-  ec.documents = s.documents;
   ec.offload_optimizer = s.offload_optimizer;
   ec.offload_param = s.offload_param;
+  ec.tiles = s.tiles;
   return ec;
 }
 

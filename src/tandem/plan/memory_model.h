@@ -35,6 +35,7 @@ struct Setup {
   // (cuDNN's attention workspace) are asked there; without it that scratch is estimated (ops/cuda/scratch.cc).
   Device* device = nullptr;
   bool documents = false;  // the batches carry each position's document (data.document_mask)
+  spec::Tiles tiles;       // the tokens the loss and the MLPs take at once ("tiles"; 0: their rules' choice)
   // What the run offloads to host memory (zero_optimization.offload_optimizer, offload_param).
   spec::OffloadConfig offload_optimizer;
   spec::OffloadConfig offload_param;

@@ -37,6 +37,7 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   s.documents = cfg.data.document_mask || (cfg.eval.enabled && cfg.eval.data.document_mask);
   s.offload_optimizer = cfg.offload_optimizer;
   s.offload_param = cfg.offload_param;
+  s.tiles = cfg.tiles;
   s.async_checkpoints = cfg.checkpoint.async && (cfg.checkpoint.every > 0 || cfg.checkpoint.at_end);
   MemoryModel model(planned_model(cfg.model, cfg.lora, cfg.fp8));
 

@@ -177,6 +177,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
   base.dtype_bytes = opt.dtype_bytes;
   base.backend = opt.rates.device == "cuda" ? Backend::Cuda : Backend::Cpu;
   base.cpu_threads = opt.cpu_threads;
+  base.tiles = opt.tiles;
   for (int dp : divisors(opt.devices))
     for (int pp : divisors(opt.devices / dp)) {
       const int tp = opt.devices / (dp * pp);
@@ -243,6 +244,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
   s.dtype_bytes = opt.dtype_bytes;
   s.backend = opt.rates.device == "cuda" ? Backend::Cuda : Backend::Cpu;
   s.cpu_threads = opt.cpu_threads;
+  s.tiles = opt.tiles;
   s.micro_batch = opt.default_micro;
   s.plan.schedule = opt.default_schedule;
   s.plan.activation_checkpointing = opt.default_checkpointing;

@@ -29,6 +29,7 @@ struct SearchOptions {
   // a layout does not fit on the devices.
   uint64_t host_memory = 0;
   bool offload = true;
+  spec::Tiles tiles;  // the config's "tiles", which every candidate runs with
 };
 
 struct Candidate {

@@ -246,8 +246,8 @@ void Trainer::setup() {
   ec.micro_batches = b.accum;
   ec.gradient_clipping = cfg_.gradient_clipping;
   ec.compute = cfg_.bf16 ? DType::BF16 : cfg_.fp16.enabled ? DType::F16 : DType::F32;
+  ec.tiles = cfg_.tiles;
   ec.fp16 = cfg_.fp16;
-  ec.documents = cfg_.data.document_mask || (cfg_.eval.enabled && cfg_.eval.data.document_mask);
   ec.offload_optimizer = cfg_.offload_optimizer;
   ec.offload_param = cfg_.offload_param;
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);

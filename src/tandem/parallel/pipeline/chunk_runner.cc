@@ -153,7 +153,7 @@ ChunkRunner::~ChunkRunner() = default;
 // rounds have the same effects (a first round may differ: a backend takes its workspaces with its first op), with
 // the device's peak suspended and the work they record taken back: the step being accounted does not make them.
 // The effects can then stand for every call of the chunk when a replay can reproduce them.
-void ChunkRunner::probe(CountingDevice& d, Memo& m, const LayerRange& range, const Tensor& x) {
+void ChunkRunner::probe(CountingDevice& d, Memo& m, const LayerRange& range, const Tensor& x, const nn::Batch& batch) {
   constexpr int kMaxRounds = 4;
   m.probed = true;
   const device::WorkLog work = d.work();
@@ -171,10 +171,10 @@ void ChunkRunner::probe(CountingDevice& d, Memo& m, const LayerRange& range, con
     }
     Held h;
     Effect f, b;
-    Tensor y = measure_forward(d, f, range, input, h);
+    Tensor y = measure_forward(d, f, range, input, h, batch);
     if (!replayable_forward(d, f, input, y, h)) break;
     input = Tensor();
-    measure_backward(d, b, range, y, h);
+    measure_backward(d, b, range, y, h, batch);
     y = Tensor();
     if (last_f && *last_f == f && *last_b == b) {
       m.forward = f;
@@ -190,18 +190,20 @@ void ChunkRunner::probe(CountingDevice& d, Memo& m, const LayerRange& range, con
   d.set_label(label, live);
 }
 
-Tensor ChunkRunner::measure_forward(CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& x, Held& h) {
+Tensor ChunkRunner::measure_forward(CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& x, Held& h,
+                                    const nn::Batch& batch) {
   const PurposeScope scope(d, MemoryPurpose::Activations);
   LabellingHooks labels(model_, hooks_, d);
-  return measure(d, e,
-                 [&] { return model_.forward_range(range.first, range.second, x, h.saved, recompute_, &labels); });
+  return measure(
+      d, e, [&] { return model_.forward_range(range.first, range.second, x, h.saved, recompute_, &labels, batch); });
 }
 
-Tensor ChunkRunner::measure_backward(CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& dy, Held& h) {
+Tensor ChunkRunner::measure_backward(CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& dy, Held& h,
+                                     const nn::Batch& batch) {
   const PurposeScope scope(d, MemoryPurpose::Transient);
   LabellingHooks labels(model_, hooks_, d);
-  return measure(d, e,
-                 [&] { return model_.backward_range(range.first, range.second, dy, h.saved, recompute_, &labels); });
+  return measure(
+      d, e, [&] { return model_.backward_range(range.first, range.second, dy, h.saved, recompute_, &labels, batch); });
 }
 
 // A replay holds the output apart from what was kept, so the two must not share memory; it can keep the input,
@@ -247,23 +249,23 @@ bool ChunkRunner::fits(const Effect& f, const Effect& b) {
   return expected_end == b.end;
 }
 
-Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const Tensor& x) {
+Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const Tensor& x, const nn::Batch& batch) {
   TANDEM_CHECK(!held_.count(key), "chunk runner: key ", key, " is already held");
   auto h = std::make_unique<Held>();
   CountingDevice* d = memo_.empty() ? nullptr : device::as_counting(device_);
   Memo* m = d ? memo_.at(static_cast<size_t>(chunk)).get() : nullptr;
-  if (m && !m->probed) probe(*d, *m, range, x);
+  if (m && !m->probed) probe(*d, *m, range, x, batch);
   Tensor y;
   if (!m || !m->replayable) {
     const PurposeScope scope(device_, MemoryPurpose::Activations);
-    y = model_.forward_range(range.first, range.second, x, h->saved, recompute_, hooks_);
+    y = model_.forward_range(range.first, range.second, x, h->saved, recompute_, hooks_, batch);
   } else {
     // Replay: first the part of the end state that was held at the highest point, then the rest of that point,
     // released again, then the remainder of the end state and the output. The device passes through the same
     // highest point, by purpose, and ends where the real call ended.
     const Effect& f = m->forward;
     Breakdown rest = f.end;
-    rest[f.out_purpose] -= f.out_bytes;
+    if (f.has_out) rest[f.out_purpose] -= f.out_bytes;
     const Breakdown a = positive_part(elementwise_min(f.peak, rest));
     const std::string action = d->label();
     d->set_label(action + f.where, d->live_micro_batches());
@@ -275,7 +277,7 @@ Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const T
     allocate_blocks(*d, rest - a, h->ghosts);
     d->set_label(action, d->live_micro_batches());
     h->ghost_bytes = rest;
-    {
+    if (f.has_out) {
       const PurposeScope scope(*d, f.out_purpose);
       y = Tensor::empty(f.out_shape, f.out_dtype, *d, "output (replayed)");
     }
@@ -288,20 +290,20 @@ Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const T
   return y;
 }
 
-Tensor ChunkRunner::forward_only(const LayerRange& range, const Tensor& x) {
+Tensor ChunkRunner::forward_only(const LayerRange& range, const Tensor& x, const nn::Batch& batch) {
   const PurposeScope scope(device_, MemoryPurpose::Activations);
   std::vector<nn::Saved> saved;
-  return model_.forward_range(range.first, range.second, x, saved, recompute_, hooks_);
+  return model_.forward_range(range.first, range.second, x, saved, recompute_, hooks_, batch);
 }
 
-Tensor ChunkRunner::backward(const LayerRange& range, int chunk, int key, const Tensor& dy) {
+Tensor ChunkRunner::backward(const LayerRange& range, int chunk, int key, const Tensor& dy, const nn::Batch& batch) {
   const auto it = held_.find(key);
   TANDEM_CHECK(it != held_.end(), "chunk runner: no forward kept for key ", key);
   std::unique_ptr<Held> h = std::move(it->second);
   held_.erase(it);
   if (!h->replayed) {
     const PurposeScope scope(device_, MemoryPurpose::Transient);
-    return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, hooks_);
+    return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, hooks_, batch);
   }
   // Lower what is lower at the highest point, rise to it, then release everything kept and make the output.
   CountingDevice& d = *device::as_counting(device_);

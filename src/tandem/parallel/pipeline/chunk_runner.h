@@ -28,12 +28,13 @@ class ChunkRunner {
   ChunkRunner(const ChunkRunner&) = delete;
   ChunkRunner& operator=(const ChunkRunner&) = delete;
 
-  // y = the chunk's layers on x; what backward needs is kept under `key`.
-  Tensor forward(const LayerRange& range, int chunk, int key, const Tensor& x);
+  // y = the chunk's layers on x (undefined when its head computes the loss: Model::forward_range); what backward
+  // needs is kept under `key`. `batch`: the micro-batch's (nn/batch.h), the same object for its forward and backward.
+  Tensor forward(const LayerRange& range, int chunk, int key, const Tensor& x, const nn::Batch& batch);
   // d(input) from d(output), releasing what was kept under `key`; undefined when the chunk takes tokens.
-  Tensor backward(const LayerRange& range, int chunk, int key, const Tensor& dy);
+  Tensor backward(const LayerRange& range, int chunk, int key, const Tensor& dy, const nn::Batch& batch);
   // y = the chunk's layers on x, keeping nothing (evaluation): what the layers save is dropped as the call returns.
-  Tensor forward_only(const LayerRange& range, const Tensor& x);
+  Tensor forward_only(const LayerRange& range, const Tensor& x, const nn::Batch& batch);
   // Keys whose backward has not run yet.
   size_t held() const { return held_.size(); }
 
@@ -43,9 +44,11 @@ class ChunkRunner {
   struct Held;
   template <class Call>
   static Tensor measure(device::CountingDevice& d, Effect& e, Call&& call);
-  void probe(device::CountingDevice& d, Memo& m, const LayerRange& range, const Tensor& x);
-  Tensor measure_forward(device::CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& x, Held& h);
-  Tensor measure_backward(device::CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& dy, Held& h);
+  void probe(device::CountingDevice& d, Memo& m, const LayerRange& range, const Tensor& x, const nn::Batch& batch);
+  Tensor measure_forward(device::CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& x, Held& h,
+                         const nn::Batch& batch);
+  Tensor measure_backward(device::CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& dy, Held& h,
+                          const nn::Batch& batch);
   static bool replayable_forward(device::CountingDevice& d, Effect& f, const Tensor& x, const Tensor& y, const Held& h);
   static bool fits(const Effect& f, const Effect& b);
   static int64_t ghost_lowering(const Effect& f, const device::Breakdown& lower, size_t purpose, bool& release_input);

@@ -33,10 +33,35 @@ int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
   return ((receiver_stage * s_.micro_batches + mb) << 1) | kind;
 }
 
-void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
+void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn::LossSink& sink,
                            const std::function<void(const Tensor&, const Tensor&)>& loss, bool forward_only,
                            const std::function<void(int)>& before) {
-  std::map<int, Tensor> input, output, grad, input_grad;                 // by key(mb, chunk)
+  std::map<int, Tensor> input, output, grad, input_grad;  // by key(mb, chunk)
+  // The micro-batches made so far and not yet done with on this rank, and the action each is last used by.
+  std::map<int, MicroBatch> made;
+  std::map<int, size_t> last_use;
+  const auto runs = [&](const Action& a) {
+    return a.kind == ActionKind::Forward || (a.kind == ActionKind::Backward && !forward_only);
+  };
+  for (size_t i = 0; i < s_.actions.size(); ++i)
+    if (runs(s_.actions[i])) last_use[s_.actions[i].micro_batch] = i;
+  // Each part is kept only where and while it is read: the inputs by the first stage's forward, the targets by the
+  // last stage (its head's backward, when the model computes the loss), the documents by every attention.
+  const bool first_rank = s_.pp_rank == 0, last_rank = s_.pp_rank == s_.pp - 1;
+  const auto micro_batch = [&](int mb) -> MicroBatch& {
+    auto it = made.find(mb);
+    if (it == made.end()) {
+      const PurposeScope scope(device_, MemoryPurpose::Other);
+      it = made.emplace(mb, batch(mb)).first;
+      if (!first_rank) it->second.inputs = Tensor();
+      if (!last_rank) it->second.targets = Tensor();
+    }
+    return it->second;
+  };
+  const bool own_loss = model_.computes_loss();
+  const auto layer_batch = [&](const MicroBatch& mb) {
+    return nn::Batch{mb.targets, mb.documents, own_loss ? &sink : nullptr, !forward_only, s_.tiles};
+  };
   std::vector<std::pair<std::unique_ptr<comm::Request>, Tensor>> sends;  // kept alive until complete
   auto take = [](std::map<int, Tensor>& m, int k, const char* what) {
     auto it = m.find(k);
@@ -49,7 +74,8 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
   device::CountingDevice* counting = device::as_counting(device_);
   auto* accounted = dynamic_cast<device::AccountedDevice*>(&device_);  // labels its peak with the action
   action_work_.clear();
-  for (const Action& a : s_.actions) {
+  for (size_t i = 0; i < s_.actions.size(); ++i) {
+    const Action& a = s_.actions[i];
     const bool gradient_action =
         a.kind == ActionKind::RecvGradient || a.kind == ActionKind::Backward || a.kind == ActionKind::SendGradient;
     if (forward_only && gradient_action) continue;
@@ -79,17 +105,19 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
         break;
       }
       case ActionKind::Forward: {
-        MicroBatch mb;
-        if (stage == 0 || stage == total_stages_ - 1) {
-          const PurposeScope scope(device_, MemoryPurpose::Other);
-          mb = batch(a.micro_batch);
-        }
+        MicroBatch& mb = micro_batch(a.micro_batch);
         Tensor x = stage == 0 ? mb.inputs : take(input, k, "input activation");
-        Tensor y = forward_only ? runner_->forward_only(range, x) : runner_->forward(range, a.chunk, k, x);
+        Tensor y = forward_only ? runner_->forward_only(range, x, layer_batch(mb))
+                                : runner_->forward(range, a.chunk, k, x, layer_batch(mb));
+        if (stage == 0) mb.inputs = Tensor();  // the first layer keeps what its backward needs
         if (stage == total_stages_ - 1) {
-          const PurposeScope scope(device_, MemoryPurpose::Transient);
-          loss(y, mb.targets);  // y now holds d(loss)/d(logits)
+          if (!own_loss) {
+            const PurposeScope scope(device_, MemoryPurpose::Transient);
+            loss(y, mb.targets);  // y now holds d(loss)/d(logits)
+          }
+          // d(loss)/d(logits), or nothing when the head computes the loss (and its gradient) in its backward
           if (!forward_only) grad[k] = y;
+          if (!own_loss) mb.targets = Tensor();
         } else if (a.chunk + 1 < s_.virtual_stages && s_.pp == 1) {
           input[key(a.micro_batch, a.chunk + 1)] = y;  // the next stage is this rank's next chunk
         } else {
@@ -111,7 +139,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
       }
       case ActionKind::Backward: {
         Tensor dy = take(grad, k, "output gradient");
-        Tensor dx = runner_->backward(range, a.chunk, k, dy);
+        Tensor dx = runner_->backward(range, a.chunk, k, dy, layer_batch(micro_batch(a.micro_batch)));
         if (stage == 0) break;
         if (a.chunk > 0 && s_.pp == 1)
           grad[key(a.micro_batch, a.chunk - 1)] = dx;
@@ -126,6 +154,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch,
       }
     }
     if (counting) action_work_.push_back({a, counting->work() - work_before});
+    if (runs(a) && last_use.at(a.micro_batch) == i) made.erase(a.micro_batch);
   }
   for (auto& [req, t] : sends) req->wait();
   TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && runner_->held() == 0,

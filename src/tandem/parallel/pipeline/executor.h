@@ -30,6 +30,7 @@ struct ExecutorSetup {
   Shape input_shape;                    // one micro-batch's model input
   DType activation_dtype = DType::F32;  // what flows between stages (the compute dtype)
   bool recompute = false;               // activation checkpointing per layer
+  nn::Tiles tiles;                      // the tokens the loss and the MLPs take at once, handed with each batch
 };
 
 class PipelineExecutor {
@@ -37,15 +38,18 @@ class PipelineExecutor {
   PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::Communicator& pp, nn::Model::LayerHooks* hooks,
                    Device& device);
 
-  // Runs the step. `batch(mb)` gives micro-batch mb (called on the first and last stages only).
-  // `loss(logits, targets)` (last stage only) accumulates the loss and overwrites logits with their gradient.
+  // Runs the step. `batch(mb)` makes micro-batch mb, once on each rank: at its first action there, kept until its
+  // last (the first stage reads its inputs, every attention its documents, the last stage its targets); each layer
+  // gets it as an nn::Batch.
+  // The loss (last stage only): a model that computes it (Model::computes_loss) adds it into `sink` from its head;
+  // for any other, `loss(logits, targets)` accumulates it and overwrites the logits with their gradient.
   // Allocations are accounted as pipeline buffers (receives), activations (forward), transients (backward, the
   // loss) and other (the batch).
-  // `forward_only` (evaluation): the schedule's forward actions alone, in its order, keeping no activations;
-  // `loss` then still sees every micro-batch's logits, and what it writes into them is dropped.
+  // `forward_only` (evaluation): the schedule's forward actions alone, in its order, keeping no activations; the loss
+  // is still computed for every micro-batch, and its gradient dropped.
   // `before(mb)`, when given, runs before every forward and backward action of micro-batch mb, on every stage (the
   // engine points the model's batch context at the micro-batch there).
-  void run(const std::function<MicroBatch(int)>& batch,
+  void run(const std::function<MicroBatch(int)>& batch, const nn::LossSink& sink,
            const std::function<void(const Tensor& logits, const Tensor& targets)>& loss, bool forward_only = false,
            const std::function<void(int mb)>& before = {});
 

@@ -1,0 +1,14 @@
+// "tiles": how many tokens the long-sequence passes take at once, the loss's chunks of logits and the blocks' MLP
+// tiles (nn/tiles.h has the rules that choose them; docs/long-context.md says when to set them). 0: the rule's choice.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::spec {
+
+struct Tiles {
+  int64_t loss_tokens = 0;  // rows of logits a head makes at once (nn::head_loss)
+  int64_t mlp_tokens = 0;   // rows a block's MLP runs at once (LlamaBlock)
+};
+
+}  // namespace tandem::spec
