@@ -22,7 +22,7 @@ constexpr int forward_shared_bytes() {
 // qkv (B, T, W), y (B, T, H*D), lse (B, H, T), documents (B, T) or null. scale_log2 = log2(e) / sqrt(D): scores
 // are kept in base 2 so that exp is one exp2.
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     forward_kernel(const T* __restrict__ qkv, T* __restrict__ y, float* __restrict__ lse,
                    const int32_t* __restrict__ docs, int64_t t, int h, int kv, float scale_log2) {
   constexpr int S = D + kPad;     // shared row stride
@@ -167,13 +167,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float lt = quad_sum(l[r]);
-    if (row[r] >= t) continue;
-    const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-    T* out = y + (bi * t + row[r]) * ldy + static_cast<int64_t>(hi) * D + 2 * tq;
+    if (row[r] < t) {
+      const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+      T* out = y + (bi * t + row[r]) * ldy + static_cast<int64_t>(hi) * D + 2 * tq;
 #pragma unroll
-    for (int n = 0; n < kDB; ++n)
-      *reinterpret_cast<uint32_t*>(out + n * 8) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (tq == 0) lse[(bi * h + hi) * t + row[r]] = (m[r] + log2f(lt)) / kLog2e;
+      for (int n = 0; n < kDB; ++n)
+        *reinterpret_cast<uint32_t*>(out + n * 8) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (tq == 0) lse[(bi * h + hi) * t + row[r]] = (m[r] + log2f(lt)) / kLog2e;
+    }
   }
 }
 
