@@ -26,7 +26,8 @@ __host__ __device__ constexpr int dkdv_rows() {
 }
 template <int D>
 constexpr int dkdv_shared_bytes() {
-  return (2 * kBlock + 4 * dkdv_rows<D>()) * (D + kPad) * 2;  // k, v, then two buffers each of q and dO
+  // k, v, then two buffers each of q and dO (16-bit), then two each of the query rows' lse and dsum (f32)
+  return (2 * kBlock + 4 * dkdv_rows<D>()) * (D + kPad) * 2 + 4 * dkdv_rows<D>() * 4;
 }
 template <int D>
 constexpr int dq_shared_bytes() {
@@ -78,10 +79,12 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kDB = D / 8;   // n-blocks of a dk or dv row
   constexpr int kKS = D / 16;  // k-steps over D
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sk = reinterpret_cast<T*>(smem);  // (kBlock, S)
-  T* sv = sk + kBlock * S;             // (kBlock, S)
-  T* sq = sv + kBlock * S;             // 2 x (Br, S)
-  T* sdo = sq + 2 * Br * S;            // 2 x (Br, S)
+  T* sk = reinterpret_cast<T*>(smem);                        // (kBlock, S)
+  T* sv = sk + kBlock * S;                                   // (kBlock, S)
+  T* sq = sv + kBlock * S;                                   // 2 x (Br, S)
+  T* sdo = sq + 2 * Br * S;                                  // 2 x (Br, S)
+  float* slse = reinterpret_cast<float*>(sdo + 2 * Br * S);  // 2 x (Br) lse of the step's query rows
+  float* sdsum = slse + 2 * Br;                              // 2 x (Br) their dsum
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kBlock;  // the longest key tiles (first keys) start first
@@ -104,6 +107,15 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t hq = static_cast<int64_t>(gi) * rep + step / nq, i0 = (q_begin + step % nq) * Br;
     load_tile<Br, D>(sq + buf * Br * S, base + hq * D, ld, i0, t);
     load_tile<Br, D>(sdo + buf * Br * S, dyb + hq * D, ldy, i0, t);
+    // The rows' statistics ride along, so the step reads them from shared memory rather than waiting on global
+    // loads between its products.
+    if (threadIdx.x < 2 * Br) {
+      const int k = threadIdx.x % Br;
+      const bool second = threadIdx.x >= Br;
+      const int64_t i = i0 + k;
+      const float* src = (second ? dsum : lse) + (bi * h + hq) * t + (i < t ? i : 0);
+      cp_async4((second ? sdsum : slse) + buf * Br + k, src, i < t);
+    }
   };
   load_step(0, 0);
   cp_async_commit();
@@ -132,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int64_t hq = static_cast<int64_t>(gi) * rep + step / nq, i0 = (q_begin + step % nq) * Br;
+    const int64_t i0 = (q_begin + step % nq) * Br;
     const T* qb = sq + buf * Br * S;
     const T* dob = sdo + buf * Br * S;
 
@@ -161,19 +173,18 @@ __global__ void __launch_bounds__(kThreads)
 
     // P^T = exp2(scale_log2 S^T - lse log2 e), 0 where masked (query before the key, past T, or in another
     // document); dS^T = P^T (dP^T - dsum), into dpt.
-    const float* lse_row = lse + (bi * h + hq) * t;
-    const float* dsum_row = dsum + (bi * h + hq) * t;
     const bool edge = i0 < j0 + kBlock || i0 + Br > t || db != nullptr;
 #pragma unroll
     for (int n = 0; n < kNB; ++n) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int64_t i = i0 + n * 8 + 2 * tq + c, ic = i < t ? i : t - 1;
-        const float l2 = lse_row[ic] * kLog2e, dd = dsum_row[ic];
+        const int k = n * 8 + 2 * tq + c;
+        const int64_t i = i0 + k, ic = i < t ? i : t - 1;
+        const float l2 = slse[buf * Br + k] * kLog2e, dd = sdsum[buf * Br + k];
         const int32_t idoc = db ? db[ic] : 0;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float p = exp2f(st[n][2 * r + c] * scale_log2 - l2);
+          float p = exp2f(fmaf(st[n][2 * r + c], scale_log2, -l2));
           if (edge && (i >= t || key[r] > i || idoc != key_doc[r])) p = 0.0f;
           st[n][2 * r + c] = p;
           dpt[n][2 * r + c] = p * (dpt[n][2 * r + c] - dd);
@@ -315,7 +326,7 @@ __global__ void __launch_bounds__(kThreads)
         const int32_t jdoc = db ? db[j < t ? j : t - 1] : 0;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float p = exp2f(s[n][2 * r + c] * scale_log2 - l2[r]);
+          float p = exp2f(fmaf(s[n][2 * r + c], scale_log2, -l2[r]));
           if (edge && (j > row[r] || jdoc != row_doc[r])) p = 0.0f;
           dp[n][2 * r + c] = p * (dp[n][2 * r + c] - dd[r]);
         }
