@@ -7,6 +7,11 @@
 //       the memory the backward needs beside cuDNN's deterministic workspace (2 B H T^2 bytes).
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 -I src bench/gpu/flash_check.cu src/tandem/ops/cuda/attention_flash*.cu
 // Run: ./flash_check [--no-speed] [--no-check] [--max-t N]. Exits 1 on any failure.
+// Seen on an H200, 2026-12-04 (bf16, B 1, H 32, Hkv 8, D 128): forward 212-221 TFLOP/s and backward 145-168 at
+// T 8192 to 131072, against PyTorch's SDPA on the same machine (MHA-expanded k, v; its default backward algorithms,
+// FlashAttention-2's with an atomic dq) at T 32768: FlashAttention-2 340 / 317, cuDNN 597 / 535. Part of the
+// backward's gap is the price of no atomics: q k^T and dO v^T are computed twice (for dk, dv and for dq), 7 products
+// where an atomic dq needs 5.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
