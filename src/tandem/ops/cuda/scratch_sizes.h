@@ -72,7 +72,8 @@ inline constexpr int64_t kCudnnAttentionWorkspaceLimit = int64_t{2} << 30;
 // deterministic backward would want more than kCudnnAttentionWorkspaceLimit; cuDNN (or, for shapes it cannot take,
 // the plain kernels) otherwise.
 inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d, bool documents) {
-  if (!flash_attention_shape(t, d)) return false;
+  // B H at most 65535: the kernels' grids put the (batch element, head) pairs in their second dimension.
+  if (!flash_attention_shape(t, d) || b * h > 65535) return false;
   return documents || cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) > kCudnnAttentionWorkspaceLimit;
 }
 
