@@ -129,7 +129,9 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/rotary.cu
   ${_tandem_ops}/swiglu.cu
   ${_tandem_ops}/attention_gqa.cc
-  ${_tandem_ops}/attention_gqa.cu)
+  ${_tandem_ops}/attention_gqa.cu
+  ${_tandem_ops}/attention_flash_forward.cu
+  ${_tandem_ops}/attention_flash_backward.cu)
 target_include_directories(tandem_ops_cuda PUBLIC ${_tandem_root}/src)
 # nvrtc: cudnn-frontend compiles some of its engines at run time.
 target_link_libraries(tandem_ops_cuda PUBLIC tandem_device_cuda CUDA::cublasLt CUDA::cudart CUDA::nvrtc tandem::cudnn)

@@ -1,5 +1,5 @@
-// ops_check: the Llama-family ops (RMSNorm, rotary embedding, SwiGLU, grouped-query attention), CUDA against the
-// CPU.
+// ops_check: the Llama-family ops (RMSNorm, rotary embedding, SwiGLU, grouped-query attention, with the flash
+// kernels' documents and long-sequence paths), CUDA against the CPU.
 #include "ops_check.h"
 
 namespace tandem::ops_check {
@@ -135,6 +135,91 @@ void check_swiglu(Suite& s) {
   }
 }
 
+namespace {
+
+// Documents (B, T) i32: three of ragged lengths in each sequence, cut at different places.
+Suite::Pair documents(Suite& s, int64_t b, int64_t t) {
+  std::vector<int32_t> v;
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 0; i < t; ++i) v.push_back(static_cast<int32_t>(i >= t * (2 + bi) / 7) + (i >= t / 2 + bi + 1));
+  Suite::Pair p{Tensor::empty({b, t}, DType::I32, s.host(), "cpu documents"),
+                Tensor::empty({b, t}, DType::I32, s.dev(), "gpu documents")};
+  std::memcpy(p.cpu.i32(), v.data(), v.size() * sizeof(int32_t));
+  p.gpu.copy_from_host(v.data());
+  return p;
+}
+
+// The flash kernels (attention_flash.h), 16-bit data only: attention kept inside documents (always theirs on CUDA),
+// and causal attention at a shape whose cuDNN deterministic backward would want more than
+// kCudnnAttentionWorkspaceLimit (B 1, H 4, T 16384: 2 GiB and a little), which the rule sends to them.
+void check_attention_gqa_flash(Suite& s) {
+  struct Case {
+    int64_t b, t, h, kv, d;
+    bool docs;
+  };
+  const std::vector<Case> cases = {{1, 7, 4, 2, 64, true},
+                                   {2, 77, 4, 2, 128, true},
+                                   {2, 300, 8, 2, 64, true},
+                                   {1, 1024, 32, 8, 128, true},
+                                   {1, 16384, 4, 2, 64, false}};
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (const Case& c : cases) {
+      const int64_t w = (c.h + 2 * c.kv) * c.d, cy = c.h * c.d;
+      const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
+      const std::string shape = dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + " flash";
+      const std::string fwd = c.docs ? "attention_gqa_documents_forward" : "attention_gqa_forward";
+      const std::string bwd = c.docs ? "attention_gqa_documents_backward" : "attention_gqa_backward";
+      s.run(fwd, dtype_name(t), shape, [&] {
+        auto qkv = s.make({c.b, c.t, w}, t, 233);
+        auto docs = documents(s, c.b, c.t);
+        auto y = s.output({c.b, c.t, cy}, t);
+        auto lse = s.output({c.b, c.h, c.t}, DType::F32);
+        if (c.docs) {
+          cpu::attention_gqa_documents_forward(qkv.cpu, heads, kv, docs.cpu, y.cpu, lse.cpu);
+          gpu::attention_gqa_documents_forward(qkv.gpu, heads, kv, docs.gpu, y.gpu, lse.gpu);
+        } else {
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y.cpu, lse.cpu);
+          gpu::attention_gqa_forward(qkv.gpu, heads, kv, y.gpu, lse.gpu);
+        }
+        s.compare(fwd + " y", t, shape, y.gpu, y.cpu);
+        s.compare(fwd + " lse", t, shape, lse.gpu, lse.cpu);
+      });
+      s.run(bwd, dtype_name(t), shape, [&] {
+        auto qkv = s.make({c.b, c.t, w}, t, 234);
+        auto dy = s.make({c.b, c.t, cy}, t, 235);
+        auto docs = documents(s, c.b, c.t);
+        Tensor y = Tensor::empty({c.b, c.t, cy}, DType::F32, s.host(), "y");
+        Tensor lse = Tensor::empty({c.b, c.h, c.t}, DType::F32, s.host(), "lse");
+        auto dqkv = s.output({c.b, c.t, w}, t);
+        if (c.docs) {
+          cpu::attention_gqa_documents_forward(qkv.cpu, heads, kv, docs.cpu, y, lse);
+          cpu::attention_gqa_documents_backward(qkv.cpu, heads, kv, docs.cpu, y, lse, dy.cpu, dqkv.cpu);
+        } else {
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y, lse);
+          cpu::attention_gqa_backward(qkv.cpu, heads, kv, y, lse, dy.cpu, dqkv.cpu);
+        }
+        Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
+        auto run = [&](const Tensor& out) {
+          if (c.docs) {
+            gpu::attention_gqa_documents_backward(qkv.gpu, heads, kv, docs.gpu, y_g, lse_g, dy.gpu, out);
+          } else {
+            gpu::attention_gqa_backward(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out);
+          }
+        };
+        run(dqkv.gpu);
+        s.compare(bwd + " dqkv", t, shape, dqkv.gpu, dqkv.cpu);
+        Tensor again = Tensor::empty(dqkv.gpu.shape(), t, s.dev(), "dqkv again");
+        s.poison(again);
+        run(again);
+        s.row(bwd + " bitwise rerun", dtype_name(t), shape, same_bits(dqkv.gpu, again) ? 0.0 : 1.0,
+              gpu_check::kOpExact);
+      });
+    }
+  }
+}
+
+}  // namespace
+
 void check_attention_gqa(Suite& s) {
   struct Case {
     int64_t b, t, h, kv, d;
@@ -194,6 +279,7 @@ void check_attention_gqa(Suite& s) {
       }
     }
   }
+  check_attention_gqa_flash(s);
 }
 
 }  // namespace tandem::ops_check

@@ -1,8 +1,12 @@
 // CUDA causal grouped-query self-attention (ops.h): cuDNN's fused flash attention (SDPA forward and backward graphs
 // through the cudnn-frontend headers, which take H query heads over Hkv key/value heads and sum dk and dv over each
-// group) for bf16 and f16, and the plain kernels (attention_gqa.cu) for f32 and for shapes or alignments cuDNN
-// cannot take. Graphs are built once per shape and cached in a per-device context of their own. Multi-head attention
-// (ops.h's attention_forward / attention_backward) reaches it as the case Hkv = H: the same fused qkv layout.
+// group) for bf16 and f16, our flash kernels (attention_flash.h: memory linear in T) where cuDNN's deterministic
+// backward would want too much workspace and for attention kept inside documents, and the plain kernels
+// (attention_gqa.cu) for f32 and for shapes or alignments neither takes. One rule picks the path per shape,
+// attention_uses_flash (scratch_sizes.h), which the planner's estimates follow too; the forward and the backward of
+// a shape take the same one. Graphs are built once per shape and cached in a per-device context of their own.
+// Multi-head attention (ops.h's attention_forward / attention_backward) reaches it as the case Hkv = H: the same
+// fused qkv layout.
 //
 // No copies around cuDNN: with W = (H + 2 Hkv) D, q is a (B, H, T, D) view of the fused qkv (B, T, W) buffer with
 // strides (T*W, D, W, 1), k and v (B, Hkv, T, D) views with the same strides starting H*D and (H + Hkv) D elements
@@ -12,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tandem/ops/cuda/attention_flash.h"
 #include "tandem/ops/cuda/attention_gqa_plain.h"
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
@@ -253,7 +258,50 @@ char* offset(const Tensor& t, int64_t elements) {
 }  // namespace
 #endif  // TANDEM_HAVE_CUDNN_FRONTEND
 
+namespace {
+
+FlashDims flash_dims(const Tensor& qkv, int heads, int kv_heads) {
+  const int64_t d = qkv.dim(2) / (heads + 2 * static_cast<int64_t>(kv_heads));
+  return FlashDims{qkv.dim(0), qkv.dim(1), heads, kv_heads, static_cast<int>(d)};
+}
+
+// Whether this call runs the flash kernels: the rule (scratch_sizes.h) says so for its shape, every operand has qkv's
+// dtype, the grid takes the shape, and the pointers sit on 16-byte boundaries (else the plain kernels run; their lse
+// is the flash kernels' too, so a forward and a backward that split across the two still agree).
+bool flash_runs(const FlashDims& s, bool documents, std::initializer_list<const Tensor*> operands,
+                std::initializer_list<const void*> pointers) {
+  const DType t = (*operands.begin())->dtype();
+  for (const Tensor* x : operands)
+    if (x->dtype() != t) return false;
+  return attention_uses_flash(t, s.b, s.h, s.kv, s.t, s.d, documents) && flash_attention_supported(s) &&
+         flash_attention_aligned(pointers);
+}
+
+void flash_forward(const FlashDims& s, const Tensor& qkv, const Tensor* documents, const Tensor& y, const Tensor& lse) {
+  device::CudaDevice& dev = cuda_device(y);
+  TANDEM_CUDA_CHECK(flash_attention_forward(s, qkv.raw(), y.raw(), lse.f32(), documents ? documents->i32() : nullptr,
+                                            qkv.dtype() == DType::F16, dev.compute_stream()));
+}
+
+void flash_backward(const FlashDims& s, const Tensor& qkv, const Tensor* documents, const Tensor& y, const Tensor& lse,
+                    const Tensor& dy, const Tensor& dqkv) {
+  device::CudaDevice& dev = cuda_device(dqkv);
+  Tensor dsum = Tensor::empty({s.b, s.h, s.t}, DType::F32, dev, "attention_gqa_backward rowsum(dO * O)");
+  TANDEM_CHECK(static_cast<int64_t>(dsum.nbytes()) == attention_gqa_backward_scratch_bytes(s.b, s.h, s.t) &&
+                   static_cast<int64_t>(dsum.nbytes()) == flash_attention_backward_scratch_bytes(s),
+               "attention_gqa_backward: flash scratch size differs from the planner's (scratch_sizes.h)");
+  TANDEM_CUDA_CHECK(flash_attention_backward(s, qkv.raw(), y.raw(), lse.f32(), dy.raw(), dqkv.raw(), dsum.f32(),
+                                             documents ? documents->i32() : nullptr, qkv.dtype() == DType::F16,
+                                             dev.compute_stream()));
+  // dsum goes back to the arena now; its next user is queued after these kernels on the compute stream.
+}
+
+}  // namespace
+
 void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse) {
+  const FlashDims fs = flash_dims(qkv, heads, kv_heads);
+  if (flash_runs(fs, false, {&qkv, &y}, {qkv.raw(), y.raw(), lse.raw()}))
+    return flash_forward(fs, qkv, nullptr, y, lse);
 #if TANDEM_HAVE_CUDNN_FRONTEND
   const GqaShape s = shape_of(qkv, heads, kv_heads);
   if (s.b > 0 && s.t > 0 && s.d > 0 && y.dtype() == qkv.dtype() && lse.dtype() == DType::F32 &&
@@ -279,6 +327,9 @@ void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Ten
 
 void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
                             const Tensor& dy, const Tensor& dqkv) {
+  const FlashDims fs = flash_dims(qkv, heads, kv_heads);
+  if (flash_runs(fs, false, {&qkv, &y, &dy, &dqkv}, {qkv.raw(), y.raw(), lse.raw(), dy.raw(), dqkv.raw()}))
+    return flash_backward(fs, qkv, nullptr, y, lse, dy, dqkv);
 #if TANDEM_HAVE_CUDNN_FRONTEND
   const GqaShape s = shape_of(qkv, heads, kv_heads);
   const bool same = y.dtype() == qkv.dtype() && dy.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype();
@@ -309,19 +360,28 @@ void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Te
   attention_gqa_backward_plain(qkv, heads, kv_heads, y, lse, dy, dqkv);
 }
 
-// Attention kept inside documents (data.document_mask) is not on the GPU yet: the trainer refuses the key before step
-// 1 on a CUDA device, so these are reached only by a direct call.
-void attention_gqa_documents_forward(const Tensor&, int, int, const Tensor&, const Tensor&, const Tensor&) {
-  TANDEM_FAIL(
-      "attention_gqa_documents_forward: the CUDA backend does not keep attention inside documents yet; run "
-      "it on the CPU backend, or without documents");
+// Attention kept inside documents (data.document_mask): the flash kernels alone (cuDNN has no graph for it here);
+// shapes they cannot take (f32, D other than 64 or 128) are refused.
+void attention_gqa_documents_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                                     const Tensor& y, const Tensor& lse) {
+  const FlashDims fs = flash_dims(qkv, heads, kv_heads);
+  TANDEM_CHECK(flash_runs(fs, true, {&qkv, &y}, {qkv.raw(), y.raw(), lse.raw(), documents.raw()}),
+               "attention_gqa_documents_forward: the CUDA backend keeps attention inside documents for bf16 or f16 "
+               "data with head dim 64 or 128 only (here ",
+               dtype_name(qkv.dtype()), ", D = ", fs.d, "); run it on the CPU backend, or without documents");
+  flash_forward(fs, qkv, &documents, y, lse);
 }
 
-void attention_gqa_documents_backward(const Tensor&, int, int, const Tensor&, const Tensor&, const Tensor&,
-                                      const Tensor&, const Tensor&) {
-  TANDEM_FAIL(
-      "attention_gqa_documents_backward: the CUDA backend does not keep attention inside documents yet; run "
-      "it on the CPU backend, or without documents");
+void attention_gqa_documents_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                                      const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
+  const FlashDims fs = flash_dims(qkv, heads, kv_heads);
+  TANDEM_CHECK(
+      flash_runs(fs, true, {&qkv, &y, &dy, &dqkv},
+                 {qkv.raw(), y.raw(), lse.raw(), dy.raw(), dqkv.raw(), documents.raw()}),
+      "attention_gqa_documents_backward: the CUDA backend keeps attention inside documents for bf16 or f16 data "
+      "with head dim 64 or 128 only (here ",
+      dtype_name(qkv.dtype()), ", D = ", fs.d, "); run it on the CPU backend, or without documents");
+  flash_backward(fs, qkv, &documents, y, lse, dy, dqkv);
 }
 
 int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward) {
@@ -329,7 +389,9 @@ int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, i
   auto* dev = dynamic_cast<device::CudaDevice*>(device);
   const GqaShape s = shape_of(qkv, heads, kv_heads);
   // The pointers of a planned run are not known; the engine's buffers are 16-byte aligned, as cuDNN wants.
-  if (!dev || s.b == 0 || s.t == 0 || s.d == 0 || !cudnn_can_take(qkv.dtype(), {}, s)) return 0;
+  if (!dev || s.b == 0 || s.t == 0 || s.d == 0 || !cudnn_can_take(qkv.dtype(), {}, s) ||
+      attention_uses_flash(qkv.dtype(), s.b, s.h, s.kv, s.t, s.d, false))
+    return 0;
   GqaAttentionContext& ctx = dev->context<GqaAttentionContext>();
   std::lock_guard<std::mutex> lock(ctx.mu);
   const CachedGraph& entry = graph_for(ctx, backward, s, qkv.dtype());

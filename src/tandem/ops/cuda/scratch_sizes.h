@@ -1,6 +1,6 @@
-// Scratch sizes of the RMSNorm and grouped-query attention kernels (rmsnorm.cu, attention_gqa.cu), shared by the
-// kernels and by scratch.cc (which every build compiles, so the planner can plan GPUs without the CUDA toolkit).
-// Plain C++: no CUDA header.
+// Scratch sizes of the RMSNorm and grouped-query attention kernels (rmsnorm.cu, attention_gqa.cu,
+// attention_flash_*.cu), and which attention kernels run, shared by the kernels and by scratch.cc (which every build
+// compiles, so the planner can plan GPUs without the CUDA toolkit). Plain C++: no CUDA header.
 #pragma once
 
 #include <cstdint>
@@ -27,14 +27,14 @@ inline int64_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols, int64_
   return (rows + per - 1) / per * cols * 4;
 }
 
-// attention_gqa_backward's plain kernels: rowsum(dO * O) (B, H, T) f32.
+// attention_gqa_backward's plain kernels and flash kernels (attention_flash.h): rowsum(dO * O) (B, H, T) f32.
 inline int64_t attention_gqa_backward_scratch_bytes(int64_t batch, int64_t heads, int64_t t) {
   return batch * heads * t * 4;
 }
 
 // cuDNN's workspace for the fused attention graph of this shape (forward or backward), asked of cuDNN on `device`
 // when it is a CUDA device (attention_gqa.cc: the graph is built and cached there, and the run reuses it); 0 for
-// any other device, and where the plain kernels run.
+// any other device, and where the plain or the flash kernels run (attention_uses_flash below).
 int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward);
 
 // The shapes cuDNN's fused attention takes: 16-bit data, the head dim D and the fused row width (H + 2 Hkv) D in
@@ -43,16 +43,47 @@ inline bool cudnn_attention_shape(DType t, int64_t d, int64_t width) {
   return (t == DType::BF16 || t == DType::F16) && d % 8 == 0 && width % 8 == 0;
 }
 
-// The same where cuDNN cannot be asked (planning away from the GPU): the sizes cuDNN 9 gave on an H200 for the
-// deterministic graphs (bench/gpu/ops_check prints them; docs/benchmarks.md, 2026-12-01), 256 bytes forward, and
-// backward 2 B H T^2 bytes, a (B, H, T) f32 row statistic and 256 bytes, plus a (B, H, T, D) f32 dq accumulator
-// when Hkv < H; exact for the gpt 1.64B, Llama 3.2 1B and 3B shapes. 0 where the plain kernels would run (f32, or
-// D or the row width not a multiple of 8).
-inline int64_t attention_cudnn_workspace_estimate(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
-                                                  bool backward) {
-  if (!cudnn_attention_shape(t, d, (h + 2 * kv) * d)) return 0;
+// The sizes cuDNN 9 gave on an H200 for the deterministic graphs (bench/gpu/ops_check prints them;
+// docs/benchmarks.md, 2026-12-01), 256 bytes forward, and backward 2 B H T^2 bytes, a (B, H, T) f32 row statistic and
+// 256 bytes, plus a (B, H, T, D) f32 dq accumulator when Hkv < H; exact for the gpt 1.64B, Llama 3.2 1B and 3B
+// shapes.
+inline int64_t cudnn_attention_deterministic_workspace(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
+                                                       bool backward) {
   if (!backward) return 256;
   return 2 * b * h * seq * seq + 4 * b * h * seq + 256 + (kv < h ? 4 * b * h * seq * d : 0);
+}
+
+// The shapes the flash kernels take (attention_flash.h): 16-bit data and D 64 or 128.
+inline bool flash_attention_shape(DType t, int64_t d) {
+  return (t == DType::BF16 || t == DType::F16) && (d == 64 || d == 128);
+}
+
+// Above this, cuDNN's deterministic backward workspace (quadratic in T) is not worth its memory: the flash kernels
+// run instead, whose scratch is linear in T. cuDNN, the faster where it fits, keeps the short sequences: at H 32,
+// T 2048 up to B 7 and T 4096 at B 1. 2 GiB rather than 1: the Llama 3.2 1B shape at micro batch 4 of 2048 tokens
+// wants 1.14 GB (a 1 GiB quadratic term and a 64 MiB dq accumulator), and its measured H200 peak
+// (tests/plan/test_memory_model.cc) is cuDNN's.
+inline constexpr int64_t kCudnnAttentionWorkspaceLimit = int64_t{2} << 30;
+
+// THE rule choosing between cuDNN's fused attention and the flash kernels, per shape, followed by the kernels'
+// dispatch (attention_gqa.cc) and the planner's estimates alike, so the predicted workspace stays exact. The forward
+// and the backward of one shape take the same path (the backward reads the forward's lse). The flash kernels run
+// where they take the shape and either attention is kept inside documents (cuDNN has no such graph here) or cuDNN's
+// deterministic backward would want more than kCudnnAttentionWorkspaceLimit; cuDNN (or, for shapes it cannot take,
+// the plain kernels) otherwise.
+inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d, bool documents) {
+  // B H at most 65535: the kernels' grids put the (batch element, head) pairs in their second dimension.
+  if (!flash_attention_shape(t, d) || b * h > 65535) return false;
+  return documents || cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) > kCudnnAttentionWorkspaceLimit;
+}
+
+// cuDNN's workspace where cuDNN cannot be asked (planning away from the GPU): the sizes above where cuDNN runs, 0
+// where the flash kernels run (attention_uses_flash) or the plain kernels would (f32, or D or the row width not a
+// multiple of 8).
+inline int64_t attention_cudnn_workspace_estimate(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
+                                                  bool backward) {
+  if (!cudnn_attention_shape(t, d, (h + 2 * kv) * d) || attention_uses_flash(t, b, h, kv, seq, d, false)) return 0;
+  return cudnn_attention_deterministic_workspace(b, h, kv, seq, d, backward);
 }
 
 }  // namespace tandem::ops::cuda
