@@ -11,6 +11,7 @@
 
 #include "tandem/checkpoint/disk_space.h"
 #include "tandem/core/units.h"
+#include "tandem/ops/cuda/scratch_sizes.h"
 #include "tandem/ops/profile.h"
 #include "tandem/optim/schedule.h"
 #include "tandem/train/agreed_error.h"
@@ -136,11 +137,21 @@ std::vector<StepMetrics> Trainer::run() {
     TANDEM_FAIL("--resume and --init both given: --resume continues a run (weights and optimizer state), ",
                 "--init starts a new one from weights; choose one");
   if ((cfg_.data.document_mask || (cfg_.eval.enabled && cfg_.eval.data.document_mask)) && options_.device &&
-      options_.device->kind() == DeviceKind::Cuda)
-    TANDEM_FAIL(
-        "data.document_mask: the CUDA backend does not keep attention inside documents yet (the CPU backend "
-        "does); remove \"document_mask\" to attend across the documents of a window, or train on the CPU "
-        "(--device cpu)");
+      options_.device->kind() == DeviceKind::Cuda) {
+    // The CUDA backend keeps attention inside documents with its flash kernels (ops/cuda/attention_flash.h), which
+    // take 16-bit data and a head dim of 64 or 128.
+    const DType compute = cfg_.bf16 ? DType::BF16 : cfg_.fp16.enabled ? DType::F16 : DType::F32;
+    int64_t head_dim = 0;
+    if (const auto* g = std::get_if<spec::GptConfig>(&cfg_.model)) head_dim = g->heads ? g->dim / g->heads : 0;
+    if (const auto* l = std::get_if<spec::LlamaConfig>(&cfg_.model))
+      head_dim = l->head_dim ? l->head_dim : l->num_attention_heads ? l->hidden_size / l->num_attention_heads : 0;
+    if (!ops::cuda::flash_attention_shape(compute, head_dim))
+      TANDEM_FAIL(
+          "data.document_mask on the CUDA backend keeps attention inside documents in bf16 or fp16 compute "
+          "with a head dim of 64 or 128; this run computes in ",
+          dtype_name(compute), " with head dim ", head_dim,
+          ": set \"bf16\": {\"enabled\": true}, remove \"document_mask\", or train on the CPU (--device cpu)");
+  }
   if (cfg_.lora.enabled && !options_.init.empty())
     TANDEM_FAIL("--init with \"lora\": a LoRA run's checkpoints hold the adapters alone, and resuming or exporting ",
                 "one reads its frozen base again from the config; name the base as model.from_pretrained instead of ",
@@ -480,11 +491,14 @@ parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset
   data::Batch batch = dataset.batch(step, first, count, host);
   const Tensor docs = d.document_mask ? data::document_ids(batch.inputs, d.eos_token_id, host) : Tensor();
   if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets, docs};
-  Tensor inputs = Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), *device_, "batch inputs");
-  Tensor targets = Tensor::empty(batch.targets.shape(), batch.targets.dtype(), *device_, "batch targets");
-  inputs.copy_from(batch.inputs);
-  targets.copy_from(batch.targets);
-  return parallel::pipeline::MicroBatch{inputs, targets, Tensor()};  // documents: refused on CUDA (run)
+  const auto on_device = [&](const Tensor& t, const char* name) {
+    if (!t.defined()) return Tensor();
+    Tensor d = Tensor::empty(t.shape(), t.dtype(), *device_, name);
+    d.copy_from(t);
+    return d;
+  };
+  return parallel::pipeline::MicroBatch{on_device(batch.inputs, "batch inputs"),
+                                        on_device(batch.targets, "batch targets"), on_device(docs, "batch documents")};
 }
 
 double Trainer::evaluate() {

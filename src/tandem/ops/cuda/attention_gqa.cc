@@ -61,8 +61,7 @@ struct GqaAttentionContext {
   explicit GqaAttentionContext(device::CudaDevice& dev) {
     TANDEM_CUDNN_CHECK(cudnnCreate(&handle));
     TANDEM_CUDNN_CHECK(cudnnSetStream(handle, dev.compute_stream()));
-    const char* nd = std::getenv("TANDEM_NONDETERMINISTIC_ATTENTION");
-    deterministic = !(nd && std::string(nd) == "1");
+    deterministic = attention_deterministic();
   }
   ~GqaAttentionContext() {
     graphs.clear();

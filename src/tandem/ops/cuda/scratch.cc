@@ -34,6 +34,17 @@ int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& 
   const int64_t cudnn = cudnn_workspace(ctx, qkv, heads, kv_heads, true);
   return cudnn > 0 ? cudnn : attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1));
 }
+// Attention kept inside documents runs the flash kernels alone (attention_gqa.cc): no workspace forward, their
+// rowsum(dO * O) (B, H, T) f32 backward.
+int64_t attention_gqa_documents_forward_scratch(const ScratchContext&, const Tensor&, int, int, const Tensor&,
+                                                const Tensor&, const Tensor&) {
+  return 0;
+}
+int64_t attention_gqa_documents_backward_scratch(const ScratchContext&, const Tensor& qkv, int heads, int,
+                                                 const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                 const Tensor&) {
+  return attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1));
+}
 // embedding.cu: the sort's keys and positions in and out, (3, N) i32.
 int64_t embedding_backward_scratch(const ScratchContext&, const Tensor& ids, const Tensor&, const Tensor&, int64_t,
                                    int64_t) {
@@ -90,6 +101,8 @@ const Scratch& scratch() {
     s.rmsnorm_backward_add = &rmsnorm_backward_add_scratch;
     s.attention_gqa_forward = &attention_gqa_forward_scratch;
     s.attention_gqa_backward = &attention_gqa_backward_scratch;
+    s.attention_gqa_documents_forward = &attention_gqa_documents_forward_scratch;
+    s.attention_gqa_documents_backward = &attention_gqa_documents_backward_scratch;
     s.fixed = kGemmWorkspaceBytes + kSumSquaresScratchBytes;
     return s;
   }();

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "tandem/core/tensor.h"
 #include "tandem/ops/cuda/workspace.h"
@@ -65,16 +67,28 @@ inline bool flash_attention_shape(DType t, int64_t d) {
 // (tests/plan/test_memory_model.cc) is cuDNN's.
 inline constexpr int64_t kCudnnAttentionWorkspaceLimit = int64_t{2} << 30;
 
+// False when TANDEM_NONDETERMINISTIC_ATTENTION=1 is in the environment (read once, here): cuDNN's backward is then
+// its non-deterministic one, whose workspace is linear in T, and it runs wherever it takes the shape. True otherwise:
+// every attention path gives the same bits run to run.
+inline bool attention_deterministic() {
+  static const bool deterministic = [] {
+    const char* nd = std::getenv("TANDEM_NONDETERMINISTIC_ATTENTION");
+    return !(nd && std::string(nd) == "1");
+  }();
+  return deterministic;
+}
+
 // THE rule choosing between cuDNN's fused attention and the flash kernels, per shape, followed by the kernels'
 // dispatch (attention_gqa.cc) and the planner's estimates alike, so the predicted workspace stays exact. The forward
 // and the backward of one shape take the same path (the backward reads the forward's lse). The flash kernels run
 // where they take the shape and either attention is kept inside documents (cuDNN has no such graph here) or cuDNN's
-// deterministic backward would want more than kCudnnAttentionWorkspaceLimit; cuDNN (or, for shapes it cannot take,
-// the plain kernels) otherwise.
+// deterministic backward would want more than kCudnnAttentionWorkspaceLimit (unless attention_deterministic() is
+// false); cuDNN (or, for shapes it cannot take, the plain kernels) otherwise.
 inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d, bool documents) {
   // B H at most 65535: the kernels' grids put the (batch element, head) pairs in their second dimension.
   if (!flash_attention_shape(t, d) || b * h > 65535) return false;
-  return documents || cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) > kCudnnAttentionWorkspaceLimit;
+  return documents || (attention_deterministic() &&
+                       cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) > kCudnnAttentionWorkspaceLimit);
 }
 
 // cuDNN's workspace where cuDNN cannot be asked (planning away from the GPU): the sizes above where cuDNN runs, 0
