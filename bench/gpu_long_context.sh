@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Long sequences on one GPU (docs/long-context.md): the Llama-3-8B shape cut to 8 layers (d4096 h32 kv8 ffn 14336,
+# V 128256 untied, 2.80B), bf16, one sequence a step with activation checkpointing, at each T of GPU_LONG_T; and the
+# same shape at T 2048, 16 sequences a step (micro 4 x 4, no checkpointing), the short-sequence speed to keep. Each
+# run prints its tok/s and peak; the summary table comes last.
+# Usage: bash bench/gpu_long_context.sh BIN_DIR OUT_DIR [BUDGET_S]
+#   GPU_LONG_T: the sequence lengths (default "32768 65536 131072"; empty: none).
+#   GPU_LONG_ATTENTION: "deterministic" (the default attention), "nondeterministic"
+#     (TANDEM_NONDETERMINISTIC_ATTENTION=1), or both (the default).
+#   GPU_LONG_SHORT=0 leaves the T 2048 run out; GPU_LONG_STEPS (default 3) the steps of each run.
+#   GPU_LONG_DRY=1 prints the commands and checks the configs with `tandem plan` (works without a GPU).
+set -u
+bin="$1"
+out="$2"
+budget="${3:-540}"
+dry="${GPU_LONG_DRY:-0}"
+steps="${GPU_LONG_STEPS:-3}"
+lengths="${GPU_LONG_T-32768 65536 131072}"
+attentions="${GPU_LONG_ATTENTION:-deterministic nondeterministic}"
+here="$(cd "$(dirname "$0")" && pwd)"
+mkdir -p "$out"
+if [ "$dry" = 1 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+else
+  source "$here/gpu_env.sh" "$out"
+fi
+started=$(date +%s)
+status=0
+source "$here/budgeted_run.sh"
+
+# config NAME T BATCH MICRO CKPT: the 8-layer shape at sequence length T.
+config() {
+  cat >"$out/$1.json" <<JSON
+{ "model": { "type": "llama", "vocab_size": 128256, "seq_len": $2, "hidden_size": 4096, "num_hidden_layers": 8,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "rms_norm_eps": 1e-5,
+    "rope_theta": 500000, "max_position_embeddings": $2, "tie_word_embeddings": false },
+  "data": { "type": "synthetic" }, "train_batch_size": $3, "train_micro_batch_size_per_gpu": $4,
+  "parallel": { "activation_checkpointing": $5 }, "steps": $steps, "seed": 1, "bf16": { "enabled": true },
+  "optimizer": { "type": "AdamW", "params": { "lr": 1e-4, "weight_decay": 0.1 } },
+  "checkpoint": { "every": 0, "at_end": false } }
+JSON
+}
+
+tandem() {  # NAME LIMIT_S [ENV=VALUE...]
+  local name="$1" limit="$2"
+  shift 2
+  if [ "$dry" = 1 ]; then
+    "$bin/tandem" plan "$out/$name.json" --devices 1 --rates h200 | tail -2
+    return
+  fi
+  run "$name" "$limit" env "$@" "$bin/tandem" train "$out/$name.json" --device cuda --out "$out/$name" --overwrite
+}
+
+if [ "${GPU_LONG_SHORT:-1}" != 0 ]; then
+  config l8_t2048 2048 16 4 false
+  tandem l8_t2048 150
+fi
+for t in $lengths; do
+  for a in $attentions; do
+    name="l8_t${t}_${a}"
+    config "$name" "$t" 1 1 true
+    if [ "$a" = nondeterministic ]; then
+      tandem "$name" 240 TANDEM_NONDETERMINISTIC_ATTENTION=1
+    else
+      tandem "$name" 240 TANDEM_NONDETERMINISTIC_ATTENTION=0
+    fi
+  done
+done
+
+echo "== long context ($(($(date +%s) - started)) s)"
+[ "$dry" = 1 ] && exit 0
+# name, tok/s of the steps after the first, the peak and its prediction: from each run's metrics.jsonl (or, for a run
+# refused before step 1, the line that says why).
+for f in "$out"/l8_*.json; do
+  name=$(basename "$f" .json)
+  "${PYTHON:-python3}" - "$out/$name" "$out/$name.log" <<'PY'
+import json, os, sys
+run, log = sys.argv[1], sys.argv[2]
+name = os.path.basename(run)
+rows = []
+try:
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        rows = [json.loads(l) for l in f if l.strip()]
+except OSError:
+    pass
+rows = [r for r in rows if "loss" in r]
+if not rows:
+    why = ""
+    if os.path.exists(log):
+        lines = [l.strip() for l in open(log) if l.strip()]
+        why = next((l for l in lines if "error" in l.lower() or "needs" in l or "refus" in l), lines[-1] if lines else "")
+    print(f"{name:32s} no step: {why[:150]}")
+    sys.exit(0)
+timed = rows[1:] or rows
+tokens = sum(r["tokens_per_s"] * r["step_s"] for r in timed)
+secs = sum(r["step_s"] for r in timed)
+peak = max(r["peak_bytes"] for r in rows)
+predicted = rows[-1].get("predicted_peak_bytes", 0)
+print(f"{name:32s} {tokens / secs:9.0f} tok/s  peak {peak / 2**30:7.2f} GiB ({peak} bytes, predicted {predicted})"
+      f"  loss {rows[-1]['loss']:.4f}")
+PY
+done
+exit $status
