@@ -30,7 +30,7 @@ void ParameterStore::upload_values(Unit& u, const Tensor& source, int64_t at, ui
   // Uploads leave in order on their stream: the last piece's ticket stands for the unit's whole upload.
   u.upload = device_.copy_from_host_async(dst.raw(), source.raw(), dst.nbytes(), after);
   if (u.values_staged) upload_tickets_[u.upload_buffer] = u.upload;
-  if (record) mark_span("to device", u.label, start, device_.mark(DeviceQueue::FromHost));
+  if (record) timeline_.span("to device", u.label, start, device_.mark(DeviceQueue::FromHost));
   // With one replica the owned slice is the whole buffer; otherwise the replicas' slices are gathered again.
   u.stale = !values_transient() && dp_.size() > 1;
 }
@@ -85,9 +85,10 @@ void ParameterStore::download_gradient(Unit& u) {
   point_grads(u, Tensor());
   u.grads = Tensor();
   const uint64_t fence = device_.fence();
-  const uint64_t start = timeline_phase_ == 1 ? device_.mark(DeviceQueue::ToHost, fence) : 0;
+  const bool record = timeline_.in_recorded_step();
+  const uint64_t start = record ? device_.mark(DeviceQueue::ToHost, fence) : 0;
   d.ticket = device_.copy_to_host_async(dst.raw(), d.source.raw(), d.source.nbytes(), fence);
-  if (timeline_phase_ == 1) mark_span("to host", u.label, start, device_.mark(DeviceQueue::ToHost));
+  if (record) timeline_.span("to host", u.label, start, device_.mark(DeviceQueue::ToHost));
   download_ = std::move(d);
 }
 
@@ -154,7 +155,7 @@ void ParameterStore::run_update(const QueuedUpdate& q) {
   const double started = now();
   update_values(*q.unit, &q, q.fence, q.record);
   // The span holds the unit's AdamW and the issue of its uploads, which wait only for an upload buffer to be free.
-  if (q.record) timeline_->add("host AdamW", q.unit->label, started, now());
+  if (q.record) timeline_.host_span("host AdamW", q.unit->label, started, now());
 }
 
 void ParameterStore::queue_update(Unit& u, float lr, float grad_scale) {
@@ -163,8 +164,7 @@ void ParameterStore::queue_update(Unit& u, float lr, float grad_scale) {
   // The upload overwrites values the step's backward reads: it starts after everything queued so far. The step it
   // belongs to and whether it is the recorded one are decided here: the next step's begin_step() counts the next step
   // and moves the timeline's phase on while this update may still run.
-  const QueuedUpdate q{
-      &u, lr, grad_scale, adamw_->step_count(), device_.fence(), timeline_phase_ == 1 && timeline_ != nullptr};
+  const QueuedUpdate q{&u, lr, grad_scale, adamw_->step_count(), device_.fence(), timeline_.records_update()};
   // The planner's counting device accounts in order, and the op profile times on one thread: both update here.
   if (!device_.holds_data() || ops::profile::enabled()) {
     run_update(q);
@@ -221,19 +221,10 @@ void ParameterStore::wait_updated(const Unit& u) {
   if (update_error_) std::rethrow_exception(std::exchange(update_error_, nullptr));
 }
 
-void ParameterStore::mark_span(std::string track, std::string name, uint64_t start, uint64_t end) {
-  std::lock_guard<std::mutex> lock(timeline_mu_);
-  marked_.push_back({std::move(track), std::move(name), start, end});
-}
-
 std::unique_ptr<Timeline> ParameterStore::take_timeline(bool at_end) {
-  if (!timeline_ || timeline_phase_ < (at_end ? 1 : 2)) return nullptr;
-  finish_update();
-  for (const MarkedSpan& m : marked_)
-    timeline_->add(m.track, m.name, device_.mark_seconds(m.start), device_.mark_seconds(m.end));
-  marked_.clear();
-  timeline_phase_ = 0;
-  return std::move(timeline_);
+  if (!timeline_.ready(at_end)) return nullptr;
+  finish_update();  // the recorded step's updates add their spans
+  return timeline_.take();
 }
 
 void ParameterStore::finish_update() {

@@ -43,7 +43,8 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       host_(offload.host),
       param_offload_(offload.param.enabled()),
       micro_batches_(offload.micro_batches),
-      upload_piece_(offload.optimizer.upload_piece) {
+      upload_piece_(offload.optimizer.upload_piece),
+      timeline_(device) {
   TANDEM_CHECK(upload_piece_ > 0, "offload: upload pieces of ", upload_piece_, " elements");
   // With one replica there is nothing to shard: every stage is stage 0.
   TANDEM_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage);
@@ -333,13 +334,7 @@ void ParameterStore::begin_step(std::optional<UpdateInBackward> in_backward) {
     adamw_->begin_step();
     in_backward_ = in_backward;
   }
-  if (timeline_phase_ == 1 || timeline_phase_ == 2) ++timeline_phase_;  // recorded marks stop at phase 3
-  if (timeline_armed_ && timeline_phase_ == 0) {
-    timeline_armed_ = false;
-    timeline_phase_ = 1;
-    timeline_ = std::make_unique<Timeline>();
-    layer_marks_.assign(model_.layers().size(), 0);
-  }
+  timeline_.begin_step(model_.layers().size());
   for (auto& u : units_) {
     u->arrived = 0;  // an offloaded unit's first gradient of the step is copied to the host, not added
     u->queued = false;
@@ -350,7 +345,7 @@ void ParameterStore::begin_step(std::optional<UpdateInBackward> in_backward) {
 }
 
 void ParameterStore::before_forward(size_t layer) {
-  if (timeline_phase_ == 2) layer_marks_[layer] = device_.mark();
+  if (timeline_.in_step_after()) timeline_.layer_started(layer);
   for (int i : units_of(layer)) {
     Unit& u = *units_[static_cast<size_t>(i)];
     use_values(u);
@@ -367,12 +362,11 @@ void ParameterStore::use_values(Unit& u) {
 void ParameterStore::after_forward(size_t layer) {
   if (values_transient())
     for (int i : units_of(layer)) release_values(*units_[static_cast<size_t>(i)]);
-  if (timeline_phase_ == 2)
-    mark_span("device", "forward " + model_.layers()[layer]->name(), layer_marks_[layer], device_.mark());
+  if (timeline_.in_step_after()) timeline_.layer_ended(layer, "forward " + model_.layers()[layer]->name());
 }
 
 void ParameterStore::before_backward(size_t layer) {
-  if (timeline_phase_ == 1) layer_marks_[layer] = device_.mark();
+  if (timeline_.in_recorded_step()) timeline_.layer_started(layer);
   for (int i : units_of(layer)) {
     Unit& u = *units_[static_cast<size_t>(i)];
     use_values(u);
@@ -401,8 +395,7 @@ void ParameterStore::after_backward(size_t layer) {
     }
     if (values_transient()) release_values(u);
   }
-  if (timeline_phase_ == 1)
-    mark_span("device", "backward " + model_.layers()[layer]->name(), layer_marks_[layer], device_.mark());
+  if (timeline_.in_recorded_step()) timeline_.layer_ended(layer, "backward " + model_.layers()[layer]->name());
 }
 
 void ParameterStore::reduce_gradients() {

@@ -53,6 +53,7 @@
 #include "tandem/nn/model.h"
 #include "tandem/optim/adamw.h"
 #include "tandem/parallel/zero/timeline.h"
+#include "tandem/parallel/zero/timeline_recorder.h"
 #include "tandem/parallel/zero/unit.h"
 
 namespace tandem::parallel {
@@ -125,7 +126,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // The offload timeline (timeline.h) of the next step: its backward, the copies down and up, the host AdamW, and the
   // step after's forward beside them. take_timeline() gives it once the step after has run (null before), or with
   // `at_end` once the recorded step has (the run ends there).
-  void record_timeline() { timeline_armed_ = true; }
+  void record_timeline() { timeline_.arm(); }
   std::unique_ptr<Timeline> take_timeline(bool at_end = false);
   optim::AdamW& optimizer() { return *adamw_; }
 
@@ -296,18 +297,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   std::optional<UpdateInBackward> in_backward_;
   uint64_t state_read_ = 0;  // update_after's ticket, until the next update waits for it
   std::optional<GradientDownload> download_;
-  // The timeline being recorded: spans whose ends are device marks, turned into seconds when it is taken.
-  struct MarkedSpan {
-    std::string track, name;
-    uint64_t start = 0, end = 0;  // device marks (Device::mark)
-  };
-  void mark_span(std::string track, std::string name, uint64_t start, uint64_t end);
-  bool timeline_armed_ = false;
-  int timeline_phase_ = 0;  // 1: the recorded step; 2: the step after (its forward); 3: a step after that
-  std::unique_ptr<Timeline> timeline_;
-  std::mutex timeline_mu_;
-  std::vector<MarkedSpan> marked_;
-  std::vector<uint64_t> layer_marks_;  // by layer: the mark at its hook's start
+  TimelineRecorder timeline_;  // the offload timeline, when one is asked for (record_timeline)
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::vector<int>> units_of_layer_;  // indices into units_; empty for layers without parameters
   std::vector<bool> held_;                        // by layer: on this rank
