@@ -135,17 +135,17 @@ void ParameterStore::write_values(const Unit& u, const QueuedUpdate* update, con
 
 void ParameterStore::update_values(Unit& u, const QueuedUpdate* update, uint64_t after, bool record) {
   std::array<Tensor, 3> state;  // a swapped unit's master, exp_avg and exp_avg_sq, paged in
-  if (u.swapped) state = swap_in(u);
+  if (u.swapped) state = swap_.read_state(u);
   // A staged unit in pieces through the upload buffers; any other in one piece, its host values.
   const int64_t total = u.grad_shard.numel(), piece = u.values_staged ? upload_piece_ : std::max<int64_t>(total, 1);
   for (int64_t begin = 0; begin < total; begin += piece) {
     const int64_t end = std::min(begin + piece, total);
     const Tensor values = values_for_upload(u, end - begin);
     write_values(u, update, state, begin, end, values);
-    if (u.values_swapped && values_swap_) values_swap_->write(u.values_offset, values.raw(), u.values_bytes);
+    if (u.values_swapped) swap_.write_values(u, values);
     upload_values(u, values, begin, after, record);
   }
-  if (u.swapped && update) swap_out(u, state[0]);
+  if (u.swapped && update) swap_.write_state(u, state[0]);
 }
 
 void ParameterStore::run_update(const QueuedUpdate& q) {

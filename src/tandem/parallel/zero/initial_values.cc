@@ -1,9 +1,11 @@
 // ParameterStore's initial values (parameter_store.h): each unit's drawn from the seed on the device that runs the
 // step, whatever holds them (a GPU draws the host's bits, core/random_fill.h): the fp32 master where it is, a frozen
 // unit's compute-dtype values through fp32 chunks rounded there, offloaded state in chunks copied down to host memory.
-// A frozen base read from files comes in through write_frozen, rounded on the host.
+// A frozen base read from files comes in through write_frozen, rounded on the host. A swapped unit's master is drawn
+// into the swap buffer and written to its region of the swap file (make_swap).
 #include <algorithm>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "tandem/ops/ops.h"
@@ -26,6 +28,23 @@ void ParameterStore::add_frozen_values(Unit& u, uint64_t seed) {
   for (size_t i = 0; i < u.params.size(); ++i) {
     const int64_t a = std::max(u.offsets[i], begin), b = std::min(u.offsets[i] + shape_numel(u.params[i]->shape), end);
     if (a < b) draw_initial(*u.params[i], held.flat_slice(a - begin, b - a, {b - a}), seed, a - u.offsets[i]);
+  }
+}
+
+void ParameterStore::make_swap(const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, uint64_t seed) {
+  swap_.open(units_, device_.holds_data(), optimizer, param, "dp rank " + std::to_string(dp_.rank()));
+  if (!swap_.has_state_file()) return;
+  for (const auto& u : units_) {
+    if (!u->swapped) continue;
+    const int64_t mn = u->grad_shard.numel(), m0 = stage_ == 0 ? 0 : dp_.rank() * u->shard;
+    swap_.write_initial(*u, [&](const Tensor& master) {  // (mn) fp32, zeroed
+      for (size_t i = 0; i < u->params.size(); ++i) {
+        const int64_t a = std::max(u->offsets[i], m0),
+                      b = std::min(u->offsets[i] + shape_numel(u->params[i]->shape), m0 + mn);
+        if (a < b)
+          nn::initialize_parameter(*u->params[i], master.flat_slice(a - m0, b - a, {b - a}), seed, a - u->offsets[i]);
+      }
+    });
   }
 }
 

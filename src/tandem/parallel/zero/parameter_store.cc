@@ -43,6 +43,7 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       host_(offload.host),
       param_offload_(offload.param.enabled()),
       micro_batches_(offload.micro_batches),
+      swap_(offload.host, compute),
       upload_piece_(offload.optimizer.upload_piece),
       timeline_(device) {
   TANDEM_CHECK(upload_piece_ > 0, "offload: upload pieces of ", upload_piece_, " elements");
@@ -165,9 +166,7 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
   }
   if (u->swapped) {
     // Its master and moments go to the swap file (make_swap draws the master there).
-    u->swap_part = checkpoint::SwapFile::round_up(static_cast<uint64_t>(mn) * 4);
-    u->swap_offset = swap_bytes_;
-    swap_bytes_ += 3 * u->swap_part;
+    swap_.place_state(*u, mn);
   } else {
     u->master = alias ? u->values.flat_slice(m0, mn, {mn})
                       : Tensor::zeros({mn}, DType::F32, state, u->label + " fp32 master parameters");
@@ -183,9 +182,7 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
     u->values_swapped = param_offload_ && swap_param_;
     u->values_staged = !param_offload_ && !(compute_ == DType::F32 && !u->swapped);
     if (u->values_swapped) {
-      u->values_bytes = checkpoint::SwapFile::round_up(static_cast<uint64_t>(mn) * dtype_size(compute_));
-      u->values_offset = values_swap_bytes_;
-      values_swap_bytes_ += u->values_bytes;
+      swap_.place_values(*u, mn);
     } else if (!u->values_staged) {
       u->host_values = compute_ == DType::F32
                            ? u->master
@@ -476,13 +473,13 @@ void ParameterStore::visit_owned(
     }
     // Paged in (into memory of its own: the caller may keep the views), visited, written back (a checkpoint that
     // loads writes through these views).
-    const std::array<Tensor, 3> state = swap_in(*u, /*own_buffer=*/true);
+    const std::array<Tensor, 3> state = swap_.read_state(*u, /*own_buffer=*/true);
     for (size_t i = u->first_segment; i < u->end_segment; ++i) {
       const int64_t n = segs[i].grad.numel(), at = segment_start_[i];
       fn(*segment_param_[i], segs[i].offset, state[0].flat_slice(at, n, {n}), state[1].flat_slice(at, n, {n}),
          state[2].flat_slice(at, n, {n}));
     }
-    swap_out(*u, state[0]);
+    swap_.write_state(*u, state[0]);
   }
 }
 

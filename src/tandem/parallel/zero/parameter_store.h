@@ -47,11 +47,11 @@
 #include <thread>
 #include <vector>
 
-#include "tandem/checkpoint/swap_file.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/device/accounted_device.h"
 #include "tandem/nn/model.h"
 #include "tandem/optim/adamw.h"
+#include "tandem/parallel/zero/swap_files.h"
 #include "tandem/parallel/zero/timeline.h"
 #include "tandem/parallel/zero/timeline_recorder.h"
 #include "tandem/parallel/zero/unit.h"
@@ -91,9 +91,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // Whether any unit's optimizer state lives in host memory (or a swap file).
   bool offloaded() const { return offloaded_units_ > 0; }
   // The bytes of the rank's swap file (offload to nvme); 0 without one. The planner reads it as the disk's share.
-  uint64_t swap_bytes() const { return swap_bytes_ + values_swap_bytes_; }
-  uint64_t optimizer_swap_bytes() const { return swap_bytes_; }         // offload_optimizer's file
-  uint64_t parameter_swap_bytes() const { return values_swap_bytes_; }  // offload_param's file
+  uint64_t swap_bytes() const { return swap_.state_bytes() + swap_.values_bytes(); }
+  uint64_t optimizer_swap_bytes() const { return swap_.state_bytes(); }   // offload_optimizer's file
+  uint64_t parameter_swap_bytes() const { return swap_.values_bytes(); }  // offload_param's file
 
   // The offloaded units' update started during the backward: each unit's as soon as its gradient of the step is
   // whole on the host, while the backward goes on through the layers below it. Allowed when the update needs nothing
@@ -229,16 +229,14 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void start_update(float lr, float grad_scale);
   // Before an offloaded unit is used: its queued updates done (rethrows what failed on the update's thread).
   void wait_updated(const Unit& u);
-  // nvme (swap_state.cc): the swap file and its buffers made, and each swapped unit's initial master written to it;
-  // a unit's state read into a buffer (returned: master, exp_avg, exp_avg_sq views, (shard) each) and written back.
+  // nvme: the swap files opened and each swapped unit's initial master drawn into the optimizer's.
   void make_swap(const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, uint64_t seed);
-  // `own_buffer`: into a buffer of its own (a visit's caller may keep the views), not the shared one.
-  std::array<Tensor, 3> swap_in(const Unit& u, bool own_buffer = false);
-  void swap_out(const Unit& u, const Tensor& master);  // `master`: the first of swap_in's views
   // The unit's owned compute-dtype values on the host: host_values, or with the parameters swapped the host buffer
-  // (read in from the parameters' swap file when `read`).
-  // `updating`: the update's thread asks, and gets its own buffer.
-  Tensor host_values_of(const Unit& u, bool read, bool updating = false);
+  // (read in from the parameters' swap file when `read`). `updating`: the update's thread asks, and gets its own
+  // buffer.
+  Tensor host_values_of(const Unit& u, bool read, bool updating = false) {
+    return u.values_swapped ? swap_.values(u, read, updating) : u.host_values;
+  }
   // Where the update writes the unit's new compute-dtype values for the upload: host_values_of's tensor, or for a
   // staged unit the first `n` elements of the next of the two upload buffers, once that buffer's last upload has left
   // it.
@@ -268,16 +266,10 @@ class ParameterStore final : public nn::Model::LayerHooks {
   bool param_offload_ = false;               // offload_param: the owned compute-dtype values live on the host
   int offloaded_units_ = 0;
   int micro_batches_ = 1;
-  bool swap_optimizer_ = false;                 // offload_optimizer to nvme
-  uint64_t swap_bytes_ = 0;                     // the swap file's size
-  std::unique_ptr<checkpoint::SwapFile> swap_;  // null on a counting device, which swaps nothing
-  Tensor swap_buffer_;                          // one unit's region, aligned for direct I/O, in host memory
-  std::vector<int64_t> segment_start_;          // by segment: where it starts in its unit's owned master
-  bool swap_param_ = false;                     // offload_param to nvme
-  uint64_t values_swap_bytes_ = 0;              // the parameters' swap file's size
-  std::unique_ptr<checkpoint::SwapFile> values_swap_;
-  Tensor values_buffer_;  // (largest shard) compute dtype: one unit's owned values, aligned for direct I/O, for gathers
-  Tensor values_update_buffer_;  // the same for the update's thread
+  bool swap_optimizer_ = false;         // offload_optimizer to nvme
+  bool swap_param_ = false;             // offload_param to nvme
+  SwapFiles swap_;                      // nvme: the files the swapped units' state and values live in
+  std::vector<int64_t> segment_start_;  // by segment: where it starts in its unit's owned master
   // Staged units (Unit::values_staged): two compute-dtype host buffers of the largest staged shard or upload_piece_
   // elements (offload_optimizer.upload_piece), whichever is less, the updated values go up from, in turn, and the
   // ticket of each one's last upload.
