@@ -116,11 +116,10 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
   int64_t largest_staged = 0;
   for (const auto& u : units_)
     if (u->values_staged) largest_staged = std::max(largest_staged, u->grad_shard.numel());
-  if (largest_staged > 0) {
-    PurposeScope scope(host(), MemoryPurpose::Parameters);
-    const int64_t n = std::min(largest_staged, upload_piece_);
-    for (Tensor& b : upload_buffers_) b = Tensor::zeros({n}, compute_, host(), "parameter upload buffer");
-  }
+  updater_ = std::make_unique<OffloadUpdater>(
+      OffloadUpdater::Setup{device_, host_, *adamw_, segment_start_, swap_, timeline_, compute_, upload_piece_,
+                            dp_.rank(), dp_.size(), values_transient(), param_offload_},
+      largest_staged);
   refresh_values();
 }
 
@@ -243,7 +242,7 @@ ParameterStore::~ParameterStore() {
     finish_download();
   } catch (const std::exception&) {
   }
-  stop_updater();
+  updater_->stop();
 }
 
 const std::vector<int>& ParameterStore::units_of(size_t layer) const {
@@ -284,7 +283,7 @@ void ParameterStore::gather_values(Unit& u) {
     // Up from the host into memory the device may still be reading for an earlier layer: after its queued work. A
     // swapped shard is read into the one host buffer, which the next read reuses: the copy is waited for.
     wait_updated(u);
-    const Tensor source = host_values_of(u, /*read=*/true);
+    const Tensor source = host_values_for_gather(u);
     const uint64_t ticket = device_.copy_from_host_async(own.raw(), source.raw(), own.nbytes(), device_.fence());
     device_.device_waits(ticket);
     if (u.values_swapped) device_.host_waits(ticket);
@@ -305,7 +304,7 @@ void ParameterStore::refresh_values(bool offloaded_too) {
     if (u->frozen) continue;  // never updated (write_frozen gathers what it writes)
     if (u->offloaded) {
       if (!offloaded_too) continue;
-      update_values(*u, nullptr, fence, /*record=*/false);
+      updater_->upload_current(*u, fence);
       continue;
     }
     if (values_transient()) continue;  // gathered from the master when needed

@@ -1,4 +1,4 @@
-// Internal to ParameterStore (parameter_store.cc, host_update.cc): one ZeRO unit, the flat buffers of one layer's
+// Internal to ParameterStore and its parts (zero/): one ZeRO unit, the flat buffers of one layer's
 // parameters (or of one tied parameter) and where each lives. Not a public type: nothing outside zero/ sees it.
 #pragma once
 
@@ -49,12 +49,11 @@ struct Unit {
                       // micro-batches so far, uploaded under the next one's backward so that the device adds into
                       // it as the resident buffer of an unoffloaded unit does (the same bits); `grad_shard` is
                       // its owned slice, where the last micro-batch's reduced sum lands
-  int uses = 1;            // layers of this rank that use it: 2 for a tied parameter both of whose uses it holds
-  int arrived = 0;         // backward passes of this unit this step (uses of each micro-batch so far)
-  bool queued = false;     // its update of this step is queued (or done)
-  int update_pending = 0;  // updates queued and not yet done, guarded by the store's update_mu_
-  uint64_t upload = 0;     // ticket of the last upload of host_values to the device
-  bool stale = false;      // the device's full values predate the last update: gather the owned shard again
+  int uses = 1;         // layers of this rank that use it: 2 for a tied parameter both of whose uses it holds
+  int arrived = 0;      // backward passes of this unit this step (uses of each micro-batch so far)
+  bool queued = false;  // its update of this step is submitted to the OffloadUpdater (or done)
+  uint64_t upload = 0;  // ticket of the last upload of host_values to the device
+  bool stale = false;   // the device's full values predate the last update: gather the owned shard again
   // nvme: the master and both moments live in the rank's swap file, not in host memory (`master` undefined), each
   // part at an aligned offset of the unit's region: master at swap_offset, exp_avg one part later, exp_avg_sq two.
   bool swapped = false;
