@@ -14,8 +14,8 @@ void ParameterStore::make_current(Unit& u) {
   wait_updated(u);
   device_.device_waits(u.upload);
   if (!u.stale) return;
-  const Tensor own = u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
-  dp_.all_gather(own, u.values);
+  const Tensor own = u.full_values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
+  dp_.all_gather(own, u.full_values);
   u.stale = false;
 }
 
@@ -23,15 +23,15 @@ void ParameterStore::prepare_gradient(Unit& u) {
   PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
   const Shape full{u.shard * dp_.size()};
   if (stage_ >= 2 || u.arrived == 0) {
-    u.grads = Tensor::zeros(full, DType::F32, device_, u.label + " gradients");
+    u.full_grads = Tensor::zeros(full, DType::F32, device_, u.label + " gradients");
   } else {
     // The sum of the step's earlier micro-batches, back up for this backward to add into.
     finish_download();
-    u.grads = Tensor::empty(full, DType::F32, device_, u.label + " gradients");
-    device_.device_waits(
-        device_.copy_from_host_async(u.grads.raw(), u.host_grads.raw(), u.grads.nbytes(), device_.fence()));
+    u.full_grads = Tensor::empty(full, DType::F32, device_, u.label + " gradients");
+    device_.device_waits(device_.copy_from_host_async(u.full_grads.raw(), u.full_grads_host.raw(),
+                                                      u.full_grads.nbytes(), device_.fence()));
   }
-  point_grads(u, u.grads);
+  point_grads(u, u.full_grads);
 }
 
 void ParameterStore::download_gradient(Unit& u) {
@@ -42,23 +42,23 @@ void ParameterStore::download_gradient(Unit& u) {
   GradientDownload d;
   d.unit = &u;
   d.last = last;
-  d.source = u.grads;         // the full sum so far; with one replica also the owned shard
-  Tensor dst = u.host_grads;  // where the copy lands on the host
+  d.source = u.full_grads;         // the full sum so far; with one replica also the owned shard
+  Tensor dst = u.full_grads_host;  // where the copy lands on the host
   if (stage_ >= 2 || last) {
     if (dp_.size() > 1) {
       d.source = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");
-      dp_.reduce_scatter(u.grads, d.source);
+      dp_.reduce_scatter(u.full_grads, d.source);
     }
     // At stages 0-1 the step's one reduced sum; at 2-3 the step's first micro-batch goes straight into the host
     // shard and the later ones land beside it, to be added.
-    dst = u.grad_shard;
+    dst = u.owned_grads;
     if (stage_ >= 2 && u.arrived > 1) {
       PurposeScope host_scope(host(), MemoryPurpose::ZeroBuffers);
       d.staging = dst = Tensor::empty({u.shard}, DType::F32, host(), u.label + " gradient from the device");
     }
   }
   point_grads(u, Tensor());
-  u.grads = Tensor();
+  u.full_grads = Tensor();
   const uint64_t fence = device_.fence();
   const bool record = timeline_.in_recorded_step();
   const uint64_t start = record ? device_.mark(DeviceQueue::ToHost, fence) : 0;
@@ -70,7 +70,7 @@ void ParameterStore::download_gradient(Unit& u) {
 void ParameterStore::finish_download() {
   if (!download_) return;
   device_.host_waits(download_->ticket);
-  if (download_->staging.defined()) ops::axpy(1.0f, download_->staging, download_->unit->grad_shard);
+  if (download_->staging.defined()) ops::axpy(1.0f, download_->staging, download_->unit->owned_grads);
   Unit& u = *download_->unit;
   const bool complete = download_->last;
   download_.reset();
@@ -91,10 +91,10 @@ void ParameterStore::start_update(float lr, float grad_scale) {
   // Units no backward reached this step have a zero gradient; the rest were queued as their gradients came down when
   // the update runs in the backward (begin_step), and are queued here, in layer order, when it runs after it.
   for (const auto& u : units_) {
-    if (!u->offloaded || u->queued) continue;
+    if (!u->offloaded() || u->queued) continue;
     if (u->arrived == 0) {
       wait_updated(*u);
-      u->grad_shard.fill_zero();
+      u->owned_grads.fill_zero();
     }
     queue_update(*u, lr, grad_scale);
   }

@@ -90,23 +90,24 @@ void OffloadUpdater::run(const QueuedUpdate& q) {
 
 void OffloadUpdater::update_values(Unit& u, const QueuedUpdate* update, uint64_t after, bool record) {
   std::array<Tensor, 3> state;  // a swapped unit's master, exp_avg and exp_avg_sq, paged in
-  if (u.swapped) state = s_.swap.read_state(u);
+  if (u.state == Where::SwapFile) state = s_.swap.read_state(u);
   // A staged unit in pieces through the upload buffers; any other in one piece, its host values.
-  const int64_t total = u.grad_shard.numel(), piece = u.values_staged ? s_.upload_piece : std::max<int64_t>(total, 1);
+  const int64_t total = u.owned_grads.numel(), piece = u.staged() ? s_.upload_piece : std::max<int64_t>(total, 1);
   for (int64_t begin = 0; begin < total; begin += piece) {
     const int64_t end = std::min(begin + piece, total);
     const Tensor values = values_for_upload(u, end - begin);
     write_values(u, update, state, begin, end, values);
-    if (u.values_swapped) s_.swap.write_values(u, values);
+    if (u.owned_values == Where::SwapFile) s_.swap.write_values(u, values);
     upload(u, values, begin, after, record);
   }
-  if (u.swapped && update) s_.swap.write_state(u, state[0]);
+  if (u.state == Where::SwapFile && update) s_.swap.write_state(u, state[0]);
 }
 
 void OffloadUpdater::write_values(const Unit& u, const QueuedUpdate* update, const std::array<Tensor, 3>& state,
                                   int64_t begin, int64_t end, const Tensor& values) {
   const auto& segs = s_.adamw.segments();
-  const Tensor master = u.swapped ? state[0] : u.master;  // (shard) fp32
+  const bool swapped = u.state == Where::SwapFile;      // its state is read_state's views
+  const Tensor master = swapped ? state[0] : u.master;  // (shard) fp32
   const auto piece = [](const Tensor& t, int64_t at, int64_t n) { return t.flat_slice(at, n, {n}); };
   // 16-bit values are rounded from the master by the AdamW pass itself; what no segment's update writes (the padding
   // past the last parameter; everything without an update) is cast on its own. fp32 values are the master, or a copy.
@@ -123,9 +124,9 @@ void OffloadUpdater::write_values(const Unit& u, const QueuedUpdate* update, con
     cast_up_to(a);
     const int64_t n = b - a, off = a - at;
     const Tensor rounded = rounding ? piece(values, a - begin, n) : Tensor();
-    const Tensor value = u.swapped ? piece(state[0], a, n) : piece(segs[i].value, off, n);
-    const Tensor exp_avg = u.swapped ? piece(state[1], a, n) : piece(s_.adamw.exp_avg()[i], off, n);
-    const Tensor exp_avg_sq = u.swapped ? piece(state[2], a, n) : piece(s_.adamw.exp_avg_sq()[i], off, n);
+    const Tensor value = swapped ? piece(state[0], a, n) : piece(segs[i].value, off, n);
+    const Tensor exp_avg = swapped ? piece(state[1], a, n) : piece(s_.adamw.exp_avg()[i], off, n);
+    const Tensor exp_avg_sq = swapped ? piece(state[2], a, n) : piece(s_.adamw.exp_avg_sq()[i], off, n);
     s_.adamw.update_one(i, value, exp_avg, exp_avg_sq, update->lr, update->grad_scale, rounded, update->step, off);
     done = b;
   }
@@ -134,7 +135,9 @@ void OffloadUpdater::write_values(const Unit& u, const QueuedUpdate* update, con
 }
 
 Tensor OffloadUpdater::values_for_upload(Unit& u, int64_t n) {
-  if (!u.values_staged) return u.values_swapped ? s_.swap.values(u, /*read=*/false, /*updating=*/true) : u.host_values;
+  if (!u.staged())
+    return u.owned_values == Where::SwapFile ? s_.swap.values(u, /*read=*/false, /*updating=*/true)
+                                             : u.owned_values_host;
   u.upload_buffer = next_upload_buffer_;
   next_upload_buffer_ = (next_upload_buffer_ + 1) % upload_buffers_.size();
   s_.device.host_waits(std::exchange(upload_tickets_[u.upload_buffer], 0));  // its last upload has left
@@ -144,12 +147,12 @@ Tensor OffloadUpdater::values_for_upload(Unit& u, int64_t n) {
 void OffloadUpdater::upload(Unit& u, const Tensor& source, int64_t at, uint64_t after, bool record) {
   if (s_.param_offload) return;  // the device takes the host shard just before each gather
   const Tensor& own =
-      s_.values_transient ? u.values_shard : u.values.flat_slice(s_.dp_rank * u.shard, u.shard, {u.shard});
+      s_.values_transient ? u.owned_values_device : u.full_values.flat_slice(s_.dp_rank * u.shard, u.shard, {u.shard});
   const Tensor dst = own.flat_slice(at, source.numel(), {source.numel()});
   const uint64_t start = record ? s_.device.mark(DeviceQueue::FromHost, after) : 0;
   // Uploads leave in order on their stream: the last piece's ticket stands for the unit's whole upload.
   u.upload = s_.device.copy_from_host_async(dst.raw(), source.raw(), dst.nbytes(), after);
-  if (u.values_staged) upload_tickets_[u.upload_buffer] = u.upload;
+  if (u.staged()) upload_tickets_[u.upload_buffer] = u.upload;
   if (record) s_.timeline.span("to device", u.label, start, s_.device.mark(DeviceQueue::FromHost));
   // With one replica the owned slice is the whole buffer; otherwise the replicas' slices are gathered again.
   u.stale = !s_.values_transient && s_.dp_size > 1;

@@ -4,7 +4,7 @@
 // before it touches that unit again (wait), and for all of them before it reads the state (finish).
 // One unit's update: its AdamW pass over its owned shard (paged in from the swap file when the state lives there), the
 // rounded compute-dtype values written in that same pass, then copied up to where the device keeps the owned values.
-// A staged unit (Unit::values_staged: the host keeps no copy of its values) goes in pieces of at most `upload_piece`
+// A staged unit (Unit::staged(): the host keeps no copy of its values) goes in pieces of at most `upload_piece`
 // elements through two piece-sized upload buffers in turn, so that the host updates piece k while piece k - 1 travels
 // up; every other unit goes whole from its host values. The device side of each copy is ordered by the device's
 // transfer tickets (device_interface.h): an upload starts after the device work queued before its update (the

@@ -156,8 +156,8 @@ class ParameterStore final : public nn::Model::LayerHooks {
   struct GradientDownload {
     Unit* unit = nullptr;
     Tensor source;   // fp32 on the device: the reduced shard (shard), or at stages 0-1 the full sum (shard * dp)
-    Tensor staging;  // (shard) fp32 on the host, added into grad_shard once it arrived; undefined when the copy went
-                     // straight to its place (grad_shard or host_grads)
+    Tensor staging;  // (shard) fp32 on the host, added into owned_grads once it arrived; undefined when the copy went
+                     // straight to its place (owned_grads or full_grads_host)
     uint64_t ticket = 0;
     bool last = false;  // the unit's last of the step: once it is done, its gradient of the step is whole
   };
@@ -204,10 +204,10 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void wait_updated(const Unit& u) { updater_->wait(u); }
   // nvme: the swap files opened and each swapped unit's initial master drawn into the optimizer's.
   void make_swap(const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, uint64_t seed);
-  // The unit's owned compute-dtype values on the host, for a gather: host_values, or with the parameters swapped the
-  // gathers' buffer, read in from the parameters' swap file.
+  // The unit's owned compute-dtype values on the host, for a gather: owned_values_host, or with the parameters swapped
+  // the gathers' buffer, read in from the parameters' swap file.
   Tensor host_values_for_gather(const Unit& u) {
-    return u.values_swapped ? swap_.values(u, true, false) : u.host_values;
+    return u.owned_values == Where::SwapFile ? swap_.values(u, true, false) : u.owned_values_host;
   }
   bool values_transient() const { return stage_ == 3 || param_offload_; }
   // The device memory offloaded state is accounted on: the host's.

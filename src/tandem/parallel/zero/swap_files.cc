@@ -38,8 +38,8 @@ void SwapFiles::open(const std::vector<std::unique_ptr<Unit>>& units, bool holds
                      const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, const std::string& owner) {
   uint64_t largest = 0, largest_values = 0;
   for (const auto& u : units) {
-    if (u->swapped) largest = std::max(largest, 3 * u->swap_part);
-    if (u->values_swapped) largest_values = std::max(largest_values, u->values_bytes);
+    if (u->state == Where::SwapFile) largest = std::max(largest, 3 * u->swap_part);
+    if (u->owned_values == Where::SwapFile) largest_values = std::max(largest_values, u->values_bytes);
   }
   if (largest > 0) {
     PurposeScope scope(*host_, MemoryPurpose::Optimizer);
@@ -60,7 +60,7 @@ void SwapFiles::open(const std::vector<std::unique_ptr<Unit>>& units, bool holds
 }
 
 void SwapFiles::write_initial(const Unit& u, const std::function<void(const Tensor&)>& draw) {
-  const int64_t mn = u.grad_shard.numel();
+  const int64_t mn = u.owned_grads.numel();
   const Tensor master = state_buffer_.flat_slice(0, mn, {mn});
   master.fill_zero();
   draw(master);
@@ -70,7 +70,7 @@ void SwapFiles::write_initial(const Unit& u, const std::function<void(const Tens
 std::array<Tensor, 3> SwapFiles::read_state(const Unit& u, bool own_buffer) {
   const Tensor buffer =
       own_buffer ? aligned_buffer(*host_, 3 * u.swap_part, DType::F32, u.label + " paged in") : state_buffer_;
-  const int64_t mn = u.grad_shard.numel(), part = static_cast<int64_t>(u.swap_part / 4);
+  const int64_t mn = u.owned_grads.numel(), part = static_cast<int64_t>(u.swap_part / 4);
   if (state_) state_->read(u.swap_offset, buffer.raw(), 3 * u.swap_part);
   return {buffer.flat_slice(0, mn, {mn}), buffer.flat_slice(part, mn, {mn}), buffer.flat_slice(2 * part, mn, {mn})};
 }
@@ -80,7 +80,7 @@ void SwapFiles::write_state(const Unit& u, const Tensor& master) {
 }
 
 Tensor SwapFiles::values(const Unit& u, bool read, bool updating) {
-  const int64_t mn = u.grad_shard.numel();
+  const int64_t mn = u.owned_grads.numel();
   const Tensor& buffer = updating ? values_update_buffer_ : values_buffer_;
   if (read && values_) values_->read(u.values_offset, buffer.raw(), u.values_bytes);
   return buffer.flat_slice(0, mn, {mn});
