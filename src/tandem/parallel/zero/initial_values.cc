@@ -1,9 +1,11 @@
 // ParameterStore's initial values (parameter_store.h): each unit's drawn from the seed on the device that runs the
 // step, whatever holds them (a GPU draws the host's bits, core/random_fill.h): the fp32 master where it is, a frozen
 // unit's compute-dtype values through fp32 chunks rounded there, offloaded state in chunks copied down to host memory.
-// A frozen base read from files comes in through write_frozen, rounded on the host.
+// A frozen base read from files comes in through write_frozen, rounded on the host. A swapped unit's master is drawn
+// into the swap buffer and written to its region of the swap file (make_swap).
 #include <algorithm>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "tandem/ops/ops.h"
@@ -17,15 +19,32 @@ void ParameterStore::add_frozen_values(Unit& u, uint64_t seed) {
   const int64_t begin = stage_ == 3 ? dp_.rank() * u.shard : 0, count = stage_ == 3 ? u.shard : u.shard * dp_.size();
   const Tensor held = Tensor::zeros({count}, compute_, device_, u.label + (stage_ == 3 ? " shard" : " parameters"));
   if (stage_ == 3) {
-    u.frozen_shard = held;
+    u.owned_values_device = held;
   } else {
-    u.values = held;
+    u.full_values = held;
     point_values(u, held);
   }
   const int64_t end = begin + count;
   for (size_t i = 0; i < u.params.size(); ++i) {
     const int64_t a = std::max(u.offsets[i], begin), b = std::min(u.offsets[i] + shape_numel(u.params[i]->shape), end);
     if (a < b) draw_initial(*u.params[i], held.flat_slice(a - begin, b - a, {b - a}), seed, a - u.offsets[i]);
+  }
+}
+
+void ParameterStore::make_swap(const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, uint64_t seed) {
+  swap_.open(units_, device_.holds_data(), optimizer, param, "dp rank " + std::to_string(dp_.rank()));
+  if (!swap_.has_state_file()) return;
+  for (const auto& u : units_) {
+    if (u->state != Where::SwapFile) continue;
+    const int64_t mn = u->owned_grads.numel(), m0 = stage_ == 0 ? 0 : dp_.rank() * u->shard;
+    swap_.write_initial(*u, [&](const Tensor& master) {  // (mn) fp32, zeroed
+      for (size_t i = 0; i < u->params.size(); ++i) {
+        const int64_t a = std::max(u->offsets[i], m0),
+                      b = std::min(u->offsets[i] + shape_numel(u->params[i]->shape), m0 + mn);
+        if (a < b)
+          nn::initialize_parameter(*u->params[i], master.flat_slice(a - m0, b - a, {b - a}), seed, a - u->offsets[i]);
+      }
+    });
   }
 }
 
@@ -80,9 +99,9 @@ void ParameterStore::write_frozen(const std::function<void(const nn::Parameter&,
     if (!u->frozen) continue;
     const bool sharded = stage_ >= 1;
     const int64_t begin = sharded ? dp_.rank() * u->shard : 0, count = sharded ? u->shard : u->shard * dp_.size();
-    const Tensor held = stage_ == 3 ? u->frozen_shard : u->values.flat_slice(begin, count, {count});
+    const Tensor held = stage_ == 3 ? u->owned_values_device : u->full_values.flat_slice(begin, count, {count});
     fill_frozen(*u, begin, held, fill);
-    if (stage_ == 1 || stage_ == 2) pending.push_back(dp_.all_gather_async(held, u->values));
+    if (stage_ == 1 || stage_ == 2) pending.push_back(dp_.all_gather_async(held, u->full_values));
   }
   for (auto& r : pending) r->wait();
 }

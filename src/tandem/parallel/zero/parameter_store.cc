@@ -43,7 +43,9 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
       host_(offload.host),
       param_offload_(offload.param.enabled()),
       micro_batches_(offload.micro_batches),
-      upload_piece_(offload.optimizer.upload_piece) {
+      swap_(offload.host, compute),
+      upload_piece_(offload.optimizer.upload_piece),
+      timeline_(device) {
   TANDEM_CHECK(upload_piece_ > 0, "offload: upload pieces of ", upload_piece_, " elements");
   // With one replica there is nothing to shard: every stage is stage 0.
   TANDEM_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage);
@@ -113,12 +115,11 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
   if (swap_bytes() > 0) make_swap(offload.optimizer, offload.param, seed);
   int64_t largest_staged = 0;
   for (const auto& u : units_)
-    if (u->values_staged) largest_staged = std::max(largest_staged, u->grad_shard.numel());
-  if (largest_staged > 0) {
-    PurposeScope scope(host(), MemoryPurpose::Parameters);
-    const int64_t n = std::min(largest_staged, upload_piece_);
-    for (Tensor& b : upload_buffers_) b = Tensor::zeros({n}, compute_, host(), "parameter upload buffer");
-  }
+    if (u->staged()) largest_staged = std::max(largest_staged, u->owned_grads.numel());
+  updater_ = std::make_unique<OffloadUpdater>(
+      OffloadUpdater::Setup{device_, host_, *adamw_, segment_start_, swap_, timeline_, compute_, upload_piece_,
+                            dp_.rank(), dp_.size(), values_transient(), param_offload_},
+      largest_staged);
   refresh_values();
 }
 
@@ -129,10 +130,10 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
   u->params = std::move(params);
   u->uses = uses;
   u->label = std::move(label);
-  u->offloaded = offload;
-  u->swapped = offload && swap_optimizer_;
+  u->state = !offload ? Where::Device : swap_optimizer_ ? Where::SwapFile : Where::Host;
   offloaded_units_ += offload;
-  // Where the optimizer's state of this unit lives: host memory when offloaded.
+  // The memory the optimizer's state of this unit is made in: host memory when offloaded (unless swapped: made in the
+  // swap file).
   Device& state = offload ? host() : device_;
   std::optional<PurposeScope> host_scope;
   if (host_) host_scope.emplace(*host_, MemoryPurpose::Parameters);
@@ -159,54 +160,52 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
   const bool alias = compute_ == DType::F32 && !values_transient() && !offload;
   PurposeScope as_parameters(device_, MemoryPurpose::Parameters);
   if (!values_transient()) {
-    u->values = Tensor::zeros({u->shard * dp_size}, compute_, device_, u->label + " parameters");
-    point_values(*u, u->values);
+    u->full_values = Tensor::zeros({u->shard * dp_size}, compute_, device_, u->label + " parameters");
+    point_values(*u, u->full_values);
   }
-  if (u->swapped) {
+  if (u->state == Where::SwapFile) {
     // Its master and moments go to the swap file (make_swap draws the master there).
-    u->swap_part = checkpoint::SwapFile::round_up(static_cast<uint64_t>(mn) * 4);
-    u->swap_offset = swap_bytes_;
-    swap_bytes_ += 3 * u->swap_part;
+    swap_.place_state(*u, mn);
   } else {
-    u->master = alias ? u->values.flat_slice(m0, mn, {mn})
+    u->master = alias ? u->full_values.flat_slice(m0, mn, {mn})
                       : Tensor::zeros({mn}, DType::F32, state, u->label + " fp32 master parameters");
   }
-  for (size_t i = 0; i < u->params.size() && !u->swapped; ++i) {
+  for (size_t i = 0; i < u->params.size() && u->state != Where::SwapFile; ++i) {
     const int64_t a = std::max(u->offsets[i], m0),
                   b = std::min(u->offsets[i] + shape_numel(u->params[i]->shape), m0 + mn);
     if (a < b) draw_initial(*u->params[i], u->master.flat_slice(a - m0, b - a, {b - a}), seed, a - u->offsets[i]);
   }
   if (offload) {
-    // The owned values in the compute dtype on the host (the master itself in fp32), and where the device starts
-    // its gathers from when the full values are transient.
-    u->values_swapped = param_offload_ && swap_param_;
-    u->values_staged = !param_offload_ && !(compute_ == DType::F32 && !u->swapped);
-    if (u->values_swapped) {
-      u->values_bytes = checkpoint::SwapFile::round_up(static_cast<uint64_t>(mn) * dtype_size(compute_));
-      u->values_offset = values_swap_bytes_;
-      values_swap_bytes_ += u->values_bytes;
-    } else if (!u->values_staged) {
-      u->host_values = compute_ == DType::F32
-                           ? u->master
-                           : Tensor::zeros({mn}, compute_, host(), u->label + " parameters on the host");
+    // The owned compute-dtype values: with offload_param on the host or in its swap file, the device's only copy
+    // made before each gather; otherwise on the device, with a copy on the host only when that is free (the fp32
+    // master itself, in host memory).
+    const bool master_is_values = compute_ == DType::F32 && u->state == Where::Host;
+    u->owned_values = param_offload_ ? (swap_param_ ? Where::SwapFile : Where::Host)
+                                     : (master_is_values ? Where::Host : Where::Device);
+    if (u->owned_values == Where::SwapFile) {
+      swap_.place_values(*u, mn);
+    } else if (!u->staged()) {
+      u->owned_values_host = compute_ == DType::F32
+                                 ? u->master
+                                 : Tensor::zeros({mn}, compute_, host(), u->label + " parameters on the host");
     }
     if (values_transient() && !param_offload_)
-      u->values_shard = Tensor::zeros({mn}, compute_, device_, u->label + " parameter shard");
+      u->owned_values_device = Tensor::zeros({mn}, compute_, device_, u->label + " parameter shard");
   }
   if (values_transient()) release_values(*u);
   PurposeScope as_gradients(device_, MemoryPurpose::Gradients);
   if (host_) host_scope.emplace(*host_, MemoryPurpose::Gradients);
   if (stage_ <= 1 && !offload) {
-    u->grads = Tensor::zeros({u->shard * dp_size}, DType::F32, device_, u->label + " gradients");
-    point_grads(*u, u->grads);
+    u->full_grads = Tensor::zeros({u->shard * dp_size}, DType::F32, device_, u->label + " gradients");
+    point_grads(*u, u->full_grads);
   }
   if (offload && stage_ <= 1 && micro_batches_ * u->uses > 1) {
     // The step's running sum; the last micro-batch's reduced sum lands in its owned slice, which the host AdamW
     // reads before the next step's first copy down overwrites it: one fp32 gradient on the host, not two.
-    u->host_grads = Tensor::zeros({u->shard * dp_size}, DType::F32, host(), u->label + " gradients on the host");
-    u->grad_shard = u->host_grads.flat_slice(m0, mn, {mn});
+    u->full_grads_host = Tensor::zeros({u->shard * dp_size}, DType::F32, host(), u->label + " gradients on the host");
+    u->owned_grads = u->full_grads_host.flat_slice(m0, mn, {mn});
   } else if (stage_ >= 1 || offload) {
-    u->grad_shard = Tensor::zeros({mn}, DType::F32, state, u->label + " gradient shard");
+    u->owned_grads = Tensor::zeros({mn}, DType::F32, state, u->label + " gradient shard");
   }
 
   u->first_segment = segments.size();
@@ -214,15 +213,17 @@ int ParameterStore::add_unit(size_t layer, std::vector<nn::Parameter*> params, s
     nn::Parameter* p = u->params[i];
     const int64_t off = u->offsets[i], n = shape_numel(p->shape);
     if (stage_ == 0 && !offload) {
-      segments.push_back({p->name, u->master.flat_slice(off, n, {n}), u->grads.flat_slice(off, n, {n}), p->decay, 0});
+      segments.push_back(
+          {p->name, u->master.flat_slice(off, n, {n}), u->full_grads.flat_slice(off, n, {n}), p->decay, 0});
       segment_param_.push_back(p);
       segment_start_.push_back(off);
     } else {
       const int64_t a = std::max(off, s0), b = std::min(off + n, s1);
       if (a < b) {
         // A swapped unit's segments hold no value: the master is paged in from the swap file for each use.
-        segments.push_back({p->name, u->swapped ? Tensor() : u->master.flat_slice(a - s0, b - a, {b - a}),
-                            u->grad_shard.flat_slice(a - s0, b - a, {b - a}), p->decay, a - off});
+        segments.push_back({p->name,
+                            u->state == Where::SwapFile ? Tensor() : u->master.flat_slice(a - s0, b - a, {b - a}),
+                            u->owned_grads.flat_slice(a - s0, b - a, {b - a}), p->decay, a - off});
         segment_param_.push_back(p);
         segment_start_.push_back(a - s0);
       }
@@ -245,7 +246,7 @@ ParameterStore::~ParameterStore() {
     finish_download();
   } catch (const std::exception&) {
   }
-  stop_updater();
+  updater_->stop();
 }
 
 const std::vector<int>& ParameterStore::units_of(size_t layer) const {
@@ -270,33 +271,33 @@ void ParameterStore::point_grads(Unit& u, const Tensor& full) {
 }
 
 void ParameterStore::gather_values(Unit& u) {
-  if (u.values.defined()) return;
+  if (u.full_values.defined()) return;
   PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
-  u.values = Tensor::empty({u.shard * dp_.size()}, compute_, device_, u.label + " gathered parameters");
+  u.full_values = Tensor::empty({u.shard * dp_.size()}, compute_, device_, u.label + " gathered parameters");
   if (u.frozen) {
-    dp_.all_gather(u.frozen_shard, u.values);  // already in the compute dtype
-    point_values(u, u.values);
+    dp_.all_gather(u.owned_values_device, u.full_values);  // already in the compute dtype
+    point_values(u, u.full_values);
     return;
   }
   // Gather in the compute dtype: half the bytes of the fp32 master when computing in bf16 or f16.
-  const Tensor own = u.values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
-  if (!u.offloaded) {
+  const Tensor own = u.full_values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
+  if (!u.offloaded()) {
     ops::cast(u.master, own);
   } else if (param_offload_) {
     // Up from the host into memory the device may still be reading for an earlier layer: after its queued work. A
     // swapped shard is read into the one host buffer, which the next read reuses: the copy is waited for.
     wait_updated(u);
-    const Tensor source = host_values_of(u, /*read=*/true);
+    const Tensor source = host_values_for_gather(u);
     const uint64_t ticket = device_.copy_from_host_async(own.raw(), source.raw(), own.nbytes(), device_.fence());
     device_.device_waits(ticket);
-    if (u.values_swapped) device_.host_waits(ticket);
+    if (u.owned_values == Where::SwapFile) device_.host_waits(ticket);
   } else {
     wait_updated(u);
     device_.device_waits(u.upload);
-    own.copy_from(u.values_shard);
+    own.copy_from(u.owned_values_device);
   }
-  if (dp_.size() > 1) dp_.all_gather(own, u.values);
-  point_values(u, u.values);
+  if (dp_.size() > 1) dp_.all_gather(own, u.full_values);
+  point_values(u, u.full_values);
 }
 
 void ParameterStore::refresh_values(bool offloaded_too) {
@@ -305,26 +306,26 @@ void ParameterStore::refresh_values(bool offloaded_too) {
   const uint64_t fence = offloaded() && offloaded_too ? device_.fence() : 0;
   for (auto& u : units_) {
     if (u->frozen) continue;  // never updated (write_frozen gathers what it writes)
-    if (u->offloaded) {
+    if (u->offloaded()) {
       if (!offloaded_too) continue;
-      update_values(*u, nullptr, fence, /*record=*/false);
+      updater_->upload_current(*u, fence);
       continue;
     }
     if (values_transient()) continue;  // gathered from the master when needed
     if (stage_ == 0) {
-      if (compute_ != DType::F32) ops::cast(u->master, u->values);
+      if (compute_ != DType::F32) ops::cast(u->master, u->full_values);
       continue;
     }
-    const Tensor own = u->values.flat_slice(dp_.rank() * u->shard, u->shard, {u->shard});
+    const Tensor own = u->full_values.flat_slice(dp_.rank() * u->shard, u->shard, {u->shard});
     if (compute_ != DType::F32) ops::cast(u->master, own);
-    pending.push_back(dp_.all_gather_async(own, u->values));
+    pending.push_back(dp_.all_gather_async(own, u->full_values));
   }
   for (auto& r : pending) r->wait();
 }
 
 void ParameterStore::release_values(Unit& u) {
   point_values(u, Tensor());
-  u.values = Tensor();
+  u.full_values = Tensor();
 }
 
 void ParameterStore::begin_step(std::optional<UpdateInBackward> in_backward) {
@@ -333,24 +334,18 @@ void ParameterStore::begin_step(std::optional<UpdateInBackward> in_backward) {
     adamw_->begin_step();
     in_backward_ = in_backward;
   }
-  if (timeline_phase_ == 1 || timeline_phase_ == 2) ++timeline_phase_;  // recorded marks stop at phase 3
-  if (timeline_armed_ && timeline_phase_ == 0) {
-    timeline_armed_ = false;
-    timeline_phase_ = 1;
-    timeline_ = std::make_unique<Timeline>();
-    layer_marks_.assign(model_.layers().size(), 0);
-  }
+  timeline_.begin_step(model_.layers().size());
   for (auto& u : units_) {
     u->arrived = 0;  // an offloaded unit's first gradient of the step is copied to the host, not added
     u->queued = false;
-    if (u->offloaded) continue;
-    if (u->grads.defined()) u->grads.fill_zero();
-    if (u->grad_shard.defined()) u->grad_shard.fill_zero();
+    if (u->offloaded()) continue;
+    if (u->full_grads.defined()) u->full_grads.fill_zero();
+    if (u->owned_grads.defined()) u->owned_grads.fill_zero();
   }
 }
 
 void ParameterStore::before_forward(size_t layer) {
-  if (timeline_phase_ == 2) layer_marks_[layer] = device_.mark();
+  if (timeline_.in_step_after()) timeline_.layer_started(layer);
   for (int i : units_of(layer)) {
     Unit& u = *units_[static_cast<size_t>(i)];
     use_values(u);
@@ -360,28 +355,27 @@ void ParameterStore::before_forward(size_t layer) {
 void ParameterStore::use_values(Unit& u) {
   if (values_transient())
     gather_values(u);
-  else if (u.offloaded)
+  else if (u.offloaded())
     make_current(u);
 }
 
 void ParameterStore::after_forward(size_t layer) {
   if (values_transient())
     for (int i : units_of(layer)) release_values(*units_[static_cast<size_t>(i)]);
-  if (timeline_phase_ == 2)
-    mark_span("device", "forward " + model_.layers()[layer]->name(), layer_marks_[layer], device_.mark());
+  if (timeline_.in_step_after()) timeline_.layer_ended(layer, "forward " + model_.layers()[layer]->name());
 }
 
 void ParameterStore::before_backward(size_t layer) {
-  if (timeline_phase_ == 1) layer_marks_[layer] = device_.mark();
+  if (timeline_.in_recorded_step()) timeline_.layer_started(layer);
   for (int i : units_of(layer)) {
     Unit& u = *units_[static_cast<size_t>(i)];
     use_values(u);
-    if (u.offloaded) {
+    if (u.offloaded()) {
       prepare_gradient(u);
     } else if (stage_ >= 2 && !u.frozen) {
       PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
-      u.grads = Tensor::zeros({u.shard * dp_.size()}, DType::F32, device_, u.label + " gradients");
-      point_grads(u, u.grads);
+      u.full_grads = Tensor::zeros({u.shard * dp_.size()}, DType::F32, device_, u.label + " gradients");
+      point_grads(u, u.full_grads);
     }
   }
 }
@@ -389,20 +383,19 @@ void ParameterStore::before_backward(size_t layer) {
 void ParameterStore::after_backward(size_t layer) {
   for (int i : units_of(layer)) {
     Unit& u = *units_[static_cast<size_t>(i)];
-    if (u.offloaded) {
+    if (u.offloaded()) {
       download_gradient(u);
     } else if (stage_ >= 2 && !u.frozen) {
       PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
       Tensor reduced = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");  // (shard)
-      dp_.reduce_scatter(u.grads, reduced);
-      ops::axpy(1.0f, reduced, u.grad_shard);
+      dp_.reduce_scatter(u.full_grads, reduced);
+      ops::axpy(1.0f, reduced, u.owned_grads);
       point_grads(u, Tensor());
-      u.grads = Tensor();
+      u.full_grads = Tensor();
     }
     if (values_transient()) release_values(u);
   }
-  if (timeline_phase_ == 1)
-    mark_span("device", "backward " + model_.layers()[layer]->name(), layer_marks_[layer], device_.mark());
+  if (timeline_.in_recorded_step()) timeline_.layer_ended(layer, "backward " + model_.layers()[layer]->name());
 }
 
 void ParameterStore::reduce_gradients() {
@@ -412,11 +405,11 @@ void ParameterStore::reduce_gradients() {
   // their backward ended.
   std::vector<std::unique_ptr<comm::Request>> pending;
   for (auto& u : units_) {
-    if (u->offloaded || u->frozen) continue;
+    if (u->offloaded() || u->frozen) continue;
     if (stage_ == 0)
-      pending.push_back(dp_.all_reduce_async(u->grads, comm::ReduceOp::Sum));
+      pending.push_back(dp_.all_reduce_async(u->full_grads, comm::ReduceOp::Sum));
     else
-      pending.push_back(dp_.reduce_scatter_async(u->grads, u->grad_shard, comm::ReduceOp::Sum));
+      pending.push_back(dp_.reduce_scatter_async(u->full_grads, u->owned_grads, comm::ReduceOp::Sum));
   }
   for (auto& r : pending) r->wait();
 }
@@ -424,7 +417,8 @@ void ParameterStore::reduce_gradients() {
 void ParameterStore::tie_gradients() {
   // The gradient the optimizer reads: the full buffer at stage 0, the owned reduced shard at 1-3.
   for (auto& u : units_)
-    if (u->tied_remote && !u->frozen) tied_->all_reduce(stage_ == 0 ? u->grads : u->grad_shard, comm::ReduceOp::Sum);
+    if (u->tied_remote && !u->frozen)
+      tied_->all_reduce(stage_ == 0 ? u->full_grads : u->owned_grads, comm::ReduceOp::Sum);
 }
 
 double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
@@ -466,7 +460,7 @@ void ParameterStore::optimizer_step(float lr, float grad_scale) {
   }
   if (state_read_ != 0) device_.device_waits(std::exchange(state_read_, 0));
   for (const auto& u : units_)
-    if (!u->offloaded) adamw_->update(u->first_segment, u->end_segment, lr, grad_scale);
+    if (!u->offloaded()) adamw_->update(u->first_segment, u->end_segment, lr, grad_scale);
   refresh_values(/*offloaded_too=*/false);
   if (offloaded()) start_update(lr, grad_scale);  // each offloaded unit's values go up as its update finishes
 }
@@ -476,20 +470,20 @@ void ParameterStore::visit_owned(
   finish_update();
   const auto& segs = adamw_->segments();
   for (const auto& u : units_) {
-    if (!u->swapped) {
+    if (u->state != Where::SwapFile) {
       for (size_t i = u->first_segment; i < u->end_segment; ++i)
         fn(*segment_param_[i], segs[i].offset, segs[i].value, adamw_->exp_avg()[i], adamw_->exp_avg_sq()[i]);
       continue;
     }
     // Paged in (into memory of its own: the caller may keep the views), visited, written back (a checkpoint that
     // loads writes through these views).
-    const std::array<Tensor, 3> state = swap_in(*u, /*own_buffer=*/true);
+    const std::array<Tensor, 3> state = swap_.read_state(*u, /*own_buffer=*/true);
     for (size_t i = u->first_segment; i < u->end_segment; ++i) {
       const int64_t n = segs[i].grad.numel(), at = segment_start_[i];
       fn(*segment_param_[i], segs[i].offset, state[0].flat_slice(at, n, {n}), state[1].flat_slice(at, n, {n}),
          state[2].flat_slice(at, n, {n}));
     }
-    swap_out(*u, state[0]);
+    swap_.write_state(*u, state[0]);
   }
 }
 

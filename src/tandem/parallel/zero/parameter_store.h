@@ -36,23 +36,19 @@
 // It is the model's LayerHooks: the pipeline executor calls it around every layer.
 #pragma once
 
-#include <array>
-#include <condition_variable>
-#include <deque>
-#include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <thread>
 #include <vector>
 
-#include "tandem/checkpoint/swap_file.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/device/accounted_device.h"
 #include "tandem/nn/model.h"
 #include "tandem/optim/adamw.h"
+#include "tandem/parallel/zero/offload_updater.h"
+#include "tandem/parallel/zero/swap_files.h"
 #include "tandem/parallel/zero/timeline.h"
+#include "tandem/parallel/zero/timeline_recorder.h"
 #include "tandem/parallel/zero/unit.h"
 
 namespace tandem::parallel {
@@ -90,9 +86,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // Whether any unit's optimizer state lives in host memory (or a swap file).
   bool offloaded() const { return offloaded_units_ > 0; }
   // The bytes of the rank's swap file (offload to nvme); 0 without one. The planner reads it as the disk's share.
-  uint64_t swap_bytes() const { return swap_bytes_ + values_swap_bytes_; }
-  uint64_t optimizer_swap_bytes() const { return swap_bytes_; }         // offload_optimizer's file
-  uint64_t parameter_swap_bytes() const { return values_swap_bytes_; }  // offload_param's file
+  uint64_t swap_bytes() const { return swap_.state_bytes() + swap_.values_bytes(); }
+  uint64_t optimizer_swap_bytes() const { return swap_.state_bytes(); }   // offload_optimizer's file
+  uint64_t parameter_swap_bytes() const { return swap_.values_bytes(); }  // offload_param's file
 
   // The offloaded units' update started during the backward: each unit's as soon as its gradient of the step is
   // whole on the host, while the backward goes on through the layers below it. Allowed when the update needs nothing
@@ -125,7 +121,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // The offload timeline (timeline.h) of the next step: its backward, the copies down and up, the host AdamW, and the
   // step after's forward beside them. take_timeline() gives it once the step after has run (null before), or with
   // `at_end` once the recorded step has (the run ends there).
-  void record_timeline() { timeline_armed_ = true; }
+  void record_timeline() { timeline_.arm(); }
   std::unique_ptr<Timeline> take_timeline(bool at_end = false);
   optim::AdamW& optimizer() { return *adamw_; }
 
@@ -160,19 +156,10 @@ class ParameterStore final : public nn::Model::LayerHooks {
   struct GradientDownload {
     Unit* unit = nullptr;
     Tensor source;   // fp32 on the device: the reduced shard (shard), or at stages 0-1 the full sum (shard * dp)
-    Tensor staging;  // (shard) fp32 on the host, added into grad_shard once it arrived; undefined when the copy went
-                     // straight to its place (grad_shard or host_grads)
+    Tensor staging;  // (shard) fp32 on the host, added into owned_grads once it arrived; undefined when the copy went
+                     // straight to its place (owned_grads or full_grads_host)
     uint64_t ticket = 0;
     bool last = false;  // the unit's last of the step: once it is done, its gradient of the step is whole
-  };
-  // One offloaded unit's host update, waiting for the update's thread: its step (its count, lr and gradient scale), the
-  // fence its upload waits for (the device work queued before it), and whether it goes in the timeline.
-  struct QueuedUpdate {
-    Unit* unit = nullptr;
-    float lr = 0, grad_scale = 1;
-    int64_t step = 0;
-    uint64_t fence = 0;
-    bool record = false;
   };
 
   // Builds the unit of `params` (used by `layer`), its buffers and its optimizer segments; returns its index.
@@ -197,13 +184,8 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // The owned compute-dtype values from the fp32 master (stages 0-2), then the shards gathered (1, 2); with
   // `offloaded_too`, the offloaded units' values uploaded from their host master as well.
   void refresh_values(bool offloaded_too = true);
-  // Offloaded units (host_update.cc): the owned compute-dtype values from the host master, uploaded to where the
-  // device keeps them (the owned slice of the full values, or values_shard), from element `at` of the owned shard on;
-  // the full values are stale until gathered again (make_current). `source`: the host values (values_for_upload).
-  // `record`: its copy goes in the timeline.
-  void upload_values(Unit& u, const Tensor& source, int64_t at, uint64_t after, bool record);
-  // Before the device reads an offloaded unit's values: its upload waited for, and at stages 1-2 the owned shards
-  // gathered into the full values again.
+  // Offloaded units (offload_gradients.cc). Before the device reads an offloaded unit's values: its upload waited for,
+  // and at stages 1-2 the owned shards gathered into the full values again.
   void make_current(Unit& u);
   // Before any use of a unit's full values on the device: gathered when transient, made current when offloaded.
   void use_values(Unit& u);
@@ -213,46 +195,20 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void prepare_gradient(Unit& u);
   void download_gradient(Unit& u);
   void finish_download();
-  // The offloaded unit's host AdamW and its values uploaded (update_values); the recorded step's spans go in the
-  // timeline.
-  void run_update(const QueuedUpdate& q);
-  // Queues the unit's update of this step for the update's thread (once a step; the thread starts with the first), or
-  // runs it at once on a counting device or under the op profile (the planner accounts in order; the profile times on
-  // one thread).
+  // Submits the unit's update of this step to the updater (once a step).
   void queue_update(Unit& u, float lr, float grad_scale);
-  // The update's thread: the queue in order, until stop_updater().
-  void update_loop();
-  void stop_updater();
   // At optimizer_step: every offloaded unit not yet queued this step is, in layer order (a unit no backward reached
   // has a zero gradient).
   void start_update(float lr, float grad_scale);
   // Before an offloaded unit is used: its queued updates done (rethrows what failed on the update's thread).
-  void wait_updated(const Unit& u);
-  // nvme (swap_state.cc): the swap file and its buffers made, and each swapped unit's initial master written to it;
-  // a unit's state read into a buffer (returned: master, exp_avg, exp_avg_sq views, (shard) each) and written back.
+  void wait_updated(const Unit& u) { updater_->wait(u); }
+  // nvme: the swap files opened and each swapped unit's initial master drawn into the optimizer's.
   void make_swap(const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, uint64_t seed);
-  // `own_buffer`: into a buffer of its own (a visit's caller may keep the views), not the shared one.
-  std::array<Tensor, 3> swap_in(const Unit& u, bool own_buffer = false);
-  void swap_out(const Unit& u, const Tensor& master);  // `master`: the first of swap_in's views
-  // The unit's owned compute-dtype values on the host: host_values, or with the parameters swapped the host buffer
-  // (read in from the parameters' swap file when `read`).
-  // `updating`: the update's thread asks, and gets its own buffer.
-  Tensor host_values_of(const Unit& u, bool read, bool updating = false);
-  // Where the update writes the unit's new compute-dtype values for the upload: host_values_of's tensor, or for a
-  // staged unit the first `n` elements of the next of the two upload buffers, once that buffer's last upload has left
-  // it.
-  Tensor values_for_upload(Unit& u, int64_t n);
-  // The unit's owned values from its fp32 master (read in from the swap file when swapped) and uploaded, with `update`
-  // after the unit's host AdamW of that update, whose pass writes the rounded values too (the swapped state written
-  // back). A staged unit goes in pieces of at most upload_piece_ elements through the upload buffers, so that the
-  // host updates piece k while piece k - 1 travels up and the buffers hold a piece, not the largest unit; any other
-  // unit whole, its values written to the parameters' swap file when they live there. `after`, `record`: as
-  // upload_values's.
-  void update_values(Unit& u, const QueuedUpdate* update, uint64_t after, bool record);
-  // Elements [begin, end) of the unit's owned values into `values` (end - begin): the AdamW pass over the segments
-  // there when `update`, else the master's values cast. `state`: swap_in's views for a swapped unit.
-  void write_values(const Unit& u, const QueuedUpdate* update, const std::array<Tensor, 3>& state, int64_t begin,
-                    int64_t end, const Tensor& values);
+  // The unit's owned compute-dtype values on the host, for a gather: owned_values_host, or with the parameters swapped
+  // the gathers' buffer, read in from the parameters' swap file.
+  Tensor host_values_for_gather(const Unit& u) {
+    return u.owned_values == Where::SwapFile ? swap_.values(u, true, false) : u.owned_values_host;
+  }
   bool values_transient() const { return stage_ == 3 || param_offload_; }
   // The device memory offloaded state is accounted on: the host's.
   Device& host() const { return *host_; }
@@ -267,52 +223,23 @@ class ParameterStore final : public nn::Model::LayerHooks {
   bool param_offload_ = false;               // offload_param: the owned compute-dtype values live on the host
   int offloaded_units_ = 0;
   int micro_batches_ = 1;
-  bool swap_optimizer_ = false;                 // offload_optimizer to nvme
-  uint64_t swap_bytes_ = 0;                     // the swap file's size
-  std::unique_ptr<checkpoint::SwapFile> swap_;  // null on a counting device, which swaps nothing
-  Tensor swap_buffer_;                          // one unit's region, aligned for direct I/O, in host memory
-  std::vector<int64_t> segment_start_;          // by segment: where it starts in its unit's owned master
-  bool swap_param_ = false;                     // offload_param to nvme
-  uint64_t values_swap_bytes_ = 0;              // the parameters' swap file's size
-  std::unique_ptr<checkpoint::SwapFile> values_swap_;
-  Tensor values_buffer_;  // (largest shard) compute dtype: one unit's owned values, aligned for direct I/O, for gathers
-  Tensor values_update_buffer_;  // the same for the update's thread
-  // Staged units (Unit::values_staged): two compute-dtype host buffers of the largest staged shard or upload_piece_
-  // elements (offload_optimizer.upload_piece), whichever is less, the updated values go up from, in turn, and the
-  // ticket of each one's last upload.
-  // Used by one thread at a time: the update's, or the caller's once the update is finished.
-  int64_t upload_piece_;
-  std::array<Tensor, 2> upload_buffers_;
-  std::array<uint64_t, 2> upload_tickets_{};
-  size_t next_upload_buffer_ = 0;
-  // The offloaded units' updates on a thread of their own: the queue, what failed, and the step's update in the
-  // backward when there is one (begin_step).
-  std::thread updater_;
-  std::mutex update_mu_;
-  std::condition_variable update_cv_;
-  std::deque<QueuedUpdate> update_queue_;
-  bool stop_updater_ = false;
-  std::exception_ptr update_error_;
+  bool swap_optimizer_ = false;         // offload_optimizer to nvme
+  bool swap_param_ = false;             // offload_param to nvme
+  SwapFiles swap_;                      // nvme: the files the swapped units' state and values live in
+  std::vector<int64_t> segment_start_;  // by segment: where it starts in its unit's owned master
+  int64_t upload_piece_;                // offload_optimizer.upload_piece
+  // The step's update in the backward when there is one (begin_step).
   std::optional<UpdateInBackward> in_backward_;
   uint64_t state_read_ = 0;  // update_after's ticket, until the next update waits for it
   std::optional<GradientDownload> download_;
-  // The timeline being recorded: spans whose ends are device marks, turned into seconds when it is taken.
-  struct MarkedSpan {
-    std::string track, name;
-    uint64_t start = 0, end = 0;  // device marks (Device::mark)
-  };
-  void mark_span(std::string track, std::string name, uint64_t start, uint64_t end);
-  bool timeline_armed_ = false;
-  int timeline_phase_ = 0;  // 1: the recorded step; 2: the step after (its forward); 3: a step after that
-  std::unique_ptr<Timeline> timeline_;
-  std::mutex timeline_mu_;
-  std::vector<MarkedSpan> marked_;
-  std::vector<uint64_t> layer_marks_;  // by layer: the mark at its hook's start
+  TimelineRecorder timeline_;  // the offload timeline, when one is asked for (record_timeline)
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::vector<int>> units_of_layer_;  // indices into units_; empty for layers without parameters
   std::vector<bool> held_;                        // by layer: on this rank
   std::vector<nn::Parameter*> segment_param_;     // the parameter of each optimizer segment
   std::unique_ptr<optim::AdamW> adamw_;
+  // The offloaded units' host update and uploads; after what it reads, so that it stops first.
+  std::unique_ptr<OffloadUpdater> updater_;
 };
 
 }  // namespace tandem::parallel
