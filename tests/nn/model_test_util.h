@@ -9,6 +9,7 @@
 
 #include "tandem/core/random_fill.h"
 #include "tandem/device/cpu_device.h"
+#include "tandem/nn/llama.h"
 #include "tandem/nn/loss.h"
 #include "tandem/nn/model.h"
 
@@ -17,6 +18,19 @@ namespace tandem::testing {
 using nn::cross_entropy_sum_and_grad;
 using nn::Model;
 using nn::Saved;
+
+// A small decoder: C 16, 4 query heads over 2 kv heads of D 4, F 24, V 13, T 6, 2 layers.
+inline nn::LlamaConfig small_llama() {
+  nn::LlamaConfig c;
+  c.vocab_size = 13;
+  c.seq_len = 6;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  return c;
+}
 
 inline Tensor random_tokens(device::CpuDevice& dev, Shape shape, int64_t vocab, uint64_t seed) {
   Tensor t = Tensor::empty(shape, DType::I32, dev, "tokens");

@@ -20,18 +20,7 @@ namespace tandem::nn {
 namespace {
 
 using testing::random_tokens;
-
-LlamaConfig small_llama() {
-  LlamaConfig c;
-  c.vocab_size = 13;
-  c.seq_len = 6;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
-}
+using testing::small_llama;
 
 struct Result {
   double loss_sum = 0;

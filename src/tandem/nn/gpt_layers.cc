@@ -124,21 +124,11 @@ GptHead::GptHead(int64_t dim, int64_t vocab_size, TpSlot tp, bool tied)
 
 Tensor GptHead::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   saved.children.assign(2, Saved{});
-  Tensor h = lnf_.forward(x, saved.children[0]);  // (B, T, C)
-  if (!batch.loss) return head_.forward(h, saved.children[1]);
-  if (batch.training) {
-    saved.tensors = {h};
-    return Tensor();
-  }
-  head_loss(head_, head_.tp(), h, batch, false);
-  saved.clear();
-  return Tensor();
+  return head_forward(head_, lnf_.forward(x, saved.children[0]), batch, saved);
 }
 
 Tensor GptHead::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
-  const Tensor dh = batch.loss ? head_loss(head_, head_.tp(), saved.tensors.at(0), batch, true)
-                               : head_.backward(dy, saved.children[1]);  // (B, T, C)
-  Tensor dx = lnf_.backward(dh, saved.children[0]);
+  Tensor dx = lnf_.backward(head_backward(head_, dy, batch, saved), saved.children[0]);  // (B, T, C)
   saved.clear();
   return dx;
 }

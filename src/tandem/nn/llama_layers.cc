@@ -191,12 +191,18 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   for (int64_t r0 = 0; r0 < N; r0 += tile) {
     const int64_t n = std::min(tile, N - r0);
     Saved norm, up, down;
-    const Tensor gate_up = gate_up_.forward(mlp_norm_.forward(rows.rows(r0, n), norm), up);        // (n, 2F / tp)
-    Tensor h = Tensor::empty({n, gate_up.dim(1) / 2}, x.dtype(), dev, name() + " swiglu output");  // (n, F / tp)
-    ops::swiglu_forward(gate_up, h);
+    Tensor gate_up;  // (n, 2F / tp)
+    const Tensor h = mlp_tile_up(rows.rows(r0, n), norm, up, gate_up);
     out.rows(r0, n).copy_from(down_.forward_add(h, rows.rows(r0, n), down));  // x1 + down(h)
   }
   return y;
+}
+
+Tensor LlamaBlock::mlp_tile_up(const Tensor& x1, Saved& norm, Saved& up, Tensor& gate_up) {
+  gate_up = gate_up_.forward(mlp_norm_.forward(x1, norm), up);  // (n, 2F / tp)
+  Tensor h = Tensor::empty({x1.dim(0), gate_up.dim(1) / 2}, x1.dtype(), x1.device(), name() + " swiglu output");
+  ops::swiglu_forward(gate_up, h);
+  return h;  // (n, F / tp)
 }
 
 Tensor LlamaBlock::mlp_backward(const Tensor& dy, const Batch& batch, Saved& saved) {
@@ -218,11 +224,9 @@ Tensor LlamaBlock::mlp_backward(const Tensor& dy, const Batch& batch, Saved& sav
   for (int64_t r0 = 0; r0 < N; r0 += tile) {
     const int64_t n = std::min(tile, N - r0);
     Saved norm, up, down;
-    const Tensor gate_up = gate_up_.forward(mlp_norm_.forward(rows.rows(r0, n), norm), up);         // (n, 2F / tp)
-    Tensor h = Tensor::empty({n, gate_up.dim(1) / 2}, x1.dtype(), dev, name() + " swiglu output");  // (n, F / tp)
-    ops::swiglu_forward(gate_up, h);
-    down_.forward(h, down);  // what down's backward needs; its output is not
-    h = Tensor();
+    Tensor gate_up;  // (n, 2F / tp)
+    down_.forward(mlp_tile_up(rows.rows(r0, n), norm, up, gate_up),
+                  down);                                        // what down's backward needs, not its output
     const Tensor dh = down_.backward(grads.rows(r0, n), down);  // (n, F / tp)
     ops::swiglu_backward(gate_up, dh, gate_up);
     out.rows(r0, n).copy_from(mlp_norm_.backward_add(gate_up_.backward(gate_up, up), grads.rows(r0, n), norm));
@@ -259,21 +263,11 @@ LlamaHead::LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp, bool
 
 Tensor LlamaHead::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   saved.children.assign(2, Saved{});
-  Tensor h = norm_.forward(x, saved.children[0]);  // (B, T, C)
-  if (!batch.loss) return head_.forward(h, saved.children[1]);
-  if (batch.training) {
-    saved.tensors = {h};
-    return Tensor();
-  }
-  head_loss(head_, head_.tp(), h, batch, false);
-  saved.clear();
-  return Tensor();
+  return head_forward(head_, norm_.forward(x, saved.children[0]), batch, saved);
 }
 
 Tensor LlamaHead::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
-  const Tensor dh = batch.loss ? head_loss(head_, head_.tp(), saved.tensors.at(0), batch, true)
-                               : head_.backward(dy, saved.children[1]);  // (B, T, C)
-  Tensor dx = norm_.backward(dh, saved.children[0]);
+  Tensor dx = norm_.backward(head_backward(head_, dy, batch, saved), saved.children[0]);  // (B, T, C)
   saved.clear();
   return dx;
 }

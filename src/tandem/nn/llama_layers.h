@@ -107,6 +107,9 @@ class LlamaBlock final : public Layer {
   // The forward; `output` false (activation checkpointing's second forward) skips a tiled MLP, whose result no one
   // reads there.
   Tensor run(const Tensor& x, const Batch& batch, Saved& saved, bool output);
+  // One tile's h = swiglu(gate_up(mlp_norm(x1))): x1 (n, C) -> h (n, F / tp), gate_up (n, 2F / tp) kept for the
+  // SwiGLU's gradient, what the norm and gate_up save for their backward in `norm` and `up`.
+  Tensor mlp_tile_up(const Tensor& x1, Saved& norm, Saved& up, Tensor& gate_up);
   // dx1 (B, T, C) = dy + the MLP branch's input gradient, whole or tile by tile.
   Tensor mlp_backward(const Tensor& dy, const Batch& batch, Saved& saved);
 

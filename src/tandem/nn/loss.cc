@@ -56,4 +56,18 @@ Tensor head_loss(Layer& head, const TpSlot& tp, const Tensor& h, const Batch& ba
   return dh;
 }
 
+Tensor head_forward(Linear& head, const Tensor& h, const Batch& batch, Saved& saved) {
+  if (!batch.loss) return head.forward(h, saved.children.at(1));
+  if (batch.training)
+    saved.tensors = {h};
+  else
+    head_loss(head, head.tp(), h, batch, false);
+  return Tensor();
+}
+
+Tensor head_backward(Linear& head, const Tensor& dy, const Batch& batch, Saved& saved) {
+  return batch.loss ? head_loss(head, head.tp(), saved.tensors.at(0), batch, true)
+                    : head.backward(dy, saved.children.at(1));
+}
+
 }  // namespace tandem::nn

@@ -6,6 +6,7 @@
 #include "tandem/core/tensor.h"
 #include "tandem/nn/batch.h"
 #include "tandem/nn/layer.h"
+#include "tandem/nn/linear.h"
 #include "tandem/nn/tensor_parallel.h"
 
 namespace tandem::nn {
@@ -35,5 +36,12 @@ double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, d
 // undefined tensor. With one chunk it runs exactly the ops of the head's forward, cross_entropy_loss and the head's
 // backward; with several, the weight gradient is summed chunk by chunk.
 Tensor head_loss(Layer& head, const TpSlot& tp, const Tensor& h, const Batch& batch, bool backward);
+
+// The gpt and llama heads' two halves after their final norm, h (B, T, C) its output; `saved` is the head's own,
+// children[1] the projection's. head_forward: without a loss sink in the batch, the logits (B, T, V_local); with one,
+// nothing: in a training step it keeps h for the backward, in evaluation it computes the loss now. head_backward:
+// d(loss)/dh from the logits' gradient dy, or with a sink from head_loss.
+Tensor head_forward(Linear& head, const Tensor& h, const Batch& batch, Saved& saved);
+Tensor head_backward(Linear& head, const Tensor& dy, const Batch& batch, Saved& saved);
 
 }  // namespace tandem::nn
