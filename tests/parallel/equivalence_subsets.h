@@ -29,7 +29,7 @@ inline std::map<std::string, std::vector<std::string>> equivalence_subsets(int w
                "llama_lora_dp2_pp1_tp2_zero3",                         // LoRA: frozen units sharded, adapters over tp
                "llama_lora_dropout_dp2_pp2_tp1_zero1_1f1b_recompute",  // dropout masks drawn again in recomputation
                "llama_docs_dp2_pp2_tp1_zero1_gpipe",                   // document masks on every stage
-               "llama_tiles_dp1_pp2_tp2_zero0_1f1b_recompute",  // the loss in chunks over tp, the MLP in tiles
+               "llama_tiles_dp1_pp2_tp2_zero0_1f1b_recompute",         // the loss in chunks over tp, the MLP in tiles
                "llama_fp8_dp2_pp1_tp2_zero2",                          // FP8 per-tensor scales: amax over tp
                "llama_fp8_rowwise_dp2_pp1_tp2_zero3",  // per-row scales of rows split over tp, after ZeRO-3's gather
                "gpt_dp2_pp1_tp2_zero3_bf16",           // bf16 compute against fp32 masters, sharded
