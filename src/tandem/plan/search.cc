@@ -194,6 +194,8 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
           if (!valid_for_model(plan, model, m)) continue;
           for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
             for (bool ckpt : {false, true}) {
+              // Answered (opt.first_fit_only): the rest of the loops run through without predicting anything.
+              if (opt.first_fit_only && !result.fit.empty()) continue;
               Setup s = base;
               s.plan = plan;
               s.plan.activation_checkpointing = ckpt;
@@ -207,7 +209,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
               if (fits || !opt.offload) continue;
               const bool optimizer = dp == 1 || zero >= 1, param = dp == 1 || zero == 3;
               for (bool with_param : {false, true}) {
-                if (!optimizer || (with_param && !param)) continue;
+                if (!optimizer || (with_param && !param) || (opt.first_fit_only && !result.fit.empty())) continue;
                 Setup o = s;
                 o.offload_optimizer.device = spec::OffloadDevice::Cpu;
                 o.offload_optimizer.pin_memory = true;
@@ -217,7 +219,8 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
                 (oc.fits ? result.fit : result.no_fit).push_back(std::move(oc));
                 // With room left on one device (no pipeline, no tp split), the first layer's optimizer kept there too:
                 // its update then waits for no host after the backward. Shown only where it fits.
-                if (!offloaded_fits || with_param || pp > 1 || tp > 1 || keep_first >= 1) continue;
+                if (!offloaded_fits || with_param || pp > 1 || tp > 1 || keep_first >= 1 || opt.first_fit_only)
+                  continue;
                 Setup k = o;
                 k.offload_optimizer.ratio = keep_first;
                 Candidate kc = evaluate(memory, k, opt);

@@ -30,6 +30,9 @@ struct SearchOptions {
   uint64_t host_memory = 0;
   bool offload = true;
   spec::Tiles tiles;  // the config's "tiles", which every candidate runs with
+  // Stop at the first candidate that fits: the question is only whether anything does (the longest-sequence search
+  // asks it once per length tried). `fit` then holds that one, and `no_fit` those tried before it.
+  bool first_fit_only = false;
 };
 
 struct Candidate {
