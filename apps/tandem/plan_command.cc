@@ -1,10 +1,11 @@
-// `tandem plan CONFIG.json --devices N [--device-memory 141GiB] [--nodes K] [--rates FILE] [--explain LAYOUT]`
-// and `tandem calibrate [--out rates.json]`.
+// `tandem plan CONFIG.json --devices N [--device-memory 141GiB] [--nodes K] [--rates FILE] [--explain LAYOUT]
+// [--max-seq-len [N]]` and `tandem calibrate [--out rates.json]`.
 #include "plan_command.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "tandem/comm/mpi/mpi_world.h"
@@ -12,7 +13,9 @@
 #include "tandem/core/units.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/plan/calibrate.h"
+#include "tandem/plan/max_seq_len.h"
 #include "tandem/plan/search.h"
+#include "tandem/plan/seq_len_model.h"
 
 namespace tandem::app {
 
@@ -24,6 +27,61 @@ int threads_per_process(int devices) {
   if (const char* env = std::getenv("OMP_NUM_THREADS")) return std::max(1, std::atoi(env));
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, devices))));
+}
+
+// The same command with every option that changed the answer, to be run again with --explain.
+std::string same_command(const PlanArgs& a) {
+  std::string again = "tandem plan " + a.config + " --devices " + std::to_string(a.devices);
+  if (!a.device_memory.empty()) again += " --device-memory " + a.device_memory;
+  if (a.nodes != 1) again += " --nodes " + std::to_string(a.nodes);
+  if (!a.rates.empty()) again += " --rates " + a.rates;
+  if (!a.host_memory.empty()) again += " --host-memory " + a.host_memory;
+  if (!a.dtype.empty()) again += " --dtype " + a.dtype;
+  for (const std::string& o : a.overrides) again += " --set " + o;
+  return again;
+}
+
+// What --max-seq-len searches: the lengths' step, and the longest allowed, the model's own limit or the option's
+// shorter one. Throws Error, saying what to change, for options that make no sense together.
+plan::SeqLenOptions seq_len_options(const PlanArgs& a, const plan::SeqLenModel& model) {
+  if (a.max_seq_len < 0)
+    TANDEM_FAIL("--seq-len-step goes with --max-seq-len: it is the step of the lengths that search tries");
+  if (!a.explain.empty())
+    TANDEM_FAIL(
+        "--max-seq-len and --explain answer different questions: give one (--explain with --set "
+        "model.seq_len=N shows one layout at that length)");
+  plan::SeqLenOptions o;
+  o.step = a.seq_len_step ? a.seq_len_step : 1024;
+  if (a.max_seq_len > plan::kLargestSeqLen)
+    TANDEM_FAIL("--max-seq-len ", a.max_seq_len, " is past the longest model.seq_len a config takes, ",
+                plan::kLargestSeqLen, ": give at most that");
+  // The shorter of the model's own limit and the option's; without either, the default bound.
+  o.limit = model.limit();
+  if (a.max_seq_len > 0 && (o.limit.tokens == 0 || a.max_seq_len < o.limit.tokens))
+    o.limit = {a.max_seq_len, "--max-seq-len " + std::to_string(a.max_seq_len), true};
+  if (o.limit.tokens == 0)
+    o.limit = {plan::kDefaultSeqLenBound, "the default bound; --max-seq-len N searches further", false};
+  return o;
+}
+
+// --max-seq-len: the longest seq_len at which a candidate fits, what reaches it and what stops the next length.
+int run_max_seq_len(const PlanArgs& a, const plan::SeqLenModel& model, const plan::SeqLenOptions& seq,
+                    plan::SearchOptions opt) {
+  std::printf(
+      "\nLongest seq_len: multiples of %lld tokens up to %lld (%s); %lld sequence%s a step, as the config says\n",
+      static_cast<long long>(seq.step), static_cast<long long>(seq.limit.tokens), seq.limit.what.c_str(),
+      static_cast<long long>(opt.global_batch), opt.global_batch == 1 ? "" : "s");
+  plan::SeqLenOptions o = seq;
+  o.progress = [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);  // each length of a long search shows as it is done
+  };
+  const plan::SeqLenResult r = plan::search_max_seq_len([&](int64_t seq_len) { return model.at(seq_len); }, opt, o);
+  std::printf("\n%s", plan::format_max_seq_len(r, opt).c_str());
+  if (r.longest > 0)
+    std::printf("\n`%s --set model.seq_len=%lld --explain %s` shows where the memory and time go.\n",
+                same_command(a).c_str(), static_cast<long long>(r.longest), r.at_longest.fit.front().name().c_str());
+  return 0;
 }
 
 }  // namespace
@@ -49,12 +107,26 @@ void add_plan_options(CLI::App& sub, PlanArgs& a) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub.add_option("--explain", a.explain, "Print the full breakdown of one layout, e.g. dp2,pp2,tp1,zero1,micro16");
   sub.add_option("--top", a.top, "How many layouts that fit to list")->capture_default_str();
+  sub.add_option("--max-seq-len", a.max_seq_len,
+                 "Instead of the table: the longest seq_len that fits, up to N tokens if given, else up to the model's "
+                 "max_position_embeddings (or 1048576)")
+      ->expected(0, 1)
+      ->default_str("0")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--seq-len-step", a.seq_len_step,
+                 "With --max-seq-len: the lengths tried are multiples of this many tokens (default 1024)")
+      ->check(CLI::PositiveNumber);
   sub.add_option("--set", a.overrides, "Override a config key, e.g. --set train_batch_size=128")
       ->allow_extra_args(false);
 }
 
 int run_plan_command(const PlanArgs& a) {
   const config::TrainConfig tc = config::parse(config::load_config(a.config, a.overrides));
+  // --max-seq-len's options are checked before anything is predicted.
+  const bool longest = a.max_seq_len >= 0 || a.seq_len_step > 0;
+  const std::optional<plan::SeqLenModel> seq_model =
+      longest ? std::optional(plan::SeqLenModel::from_file(a.config, a.overrides)) : std::nullopt;
+  const plan::SeqLenOptions seq = longest ? seq_len_options(a, *seq_model) : plan::SeqLenOptions{};
   plan::SearchOptions opt;
   opt.devices = a.devices;
   opt.nodes = a.nodes;
@@ -75,6 +147,7 @@ int run_plan_command(const PlanArgs& a) {
   opt.cpu_threads = threads_per_process(a.devices);
   opt.global_batch = config::global_batch(tc.batch_config);
   opt.default_micro = tc.batch_config.micro.value_or(1);
+  if (longest) plan::check_seq_len_options(opt, seq);
 
   plan::MemoryModel memory(plan::planned_model(tc.model, tc.lora, tc.fp8));
   const plan::PlannedModel& info = memory.model();
@@ -100,20 +173,13 @@ int run_plan_command(const PlanArgs& a) {
     std::printf("\n%s", plan::format_explain(c, opt).c_str());
     return 0;
   }
+  if (longest) return run_max_seq_len(a, *seq_model, seq, opt);
   const plan::SearchResult result = plan::search_layouts(info, opt);
   std::printf("%lld layouts (dp x pp x tp), %zu candidates predicted\n\n", static_cast<long long>(result.layouts),
               result.fit.size() + result.no_fit.size());
   std::printf("%s", plan::format_table(result, opt, a.top).c_str());
   if (!result.fit.empty()) {
-    // The same command with --explain: every option that changed the answer, repeated.
-    std::string again = "tandem plan " + a.config + " --devices " + std::to_string(a.devices);
-    if (!a.device_memory.empty()) again += " --device-memory " + a.device_memory;
-    if (a.nodes != 1) again += " --nodes " + std::to_string(a.nodes);
-    if (!a.rates.empty()) again += " --rates " + a.rates;
-    if (!a.host_memory.empty()) again += " --host-memory " + a.host_memory;
-    if (!a.dtype.empty()) again += " --dtype " + a.dtype;
-    for (const std::string& o : a.overrides) again += " --set " + o;
-    std::printf("\n`%s --explain %s` shows where the memory and time go.\n", again.c_str(),
+    std::printf("\n`%s --explain %s` shows where the memory and time go.\n", same_command(a).c_str(),
                 result.fit.front().name().c_str());
   }
   return 0;

@@ -20,6 +20,10 @@ struct PlanArgs {
   std::string dtype;        // "fp32" | "bf16"; empty: bf16 when the config enables bf16 or fp16
   std::string explain;      // "dp2,pp2,tp1,zero1,micro16": the full breakdown of one layout
   size_t top = 15;
+  // --max-seq-len [N]: the longest seq_len that fits instead of the table. -1: not asked; 0 (the option alone): up to
+  // the model's own limit; N: up to N tokens.
+  int64_t max_seq_len = -1;
+  int64_t seq_len_step = 0;  // --seq-len-step: the lengths tried are its multiples; 0: 1024
 };
 
 void add_plan_options(CLI::App& sub, PlanArgs& args);
