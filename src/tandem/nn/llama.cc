@@ -63,8 +63,8 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp) {
 
 Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, const spec::Fp8Config& fp8) {
   const LlamaConfig c = resolve_llama(cfg, tp.size);
-  auto rope = std::make_shared<RopeCache>(
-      ops::rope_tables(ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, rope_scaling_of(c)), c.seq_len));
+  auto rope = std::make_shared<RopeCache>(ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, rope_scaling_of(c)),
+                                          c.seq_len);
   LlamaBlockShape shape;
   shape.dim = c.hidden_size;
   shape.intermediate = c.intermediate_size;

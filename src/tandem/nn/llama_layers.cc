@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tandem/device/counting_device.h"
 #include "tandem/nn/loss.h"
 #include "tandem/ops/ops.h"
 
@@ -44,8 +45,13 @@ Tensor RmsNorm::backward_add(const Tensor& dy, const Tensor& dres, Saved& saved)
 void RopeCache::place(Device& device) {
   if (device_ == &device) return;
   const PurposeScope scope(device, MemoryPurpose::Other);
-  cos_ = Tensor::empty({host_.positions, host_.half}, DType::F32, device, "rotary cos table");
-  sin_ = Tensor::empty({host_.positions, host_.half}, DType::F32, device, "rotary sin table");
+  cos_ = Tensor::empty({positions(), half()}, DType::F32, device, "rotary cos table");
+  sin_ = Tensor::empty({positions(), half()}, DType::F32, device, "rotary sin table");
+  if (device::as_counting(device)) {  // holds nothing, reads nothing
+    device_ = &device;
+    return;
+  }
+  if (host_.positions == 0) host_ = ops::rope_tables(frequencies_, positions_);
   ops::copy_rope_tables(host_, cos_, sin_);
   device_ = &device;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "tandem/nn/linear.h"
 #include "tandem/ops/rope_tables.h"
@@ -30,20 +31,24 @@ class RmsNorm final : public Layer {
 };
 
 // The rotary embedding's cos and sin tables (T, D/2) f32 that every block of one model reads: made on the host
-// once, copied to a device the first time a block runs there and kept for the model's life (accounted as
-// MemoryPurpose::Other: T*D*4 bytes, 1 MiB at T = 4096, D = 64).
+// the first time a block runs on a device that holds data, copied there and kept for the model's life (accounted as
+// MemoryPurpose::Other: T*D*4 bytes, 1 MiB at T = 4096, D = 64). The planner's counting device gets the tensors
+// but not the values: T D sines and cosines cost it seconds a model at 512k positions, and it reads none.
 class RopeCache {
  public:
-  explicit RopeCache(ops::RopeTables tables) : host_(std::move(tables)) {}
-  int64_t positions() const { return host_.positions; }
-  int64_t half() const { return host_.half; }
+  RopeCache(std::vector<float> inverse_frequencies, int64_t positions)
+      : frequencies_(std::move(inverse_frequencies)), positions_(positions) {}
+  int64_t positions() const { return positions_; }
+  int64_t half() const { return static_cast<int64_t>(frequencies_.size()); }
   // The tables on `device`.
   const Tensor& cos(Device& device);
   const Tensor& sin(Device& device);
 
  private:
   void place(Device& device);
-  ops::RopeTables host_;
+  std::vector<float> frequencies_;  // (D/2)
+  int64_t positions_ = 0;
+  ops::RopeTables host_;  // empty until a device that holds data needs it
   Device* device_ = nullptr;
   Tensor cos_, sin_;
 };
