@@ -15,12 +15,27 @@ namespace {
 
 std::string bytes_str(int64_t b) { return format_bytes(static_cast<uint64_t>(std::max<int64_t>(b, 0))); }
 
-// What stops a candidate that does not fit, with the device it stops on: "on stage 1 of replica 0, activations
-// 40.1 GiB push it 312.0 MiB over, at backward of micro-batch 0, at layers.31 backward".
-std::string what_stops(const Candidate& c) {
-  if (c.short_of_host) return c.why_not;  // the devices hold it; the node's host memory does not
-  const RankMemory& w = c.memory.worst();
-  return "on stage " + std::to_string(w.pp_rank) + " of replica " + std::to_string(w.dp_rank) + ", " + c.why_not;
+// What stops the candidates of a length where none fits (`found.no_fit`, the smallest peak first): the one closest to
+// fitting the devices, with the device it is over on and the term that pushes it over ("The closest, dp1,...,ckpt,
+// needs 141.3 GiB per device, on stage 1 of replica 0: activations 40.1 GiB push it 312.0 MiB over, at ..."), and
+// when an offloaded candidate fits the devices but not the node's host memory, that one too.
+std::string closest_words(const SearchResult& found) {
+  const Candidate* device = nullptr;
+  const Candidate* host = nullptr;
+  for (const Candidate& c : found.no_fit) {
+    if (!c.short_of_host && !device) device = &c;
+    if (c.short_of_host && !host) host = &c;
+  }
+  std::ostringstream os;
+  if (device) {
+    const RankMemory& w = device->memory.worst();
+    os << "The closest, " << device->name() << ", needs " << bytes_str(device->memory.peak())
+       << " per device, on stage " << w.pp_rank << " of replica " << w.dp_rank << ": " << device->why_not << ".";
+  }
+  if (host)
+    os << (device ? " " : "") << host->name() << " fits the devices (" << bytes_str(host->memory.peak())
+       << " per device), but " << host->why_not << ".";
+  return os.str();
 }
 
 // Each pipeline stage's peak (replicas hold the same but for padding): "62.1 GiB" or "stage 0 62.1 GiB, stage 1 ...".
@@ -139,9 +154,7 @@ std::string format_max_seq_len(const SeqLenResult& r, const SearchOptions& opt) 
     os << "Nothing fits even at seq_len " << r.next << " (the shortest length tried, --seq-len-step) in " << budget
        << " per device.";
     if (!r.at_next.no_fit.empty()) {
-      const Candidate& c = r.at_next.no_fit.front();
-      os << " The closest, " << c.name() << ", needs " << bytes_str(c.memory.peak()) << " per device: " << what_stops(c)
-         << ".";
+      os << " " << closest_words(r.at_next);
     } else {
       os << " No layout of " << opt.devices << " device" << (opt.devices == 1 ? "" : "s")
          << " can hold the model with its global batch.";
@@ -154,13 +167,14 @@ std::string format_max_seq_len(const SeqLenResult& r, const SearchOptions& opt) 
   os << "Longest seq_len that fits: " << r.longest << " tokens, " << sequences << " sequence"
      << (sequences == 1 ? "" : "s") << " a step (" << r.longest * sequences << " tokens)\n";
   char speed[96];
-  std::snprintf(speed, sizeof speed, "%.0f %s, step %.3g s", t.tokens_per_s, t.unit, t.step_s);
+  std::snprintf(speed, sizeof speed, t.step_s >= 100 ? "%.0f %s, step %.0f s" : "%.0f %s, step %.3g s", t.tokens_per_s,
+                t.unit, t.step_s);
   os << "  fastest there: " << best.name() << " (" << speed << ")\n";
   os << "  predicted peak per device " << bytes_str(best.memory.peak()) << " of " << budget;
   if (best.memory.layout.pp > 1) os << " (" << peaks_by_stage(best.memory) << ")";
   if (best.memory.host_peak() > 0) os << "; host memory " << bytes_str(best.memory.host_peak()) << " a rank";
-  os << "\n  " << r.at_longest.fit.size() << " candidate" << (r.at_longest.fit.size() == 1 ? "" : "s")
-     << " fit there; config: " << best.config_keys() << ", \"model\": {\"seq_len\": " << r.longest << "}\n";
+  os << "\n  " << r.at_longest.fit.size() << (r.at_longest.fit.size() == 1 ? " candidate fits" : " candidates fit")
+     << " there; config: " << best.config_keys() << ", \"model\": {\"seq_len\": " << r.longest << "}\n";
   if (r.next == 0) {
     os << "What stops it: seq_len " << r.last << " is the limit, " << r.limit.what;
     if (r.last != r.limit.tokens)
@@ -176,9 +190,7 @@ std::string format_max_seq_len(const SeqLenResult& r, const SearchOptions& opt) 
     os << "No layout can hold the model.\n";
     return os.str();
   }
-  const Candidate& closest = r.at_next.no_fit.front();
-  os << "The closest, " << closest.name() << ", needs " << bytes_str(closest.memory.peak()) << " per device, "
-     << what_stops(closest) << ".\n";
+  os << closest_words(r.at_next) << "\n";
   return os.str();
 }
 
