@@ -77,6 +77,15 @@ run 120 "$tandem" plan "$src/configs/demo.json" --devices 4 --top 100
 [ $rc -eq 0 ] && grep -q "dp2 pp2 tp1" "$work/out" && grep -q "dp4 pp1 tp1 .* no " "$work/out"
 check "tandem plan lists 2 virtual GPUs of 2 and marks 4 plain replicas as not fitting" $? "$(tail -5 "$work/out")"
 
+# --- how long a sequence fits: the tiny gpt on 2 devices of 8 MiB, in steps of 64 tokens
+run 120 "$tandem" plan "$work/tiny.json" --devices 2 --device-memory 8MiB --max-seq-len 4096 --seq-len-step 64
+[ $rc -eq 0 ] && grep -q "^Longest seq_len that fits: [0-9]* tokens" "$work/out" &&
+  grep -q "^What stops seq_len [0-9]*: nothing fits in 8.0 MiB per device" "$work/out"
+check "tandem plan --max-seq-len names the longest seq_len and what stops the next" $? "$(tail -4 "$work/out")"
+run 30 "$tandem" plan "$work/tiny.json" --devices 2 --device-memory 8MiB --max-seq-len 32 --seq-len-step 64
+[ $rc -ne 0 ] && grep -q "give --seq-len-step 32 or less, or --max-seq-len 64 or more" "$work/out"
+check "a --max-seq-len below the step is refused, saying what to change" $? "$(tail -2 "$work/out")"
+
 run 300 "$tandem" train -n 4 "$src/configs/demo.json" --set parallel=auto --set steps=1 --out "$work/auto"
 [ $rc -eq 0 ] && grep -q "parallel: auto -> " "$work/out" && grep -q "done: 1 steps" "$work/out"
 check "\"parallel\": \"auto\" trains the planner's choice" $? "$(tail -3 "$work/out")"
