@@ -3,7 +3,11 @@
 // the inputs on the device, for a llama on one device and in layouts of two processes (a pipeline under 1F1B and
 // interleaved, ZeRO-3's gathers, tp), in fp32 and bf16; and the device's peak is lower. Run under mpirun -np 2.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -117,6 +121,37 @@ TEST(HostCheckpoints, DeepSpeedKeySameBits) {
   const Result deepspeed_key = train(cfg, nullptr);
   EXPECT_EQ(differences(deepspeed_key, tandem_key), 0);
   EXPECT_EQ(deepspeed_key.peak_bytes, tandem_key.peak_bytes);
+}
+
+// The step's timeline (TANDEM_TIMELINE=S) shows the inputs' copies on offload's tracks, one span a kept input and
+// micro-batch: down in the recorded step's backward, up in the step after's forward.
+TEST(HostCheckpoints, TheTimelineShowsTheCopies) {
+  if (testing::mpi_world().rank() != 0) return;
+  namespace fs = std::filesystem;
+  const fs::path out = fs::temp_directory_path() / ("tandem_host_checkpoints_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  Json cfg = llama_config(false);
+  cfg["steps"] = 3;
+  cfg["parallel"] = {{"activation_checkpointing", true}, {"cpu_checkpointing", true}};
+  ::setenv("TANDEM_TIMELINE", "2", 1);
+  {
+    train::TrainOptions opt;
+    opt.print = false;
+    opt.out_dir = out.string();
+    train::Trainer trainer = train::Trainer::from_config(config::parse(config::validate(cfg), 1), opt);
+    trainer.run();
+  }
+  ::unsetenv("TANDEM_TIMELINE");
+  std::ifstream in(out / "timeline_rank0.json");
+  ASSERT_TRUE(in) << "no timeline in " << out;
+  const Json trace = Json::parse(in);
+  std::map<std::string, int> copies;  // by track
+  for (const Json& e : trace.at("traceEvents"))
+    if (e.at("name").get<std::string>().rfind("checkpoint ", 0) == 0) ++copies[e.at("tid").get<std::string>()];
+  // 8 layers (the embedding, 6 blocks, the head), all but the head's input in host memory, 4 micro-batches a step.
+  EXPECT_EQ(copies["to device"], 7 * 4);
+  EXPECT_EQ(copies["to host"], 7 * 4);
+  fs::remove_all(out);
 }
 
 class HostCheckpointLayouts : public ::testing::TestWithParam<Case> {};

@@ -23,11 +23,22 @@ Tensor HostCheckpoints::host_buffer(const Tensor& like) {
   return Tensor::empty(like.shape(), like.dtype(), host_, "checkpointed layer input (host)");
 }
 
-Saved HostCheckpoints::copy_up(const Tensor& x) {
+template <class Copy>
+uint64_t HostCheckpoints::issue(bool up, const std::string& layer, uint64_t after, Copy&& copy) {
+  if (!timeline_ || !timeline_->records_copy(up)) return copy();
+  const DeviceQueue queue = up ? DeviceQueue::ToHost : DeviceQueue::FromHost;
+  const uint64_t start = device_.mark(queue, after);
+  const uint64_t ticket = copy();
+  timeline_->copied(up, "checkpoint " + layer, start, device_.mark(queue));
+  return ticket;
+}
+
+Saved HostCheckpoints::copy_up(const Tensor& x, const std::string& layer) {
   TANDEM_CHECK(!has_pending_, "host checkpoints: a copy up is still pending");
   Tensor h = host_buffer(x);
   // After the work that made x; x is only read from here on, by the copy and by the layer, so both may run at once.
-  pending_ = device_.copy_to_host_async(h.raw(), x.raw(), x.nbytes(), device_.fence());
+  const uint64_t after = device_.fence();
+  pending_ = issue(true, layer, after, [&] { return device_.copy_to_host_async(h.raw(), x.raw(), x.nbytes(), after); });
   has_pending_ = true;
   return Saved{{h}, {}};
 }
@@ -39,20 +50,22 @@ void HostCheckpoints::release_after_copy() {
   has_pending_ = false;
 }
 
-void HostCheckpoints::prefetch(const Saved& s) {
+void HostCheckpoints::prefetch(const Saved& s, const std::string& layer) {
   const Tensor& h = s.tensors.at(0);
   if (coming_.count(h.raw())) return;
   Coming c;
   c.device = Tensor::empty(h.shape(), h.dtype(), device_, "checkpointed layer input");
   // After every device work queued so far: the memory the new tensor reuses is free of it then. The host buffer was
   // filled by a copy up that device work before this fence waited for (release_after_copy).
-  c.ticket = device_.copy_from_host_async(c.device.raw(), h.raw(), h.nbytes(), device_.fence());
+  const uint64_t after = device_.fence();
+  c.ticket = issue(false, layer, after,
+                   [&] { return device_.copy_from_host_async(c.device.raw(), h.raw(), h.nbytes(), after); });
   coming_.emplace(h.raw(), std::move(c));
 }
 
-Tensor HostCheckpoints::take(const Saved& s) {
+Tensor HostCheckpoints::take(const Saved& s, const std::string& layer) {
   const Tensor& h = s.tensors.at(0);
-  prefetch(s);  // not prefetched (a chunk's first layer to come back): brought now
+  prefetch(s, layer);  // not prefetched (the range's first to come back): brought now
   const auto it = coming_.find(h.raw());
   Coming c = std::move(it->second);
   coming_.erase(it);

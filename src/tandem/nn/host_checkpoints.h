@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "tandem/core/tensor.h"
@@ -32,17 +33,26 @@ class HostCheckpoints {
   HostCheckpoints(const HostCheckpoints&) = delete;
   HostCheckpoints& operator=(const HostCheckpoints&) = delete;
 
+  // Where the copies are shown, if anywhere (a step's timeline): asked before each copy whether it records copies in
+  // that direction now, then given the copy's start and end as marks of the device's queue (Device::mark).
+  struct CopyTimeline {
+    virtual ~CopyTimeline() = default;
+    virtual bool records_copy(bool up) const = 0;
+    virtual void copied(bool up, std::string name, uint64_t start, uint64_t end) = 0;
+  };
+  void set_timeline(CopyTimeline* timeline) { timeline_ = timeline; }
+
   // Starts copying x (on the device, made by the work queued so far) into a host buffer; returns what the layer
-  // keeps: that buffer, of x's shape and dtype. At most one copy is pending at a time.
-  Saved copy_up(const Tensor& x);
+  // keeps: that buffer, of x's shape and dtype. At most one copy is pending at a time. `layer` names it in a timeline.
+  Saved copy_up(const Tensor& x, const std::string& layer = "");
   // Device work queued from now on waits for the pending copy up: the device tensor it read may be released.
   void release_after_copy();
 
   // Starts bringing back the input kept in `s` (one copy_up's Saved) into a new device tensor.
-  void prefetch(const Saved& s);
+  void prefetch(const Saved& s, const std::string& layer = "");
   // The device tensor of the input kept in `s`, once device work queued from now on may read it (prefetched or not);
   // the host buffer goes back for reuse.
-  Tensor take(const Saved& s);
+  Tensor take(const Saved& s, const std::string& layer = "");
 
  private:
   struct Coming {  // an input on its way back to the device
@@ -54,6 +64,10 @@ class HostCheckpoints {
     uint64_t read = 0;
   };
   Tensor host_buffer(const Tensor& like);
+  // Issues `copy` (returning its ticket) on the queue of its direction, after the fence `after`; with a timeline that
+  // records it, marks that queue around it.
+  template <class Copy>
+  uint64_t issue(bool up, const std::string& layer, uint64_t after, Copy&& copy);
 
   Device& device_;
   Device& host_;
@@ -61,6 +75,7 @@ class HostCheckpoints {
   bool has_pending_ = false;
   std::map<const void*, Coming> coming_;  // by the host buffer's address
   std::vector<Spare> spare_;
+  CopyTimeline* timeline_ = nullptr;
 };
 
 }  // namespace tandem::nn

@@ -158,7 +158,7 @@ Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std:
   for (size_t i = first; i < last; ++i) {
     const bool to_host = recompute && host && i + 1 < last;
     Saved kept;
-    if (to_host) kept = host->copy_up(x);  // runs beside the layer's forward, which reads x too
+    if (to_host) kept = host->copy_up(x, layers_[i]->name());  // beside the layer's forward, which reads x too
     if (hooks) hooks->before_forward(i);
     Tensor y = layers_[i]->forward(x, batch, saved[i - first]);
     if (recompute) saved[i - first] = to_host ? std::move(kept) : Saved{{x}, {}};
@@ -178,9 +178,9 @@ Tensor Model::backward_range(size_t first, size_t last, const Tensor& doutput, s
     if (hooks) hooks->before_backward(i);
     if (recompute) {
       const bool from_host = host && i + 1 < last;
-      const Tensor x = from_host ? host->take(s) : s.tensors.at(0);
+      const Tensor x = from_host ? host->take(s, layers_[i]->name()) : s.tensors.at(0);
       // The next layer's input starts down now, beside this layer's recompute and backward.
-      if (host && i > first) host->prefetch(saved[i - 1 - first]);
+      if (host && i > first) host->prefetch(saved[i - 1 - first], layers_[i - 1]->name());
       s.clear();
       layers_[i]->forward_for_backward(x, batch, s);
     }

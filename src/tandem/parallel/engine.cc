@@ -60,6 +60,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   if (host_checkpoints) setup.checkpoint_host = host_.get();
   setup.tiles = cfg.tiles;
   executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
+  if (nn::HostCheckpoints* h = executor_->host_checkpoints()) h->set_timeline(&store_->checkpoint_timeline());
 }
 
 // Micro-batch mb of this virtual GPU's share of the global batch; float inputs (mlp features) enter in the compute

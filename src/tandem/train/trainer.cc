@@ -544,7 +544,8 @@ void Trainer::write_timeline(bool at_end) {
 
 StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   inject_fault(groups_->rank, step + 1);
-  if (step + 1 == timeline_step() && engine_->store().offloaded()) engine_->store().record_timeline();
+  if (step + 1 == timeline_step() && (engine_->store().offloaded() || plan_.cpu_checkpointing))
+    engine_->store().record_timeline();
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);

@@ -62,6 +62,8 @@ class PipelineExecutor {
     device::WorkLog work;
   };
   const std::vector<ActionWork>& action_work() const { return action_work_; }
+  // With setup.checkpoint_host: where the checkpointed inputs wait (to show their copies in a timeline); else null.
+  nn::HostCheckpoints* host_checkpoints() { return host_checkpoints_.get(); }
 
  private:
   int stage_of(int chunk) const { return global_stage(s_.pp_rank, chunk, s_.pp); }
