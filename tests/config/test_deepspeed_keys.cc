@@ -271,6 +271,28 @@ TEST(DeepSpeedKeys, ObjectsOfNoEffectAreListedOnce) {
   EXPECT_EQ(parse(validate(c), 1).no_effect_keys, one);
 }
 
+// DeepSpeed's activation_checkpointing.cpu_checkpointing is Tandem's parallel.cpu_checkpointing: read as written,
+// checked as a boolean, and refused where the two keys disagree.
+TEST(DeepSpeedKeys, CpuCheckpointingKeepsTheInputsInHostMemory) {
+  Json c = base_cfg();
+  c["parallel"] = {{"activation_checkpointing", true}};
+  c["activation_checkpointing"] = {{"cpu_checkpointing", true}};
+  const TrainConfig tc = parse(validate(c), 1);
+  EXPECT_TRUE(tc.parallel.cpu_checkpointing);
+  EXPECT_TRUE(tc.no_effect_keys.empty());
+  c["activation_checkpointing"]["cpu_checkpointing"] = false;
+  EXPECT_FALSE(parse(validate(c), 1).parallel.cpu_checkpointing);
+  c["activation_checkpointing"]["cpu_checkpointing"] = "yes";
+  EXPECT_HAS(error_of([&] { validate(c); }), "activation_checkpointing.cpu_checkpointing");
+  c["activation_checkpointing"]["cpu_checkpointing"] = true;
+  c["parallel"]["cpu_checkpointing"] = false;
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "parallel.cpu_checkpointing false and DeepSpeed's activation_checkpointing.cpu_checkpointing true "
+             "disagree: keep one of them");
+  c["parallel"]["cpu_checkpointing"] = true;
+  EXPECT_TRUE(parse(validate(c), 1).parallel.cpu_checkpointing);
+}
+
 TEST(DeepSpeedKeys, MisspeltKeysGetTheNearestOfBothSets) {
   Json c = tutorial_cfg();
   c["zero_optimization"]["overlap_com"] = true;

@@ -222,6 +222,17 @@ TEST(ResolveParallel, LayoutOfAnotherSizeSaysWhichNToRunWith) {
             "parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
 }
 
+// Host memory holds what checkpointing keeps: asked for without checkpointing, it is refused before step 1.
+TEST(ResolveParallel, CpuCheckpointingNeedsActivationCheckpointing) {
+  EXPECT_EQ(resolve_error(R"({"cpu_checkpointing": true})", 1),
+            "parallel.cpu_checkpointing keeps the checkpointed layer inputs in host memory, so it needs activation "
+            "checkpointing: set \"parallel\": {\"activation_checkpointing\": true}, or remove cpu_checkpointing");
+  const ParallelPlan p = resolve_parallel(
+      config::parallel_config(Json::parse(R"({"activation_checkpointing": true, "cpu_checkpointing": true})")), 1);
+  EXPECT_TRUE(p.cpu_checkpointing);
+  EXPECT_FALSE(resolve_parallel(config::parallel_config(Json::parse("{}")), 1).cpu_checkpointing);
+}
+
 TEST(ResolveParallel, VirtualGpuThatDoesNotDivideTheWorldIsRefused) {
   EXPECT_EQ(resolve_error(R"({"pipeline": 3})", 4),
             "a virtual GPU of pipeline 3 x tensor 1 = 3 devices does not divide the 4 processes of this job: run "

@@ -20,14 +20,15 @@ namespace tandem::testing {
 using config::Json;
 
 struct MemCase {
-  // "gpt" | "mlp" | "llama_lora" (LoRA on every projection of a frozen llama) | "llama_docs" (a llama whose attention
-  // stays inside documents: data.document_mask) | "llama_fp8" (its block projections in FP8) | "llama_fp8_rowwise" |
-  // "llama_fp8_blockwise" (the other recipes)
+  // "gpt" | "mlp" | "llama" | "llama_lora" (LoRA on every projection of a frozen llama) | "llama_docs" (a llama whose
+  // attention stays inside documents: data.document_mask) | "llama_fp8" (its block projections in FP8) |
+  // "llama_fp8_rowwise" | "llama_fp8_blockwise" (the other recipes)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool ckpt = false;
+  bool cpu_ckpt = false;  // with ckpt: the checkpointed layer inputs in host memory (parallel.cpu_checkpointing)
   int64_t micro = 2;
   int64_t global = 8;
   bool bf16 = false;  // compute in bf16: fp32 master, bf16 values and activations
@@ -41,8 +42,8 @@ struct MemCase {
     os << model << " dp" << dp << " pp" << pp << " tp" << tp << " zero" << zero;
     if (pp > 1 || virtual_stages > 1)
       os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
-    os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (bf16 ? " bf16" : "")
-       << (offload.empty() ? "" : " offload " + offload);
+    os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (cpu_ckpt ? " host" : "")
+       << (bf16 ? " bf16" : "") << (offload.empty() ? "" : " offload " + offload);
     return os.str();
   }
 };
@@ -66,7 +67,7 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
-  if (model == "llama_lora" || model == "llama_docs" || model.rfind("llama_fp8", 0) == 0)
+  if (model == "llama" || model == "llama_lora" || model == "llama_docs" || model.rfind("llama_fp8", 0) == 0)
     return {{"type", "llama"},          {"vocab_size", 512},       {"seq_len", 64},
             {"hidden_size", 64},        {"intermediate_size", 96}, {"num_hidden_layers", 4},
             {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
@@ -123,6 +124,7 @@ inline Json case_config(const MemCase& c) {
                 {"activation_checkpointing", c.ckpt},
                 {"timeout_s", 120}}}};
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;
+  if (c.cpu_ckpt) cfg["parallel"]["cpu_checkpointing"] = true;
   if (c.bf16) cfg["bf16"] = {{"enabled", true}};
   if (!lora_config(c.model).is_null()) cfg["lora"] = lora_config(c.model);
   cfg["fp8"] = fp8_config(c.model);

@@ -168,6 +168,7 @@ ParallelConfig parallel_config(const Json& parallel) {
   if (parallel.contains("schedule")) c.schedule = spec::schedule_from_name(parallel.at("schedule").get<std::string>());
   c.virtual_stages = positive("virtual_stages");
   c.activation_checkpointing = parallel.value("activation_checkpointing", false);
+  c.cpu_checkpointing = parallel.value("cpu_checkpointing", false);
   if (parallel.contains("timeout_s")) c.timeout_s = parallel.at("timeout_s").get<double>();
   if (parallel.contains("stages"))
     for (const auto& r : parallel.at("stages")) {
@@ -343,6 +344,10 @@ TrainConfig parse(const Json& validated_cfg) {
     tc.eval.steps = cfg.at("eval").at("steps").get<int64_t>();
   }
   tc.parallel = parallel_config(cfg.contains("parallel") ? cfg.at("parallel") : Json());
+  // DeepSpeed's spelling of parallel.cpu_checkpointing (schema.cc has checked that the two agree).
+  if (cfg.contains("activation_checkpointing") && cfg.at("activation_checkpointing").is_object() &&
+      cfg.at("activation_checkpointing").value("cpu_checkpointing", false))
+    tc.parallel.cpu_checkpointing = true;
   tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();
   tc.checkpoint.keep = cfg.at("checkpoint").at("keep").get<int64_t>();
   tc.checkpoint.at_end = cfg.at("checkpoint").at("at_end").get<bool>();

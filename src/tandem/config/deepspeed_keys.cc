@@ -311,9 +311,9 @@ std::vector<DeepSpeedKey> build_catalogue() {
       only_when("activation_checkpointing.partition_activations", {false}, "false: activations are not partitioned",
                 "Tandem does not partition checkpointed activations yet; remove it and set "
                 "parallel.activation_checkpointing (each layer is recomputed) instead"),
-      only_when("activation_checkpointing.cpu_checkpointing", {false}, "false: activations stay on the device",
-                "Tandem does not offload activations to CPU memory yet; remove it and set "
-                "parallel.activation_checkpointing (each layer is recomputed) instead"),
+      schema("activation_checkpointing.cpu_checkpointing",
+             "true: the checkpointed layer inputs wait in host memory, as parallel.cpu_checkpointing (needs "
+             "parallel.activation_checkpointing)"),
       no_effect("activation_checkpointing.contiguous_memory_optimization",
                 "used with partition_activations, which Tandem refuses"),
       no_effect("activation_checkpointing.number_checkpoints", "used with partition_activations, which Tandem refuses"),

@@ -408,6 +408,21 @@ void validate_eval(Fields& top) {
   e.integer("steps", 10, 1);
 }
 
+// DeepSpeed's activation_checkpointing.cpu_checkpointing is parallel.cpu_checkpointing (config.cc reads either): a
+// boolean, which must agree with Tandem's key where both are given.
+void validate_cpu_checkpointing(Fields& top) {
+  if (!top.has("activation_checkpointing") || !top.raw("activation_checkpointing").is_object()) return;
+  Fields a(top.raw("activation_checkpointing"), "activation_checkpointing");
+  if (!a.has("cpu_checkpointing")) return;
+  a.boolean("cpu_checkpointing", std::nullopt);
+  if (!top.has("parallel") || !top.raw("parallel").is_object()) return;
+  const Json& mine = top.raw("parallel");
+  if (mine.contains("cpu_checkpointing") && mine.at("cpu_checkpointing") != a.raw("cpu_checkpointing"))
+    TANDEM_FAIL("parallel.cpu_checkpointing ", show(mine.at("cpu_checkpointing")),
+                " and DeepSpeed's activation_checkpointing.cpu_checkpointing ", show(a.raw("cpu_checkpointing")),
+                " disagree: keep one of them");
+}
+
 void validate_parallel(Fields& top) {
   if (!top.has("parallel")) return;
   Json& par = top.raw("parallel");
@@ -418,12 +433,13 @@ void validate_parallel(Fields& top) {
   if (!par.is_object()) top.fail_type("parallel", "\"auto\" or an object {...}");
   Fields p(par, "parallel");
   p.only({"virtual_gpus", "pipeline", "tensor", "schedule", "virtual_stages", "activation_checkpointing", "stages",
-          "timeout_s"});
+          "timeout_s", "cpu_checkpointing"});
   // Only names and types for now: the layout code decides defaults and how the values combine.
   for (const char* key : {"virtual_gpus", "pipeline", "tensor", "virtual_stages"})
     if (p.has(key)) p.integer(key, std::nullopt, 1);
   if (p.has("schedule")) p.choice("schedule", std::nullopt, spec::schedule_names());
   if (p.has("activation_checkpointing")) p.boolean("activation_checkpointing", std::nullopt);
+  if (p.has("cpu_checkpointing")) p.boolean("cpu_checkpointing", std::nullopt);
   if (p.has("timeout_s")) p.number("timeout_s", std::nullopt, 0.0, std::numeric_limits<double>::infinity(), true);
   if (p.has("stages")) {
     const Json& stages = p.raw("stages");
@@ -500,6 +516,7 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   validate_data(top);
   validate_eval(top);
   validate_parallel(top);
+  validate_cpu_checkpointing(top);
   Fields c(top.object("checkpoint"), "checkpoint");
   only_with_deepspeed(c, {"every", "keep", "at_end", "async"}, no_effect);
   c.integer("every", 0, 0);

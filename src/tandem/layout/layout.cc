@@ -51,6 +51,13 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
   if (plan.virtual_stages > 1 && !interleaved)
     TANDEM_FAIL("parallel.virtual_stages ", plan.virtual_stages, " needs \"schedule\": \"interleaved\"");
   plan.activation_checkpointing = p.activation_checkpointing;
+  plan.cpu_checkpointing = p.cpu_checkpointing;
+  // Host memory holds what checkpointing keeps: without checkpointing every activation stays on the device.
+  if (plan.cpu_checkpointing && !plan.activation_checkpointing)
+    TANDEM_FAIL(
+        "parallel.cpu_checkpointing keeps the checkpointed layer inputs in host memory, so it needs "
+        "activation checkpointing: set \"parallel\": {\"activation_checkpointing\": true}, or remove "
+        "cpu_checkpointing");
   if (p.timeout_s) plan.timeout_s = *p.timeout_s;
   plan.stages = p.stages;
   return plan;

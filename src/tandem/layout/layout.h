@@ -39,6 +39,7 @@ struct ParallelPlan {
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool activation_checkpointing = false;
+  bool cpu_checkpointing = false;  // the checkpointed layer inputs in host memory (needs activation_checkpointing)
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
   double timeout_s = 300;                           // the communication watchdog
 };

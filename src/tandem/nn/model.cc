@@ -151,14 +151,18 @@ void Model::backward(const Tensor& doutput, std::vector<Saved>& saved, bool reco
 }
 
 Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std::vector<Saved>& saved, bool recompute,
-                            LayerHooks* hooks, const Batch& batch) {
+                            LayerHooks* hooks, const Batch& batch, HostCheckpoints* host) {
   TANDEM_CHECK(first <= last && last <= layers_.size(), "layer range [", first, ", ", last, ")");
   saved.assign(last - first, Saved{});
   Tensor x = input;
   for (size_t i = first; i < last; ++i) {
+    const bool to_host = recompute && host && i + 1 < last;
+    Saved kept;
+    if (to_host) kept = host->copy_up(x, layers_[i]->name());  // beside the layer's forward, which reads x too
     if (hooks) hooks->before_forward(i);
     Tensor y = layers_[i]->forward(x, batch, saved[i - first]);
-    if (recompute) saved[i - first] = Saved{{x}, {}};
+    if (recompute) saved[i - first] = to_host ? std::move(kept) : Saved{{x}, {}};
+    if (to_host) host->release_after_copy();  // x may go as it is replaced below
     if (hooks) hooks->after_forward(i);
     x = y;
   }
@@ -166,14 +170,17 @@ Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std:
 }
 
 Tensor Model::backward_range(size_t first, size_t last, const Tensor& doutput, std::vector<Saved>& saved,
-                             bool recompute, LayerHooks* hooks, const Batch& batch) {
+                             bool recompute, LayerHooks* hooks, const Batch& batch, HostCheckpoints* host) {
   TANDEM_CHECK(saved.size() == last - first, "backward() without a matching forward()");
   Tensor dy = doutput;
   for (size_t i = last; i-- > first;) {
     Saved& s = saved[i - first];
     if (hooks) hooks->before_backward(i);
     if (recompute) {
-      const Tensor x = s.tensors.at(0);
+      const bool from_host = host && i + 1 < last;
+      const Tensor x = from_host ? host->take(s, layers_[i]->name()) : s.tensors.at(0);
+      // The next layer's input starts down now, beside this layer's recompute and backward.
+      if (host && i > first) host->prefetch(saved[i - 1 - first], layers_[i - 1]->name());
       s.clear();
       layers_[i]->forward_for_backward(x, batch, s);
     }

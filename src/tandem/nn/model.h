@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tandem/nn/batch_context.h"
+#include "tandem/nn/host_checkpoints.h"
 #include "tandem/nn/layer.h"
 
 namespace tandem::nn {
@@ -63,11 +64,14 @@ class Model {
   // `batch`: what the micro-batch brings besides the input (batch.h), handed to every layer. With a loss sink in
   // it and a head that computes the loss (computes_loss()), the range's output is undefined and its backward starts
   // from an undefined doutput.
+  // `host` (with `recompute`; null: on the device): the inputs the layers keep wait in host memory, every layer's but
+  // the range's last, whose backward comes first: its input would have to come straight back, with nothing to
+  // overlap the copies. The backward brings each back one layer ahead. Pass the same `host` to both calls.
   Tensor forward_range(size_t first, size_t last, const Tensor& input, std::vector<Saved>& saved, bool recompute,
-                       LayerHooks* hooks = nullptr, const Batch& batch = {});
+                       LayerHooks* hooks = nullptr, const Batch& batch = {}, HostCheckpoints* host = nullptr);
   // Returns d(input) (undefined when the first layer takes tokens).
   Tensor backward_range(size_t first, size_t last, const Tensor& doutput, std::vector<Saved>& saved, bool recompute,
-                        LayerHooks* hooks = nullptr, const Batch& batch = {});
+                        LayerHooks* hooks = nullptr, const Batch& batch = {}, HostCheckpoints* host = nullptr);
   // Whether the last layer computes the loss itself when the batch carries a sink (the gpt and llama heads): the
   // logits are then never held whole.
   bool computes_loss() const { return computes_loss_; }

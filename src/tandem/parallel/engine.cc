@@ -27,11 +27,14 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
   }
   OffloadOptions offload{cfg.offload_optimizer, cfg.offload_param, nullptr, static_cast<int>(cfg.micro_batches)};
-  if (cfg.offload_optimizer.enabled()) {
+  // Checkpoints in host memory share it with offloaded state; their copies are meant to overlap, so it is page-locked.
+  const bool host_checkpoints = cfg.plan.activation_checkpointing && cfg.plan.cpu_checkpointing;
+  if (cfg.offload_optimizer.enabled() || host_checkpoints) {
     auto* accounted = dynamic_cast<device::AccountedDevice*>(&device);
     TANDEM_CHECK(accounted, "offload needs an accounted device (CPU, CUDA or counting), not ", device.name());
-    host_ = accounted->host_memory(cfg.offload_optimizer.pin_memory || cfg.offload_param.pin_memory);
-    offload.host = host_.get();
+    host_ =
+        accounted->host_memory(cfg.offload_optimizer.pin_memory || cfg.offload_param.pin_memory || host_checkpoints);
+    if (cfg.offload_optimizer.enabled()) offload.host = host_.get();
   }
   store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.optimizer,
                                             cfg.compute, groups.tied.get(), offload);
@@ -54,8 +57,10 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   setup.input_shape = input_shape;
   setup.activation_dtype = cfg.compute;
   setup.recompute = cfg.plan.activation_checkpointing;
+  if (host_checkpoints) setup.checkpoint_host = host_.get();
   setup.tiles = cfg.tiles;
   executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
+  if (nn::HostCheckpoints* h = executor_->host_checkpoints()) h->set_timeline(&store_->checkpoint_timeline());
 }
 
 // Micro-batch mb of this virtual GPU's share of the global batch; float inputs (mlp features) enter in the compute

@@ -68,7 +68,8 @@ class Engine {
 
   nn::Model& model() { return model_; }
   ParameterStore& store() { return *store_; }
-  // The host memory offloaded state lives in (its own live and peak bytes), or null without offload.
+  // The host memory offloaded state and checkpointed layer inputs live in (its own live and peak bytes), or null when
+  // neither is asked for.
   device::AccountedDevice* host_memory() { return host_.get(); }
   double loss_scale() const { return loss_scale_; }
   // For checkpoints: the loss-scaling state, restored on resume.

@@ -54,10 +54,13 @@ struct RankMemory {
   int activation_bound = 0;                 // the schedule's bound on it (pipeline::activation_bound)
   int64_t activations_per_micro_batch = 0;  // activations at the peak over the micro-batches held then
   std::string layers;                       // "layers 0..7 (embedding .. blocks.6)" for each chunk
-  // Host memory the rank's offloaded state takes (0 without offload), accounted as the device's is.
+  // Host memory the rank's offloaded state and checkpointed layer inputs take (0 with neither), accounted as the
+  // device's is.
   int64_t host_peak = 0;
   device::Breakdown host_at_peak;
   device::Breakdown host_resident;
+  // Of host_peak: the checkpointed layer inputs (parallel.cpu_checkpointing), the host's only activations.
+  int64_t host_checkpoints() const { return host_at_peak[MemoryPurpose::Activations]; }
   int64_t checkpoint_host = 0;  // the background checkpoint's host copy of the rank's state (held from the first on)
   int64_t disk_bytes = 0;       // the rank's swap files (offload to nvme): the optimizer's and the parameters'
   int64_t disk_optimizer = 0, disk_parameters = 0;

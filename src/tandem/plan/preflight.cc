@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "tandem/checkpoint/disk_space.h"
 #include "tandem/core/units.h"
@@ -20,6 +22,23 @@ namespace tandem::plan {
 namespace {
 
 std::string bytes_str(int64_t b) { return format_bytes(static_cast<uint64_t>(std::max<int64_t>(b, 0))); }
+
+// What a rank's host memory holds, by part: "offloaded state 18.1 MiB, checkpointed layer inputs 64.0 MiB, background
+// checkpoint copy 27.2 MiB" (the parts it has). `state`: how to show the offloaded state (its total, or by purpose).
+std::string host_parts(const RankMemory& r, const std::string& state) {
+  std::string out;
+  const auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (r.host_peak - r.host_checkpoints() > 0) add("offloaded state " + state);
+  if (r.host_checkpoints() > 0) add("checkpointed layer inputs " + bytes_str(r.host_checkpoints()));
+  if (r.checkpoint_host > 0) add("background checkpoint copy " + bytes_str(r.checkpoint_host));
+  return out;
+}
+
+const RankMemory& fullest_host(const MemoryPrediction& m) {
+  return *std::max_element(m.ranks.begin(), m.ranks.end(), [](const RankMemory& a, const RankMemory& b) {
+    return a.host_peak + a.checkpoint_host < b.host_peak + b.checkpoint_host;
+  });
+}
 
 }  // namespace
 
@@ -60,15 +79,12 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   r.host_peak = r.memory.host_peak();
   r.host_per_node = r.memory.host_per_node(options.ranks_per_node);
   if (r.host_peak > 0) {
-    int64_t checkpoint = 0;
-    for (const RankMemory& rank : r.memory.ranks) checkpoint = std::max(checkpoint, rank.checkpoint_host);
     // "predicted host memory per rank: 45.3 MiB (offloaded state 18.1 MiB, background checkpoint copy 27.2 MiB), 181.2
     // MiB for the 4 ranks of a node, of 22.6 GiB usable"
+    const RankMemory& w = fullest_host(r.memory);
     r.line += "\npredicted host memory per rank: " + bytes_str(r.host_peak);
-    if (checkpoint > 0)
-      r.line += r.host_peak > checkpoint ? " (offloaded state " + bytes_str(r.host_peak - checkpoint) +
-                                               ", background checkpoint copy " + bytes_str(checkpoint) + ")"
-                                         : " (the background checkpoint's copy)";
+    if (w.host_checkpoints() > 0 || w.checkpoint_host > 0)
+      r.line += " (" + host_parts(w, bytes_str(w.host_peak - w.host_checkpoints())) + ")";
     if (options.ranks_per_node > 1)
       r.line +=
           ", " + bytes_str(r.host_per_node) + " for the " + std::to_string(options.ranks_per_node) + " ranks of a node";
@@ -100,23 +116,35 @@ PreflightResult preflight(const config::TrainConfig& cfg, const layout::Parallel
   }
   if (options.host_memory_bytes && r.host_per_node > static_cast<int64_t>(options.host_memory_bytes)) {
     r.fits = false;
-    const RankMemory& w =
-        *std::max_element(r.memory.ranks.begin(), r.memory.ranks.end(), [](const RankMemory& a, const RankMemory& b) {
-          return a.host_peak + a.checkpoint_host < b.host_peak + b.checkpoint_host;
-        });
-    std::string held = w.host_at_peak.total() > 0 ? "offloaded state " + w.host_at_peak.describe() : "";
-    if (w.checkpoint_host > 0)
-      held +=
-          (held.empty() ? "" : "; ") + std::string("the background checkpoint's copy ") + bytes_str(w.checkpoint_host);
-    r.message = "this run needs " + bytes_str(r.host_per_node) + " of host memory on a node (" +
-                std::to_string(options.ranks_per_node) + " rank" + (options.ranks_per_node > 1 ? "s" : "") +
-                ", the fullest " + bytes_str(w.host_peak + w.checkpoint_host) + ": " + held + "), over the " +
-                bytes_str(static_cast<int64_t>(options.host_memory_bytes)) +
+    const RankMemory& w = fullest_host(r.memory);
+    device::Breakdown state = w.host_at_peak;
+    state[MemoryPurpose::Activations] = 0;
+    const int64_t over = r.host_per_node - static_cast<int64_t>(options.host_memory_bytes);
+    // The checkpointed inputs have their own remedies; the offloaded state and the background copy theirs.
+    const bool inputs = w.host_checkpoints() > 0;
+    std::vector<std::string> remedies;
+    if (inputs) {
+      remedies.push_back("keep the checkpointed layer inputs on the device (parallel.cpu_checkpointing false)");
+      remedies.push_back(
+          "hold fewer of them per rank (a smaller train_micro_batch_size_per_gpu, more "
+          "parallel.pipeline stages)");
+    }
+    if (!inputs || w.host_peak - w.host_checkpoints() > 0)
+      remedies.push_back("offload less (zero_optimization.offload_optimizer.ratio below 1, or no offload_param)");
+    if (!inputs || w.checkpoint_host > 0)
+      remedies.push_back("write checkpoints at the step boundary (checkpoint.async false)");
+    remedies.push_back("use more nodes");
+    remedies.push_back("set \"host_memory\" if the node has more than it reports");
+    r.message = std::string(inputs ? "host memory too small for the checkpoints: " : "") + "this run needs " +
+                bytes_str(r.host_per_node) + " of host memory on a node (" + std::to_string(options.ranks_per_node) +
+                " rank" + (options.ranks_per_node > 1 ? "s" : "") + ", the fullest " +
+                bytes_str(w.host_peak + w.checkpoint_host) + ": " + host_parts(w, state.describe()) + "), " +
+                bytes_str(over) + " over the " + bytes_str(static_cast<int64_t>(options.host_memory_bytes)) +
                 (cfg.host_memory_bytes ? std::string(" of \"host_memory\"")
                                        : std::string(" the node can give it (") + device::kUsableHostMemoryRule + ")") +
-                ": offload less (zero_optimization.offload_optimizer.ratio below 1, or no offload_param), write "
-                "checkpoints at the step boundary (checkpoint.async false), use more nodes, or set \"host_memory\" "
-                "if the node has more than it reports";
+                ": ";
+    for (size_t i = 0; i < remedies.size(); ++i)
+      r.message += (i == 0 ? "" : i + 1 == remedies.size() ? ", or " : ", ") + remedies[i];
     return r;
   }
   if (r.fits) return r;

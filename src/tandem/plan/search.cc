@@ -87,6 +87,7 @@ std::string Candidate::name() const {
   os << "dp" << l.dp << ",pp" << l.pp << ",tp" << l.tp << ",zero" << (l.dp > 1 ? setup.zero_stage : 0) << ",micro"
      << setup.micro_batch;
   if (setup.plan.activation_checkpointing) os << ",ckpt";
+  if (setup.plan.activation_checkpointing && setup.plan.cpu_checkpointing) os << ",cpu_ckpt";
   if (setup.plan.virtual_stages > 1) os << ",v" << setup.plan.virtual_stages;
   if (l.pp > 1 && setup.plan.schedule == spec::ScheduleKind::GPipe)
     os << "," << spec::schedule_name(spec::ScheduleKind::GPipe);
@@ -105,6 +106,7 @@ config::Json Candidate::config() const {
   if (p.layout.pp > 1) parallel["schedule"] = spec::schedule_name(p.schedule);
   if (p.virtual_stages > 1) parallel["virtual_stages"] = p.virtual_stages;
   if (p.activation_checkpointing) parallel["activation_checkpointing"] = true;
+  if (p.activation_checkpointing && p.cpu_checkpointing) parallel["cpu_checkpointing"] = true;
   // DeepSpeed's rules: offloading the optimizer needs ZeRO 1-3, the parameters ZeRO 3 (with one replica any stage
   // trains as stage 0).
   int stage = p.layout.dp > 1 ? setup.zero_stage : 0;
@@ -160,8 +162,11 @@ Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions&
   if (opt.host_memory && host > static_cast<int64_t>(opt.host_memory)) {
     c.fits = false;
     c.short_of_host = true;
-    c.why_not = "its offloaded state needs " + bytes_str(host) + " of host memory per node, over " +
-                bytes_str(static_cast<int64_t>(opt.host_memory));
+    const bool inputs = setup.plan.activation_checkpointing && setup.plan.cpu_checkpointing;
+    c.why_not = std::string(!inputs                             ? "its offloaded state needs "
+                            : setup.offload_optimizer.enabled() ? "its offloaded state and checkpointed inputs need "
+                                                                : "its checkpointed layer inputs need ") +
+                bytes_str(host) + " of host memory per node, over " + bytes_str(static_cast<int64_t>(opt.host_memory));
   }
   return c;
 }
@@ -205,6 +210,13 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
               Candidate c = evaluate(memory, s, opt);
               const bool fits = c.fits;
               (fits ? result.fit : result.no_fit).push_back(std::move(c));
+              // So do checkpoints in host memory: tried only where checkpointing on the devices does not fit.
+              if (!fits && ckpt && opt.offload) {
+                Setup h = s;
+                h.plan.cpu_checkpointing = true;
+                Candidate hc = evaluate(memory, h, opt);
+                (hc.fits ? result.fit : result.no_fit).push_back(std::move(hc));
+              }
               // Offload costs copies and host time: tried only where the state does not fit on the devices.
               if (fits || !opt.offload) continue;
               const bool optimizer = dp == 1 || zero >= 1, param = dp == 1 || zero == 3;
@@ -281,6 +293,9 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.plan.activation_checkpointing = true;
     } else if (tok == "ckpt0") {
       s.plan.activation_checkpointing = false;
+    } else if (tok == "cpu_ckpt") {
+      s.plan.activation_checkpointing = true;
+      s.plan.cpu_checkpointing = true;
     } else if (tok == "offload") {
       s.offload_optimizer.device = spec::OffloadDevice::Cpu;
       s.offload_optimizer.pin_memory = true;
@@ -308,8 +323,8 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.plan.virtual_stages = 1;
     } else {
       TANDEM_FAIL("--explain: unknown part '", tok,
-                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: ckpt or ckpt0, v2, gpipe or 1f1b, offload "
-                  "or offload_param, ratio0.8)");
+                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: ckpt, ckpt0 or cpu_ckpt, v2, gpipe or "
+                  "1f1b, offload or offload_param, ratio0.8)");
     }
   }
   // As resolve_parallel: given only dp, the virtual GPU is a pipeline; otherwise a missing pp or tp is 1 and
@@ -358,8 +373,10 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
     const std::string host = c.memory.host_peak() > 0 ? bytes_str(c.memory.host_peak()) : "-";
     std::snprintf(line, sizeof line, "%3zu  %-17s  %-14s  %4d  %-4s  %-7s  %-11s  %11s  %9s  %-4s  %-9s %s\n", i,
                   lay.c_str(), schedule_label(c.setup.plan).c_str(), l.dp > 1 ? c.setup.zero_stage : 0,
-                  c.setup.plan.activation_checkpointing ? "on" : "off", offload, mb.c_str(),
-                  bytes_str(c.memory.peak()).c_str(), host.c_str(), c.fits ? "yes" : "no",
+                  !c.setup.plan.activation_checkpointing ? "off"
+                  : c.setup.plan.cpu_checkpointing       ? "host"
+                                                         : "on",
+                  offload, mb.c_str(), bytes_str(c.memory.peak()).c_str(), host.c_str(), c.fits ? "yes" : "no",
                   c.memory.resident_only ? "-" : rate_str(c.time.tokens_per_s).c_str(),
                   c.memory.resident_only ? "-" : seconds_str(c.time.step_s).c_str());
     os << line;
@@ -369,7 +386,8 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
   os << r.fit.size() << " candidate" << (r.fit.size() == 1 ? "" : "s") << " fit in " << budget << " per device ("
      << (r.fit.size() > top ? "top " + std::to_string(top) + " shown" : "all shown") << "); " << r.no_fit.size()
      << " do not.\n";
-  if (!r.fit.empty() && r.fit.front().setup.offload_optimizer.enabled()) {
+  if (!r.fit.empty() &&
+      (r.fit.front().setup.offload_optimizer.enabled() || r.fit.front().setup.plan.cpu_checkpointing)) {
     const Candidate& best = r.fit.front();
     os << "Nothing fits on the devices alone; the fastest candidate offloads to host memory ("
        << bytes_str(best.memory.host_peak()) << " a rank): set " << best.config_keys() << ".\n";
@@ -410,9 +428,11 @@ std::string format_explain(const Candidate& c, const SearchOptions& opt) {
   const RankMemory& w = c.memory.worst();
   os << c.name() << ": " << l.str() << ", schedule " << schedule_label(c.setup.plan) << ", ZeRO "
      << (l.dp > 1 ? c.setup.zero_stage : 0) << ", activation checkpointing "
-     << (c.setup.plan.activation_checkpointing ? "on" : "off") << ", micro-batch " << c.setup.micro_batch << " x "
-     << c.setup.micro_batches << " per step, compute dtype " << (c.setup.dtype_bytes == 4 ? "fp32" : "16-bit")
-     << "\n\n";
+     << (!c.setup.plan.activation_checkpointing ? "off"
+         : c.setup.plan.cpu_checkpointing       ? "on (the inputs in host memory)"
+                                                : "on")
+     << ", micro-batch " << c.setup.micro_batch << " x " << c.setup.micro_batches << " per step, compute dtype "
+     << (c.setup.dtype_bytes == 4 ? "fp32" : "16-bit") << "\n\n";
   os << "Memory (predicted peak per device " << bytes_str(c.memory.peak());
   if (opt.device_memory) os << " of " << bytes_str(static_cast<int64_t>(opt.device_memory));
   os << (c.fits ? ", fits" : ", does NOT fit") << ")\n";
@@ -463,7 +483,8 @@ std::string format_explain(const Candidate& c, const SearchOptions& opt) {
   if (c.memory.host_peak() > 0)
     os << "  offload: copies to and from host memory " << seconds_str(t.offload_s) << ", host AdamW and gradient sums "
        << seconds_str(t.host_s) << "\n";
-  if (c.fits && c.setup.offload_optimizer.enabled()) os << "  config: " << c.config_keys() << "\n";
+  if (c.fits && (c.setup.offload_optimizer.enabled() || c.setup.plan.cpu_checkpointing))
+    os << "  config: " << c.config_keys() << "\n";
   return os.str();
 }
 

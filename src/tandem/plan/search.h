@@ -42,8 +42,8 @@ struct Candidate {
   bool fits = false;
   std::string why_not;         // what pushes the worst device over the budget (or the node's host memory)
   bool short_of_host = false;  // fits the devices, but its offloaded state is over the node's host memory
-  // "dp2,pp2,tp1,zero1,micro16" (+ ",ckpt", ",v2", ",offload", ",offload_param", ",ratio0.8"): the spelling --explain
-  // takes.
+  // "dp2,pp2,tp1,zero1,micro16" (+ ",ckpt", ",cpu_ckpt", ",v2", ",offload", ",offload_param", ",ratio0.8"): the
+  // spelling --explain takes.
   std::string name() const;
   // The config keys that select it: "parallel", "zero_optimization" (with its offload objects) and
   // "train_micro_batch_size_per_gpu", as JSON and as a user would write them.
@@ -59,16 +59,18 @@ struct SearchResult {
 
 // Every dp x pp x tp = devices (tp within a node, heads / vocabulary / widths divisible), ZeRO 0-3 (0 only when
 // dp == 1), activation checkpointing off and on, every micro-batch size that divides the global batch per
-// replica, 1F1B and (pp > 1, m a multiple of pp) interleaved with v = 2; with opt.offload, a candidate that does
-// not fit on the devices is tried again with its optimizer offloaded to host memory (ZeRO 1-3, or one replica),
-// and at ZeRO 3 (or one replica) with its parameters too; where the offloaded optimizer fits on one device (pp and tp
-// 1), also with the first layer's optimizer kept on the device (offload_optimizer.ratio below 1), whose update is
-// then not the one the next step waits for.
+// replica, 1F1B and (pp > 1, m a multiple of pp) interleaved with v = 2; with opt.offload, a checkpointing candidate
+// that does not fit on the devices is tried again with the checkpointed inputs in host memory (cpu_checkpointing),
+// and a candidate that does not fit is tried again with its optimizer offloaded to host memory (ZeRO 1-3, or one
+// replica), and at ZeRO 3 (or one replica) with its parameters too; where the offloaded optimizer fits on one device
+// (pp and tp 1), also with the first layer's optimizer kept on the device (offload_optimizer.ratio below 1), whose
+// update is then not the one the next step waits for.
 SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt);
 
 Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions& opt);
 
-// "dp2,pp2,tp1,zero1,micro16[,ckpt|,ckpt0][,v2|,gpipe|,1f1b][,offload|,offload_param][,ratio<r>]": a missing one of dp
+// "dp2,pp2,tp1,zero1,micro16[,ckpt|,ckpt0|,cpu_ckpt][,v2|,gpipe|,1f1b][,offload|,offload_param][,ratio<r>]" (cpu_ckpt:
+// checkpointing with the inputs in host memory): a missing one of dp
 // / pp / tp is derived from the devices, a missing zero is 0, a missing micro is opt.default_micro, a missing schedule
 // and checkpointing are opt's defaults (the config's).
 Setup parse_candidate(const std::string& spec, const SearchOptions& opt);

@@ -80,6 +80,9 @@ struct ParallelConfig {
   std::optional<int> virtual_gpus, pipeline, tensor, virtual_stages;
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   bool activation_checkpointing = false;
+  // The checkpointed layer inputs wait in host memory (parallel.cpu_checkpointing, or DeepSpeed's
+  // activation_checkpointing.cpu_checkpointing); needs activation_checkpointing.
+  bool cpu_checkpointing = false;
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
   std::optional<double> timeout_s;
 };

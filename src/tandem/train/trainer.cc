@@ -280,7 +280,10 @@ void Trainer::setup() {
     std::printf("model: %s; layout %s (%d device%s as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
                 spec::model_type(cfg_.model).c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
                 l.dp == 1 ? "" : "s", l.vgpu_size(), static_cast<long long>(cfg_.zero_stage),
-                dtype_name(ec.compute).c_str(), plan_.activation_checkpointing ? ", activation checkpointing" : "");
+                dtype_name(ec.compute).c_str(),
+                !plan_.activation_checkpointing ? ""
+                : plan_.cpu_checkpointing       ? ", activation checkpointing (the inputs in host memory)"
+                                                : ", activation checkpointing");
     if (cfg_.offload_optimizer.enabled()) {
       const bool gpu = device_->kind() == DeviceKind::Cuda;  // a CPU device's host memory is plain either way
       const auto where = [gpu](const spec::OffloadConfig& o) {
@@ -471,7 +474,11 @@ void Trainer::report(int64_t last_step) {
   if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
   std::printf("\n");
   if (!host_peaks.empty()) {
-    std::printf("offloaded state in host memory, peak per rank:");
+    const bool inputs = plan_.activation_checkpointing && plan_.cpu_checkpointing;
+    const bool state = cfg_.offload_optimizer.enabled();
+    std::printf("%s in host memory, peak per rank:", !inputs ? "offloaded state"
+                                                     : state ? "offloaded state and checkpointed layer inputs"
+                                                             : "checkpointed layer inputs");
     for (int r = 0; r < l.world(); ++r)
       std::printf(" %d %s%s", r, format_bytes(static_cast<uint64_t>(host_peaks[r])).c_str(),
                   r + 1 < l.world() ? "," : "");
@@ -537,7 +544,8 @@ void Trainer::write_timeline(bool at_end) {
 
 StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   inject_fault(groups_->rank, step + 1);
-  if (step + 1 == timeline_step() && engine_->store().offloaded()) engine_->store().record_timeline();
+  if (step + 1 == timeline_step() && (engine_->store().offloaded() || plan_.cpu_checkpointing))
+    engine_->store().record_timeline();
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);

@@ -140,10 +140,12 @@ Tensor ChunkRunner::measure(CountingDevice& d, Effect& e, Call&& call) {
   return out;
 }
 
-ChunkRunner::ChunkRunner(nn::Model& model, int chunks, bool recompute, nn::Model::LayerHooks* hooks, Device& device)
-    : model_(model), recompute_(recompute), hooks_(hooks), device_(device) {
-  // Hooks whose calls differ from one micro-batch to the next cannot be replayed: such chunks always run.
-  if (device.kind() == DeviceKind::Counting && (!hooks || hooks->replayable()))
+ChunkRunner::ChunkRunner(nn::Model& model, int chunks, bool recompute, nn::Model::LayerHooks* hooks, Device& device,
+                         nn::HostCheckpoints* host)
+    : model_(model), recompute_(recompute), hooks_(hooks), host_(recompute ? host : nullptr), device_(device) {
+  // Hooks whose calls differ from one micro-batch to the next cannot be replayed: such chunks always run. Neither can
+  // host checkpoints, whose buffers are reused from one micro-batch to the next.
+  if (device.kind() == DeviceKind::Counting && (!hooks || hooks->replayable()) && !host_)
     for (int c = 0; c < chunks; ++c) memo_.push_back(std::make_unique<Memo>());
 }
 
@@ -258,7 +260,7 @@ Tensor ChunkRunner::forward(const LayerRange& range, int chunk, int key, const T
   Tensor y;
   if (!m || !m->replayable) {
     const PurposeScope scope(device_, MemoryPurpose::Activations);
-    y = model_.forward_range(range.first, range.second, x, h->saved, recompute_, hooks_, batch);
+    y = model_.forward_range(range.first, range.second, x, h->saved, recompute_, hooks_, batch, host_);
   } else {
     // Replay: first the part of the end state that was held at the highest point, then the rest of that point,
     // released again, then the remainder of the end state and the output. The device passes through the same
@@ -303,7 +305,7 @@ Tensor ChunkRunner::backward(const LayerRange& range, int chunk, int key, const 
   held_.erase(it);
   if (!h->replayed) {
     const PurposeScope scope(device_, MemoryPurpose::Transient);
-    return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, hooks_, batch);
+    return model_.backward_range(range.first, range.second, dy, h->saved, recompute_, hooks_, batch, host_);
   }
   // Lower what is lower at the highest point, rise to it, then release everything kept and make the output.
   CountingDevice& d = *device::as_counting(device_);

@@ -23,7 +23,10 @@ namespace tandem::parallel::pipeline {
 
 class ChunkRunner {
  public:
-  ChunkRunner(nn::Model& model, int chunks, bool recompute, nn::Model::LayerHooks* hooks, Device& device);
+  // `host` (null: none): with `recompute`, the kept layer inputs wait in host memory (nn/host_checkpoints.h); the
+  // chunks then always run, on a counting device too: a replay would not make the host's buffers and copies.
+  ChunkRunner(nn::Model& model, int chunks, bool recompute, nn::Model::LayerHooks* hooks, Device& device,
+              nn::HostCheckpoints* host = nullptr);
   ~ChunkRunner();
   ChunkRunner(const ChunkRunner&) = delete;
   ChunkRunner& operator=(const ChunkRunner&) = delete;
@@ -56,6 +59,7 @@ class ChunkRunner {
   nn::Model& model_;
   bool recompute_;
   nn::Model::LayerHooks* hooks_;
+  nn::HostCheckpoints* host_;
   Device& device_;
   std::vector<std::unique_ptr<Memo>> memo_;  // by chunk; only on a counting device
   std::map<int, std::unique_ptr<Held>> held_;

@@ -25,7 +25,10 @@ PipelineExecutor::PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::
     for (size_t l = s_.chunks[c].first; l < s_.chunks[c].second; ++l) shape = model_.layers()[l]->output_shape(shape);
     out_shapes_.push_back(shape);
   }
-  runner_ = std::make_unique<ChunkRunner>(model_, s_.virtual_stages, s_.recompute, hooks_, device_);
+  if (s_.recompute && s_.checkpoint_host)
+    host_checkpoints_ = std::make_unique<nn::HostCheckpoints>(device_, *s_.checkpoint_host);
+  runner_ =
+      std::make_unique<ChunkRunner>(model_, s_.virtual_stages, s_.recompute, hooks_, device_, host_checkpoints_.get());
 }
 
 // The kind is the lowest bit: communicators may route activations and gradients on separate channels.

@@ -30,7 +30,9 @@ struct ExecutorSetup {
   Shape input_shape;                    // one micro-batch's model input
   DType activation_dtype = DType::F32;  // what flows between stages (the compute dtype)
   bool recompute = false;               // activation checkpointing per layer
-  nn::Tiles tiles;                      // the tokens the loss and the MLPs take at once, handed with each batch
+  // With recompute: the host memory the kept layer inputs wait in (parallel.cpu_checkpointing); null: the device.
+  Device* checkpoint_host = nullptr;
+  nn::Tiles tiles;  // the tokens the loss and the MLPs take at once, handed with each batch
 };
 
 class PipelineExecutor {
@@ -60,6 +62,8 @@ class PipelineExecutor {
     device::WorkLog work;
   };
   const std::vector<ActionWork>& action_work() const { return action_work_; }
+  // With setup.checkpoint_host: where the checkpointed inputs wait (to show their copies in a timeline); else null.
+  nn::HostCheckpoints* host_checkpoints() { return host_checkpoints_.get(); }
 
  private:
   int stage_of(int chunk) const { return global_stage(s_.pp_rank, chunk, s_.pp); }
@@ -72,7 +76,8 @@ class PipelineExecutor {
   nn::Model::LayerHooks* hooks_;
   Device& device_;
   int total_stages_;
-  std::vector<Shape> in_shapes_, out_shapes_;  // per chunk
+  std::vector<Shape> in_shapes_, out_shapes_;              // per chunk
+  std::unique_ptr<nn::HostCheckpoints> host_checkpoints_;  // with setup.checkpoint_host: its buffers, kept all run
   std::unique_ptr<ChunkRunner> runner_;
   std::vector<ActionWork> action_work_;
 };

@@ -122,6 +122,8 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // step after's forward beside them. take_timeline() gives it once the step after has run (null before), or with
   // `at_end` once the recorded step has (the run ends there).
   void record_timeline() { timeline_.arm(); }
+  // Where the checkpointed layer inputs' copies are recorded (with parallel.cpu_checkpointing).
+  nn::HostCheckpoints::CopyTimeline& checkpoint_timeline() { return timeline_; }
   std::unique_ptr<Timeline> take_timeline(bool at_end = false);
   optim::AdamW& optimizer() { return *adamw_; }
 

@@ -2,7 +2,8 @@
 // points of the device's queues as its hooks run; the marks become seconds only when the timeline is taken, so that
 // recording never makes the host wait for the device in the middle of a step. Armed for the next step, it records
 // that step's backward, its copies down and up and its host AdamW (phase 1), then the step after's forward (phase 2),
-// which is what the update hides behind.
+// which is what the update hides behind. Checkpoints in host memory show their copies on the same tracks: down in the
+// recorded step's backward, up in the step after's forward.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +13,12 @@
 #include <vector>
 
 #include "tandem/core/device_interface.h"
+#include "tandem/nn/host_checkpoints.h"
 #include "tandem/parallel/zero/timeline.h"
 
 namespace tandem::parallel {
 
-class TimelineRecorder {
+class TimelineRecorder final : public nn::HostCheckpoints::CopyTimeline {
  public:
   explicit TimelineRecorder(Device& device) : device_(device) {}
 
@@ -40,6 +42,11 @@ class TimelineRecorder {
   void span(std::string track, std::string name, uint64_t start, uint64_t end);
   // A span already in seconds of the host's steady clock (the host AdamW). Safe from the update's thread.
   void host_span(std::string track, std::string name, double start, double end);
+  // Checkpointed layer inputs (nn/host_checkpoints.h): down in the recorded step, up in the step after's forward.
+  bool records_copy(bool up) const override { return up ? in_step_after() : in_recorded_step(); }
+  void copied(bool up, std::string name, uint64_t start, uint64_t end) override {
+    span(up ? "to host" : "to device", std::move(name), start, end);
+  }
 
   // Whether take() has something to give: the step after ran, or with `at_end` the recorded step did.
   bool ready(bool at_end) const { return timeline_ && phase_ >= (at_end ? 1 : 2); }

@@ -1,0 +1,189 @@
+// Checkpoints in host memory (parallel.cpu_checkpointing) change where the checkpointed layer inputs wait, never what
+// is computed: the same losses, gradient norms, held-out loss and final parameters, to the bit, as the same layout with
+// the inputs on the device, for a llama on one device and in layouts of two processes (a pipeline under 1F1B and
+// interleaved, ZeRO-3's gathers, tp), in fp32 and bf16; and the device's peak is lower. Run under mpirun -np 2.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mpi_test_main.h"
+#include "tandem/config/config.h"
+#include "tandem/layout/groups.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace {
+
+using config::Json;
+
+struct Case {
+  int dp, pp, tp, zero;
+  std::string schedule;  // "1f1b" or "interleaved"
+  bool bf16 = false;
+};
+
+std::string case_name(const Case& c) {
+  std::ostringstream os;
+  os << "llama_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_zero" << c.zero << "_" << c.schedule
+     << (c.bf16 ? "_bf16" : "");
+  return os.str();
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+// 6 blocks and 4 micro-batches a step, so every stage holds several inputs of several micro-batches.
+Json llama_config(bool bf16) {
+  Json cfg = {{"train_batch_size", 16},
+              {"gradient_accumulation_steps", 4},
+              {"steps", 4},
+              {"seed", 7},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}, {"eps", 1e-6}}}}},
+              {"gradient_clipping", 1.0},
+              {"model",
+               {{"type", "llama"},
+                {"vocab_size", 64},
+                {"seq_len", 16},
+                {"hidden_size", 32},
+                {"intermediate_size", 48},
+                {"num_hidden_layers", 6},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 2}}},
+              {"data", {{"type", "synthetic"}}},
+              {"eval", {{"data", {{"type", "synthetic"}}}, {"steps", 2}}}};
+  if (bf16) cfg["bf16"] = {{"enabled", true}};
+  return cfg;
+}
+
+struct Result {
+  std::vector<double> losses, grad_norms;
+  double val_loss = 0;
+  std::map<std::string, std::vector<float>> params;
+  uint64_t peak_bytes = 0;
+};
+
+Result train(const Json& cfg_json, layout::Groups* groups) {
+  const config::TrainConfig cfg = config::parse(config::validate(cfg_json), groups ? groups->layout.dp : 1);
+  train::TrainOptions opt;
+  opt.print = false;
+  train::Trainer trainer = train::Trainer::from_config(cfg, opt, groups);
+  Result r;
+  for (const auto& m : trainer.run()) {
+    r.losses.push_back(m.loss);
+    r.grad_norms.push_back(m.grad_norm);
+    r.peak_bytes = m.peak_bytes;
+    if (m.evaluated) r.val_loss = m.val_loss;
+  }
+  r.params = trainer.engine().collect_parameters();
+  return r;
+}
+
+// Counts what differs between two runs, with the test's failures for each.
+int differences(const Result& host, const Result& device) {
+  EXPECT_EQ(host.losses, device.losses);
+  EXPECT_EQ(host.grad_norms, device.grad_norms);
+  EXPECT_EQ(host.val_loss, device.val_loss);
+  EXPECT_EQ(host.params, device.params);
+  return (host.losses != device.losses) + (host.grad_norms != device.grad_norms) + (host.val_loss != device.val_loss) +
+         (host.params != device.params);
+}
+
+// Activation checkpointing with its inputs on the device, then in host memory: the same bits, and a lower peak.
+TEST(HostCheckpoints, SameBitsOnOneDevice) {
+  if (testing::mpi_world().rank() != 0) return;
+  for (bool bf16 : {false, true}) {
+    Json cfg = llama_config(bf16);
+    cfg["parallel"] = {{"activation_checkpointing", true}};
+    const Result device = train(cfg, nullptr);
+    cfg["parallel"]["cpu_checkpointing"] = true;
+    const Result host = train(cfg, nullptr);
+    EXPECT_EQ(differences(host, device), 0) << (bf16 ? "bf16" : "fp32");
+    EXPECT_LT(host.peak_bytes, device.peak_bytes);
+    std::printf("[host checkpoints] one device%s: peak %llu bytes with the inputs on the device, %llu in host memory\n",
+                bf16 ? " bf16" : "", static_cast<unsigned long long>(device.peak_bytes),
+                static_cast<unsigned long long>(host.peak_bytes));
+  }
+}
+
+// DeepSpeed's key turns on the same thing.
+TEST(HostCheckpoints, DeepSpeedKeySameBits) {
+  if (testing::mpi_world().rank() != 0) return;
+  Json cfg = llama_config(false);
+  cfg["parallel"] = {{"activation_checkpointing", true}, {"cpu_checkpointing", true}};
+  const Result tandem_key = train(cfg, nullptr);
+  cfg["parallel"].erase("cpu_checkpointing");
+  cfg["activation_checkpointing"] = {{"cpu_checkpointing", true}};
+  const Result deepspeed_key = train(cfg, nullptr);
+  EXPECT_EQ(differences(deepspeed_key, tandem_key), 0);
+  EXPECT_EQ(deepspeed_key.peak_bytes, tandem_key.peak_bytes);
+}
+
+// The step's timeline (TANDEM_TIMELINE=S) shows the inputs' copies on offload's tracks, one span a kept input and
+// micro-batch: down in the recorded step's backward, up in the step after's forward.
+TEST(HostCheckpoints, TheTimelineShowsTheCopies) {
+  if (testing::mpi_world().rank() != 0) return;
+  namespace fs = std::filesystem;
+  const fs::path out = fs::temp_directory_path() / ("tandem_host_checkpoints_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  Json cfg = llama_config(false);
+  cfg["steps"] = 3;
+  cfg["parallel"] = {{"activation_checkpointing", true}, {"cpu_checkpointing", true}};
+  ::setenv("TANDEM_TIMELINE", "2", 1);
+  {
+    train::TrainOptions opt;
+    opt.print = false;
+    opt.out_dir = out.string();
+    train::Trainer trainer = train::Trainer::from_config(config::parse(config::validate(cfg), 1), opt);
+    trainer.run();
+  }
+  ::unsetenv("TANDEM_TIMELINE");
+  std::ifstream in(out / "timeline_rank0.json");
+  ASSERT_TRUE(in) << "no timeline in " << out;
+  const Json trace = Json::parse(in);
+  std::map<std::string, int> copies;  // by track
+  for (const Json& e : trace.at("traceEvents"))
+    if (e.at("name").get<std::string>().rfind("checkpoint ", 0) == 0) ++copies[e.at("tid").get<std::string>()];
+  // 8 layers (the embedding, 6 blocks, the head), all but the head's input in host memory, 4 micro-batches a step.
+  EXPECT_EQ(copies["to device"], 7 * 4);
+  EXPECT_EQ(copies["to host"], 7 * 4);
+  fs::remove_all(out);
+}
+
+class HostCheckpointLayouts : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HostCheckpointLayouts, SameBitsAsTheInputsOnTheDevice) {
+  const Case& c = GetParam();
+  Json cfg = llama_config(c.bf16);
+  cfg["zero_optimization"] = {{"stage", c.zero}};
+  cfg["parallel"] = {{"virtual_gpus", c.dp},
+                     {"pipeline", c.pp},
+                     {"tensor", c.tp},
+                     {"schedule", c.schedule},
+                     {"activation_checkpointing", true},
+                     {"timeout_s", 120}};
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp});
+  const Result device = train(cfg, &groups);
+  cfg["parallel"]["cpu_checkpointing"] = true;
+  const Result host = train(cfg, &groups);
+  double failures = 0;
+  if (testing::mpi_world().rank() == 0) failures += differences(host, device);
+  // Every rank's own peak is lower: each stage kept its inputs on the device before.
+  EXPECT_LT(host.peak_bytes, device.peak_bytes) << "rank " << testing::mpi_world().rank();
+  failures += host.peak_bytes >= device.peak_bytes;
+  failures = groups.world->all_reduce_scalar(failures);
+  EXPECT_EQ(failures, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HostCheckpointLayouts,
+                         ::testing::Values(Case{1, 2, 1, 0, "1f1b"}, Case{1, 2, 1, 0, "1f1b", true},
+                                           Case{1, 2, 1, 0, "interleaved"}, Case{2, 1, 1, 3, "1f1b"},
+                                           Case{1, 1, 2, 0, "1f1b"}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+}  // namespace
+}  // namespace tandem
