@@ -38,6 +38,9 @@ class Communicator {
   // out (size*n) = the concatenation of every rank's in (n). `in` may be out's own slice [rank*n, (rank+1)*n).
   virtual std::unique_ptr<Request> all_gather_async(const Tensor& in, const Tensor& out) = 0;
   virtual std::unique_ptr<Request> broadcast_async(const Tensor& t, int root) = 0;
+  // out (size*n): its slice j is rank j's in slice [rank*n, (rank+1)*n) of in (size*n), the personalised exchange
+  // (MPI_Alltoall). in and out are distinct.
+  virtual std::unique_ptr<Request> all_to_all_async(const Tensor& in, const Tensor& out) = 0;
   // Point-to-point: `tag & 1` names a channel; messages between two ranks keep their order per channel.
   virtual std::unique_ptr<Request> send_async(const Tensor& t, int peer, int tag) = 0;
   virtual std::unique_ptr<Request> recv_async(const Tensor& t, int peer, int tag) = 0;
@@ -50,6 +53,7 @@ class Communicator {
   }
   void all_gather(const Tensor& in, const Tensor& out) { all_gather_async(in, out)->wait(); }
   void broadcast(const Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  void all_to_all(const Tensor& in, const Tensor& out) { all_to_all_async(in, out)->wait(); }
   void send(const Tensor& t, int peer, int tag) { send_async(t, peer, tag)->wait(); }
   void recv(const Tensor& t, int peer, int tag) { recv_async(t, peer, tag)->wait(); }
 
@@ -69,6 +73,7 @@ class SelfCommunicator final : public Communicator {
   std::unique_ptr<Request> reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) override;
   std::unique_ptr<Request> all_gather_async(const Tensor& in, const Tensor& out) override;
   std::unique_ptr<Request> broadcast_async(const Tensor& t, int root) override;
+  std::unique_ptr<Request> all_to_all_async(const Tensor& in, const Tensor& out) override;
   std::unique_ptr<Request> send_async(const Tensor& t, int peer, int tag) override;
   std::unique_ptr<Request> recv_async(const Tensor& t, int peer, int tag) override;
   void barrier() override {}

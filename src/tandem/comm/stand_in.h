@@ -28,6 +28,7 @@ class StandInCommunicator final : public Communicator {
   std::unique_ptr<Request> reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) override;
   std::unique_ptr<Request> all_gather_async(const Tensor& in, const Tensor& out) override;
   std::unique_ptr<Request> broadcast_async(const Tensor& t, int root) override;
+  std::unique_ptr<Request> all_to_all_async(const Tensor& in, const Tensor& out) override;
   std::unique_ptr<Request> send_async(const Tensor& t, int peer, int tag) override;
   std::unique_ptr<Request> recv_async(const Tensor& t, int peer, int tag) override;
   void barrier() override {}

@@ -12,9 +12,9 @@
 
 namespace tandem::device {
 
-// The group axis a collective runs on (the communicators' names: "tp", "pp", "dp", anything else is World).
-enum class CommAxis { Tp, Pp, Dp, World };
-inline constexpr int kCommAxes = 4;
+// The group axis a collective runs on (the communicators' names: "tp", "pp", "dp", "cp", anything else is World).
+enum class CommAxis { Tp, Pp, Dp, World, Cp };
+inline constexpr int kCommAxes = 5;
 
 // The work a run would do, accumulated as it is recorded. Subtracting two snapshots gives the work in between.
 struct WorkLog {

@@ -156,6 +156,18 @@ std::unique_ptr<Request> MpiCommunicator::broadcast_async(const Tensor& t, int r
   return started(req, kBroadcast, seq);
 }
 
+std::unique_ptr<Request> MpiCommunicator::all_to_all_async(const Tensor& in, const Tensor& out) {
+  TANDEM_CHECK(in.numel() == out.numel() && in.numel() % size_ == 0 && in.dtype() == out.dtype(), "all_to_all of ",
+               in.numel(), " into ", out.numel(), " over ", size_);
+  const int64_t seq = begin(kAllToAll);
+  MPI_Request req;
+  const Tensor slice = in.flat_slice(0, in.numel() / size_, {in.numel() / size_});
+  const int n = count_of(slice, name_);
+  check_mpi(MPI_Ialltoall(in.raw(), n, mpi_type(in.dtype()), out.raw(), n, mpi_type(in.dtype()), comm_, &req),
+            "MPI_Ialltoall", name_);
+  return started(req, kAllToAll, seq);
+}
+
 // Point-to-point operations do not take a group sequence number (they pair two ranks, not the group); the
 // watchdog still names them by the tag.
 std::unique_ptr<Request> MpiCommunicator::send_async(const Tensor& t, int peer, int tag) {

@@ -34,6 +34,8 @@ const char* op_name(int32_t op) {
       return "barrier";
     case kScalar:
       return "all_reduce(scalar)";
+    case kAllToAll:
+      return "all_to_all";
     default:
       return "nothing";
   }

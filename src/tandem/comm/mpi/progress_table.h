@@ -11,7 +11,18 @@
 
 namespace tandem::comm::mpi {
 
-enum OpCode : int32_t { kNone, kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kBarrier, kScalar };
+enum OpCode : int32_t {
+  kNone,
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kSend,
+  kRecv,
+  kBarrier,
+  kScalar,
+  kAllToAll
+};
 const char* op_name(int32_t op);
 
 struct PeerProgress {

@@ -190,6 +190,26 @@ std::unique_ptr<Request> NcclCommunicator::broadcast_async(const Tensor& t, int 
   });
 }
 
+// NCCL has no all-to-all collective: a group of one send and one receive per peer, the rank's own slice copied in the
+// group like any other (ncclSend / ncclRecv to itself pair inside one group call).
+std::unique_ptr<Request> NcclCommunicator::all_to_all_async(const Tensor& in, const Tensor& out) {
+  TANDEM_CHECK(in.numel() == out.numel() && in.numel() % size() == 0 && in.dtype() == out.dtype(), "all_to_all shapes");
+  return enqueue(mpi::kAllToAll, 0, {}, device_.comm_stream(), {in, out}, [&] {
+    const auto n = static_cast<size_t>(in.numel() / size());
+    const size_t bytes = n * dtype_size(in.dtype());
+    check_nccl(ncclGroupStart(), "ncclGroupStart", name());
+    for (int peer = 0; peer < size(); ++peer) {
+      check_nccl(ncclSend(static_cast<const char*>(in.raw()) + peer * bytes, n, nccl_type(in.dtype()), peer, comm_,
+                          device_.comm_stream()),
+                 "ncclSend", name());
+      check_nccl(ncclRecv(static_cast<char*>(out.raw()) + peer * bytes, n, nccl_type(in.dtype()), peer, comm_,
+                          device_.comm_stream()),
+                 "ncclRecv", name());
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd", name());
+  });
+}
+
 // Point-to-point: NCCL pairs a rank's sends to a peer with that peer's receives in posting order per
 // communicator; the pipeline schedules post both sides of each channel in the same order.
 std::unique_ptr<Request> NcclCommunicator::send_async(const Tensor& t, int peer, int tag) {
