@@ -113,6 +113,7 @@ set(_tandem_ops ${_tandem_root}/src/tandem/ops/cuda)
 add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/adamw.cu
   ${_tandem_ops}/backend.cc
+  ${_tandem_ops}/copy_columns.cc
   ${_tandem_ops}/cross_entropy.cu
   ${_tandem_ops}/dropout.cu
   ${_tandem_ops}/random_fill.cu

@@ -1,5 +1,6 @@
 // ops_check: matmul, the linear layer, the elementwise ops and LayerNorm, CUDA against the CPU.
 #include <chrono>
+#include <tuple>
 
 #include "ops_check.h"
 
@@ -121,6 +122,20 @@ void check_elementwise(Suite& s) {
         s.compare("bias_backward", t, shape, db.gpu, db.cpu);
         gpu::bias_backward(dy.gpu, again);
         s.row("bias_backward bitwise rerun", tn, shape, same_bits(again, db.gpu) ? 0.0 : 1.0, gpu_check::kOpExact);
+      });
+    }
+    // copy_columns: a block of columns between row-major tensors of other widths (context parallelism's all-to-all
+    // packing: q | k | v slices of 4096-wide qkv rows into 1024-wide ones); a plain copy, so exact.
+    for (const auto& [n, ws, wd, from, to, w] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>>{
+             {7, 13, 5, 3, 1, 4}, {4096, 6144, 1536, 1024, 256, 1024}}) {
+      const std::string shape = dims({n, ws}) + " -> " + dims({n, wd});
+      s.run("copy_columns", tn, shape, [&] {
+        auto src = s.make({n, ws}, t, 18);
+        auto dst = s.make({n, wd}, t, 19);
+        cpu::copy_columns(src.cpu, from, dst.cpu, to, w);
+        gpu::copy_columns(src.gpu, from, dst.gpu, to, w);
+        s.row("copy_columns", tn, shape, same_bits(dst.gpu, dst.cpu) ? 0.0 : 1.0, gpu_check::kOpExact);
       });
     }
     // GELU of a biased input: 13 columns take the scalar path, 6400 (the 1.64B model's fc width) the packed one.

@@ -24,6 +24,26 @@ using testing::values;
 
 constexpr int64_t kN = 7, kC = 13;
 
+// copy_columns: columns [2, 5) of (4, 2, 7) rows into columns [1, 4) of (8, 6) rows, in bf16; the rest of dst kept.
+TEST(OpsCopyColumns, CopiesTheBlockAndLeavesTheRest) {
+  device::CpuDevice dev;
+  const Tensor src = randn_as(dev, {4, 2, 7}, 3, DType::BF16);  // 8 rows of 7
+  const Tensor dst = randn_as(dev, {8, 6}, 4, DType::BF16);
+  const std::vector<float> s0 = src.to_host_floats(), d0 = dst.to_host_floats();
+  copy_columns(src, 2, dst, 1, 3);
+  const std::vector<float> d = dst.to_host_floats();
+  for (int64_t r = 0; r < 8; ++r)
+    for (int64_t c = 0; c < 6; ++c)
+      EXPECT_EQ(d[static_cast<size_t>(r * 6 + c)],
+                c >= 1 && c < 4 ? s0[static_cast<size_t>(r * 7 + c + 1)] : d0[static_cast<size_t>(r * 6 + c)])
+          << "row " << r << ", column " << c;
+  EXPECT_HAS(testing::error_of([&] { copy_columns(src, 5, dst, 1, 3); }), "copy_columns: columns [5, 8) of 7");
+  EXPECT_HAS(testing::error_of([&] {
+               copy_columns(src, 0, randn_as(dev, {7, 6}, 5, DType::BF16), 0, 1);
+             }),
+             "need the same rows and dtype");
+}
+
 TEST(OpsBias, ForwardMatchesDouble) {
   device::CpuDevice dev;
   Tensor y = randn(dev, {kN, kC}, 1);  // (N, C)

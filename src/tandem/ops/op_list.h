@@ -39,6 +39,8 @@ using tandem::kIgnoreTarget;
   X(void, fill, (const Tensor& x, float value), (x, value))                                                        \
   X(void, random_fill, (const Tensor& out, const RandomFill& fill), (out, fill))                                    \
   X(void, cast, (const Tensor& src, const Tensor& dst), (src, dst))                                                \
+  X(void, copy_columns, (const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width),   \
+    (src, src_col, dst, dst_col, width))                                                                           \
   X(void, relu_forward, (const Tensor& x, const Tensor& y), (x, y))                                                \
   X(void, relu_backward, (const Tensor& x, const Tensor& dy, const Tensor& dx), (x, dy, dx))                       \
   X(void, gelu_forward, (const Tensor& x, const Tensor& y), (x, y))                                                \

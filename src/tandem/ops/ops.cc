@@ -471,6 +471,19 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
   return backend_of("adamw_step", param).adamw_step(param, grad, m, v, p, rounded);
 }
 
+void copy_columns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width) {
+  check_devices("copy_columns", dst, src);
+  const int64_t ws = src.rank() ? src.dim(-1) : 0, wd = dst.rank() ? dst.dim(-1) : 0;
+  TANDEM_CHECK(src.dtype() == dst.dtype() && ws > 0 && wd > 0 && src.numel() / ws == dst.numel() / wd,
+               "copy_columns: src ", shape_str(src.shape()), " ", dtype_name(src.dtype()), " and dst ",
+               shape_str(dst.shape()), " ", dtype_name(dst.dtype()), " need the same rows and dtype");
+  TANDEM_CHECK(width >= 0 && src_col >= 0 && dst_col >= 0 && src_col + width <= ws && dst_col + width <= wd,
+               "copy_columns: columns [", src_col, ", ", src_col + width, ") of ", ws, " into [", dst_col, ", ",
+               dst_col + width, ") of ", wd);
+  TANDEM_CHECK(!src.shares_storage(dst), "copy_columns: src and dst share memory");
+  return backend_of("copy_columns", dst).copy_columns(src, src_col, dst, dst_col, width);
+}
+
 void cast(const Tensor& src, const Tensor& dst) {
   check_devices("cast", dst, src);
   TANDEM_CHECK(src.numel() == dst.numel(), "cast: src ", shape_str(src.shape()), " and dst ", shape_str(dst.shape()),

@@ -62,7 +62,11 @@ const Tensor* first_tensor(const A& a, const Rest&... rest) {
 template <OpId id, class... A>
 OpWork work_of(const A&... a) {
   OpWork w;
-  if constexpr (id == OpId::matmul) {
+  if constexpr (id == OpId::copy_columns) {
+    // The block it reads and writes, not the whole tables.
+    const auto& [src, src_col, dst, dst_col, width] = std::tie(a...);
+    w.bytes = 2.0 * static_cast<double>(rows_of(dst)) * static_cast<double>(width) * dtype_size(dst.dtype());
+  } else if constexpr (id == OpId::matmul) {
     const auto& [x, y, c, trans_a, trans_b, beta] = std::tie(a...);
     const double m = static_cast<double>(rows_of(c)), n = static_cast<double>(cols_of(c));
     const double k = static_cast<double>(trans_a ? rows_of(x) : cols_of(x));
