@@ -293,6 +293,31 @@ TEST(DeepSpeedKeys, CpuCheckpointingKeepsTheInputsInHostMemory) {
   EXPECT_TRUE(parse(validate(c), 1).parallel.cpu_checkpointing);
 }
 
+// DeepSpeed's sequence_parallel_size (Ulysses) is Tandem's parallel.context: written there, 1 the same as left out,
+// refused where the two disagree or where the layout is left to the planner.
+TEST(DeepSpeedKeys, SequenceParallelSizeIsTheContextAxis) {
+  Json c = base_cfg();
+  c["sequence_parallel_size"] = 2;
+  EXPECT_EQ(parse(validate(c), 1).parallel.context, 2);
+  c["parallel"] = {{"tensor", 2}};
+  const TrainConfig tc = parse(validate(c), 1);
+  EXPECT_EQ(tc.parallel.context, 2);
+  EXPECT_EQ(tc.parallel.tensor, 2);
+  EXPECT_TRUE(tc.no_effect_keys.empty());
+  c["sequence_parallel_size"] = 1;
+  EXPECT_FALSE(parse(validate(c), 1).parallel.context.has_value());
+  c["sequence_parallel_size"] = 2;
+  c["parallel"]["context"] = 4;
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "sequence_parallel_size 2 and parallel.context 4 disagree: they are one setting (DeepSpeed's name and "
+             "Tandem's); keep one");
+  c["parallel"] = "auto";
+  EXPECT_HAS(error_of([&] { validate(c); }), "the planner does not choose context parallelism yet");
+  c.erase("parallel");
+  c["sequence_parallel_size"] = 0;
+  EXPECT_HAS(error_of([&] { validate(c); }), "sequence_parallel_size");
+}
+
 TEST(DeepSpeedKeys, MisspeltKeysGetTheNearestOfBothSets) {
   Json c = tutorial_cfg();
   c["zero_optimization"]["overlap_com"] = true;

@@ -1,5 +1,6 @@
 // Groups under mpirun with 8 processes: make_groups gives each rank the tp, pp and dp communicators of
-// docs/architecture.md's dp 2 x pp 2 x tp 2 example (members, order, names), a sum over each group adds
+// docs/architecture.md's dp 2 x pp 2 x tp 2 example (members, order, names), and the cp group of a context-parallel
+// layout (with its all-to-all), a sum over each group adds
 // exactly its members, and every other layout of 8 ranks follows the rank map too. What each rank sees is
 // gathered to every rank and checked there, so rank 0 prints the whole table when a check fails and every
 // rank reaches the same verdict. Run under mpirun -np 8.
@@ -68,6 +69,47 @@ TEST(Groups, EightRanksAsDocumented) {
   EXPECT_EQ(gather(*g.world, {names_right ? 1 : 0}), Table(8, std::vector<int>{1}))
       << "rows of 0: ranks whose group names differ; rank " << r << " has " << g.tp->name() << ", " << g.pp->name()
       << ", " << g.dp->name();
+}
+
+// dp 2 x pp 1 x tp 2 x cp 2 (rank = tp + 2 (cp + 2 dp)): the cp group holds the ranks that differ only in their
+// context shard; dp spans the 4 replicas of a tp slot (dp x cp, ordered by dp * cp + cp); and an all-to-all over cp
+// and over the world gives slice j of rank j's values meant for this rank.
+TEST(Groups, ContextShardsFormTheirGroupAndExchangeByAllToAll) {
+  comm::mpi::MpiWorld& world = testing::mpi_world();
+  const Groups g = make_groups(world, Layout{2, 1, 2, 2});
+  const int r = world.rank();
+  EXPECT_EQ(g.layout.str(), "dp 2 x pp 1 x tp 2 x cp 2");
+  EXPECT_EQ(gather(*g.world, g.cp->world_ranks()),
+            (Table{{0, 2}, {1, 3}, {0, 2}, {1, 3}, {4, 6}, {5, 7}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(gather(*g.world, g.dp->world_ranks()), (Table{{0, 2, 4, 6},
+                                                          {1, 3, 5, 7},
+                                                          {0, 2, 4, 6},
+                                                          {1, 3, 5, 7},
+                                                          {0, 2, 4, 6},
+                                                          {1, 3, 5, 7},
+                                                          {0, 2, 4, 6},
+                                                          {1, 3, 5, 7}}));
+  EXPECT_EQ(gather(*g.world, g.tp->world_ranks()), kTpGroups);
+  EXPECT_EQ(gather(*g.world, {g.coord.cp, g.cp->rank(), g.dp->rank()}),
+            (Table{{0, 0, 0}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, {0, 0, 2}, {0, 0, 2}, {1, 1, 3}, {1, 1, 3}}));
+  EXPECT_EQ(g.cp->name(), "cp(dp=" + std::to_string(r / 4) + ",pp=0,tp=" + std::to_string(r % 2) + ")");
+  // Two values for each member j: 1000 * (sender's world rank) + 10 * j + k.
+  device::CpuDevice host;
+  for (comm::Communicator* group : {g.cp.get(), g.world.get()}) {
+    const int n = group->size();
+    const Tensor in = Tensor::empty({2 * n}, DType::F32, host, "to each member");
+    const Tensor out = Tensor::empty({2 * n}, DType::F32, host, "from each member");
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < 2; ++k) in.f32()[2 * j + k] = static_cast<float>(1000 * r + 10 * j + k);
+    group->all_to_all(in, out);
+    int wrong = 0;
+    const std::vector<int> members = group->world_ranks();
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < 2; ++k)
+        wrong +=
+            out.f32()[2 * j + k] != static_cast<float>(1000 * members[static_cast<size_t>(j)] + 10 * group->rank() + k);
+    EXPECT_EQ(gather(*g.world, {wrong}), Table(8, std::vector<int>{0})) << group->name();
+  }
 }
 
 // Per rank: the sum of the world ranks over the group by a tensor all-reduce (two elements: rank and

@@ -357,5 +357,76 @@ TEST(ValidateForModel, InterleavingNeedsMicroBatchesInMultiplesOfThePipeline) {
             "multiple of parallel.pipeline 4");
 }
 
+// ---- context parallelism ----
+
+spec::ModelConfig llama(int64_t seq_len, int heads, int kv_heads) {
+  spec::LlamaConfig c;
+  c.vocab_size = 64;
+  c.seq_len = seq_len;
+  c.hidden_size = 8 * heads;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  return c;
+}
+
+// rank = tp + tp * (cp + cp * (pp + pp * dp)): the context shards of one stage are neighbours, tp slots nearest.
+TEST(ContextLayout, RankMapPutsContextShardsBetweenTensorAndPipeline) {
+  const Layout l{2, 2, 2, 2};
+  EXPECT_EQ(l.world(), 16);
+  EXPECT_EQ(l.vgpu_size(), 8);
+  EXPECT_EQ(l.replicas(), 4);
+  EXPECT_EQ(l.str(), "dp 2 x pp 2 x tp 2 x cp 2");
+  std::set<std::array<int, 4>> seen;
+  for (int r = 0; r < l.world(); ++r) {
+    const Coord c = coord_of(l, r);
+    EXPECT_EQ(c.tp + 2 * (c.cp + 2 * (c.pp + 2 * c.dp)), r);
+    EXPECT_EQ(rank_of(l, c), r);
+    seen.insert({c.dp, c.pp, c.tp, c.cp});
+  }
+  EXPECT_EQ(seen.size(), 16u);
+  EXPECT_EQ(rank_of(l, Coord{1, 0, 1, 1}), 11);
+  EXPECT_EQ(describe_rank_map(Layout{1, 1, 1, 2}, "cpu:"),
+            "  rank 0 -> vgpu 0, stage 0, tp slot 0, context shard 0, device cpu:0\n"
+            "  rank 1 -> vgpu 0, stage 0, tp slot 0, context shard 1, device cpu:1\n");
+}
+
+// The context size is never derived; the other axes share what its shards leave.
+TEST(ContextLayout, ResolveTakesContextAsGivenAndDerivesTheRest) {
+  const Layout a = layout_for(R"({"context": 2})", 8);
+  expect_layout(a, 4, 1, 1);
+  EXPECT_EQ(a.cp, 2);
+  const Layout b = layout_for(R"({"context": 2, "tensor": 2})", 8);
+  expect_layout(b, 2, 1, 2);
+  EXPECT_EQ(b.cp, 2);
+  const Layout c = layout_for(R"({"context": 2, "virtual_gpus": 1, "tensor": 2})", 8);
+  expect_layout(c, 1, 2, 2);
+  EXPECT_EQ(layout_for("{}", 8).cp, 1);
+  EXPECT_HAS(error_of([] { layout_for(R"({"context": 3})", 8); }),
+             "parallel.context 3 does not divide the 8 processes of this job: run with -n 3");
+  EXPECT_HAS(error_of([] { layout_for(R"({"context": 2, "virtual_gpus": 2, "pipeline": 1, "tensor": 1})", 8); }),
+             "the layout dp 2 x pp 1 x tp 1 x cp 2 needs 4 devices but the job has 8 processes: run with -n 4");
+}
+
+TEST(ContextLayout, TheModelMustSplitBySequenceAndHeads) {
+  const ParallelPlan cp2 = resolve_parallel(config::parallel_config(Json::parse(R"({"context": 2})")), 2);
+  const ParallelPlan cp2tp2 =
+      resolve_parallel(config::parallel_config(Json::parse(R"({"context": 2, "tensor": 2})")), 4);
+  EXPECT_NO_THROW(validate_for_model(cp2, llama(16, 4, 2), 1));
+  EXPECT_NO_THROW(validate_for_model(cp2tp2, llama(16, 8, 4), 1));
+  EXPECT_EQ(model_error(cp2, llama(18, 4, 2)),
+            "model.seq_len 18 is not divisible by 2 x parallel.context = 4: each sequence is cut into that many "
+            "equal chunks, an early and a late one on each device (which balances the causal mask); choose a seq_len "
+            "that is a multiple of 4");
+  EXPECT_EQ(model_error(cp2tp2, llama(16, 4, 2)),
+            "parallel.context 2 does not divide the 2 query heads and 1 key/value heads of each of the 2 "
+            "tensor-parallel slots: attention regroups each sequence by heads over the context-parallel devices "
+            "(all-to-all), so each needs whole heads; choose a context size that divides 1, or fewer tensor-parallel "
+            "slots");
+  EXPECT_HAS(model_error(cp2, gpt(2, 4, 64)), "parallel.context is not yet built for gpt models");
+  EXPECT_HAS(model_error(cp2, mlp({4, 8, 3})), "an mlp model reads feature vectors: remove parallel.context");
+}
+
 }  // namespace
 }  // namespace tandem::layout

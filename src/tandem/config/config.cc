@@ -165,6 +165,7 @@ ParallelConfig parallel_config(const Json& parallel) {
   c.virtual_gpus = positive("virtual_gpus");
   c.pipeline = positive("pipeline");
   c.tensor = positive("tensor");
+  c.context = positive("context");
   if (parallel.contains("schedule")) c.schedule = spec::schedule_from_name(parallel.at("schedule").get<std::string>());
   c.virtual_stages = positive("virtual_stages");
   c.activation_checkpointing = parallel.value("activation_checkpointing", false);

@@ -279,6 +279,8 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect_object("aio",
                        "DeepSpeed's libaio settings; Tandem's nvme swap reads and writes each layer's state in one "
                        "request of its own threads"),
+      schema("sequence_parallel_size",
+             "Ulysses sequence parallelism: Tandem's parallel.context, each sequence split over that many devices"),
       object("tensor_parallel", "DeepSpeed's AutoTP"),
       only_when("tensor_parallel.autotp_size", {0, 1}, "0 or 1: no AutoTP",
                 "Tandem does not use DeepSpeed's AutoTP; remove it and set parallel.tensor instead"),

@@ -48,7 +48,8 @@ std::vector<std::string> top_keys() {
           "csv_monitor",
           "lora",
           "fp8",
-          "tiles"};
+          "tiles",
+          "sequence_parallel_size"};
 }
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
 std::vector<std::string> gpt_keys() {
@@ -423,6 +424,25 @@ void validate_cpu_checkpointing(Fields& top) {
                 " disagree: keep one of them");
 }
 
+// DeepSpeed's sequence_parallel_size (Ulysses) is parallel.context: written there and removed. Both given must agree.
+void rewrite_sequence_parallel(Json& cfg) {
+  Fields top(cfg, "");
+  if (!top.has("sequence_parallel_size")) return;
+  const int64_t size = top.integer("sequence_parallel_size", std::nullopt, 1);
+  cfg.erase("sequence_parallel_size");
+  if (size == 1) return;
+  if (!top.has("parallel")) top.raw("parallel") = Json::object();
+  Json& par = top.raw("parallel");
+  if (!par.is_object())
+    TANDEM_FAIL("sequence_parallel_size ", size, " with \"parallel\": ", par.dump(),
+                ": the planner does not choose context parallelism yet; give the layout as an object with ",
+                "\"context\": ", size);
+  if (par.contains("context") && par["context"] != Json(size))
+    TANDEM_FAIL("sequence_parallel_size ", size, " and parallel.context ", par["context"].dump(),
+                " disagree: they are one setting (DeepSpeed's name and Tandem's); keep one");
+  par["context"] = size;
+}
+
 void validate_parallel(Fields& top) {
   if (!top.has("parallel")) return;
   Json& par = top.raw("parallel");
@@ -432,10 +452,10 @@ void validate_parallel(Fields& top) {
   }
   if (!par.is_object()) top.fail_type("parallel", "\"auto\" or an object {...}");
   Fields p(par, "parallel");
-  p.only({"virtual_gpus", "pipeline", "tensor", "schedule", "virtual_stages", "activation_checkpointing", "stages",
-          "timeout_s", "cpu_checkpointing"});
+  p.only({"virtual_gpus", "pipeline", "tensor", "context", "schedule", "virtual_stages", "activation_checkpointing",
+          "stages", "timeout_s", "cpu_checkpointing"});
   // Only names and types for now: the layout code decides defaults and how the values combine.
-  for (const char* key : {"virtual_gpus", "pipeline", "tensor", "virtual_stages"})
+  for (const char* key : {"virtual_gpus", "pipeline", "tensor", "context", "virtual_stages"})
     if (p.has(key)) p.integer(key, std::nullopt, 1);
   if (p.has("schedule")) p.choice("schedule", std::nullopt, spec::schedule_names());
   if (p.has("activation_checkpointing")) p.boolean("activation_checkpointing", std::nullopt);
@@ -515,6 +535,7 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
         "offloading, and the frozen base stays on the device in the compute dtype; remove the offload keys");
   validate_data(top);
   validate_eval(top);
+  rewrite_sequence_parallel(cfg);
   validate_parallel(top);
   validate_cpu_checkpointing(top);
   Fields c(top.object("checkpoint"), "checkpoint");

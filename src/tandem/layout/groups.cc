@@ -13,14 +13,19 @@ Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout) {
   g.coord = coord_of(layout, g.rank);
   const Coord c = g.coord;
   const std::string at_dp = "dp=" + std::to_string(c.dp), at_pp = "pp=" + std::to_string(c.pp),
-                    at_tp = "tp=" + std::to_string(c.tp);
+                    at_tp = "tp=" + std::to_string(c.tp),
+                    at_cp = layout.cp > 1 ? ",cp=" + std::to_string(c.cp) : std::string();
   // Colors: the coordinates the members share, flattened; keys: the coordinate along the axis.
+  const int L = layout.cp;
   g.world = world.world();
-  g.tp = world.split(c.dp * layout.pp + c.pp, c.tp, "tp(" + at_dp + "," + at_pp + ")");
-  g.pp = world.split(c.dp * layout.tp + c.tp, c.pp, "pp(" + at_dp + "," + at_tp + ")");
-  g.dp = world.split(c.pp * layout.tp + c.tp, c.dp, "dp(" + at_pp + "," + at_tp + ")");
+  g.tp = world.split((c.dp * layout.pp + c.pp) * L + c.cp, c.tp, "tp(" + at_dp + "," + at_pp + at_cp + ")");
+  g.cp =
+      world.split((c.dp * layout.pp + c.pp) * layout.tp + c.tp, c.cp, "cp(" + at_dp + "," + at_pp + "," + at_tp + ")");
+  g.pp = world.split((c.dp * layout.tp + c.tp) * L + c.cp, c.pp, "pp(" + at_dp + "," + at_tp + at_cp + ")");
+  g.dp = world.split(c.pp * layout.tp + c.tp, c.dp * L + c.cp, "dp(" + at_pp + "," + at_tp + ")");
   const bool end_stage = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
-  g.tied = world.split(end_stage ? c.dp * layout.tp + c.tp : -1, c.pp, "tied(" + at_dp + "," + at_tp + ")");
+  g.tied = world.split(end_stage ? (c.dp * layout.tp + c.tp) * L + c.cp : -1, c.pp,
+                       "tied(" + at_dp + "," + at_tp + at_cp + ")");
   return g;
 }
 
@@ -31,7 +36,8 @@ Groups make_stand_in_groups(const Layout& l, int rank) {
   g.coord = coord_of(l, rank);
   g.rank = rank;
   g.world = std::make_unique<comm::StandInCommunicator>("world", CommAxis::World, rank, l.world());
-  g.dp = std::make_unique<comm::StandInCommunicator>("dp", CommAxis::Dp, g.coord.dp, l.dp);
+  g.dp = std::make_unique<comm::StandInCommunicator>("dp", CommAxis::Dp, g.coord.dp * l.cp + g.coord.cp, l.replicas());
+  g.cp = std::make_unique<comm::StandInCommunicator>("cp", CommAxis::Cp, g.coord.cp, l.cp);
   g.pp = std::make_unique<comm::StandInCommunicator>("pp", CommAxis::Pp, g.coord.pp, l.pp);
   g.tp = std::make_unique<comm::StandInCommunicator>("tp", CommAxis::Tp, g.coord.tp, l.tp);
   if (l.pp > 1 && (g.coord.pp == 0 || g.coord.pp == l.pp - 1))
@@ -45,6 +51,7 @@ Groups make_single_process_groups() {
   g.dp = std::make_unique<comm::SelfCommunicator>("dp");
   g.pp = std::make_unique<comm::SelfCommunicator>("pp");
   g.tp = std::make_unique<comm::SelfCommunicator>("tp");
+  g.cp = std::make_unique<comm::SelfCommunicator>("cp");
   return g;
 }
 

@@ -1,7 +1,9 @@
 // Groups: this rank's communicators along each parallel axis of a Layout, as an explicit value.
 //   tp: the tensor-parallel slots of one stage of one virtual GPU (neighbouring ranks)
-//   pp: the stages of one virtual GPU at one tp slot
-//   dp: the same (stage, tp slot) in every virtual GPU: the ZeRO / gradient-reduction group
+//   cp: the context-parallel shards of one stage of one virtual GPU at one tp slot (attention's all-to-all)
+//   pp: the stages of one virtual GPU at one tp slot and context shard
+//   dp: the same (stage, tp slot) in every virtual GPU and every context shard: the ZeRO / gradient-reduction group
+//       (Layout::replicas() ranks; its rank is dp_rank * cp + cp_rank)
 //   tied: the first and last stage of one virtual GPU at one tp slot (tied embedding and head)
 #pragma once
 
@@ -21,9 +23,9 @@ struct Groups {
   Layout layout;
   Coord coord;
   int rank = 0;
-  std::unique_ptr<comm::Communicator> world, dp, pp, tp;
-  // The first and the last pipeline stage of one virtual GPU at one tp slot, which both hold a tied parameter's
-  // uses (embedding and head): null unless pp > 1 and this rank is on one of them.
+  std::unique_ptr<comm::Communicator> world, dp, pp, tp, cp;
+  // The first and the last pipeline stage of one virtual GPU at one tp slot and context shard, which both hold a tied
+  // parameter's uses (embedding and head): null unless pp > 1 and this rank is on one of them.
   std::unique_ptr<comm::Communicator> tied;
 };
 

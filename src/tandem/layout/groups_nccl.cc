@@ -14,6 +14,7 @@ Groups make_nccl_groups(comm::mpi::MpiWorld& world, const Layout& layout, device
   wrap(g.tp);
   wrap(g.pp);
   wrap(g.dp);
+  wrap(g.cp);
   if (g.tied) wrap(g.tied);
   return g;
 }

@@ -1,5 +1,6 @@
 #include "tandem/layout/layout.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "tandem/core/error.h"
@@ -9,15 +10,16 @@ namespace tandem::layout {
 std::string Layout::str() const {
   std::ostringstream os;
   os << "dp " << dp << " x pp " << pp << " x tp " << tp;
+  if (cp > 1) os << " x cp " << cp;
   return os.str();
 }
 
 Coord coord_of(const Layout& l, int rank) {
   TANDEM_CHECK(rank >= 0 && rank < l.world(), "rank ", rank, " outside ", l.str());
-  return Coord{rank / (l.tp * l.pp), (rank / l.tp) % l.pp, rank % l.tp};
+  return Coord{rank / (l.tp * l.cp * l.pp), (rank / (l.tp * l.cp)) % l.pp, rank % l.tp, (rank / l.tp) % l.cp};
 }
 
-int rank_of(const Layout& l, const Coord& c) { return c.tp + l.tp * (c.pp + l.pp * c.dp); }
+int rank_of(const Layout& l, const Coord& c) { return c.tp + l.tp * (c.cp + l.cp * (c.pp + l.pp * c.dp)); }
 
 ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
   ParallelPlan plan;
@@ -26,6 +28,13 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
                 "\"pipeline\": 2}");
   const bool has_dp = p.virtual_gpus.has_value(), has_pp = p.pipeline.has_value(), has_tp = p.tensor.has_value();
   int dp = p.virtual_gpus.value_or(0), pp = p.pipeline.value_or(1), tp = p.tensor.value_or(1);
+  // Context parallelism is never derived: the other axes share out the devices its shards leave.
+  const int cp = p.context.value_or(1);
+  if (cp < 1 || world % cp != 0)
+    TANDEM_FAIL("parallel.context ", cp, " does not divide the ", world, " process", world == 1 ? "" : "es",
+                " of this job: run with -n ", std::max(cp, 1), " (or a multiple of it) or change parallel.context");
+  const int full_world = world;
+  world /= cp;
   if (!has_dp) {
     if (world % (pp * tp) != 0)
       TANDEM_FAIL("a virtual GPU of pipeline ", pp, " x tensor ", tp, " = ", pp * tp, " devices does not divide the ",
@@ -39,11 +48,12 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
   } else if (has_tp && !has_pp && world % (dp * tp) == 0) {
     pp = world / (dp * tp);
   }
-  plan.layout = Layout{dp, pp, tp};
-  if (plan.layout.world() != world)
-    TANDEM_FAIL("the layout ", plan.layout.str(), " needs ", plan.layout.world(), " devices but the job has ", world,
-                " processes: run with -n ", plan.layout.world(),
-                " or change parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
+  plan.layout = Layout{dp, pp, tp, cp};
+  if (plan.layout.world() != full_world)
+    TANDEM_FAIL("the layout ", plan.layout.str(), " needs ", plan.layout.world(), " devices but the job has ",
+                full_world, " processes: run with -n ", plan.layout.world(),
+                cp > 1 ? " or change parallel.virtual_gpus, parallel.pipeline, parallel.tensor or parallel.context"
+                       : " or change parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
 
   plan.schedule = p.schedule;
   const bool interleaved = plan.schedule == spec::ScheduleKind::Interleaved;
@@ -66,6 +76,7 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
 void validate_for_model(const ParallelPlan& plan, const spec::ModelConfig& model, int64_t micro_batches) {
   const Layout& l = plan.layout;
   spec::check_layout(model, l.pp, l.tp, plan.virtual_stages, plan.stages);
+  spec::check_context(model, l.cp, l.tp);
   if (plan.schedule == spec::ScheduleKind::Interleaved && l.pp > 1 && micro_batches % l.pp != 0)
     TANDEM_FAIL("the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here ",
                 micro_batches, ") to be a multiple of parallel.pipeline ", l.pp);
@@ -75,8 +86,9 @@ std::string describe_rank_map(const Layout& l, const std::string& device_prefix)
   std::ostringstream os;
   for (int r = 0; r < l.world(); ++r) {
     const Coord c = coord_of(l, r);
-    os << "  rank " << r << " -> vgpu " << c.dp << ", stage " << c.pp << ", tp slot " << c.tp << ", device "
-       << device_prefix << r << "\n";
+    os << "  rank " << r << " -> vgpu " << c.dp << ", stage " << c.pp << ", tp slot " << c.tp;
+    if (l.cp > 1) os << ", context shard " << c.cp;
+    os << ", device " << device_prefix << r << "\n";
   }
   return os.str();
 }

@@ -1,6 +1,8 @@
 // Layout: how the job's devices are cut into virtual GPUs. dp virtual GPUs (data-parallel replicas), each
-// of pp pipeline stages x tp tensor-parallel slots. Rank map: rank = tp_rank + tp * (pp_rank + pp * dp_rank),
-// so the devices of one virtual GPU are neighbours and tensor-parallel peers nearest of all.
+// of pp pipeline stages x cp context-parallel shards x tp tensor-parallel slots. Rank map:
+// rank = tp_rank + tp * (cp_rank + cp * (pp_rank + pp * dp_rank)), so the devices of one virtual GPU are neighbours,
+// tensor-parallel peers nearest of all, then the context-parallel shards of one stage (both exchange inside a layer).
+// Context parallelism splits each sequence over cp devices (nn/context_split.h); cp = 1 unless asked for.
 // Example, 8 devices as dp 2 x pp 2 x tp 2:
 //   rank:    0 1 2 3 | 4 5 6 7
 //   vgpu:    0 0 0 0 | 1 1 1 1
@@ -20,14 +22,17 @@
 namespace tandem::layout {
 
 struct Layout {
-  int dp = 1, pp = 1, tp = 1;
-  int world() const { return dp * pp * tp; }
-  int vgpu_size() const { return pp * tp; }
-  std::string str() const;  // "dp 2 x pp 2 x tp 1"
+  int dp = 1, pp = 1, tp = 1, cp = 1;
+  int world() const { return dp * pp * cp * tp; }
+  int vgpu_size() const { return pp * cp * tp; }
+  // The ranks that hold the same parameters and reduce their gradients together (ZeRO's group): the virtual GPUs'
+  // replicas times the context shards of one sequence, each of which computes gradients from its own tokens.
+  int replicas() const { return dp * cp; }
+  std::string str() const;  // "dp 2 x pp 2 x tp 1", then " x cp 2" when context-parallel
 };
 
 struct Coord {
-  int dp = 0, pp = 0, tp = 0;
+  int dp = 0, pp = 0, tp = 0, cp = 0;
 };
 
 Coord coord_of(const Layout& layout, int rank);
@@ -53,7 +58,7 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& parallel, int world_si
 // and the batch (interleaving needs micro-batches divisible by pp). Throws Error with what to change.
 void validate_for_model(const ParallelPlan& plan, const spec::ModelConfig& model, int64_t micro_batches);
 
-// One line per rank: "rank 3 -> vgpu 0, stage 1, tp slot 1, device cpu:3".
+// One line per rank: "rank 3 -> vgpu 0, stage 1, tp slot 1, device cpu:3" (", context shard 1" when cp > 1).
 std::string describe_rank_map(const Layout& layout, const std::string& device_prefix);
 
 }  // namespace tandem::layout

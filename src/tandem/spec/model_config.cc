@@ -83,7 +83,38 @@ void check_mlp_layout(const MlpConfig& m, int pp, int tp, int virtual_stages, co
   if (!stages.empty()) TANDEM_FAIL("parallel.stages applies to gpt blocks; mlp stages are balanced");
 }
 
+void check_llama_context(const LlamaConfig& c, int cp, int tp) {
+  if (c.seq_len % (2 * cp) != 0)
+    TANDEM_FAIL("model.seq_len ", c.seq_len, " is not divisible by 2 x parallel.context = ", 2 * cp,
+                ": each sequence is cut into that many equal chunks, an early and a late one on each device (which "
+                "balances the causal mask); choose a seq_len that is a multiple of ",
+                2 * cp);
+  const int64_t heads = c.num_attention_heads / tp, kv_heads = c.num_key_value_heads / tp;
+  if (heads % cp != 0 || kv_heads % cp != 0)
+    TANDEM_FAIL("parallel.context ", cp, " does not divide the ", heads, " query heads and ", kv_heads,
+                " key/value heads of each of the ", tp, " tensor-parallel slot", tp == 1 ? "" : "s",
+                ": attention regroups each sequence by heads over the context-parallel devices (all-to-all), so "
+                "each needs whole heads; choose a context size that divides ",
+                kv_heads, tp > 1 ? ", or fewer tensor-parallel slots" : "");
+}
+
 }  // namespace
+
+void check_context(const ModelConfig& model, int cp, int tp) {
+  if (cp == 1) return;
+  std::visit(Cases{[&](const MlpConfig&) {
+                     TANDEM_FAIL(
+                         "parallel.context splits token sequences over devices; an mlp model reads feature "
+                         "vectors: remove parallel.context");
+                   },
+                   [&](const GptConfig&) {
+                     TANDEM_FAIL(
+                         "parallel.context is not yet built for gpt models (their learned positions); it "
+                         "runs the llama family: remove parallel.context, or use a llama-family model");
+                   },
+                   [&](const LlamaConfig& c) { check_llama_context(c, cp, tp); }},
+             model);
+}
 
 std::string model_type(const ModelConfig& model) {
   return std::visit(Cases{[](const MlpConfig&) { return "mlp"; }, [](const GptConfig&) { return "gpt"; },

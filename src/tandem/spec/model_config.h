@@ -46,4 +46,9 @@ double extra_flops_per_row(const ModelConfig& model);
 void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
                   const std::vector<std::pair<int64_t, int64_t>>& stages);
 
+// Throws Error, saying what to change, when each sequence cannot be split over `cp` context-parallel shards: seq_len
+// into 2 cp equal chunks, and each of the `tp` slots' query and key/value heads over the cp shards (attention's
+// all-to-all regroups by heads). The Llama family only.
+void check_context(const ModelConfig& model, int cp, int tp);
+
 }  // namespace tandem::spec

@@ -78,6 +78,7 @@ struct DataConfig {
 struct ParallelConfig {
   bool planned = false;
   std::optional<int> virtual_gpus, pipeline, tensor, virtual_stages;
+  std::optional<int> context;  // context-parallel shards of each sequence (DeepSpeed's sequence_parallel_size)
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   bool activation_checkpointing = false;
   // The checkpointed layer inputs wait in host memory (parallel.cpu_checkpointing, or DeepSpeed's
