@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "equivalence_run.h"
 #include "mpi_test_main.h"
 #include "tandem/config/config.h"
 #include "tandem/layout/groups.h"
@@ -60,29 +61,6 @@ Json llama_config(bool bf16) {
   return cfg;
 }
 
-struct Result {
-  std::vector<double> losses, grad_norms;
-  double val_loss = 0;
-  std::map<std::string, std::vector<float>> params;
-  uint64_t peak_bytes = 0;
-};
-
-Result train(const Json& cfg_json, layout::Groups* groups) {
-  const config::TrainConfig cfg = config::parse(config::validate(cfg_json), groups ? groups->layout.dp : 1);
-  train::TrainOptions opt;
-  opt.print = false;
-  train::Trainer trainer = train::Trainer::from_config(cfg, opt, groups);
-  Result r;
-  for (const auto& m : trainer.run()) {
-    r.losses.push_back(m.loss);
-    r.grad_norms.push_back(m.grad_norm);
-    r.peak_bytes = m.peak_bytes;
-    if (m.evaluated) r.val_loss = m.val_loss;
-  }
-  r.params = trainer.engine().collect_parameters();
-  return r;
-}
-
 // Counts what differs between two runs, with the test's failures for each.
 int differences(const Result& host, const Result& device) {
   EXPECT_EQ(host.losses, device.losses);
@@ -99,9 +77,9 @@ TEST(HostCheckpoints, SameBitsOnOneDevice) {
   for (bool bf16 : {false, true}) {
     Json cfg = llama_config(bf16);
     cfg["parallel"] = {{"activation_checkpointing", true}};
-    const Result device = train(cfg, nullptr);
+    const Result device = run_training(cfg, nullptr);
     cfg["parallel"]["cpu_checkpointing"] = true;
-    const Result host = train(cfg, nullptr);
+    const Result host = run_training(cfg, nullptr);
     EXPECT_EQ(differences(host, device), 0) << (bf16 ? "bf16" : "fp32");
     EXPECT_LT(host.peak_bytes, device.peak_bytes);
     std::printf("[host checkpoints] one device%s: peak %llu bytes with the inputs on the device, %llu in host memory\n",
@@ -115,10 +93,10 @@ TEST(HostCheckpoints, DeepSpeedKeySameBits) {
   if (testing::mpi_world().rank() != 0) return;
   Json cfg = llama_config(false);
   cfg["parallel"] = {{"activation_checkpointing", true}, {"cpu_checkpointing", true}};
-  const Result tandem_key = train(cfg, nullptr);
+  const Result tandem_key = run_training(cfg, nullptr);
   cfg["parallel"].erase("cpu_checkpointing");
   cfg["activation_checkpointing"] = {{"cpu_checkpointing", true}};
-  const Result deepspeed_key = train(cfg, nullptr);
+  const Result deepspeed_key = run_training(cfg, nullptr);
   EXPECT_EQ(differences(deepspeed_key, tandem_key), 0);
   EXPECT_EQ(deepspeed_key.peak_bytes, tandem_key.peak_bytes);
 }
@@ -167,9 +145,9 @@ TEST_P(HostCheckpointLayouts, SameBitsAsTheInputsOnTheDevice) {
                      {"activation_checkpointing", true},
                      {"timeout_s", 120}};
   layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp});
-  const Result device = train(cfg, &groups);
+  const Result device = run_training(cfg, &groups);
   cfg["parallel"]["cpu_checkpointing"] = true;
-  const Result host = train(cfg, &groups);
+  const Result host = run_training(cfg, &groups);
   double failures = 0;
   if (testing::mpi_world().rank() == 0) failures += differences(host, device);
   // Every rank's own peak is lower: each stage kept its inputs on the device before.

@@ -1,0 +1,109 @@
+// What the equivalence tests (test_equivalence.cc, test_context_parallel.cc, test_host_checkpoints.cc) run and compare:
+// one training run of a config, in a layout of this process's groups or on one device, and a layout's run against the
+// one device's within equivalence_bounds.h's bounds.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "equivalence_bounds.h"
+#include "tandem/config/config.h"
+#include "tandem/layout/groups.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+
+struct Result {
+  std::vector<double> losses, grad_norms;
+  double val_loss = 0;  // "eval" after the last step
+  std::map<std::string, std::vector<float>> params;
+  uint64_t peak_bytes = 0;
+};
+
+// Trains cfg_json in the layout of `groups` (null: one device) and returns each step's figures and the final
+// parameters (whole, on rank 0).
+inline Result run_training(const config::Json& cfg_json, layout::Groups* groups) {
+  const config::TrainConfig cfg = config::parse(config::validate(cfg_json), groups ? groups->layout.dp : 1);
+  train::TrainOptions opt;
+  opt.print = false;
+  train::Trainer trainer = train::Trainer::from_config(cfg, opt, groups);
+  Result r;
+  for (const auto& m : trainer.run()) {
+    r.losses.push_back(m.loss);
+    r.grad_norms.push_back(m.grad_norm);
+    r.peak_bytes = m.peak_bytes;
+    if (m.evaluated) r.val_loss = m.val_loss;
+  }
+  r.params = trainer.engine().collect_parameters();
+  return r;
+}
+
+// |a - b| / |b| over the two vectors.
+inline double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// How far a run is from the one device's, relative, and how many of the bounds it passed.
+struct Distance {
+  double first_loss = 1, first_grad_norm = 1, worst_loss = 0, worst_tensor = 0, all = 0;
+  int failures = 0;
+};
+
+// Checks `got` against the one device's `want` (gtest expectations naming what differs): the first step's loss and
+// gradient norm, every step's loss, the held-out loss after the last step within val_bound, each parameter tensor and
+// all parameters as one vector (each tensor too, so a wrong small tensor cannot hide in the whole: LayerNorm biases
+// start at zero, so rounding weighs more in their own norm).
+inline Distance compare_to_one_device(const Result& got, const Result& want, const Bounds& b, double val_bound) {
+  Distance d;
+  EXPECT_EQ(got.losses.size(), want.losses.size());
+  if (!got.losses.empty() && !want.losses.empty()) {
+    d.first_loss = std::fabs(got.losses[0] - want.losses[0]) / std::fabs(want.losses[0]);
+    d.first_grad_norm = std::fabs(got.grad_norms[0] - want.grad_norms[0]) / std::fabs(want.grad_norms[0]);
+  }
+  EXPECT_LE(d.first_loss, b.first_loss) << "step 1 (the initial weights): loss";
+  EXPECT_LE(d.first_grad_norm, b.first_grad_norm) << "step 1 (the initial weights): gradient norm";
+  d.failures += (d.first_loss > b.first_loss) + (d.first_grad_norm > b.first_grad_norm);
+  for (size_t i = 0; i < std::min(got.losses.size(), want.losses.size()); ++i) {
+    const double r = std::fabs(got.losses[i] - want.losses[i]) / std::fabs(want.losses[i]);
+    EXPECT_LE(r, b.loss) << "step " << i + 1 << ": " << got.losses[i] << " vs one device " << want.losses[i];
+    d.failures += r > b.loss;
+    d.worst_loss = std::max(d.worst_loss, r);
+  }
+  EXPECT_GT(want.val_loss, 0);
+  const double val = std::fabs(got.val_loss - want.val_loss) / std::max(want.val_loss, 1e-30);
+  EXPECT_LE(val, val_bound) << "eval after the last step: " << got.val_loss << " vs one device " << want.val_loss;
+  d.failures += (val > val_bound) + (want.val_loss <= 0);
+  EXPECT_EQ(got.params.size(), want.params.size());
+  d.failures += got.params.size() != want.params.size();
+  std::vector<float> all_got, all_want;
+  for (const auto& [name, values] : want.params) {
+    const auto it = got.params.find(name);
+    EXPECT_NE(it, got.params.end()) << name;
+    if (it == got.params.end()) {
+      ++d.failures;
+      continue;
+    }
+    const double r = rel(it->second, values);
+    EXPECT_LE(r, b.tensor) << name;
+    d.failures += r > b.tensor;
+    d.worst_tensor = std::max(d.worst_tensor, r);
+    all_got.insert(all_got.end(), it->second.begin(), it->second.end());
+    all_want.insert(all_want.end(), values.begin(), values.end());
+  }
+  d.all = rel(all_got, all_want);
+  EXPECT_LE(d.all, b.all) << "all parameters";
+  d.failures += d.all > b.all;
+  return d;
+}
+
+}  // namespace tandem
