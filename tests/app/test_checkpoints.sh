@@ -59,6 +59,35 @@ for layout in "1 {}" "2 {\"tensor\":2}" "4 {\"pipeline\":4}" "4 {\"virtual_gpus\
   done
 done
 
+# --- context parallelism: a llama's sequences split over 2 processes beside dp 2 under ZeRO-3, its step-5 checkpoint
+# resumed on one device, and one device's resumed with the sequences split: steps 6-10 as if never stopped
+cat >"$work/llama.json" <<'JSON'
+{
+  "model": { "type": "llama", "vocab_size": 64, "seq_len": 16, "hidden_size": 32, "intermediate_size": 48,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2 },
+  "data": { "type": "synthetic" },
+  "train_batch_size": 8, "gradient_accumulation_steps": 2, "steps": 10, "seed": 5,
+  "optimizer": { "type": "AdamW", "params": { "lr": 1e-2, "weight_decay": 0.1, "eps": 1e-6 } },
+  "checkpoint": { "every": 5, "keep": 5 }
+}
+JSON
+run 300 "$tandem" train -n 4 "$work/llama.json" --out "$work/cp" --set 'parallel={"virtual_gpus": 2, "context": 2}' \
+  --set zero_optimization.stage=3
+check "10 steps of a llama on dp2 x cp2, ZeRO-3, with checkpoints" $rc "$(tail -3 "$work/out")"
+losses "$work/cp/metrics.jsonl" 6 10 >"$work/want_cp"
+run 300 "$tandem" train "$work/llama.json" --out "$work/r" --resume "$work/cp/checkpoints/step_00000005"
+losses "$work/r/metrics.jsonl" 6 10 >"$work/got"
+[ $rc -eq 0 ] && same_losses "$work/got" "$work/want_cp"
+check "the dp2 x cp2 checkpoint resumed on one device: steps 6-10 match" $? "$(tail -2 "$work/out")"
+run 300 "$tandem" train "$work/llama.json" --out "$work/one" --set steps=5
+check "5 steps of the llama on one device" $rc "$(tail -2 "$work/out")"
+run 300 "$tandem" train -n 2 "$work/llama.json" --out "$work/r2" --resume "$work/one/checkpoints/step_00000005" \
+  --set 'parallel={"context": 2}' --set zero_optimization.stage=1
+losses "$work/r2/metrics.jsonl" 6 10 >"$work/got"
+[ $rc -eq 0 ] && same_losses "$work/got" "$work/want_cp"
+check "a one-device checkpoint resumed with each sequence over 2 processes: steps 6-10 match" $? "$(tail -2 "$work/out")"
+rm -rf "$work/cp" "$work/r" "$work/one" "$work/r2"
+
 # --- export, read by Python; a file written by Python loads
 run 300 "$tandem" train "$work/gpt.json" --out "$work/one" --resume "$ck5" --set steps=10
 run 60 "$tandem" export "$work/one" --to "$work/model.safetensors"

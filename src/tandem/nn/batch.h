@@ -1,12 +1,14 @@
 // Batch: what one micro-batch brings to the layers besides the first layer's input, made once per micro-batch by the
 // engine and handed, as an argument, to every layer's forward and backward (Layer's batch forms): its targets, for
-// the head that computes the loss itself, its documents, which every attention reads, and how many rows the
-// long-sequence passes take at once (tiles.h). Layers that need none of it never look at it.
+// the head that computes the loss itself, its documents, which every attention reads, how many rows the
+// long-sequence passes take at once (tiles.h), and how its sequences are split over context-parallel shards
+// (context_split.h). Layers that need none of it never look at it.
 #pragma once
 
 #include <cstdint>
 
 #include "tandem/core/tensor.h"
+#include "tandem/nn/context_split.h"
 #include "tandem/nn/tiles.h"
 
 namespace tandem::nn {
@@ -19,14 +21,17 @@ struct LossSink {
   float grad_scale = 1.0f;  // the gradients are those of loss * grad_scale
 };
 
+// Under context parallelism a layer's activations hold this shard's Tl = T / cp tokens of each sequence (in the
+// split's order), and so do the targets; the documents are whole, for the attention that sees every token.
 struct Batch {
-  Tensor targets;    // (B*T) or (B) i32, ops::kIgnoreTarget where a row does not count; undefined off the last stage
+  Tensor targets;    // (B*Tl) or (B) i32, ops::kIgnoreTarget where a row does not count; undefined off the last stage
   Tensor documents;  // (B, T) i32 each position's document (data.document_mask), attention kept inside each; or none
   // Set: the model's head computes the loss into it (the model's output is then undefined, and its backward starts
   // from nothing); null: the head returns logits and the caller computes the loss (tests, the mlp models).
   const LossSink* loss = nullptr;
   bool training = false;  // a backward follows the forward: with a sink, the head computes the loss in its backward
   Tiles tiles;            // the rows of the loss's chunks and of the MLPs' tiles (0: their rules' choice)
+  ContextSplit context;   // this shard of the sequences (size 1: whole sequences)
 };
 
 }  // namespace tandem::nn

@@ -162,22 +162,34 @@ Tensor LlamaBlock::forward_for_backward(const Tensor& x, const Batch& batch, Sav
   return run(x, batch, saved, false);
 }
 
+std::vector<int64_t> LlamaBlock::qkv_parts(int64_t d) const { return {heads_ * d, kv_heads_ * d, kv_heads_ * d}; }
+
 Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool output) {
+  // T: this shard's tokens of each sequence (all of them without context parallelism).
   const int64_t B = x.dim(0), T = x.dim(1), C = x.dim(2), N = B * T;
   Device& dev = x.device();
+  const ContextSplit& cp = batch.context;
   saved.children.assign(kNumChildren, Saved{});
-  // (B, T, (H + 2 Hkv) D / tp): q and k rotated in place, v passed over.
+  // (B, T, (H + 2 Hkv) D / tp)
   Tensor qkv = qkv_.forward(attn_norm_.forward(x, saved.children[kAttnNorm]), saved.children[kQkv]);
-  ops::rotary_forward(qkv, rope_->cos(dev), rope_->sin(dev), heads_ + kv_heads_, qkv);
   const int64_t d = qkv.dim(2) / (heads_ + 2 * kv_heads_);
-  Tensor att = Tensor::empty({B, T, heads_ * d}, x.dtype(), dev, name() + " attention output");  // (B, T, H D / tp)
-  Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, dev, name() + " attention lse");        // (B, H / tp, T)
-  const Tensor& documents = batch.documents;                                                     // (B, T) or none
+  // Under context parallelism attention sees every token of 1 / cp of this slot's heads: (B, cp T, (H + 2 Hkv) D /
+  // (tp cp)), in position order, so the rotation below is the one-device rotation of those heads.
+  if (cp.active()) qkv = cp.gather_sequence(qkv, qkv_parts(d));
+  const int heads = heads_ / cp.size, kv_heads = kv_heads_ / cp.size;
+  const int64_t Ta = qkv.dim(1);  // the tokens attention sees
+  // q and k rotated in place, v passed over.
+  ops::rotary_forward(qkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, qkv);
+  Tensor att = Tensor::empty({B, Ta, heads * d}, x.dtype(), dev, name() + " attention output");  // (B, Ta, H D / tp)
+  Tensor lse = Tensor::empty({B, heads, Ta}, DType::F32, dev, name() + " attention lse");        // (B, H / tp, Ta)
+  const Tensor& documents = batch.documents;                                                     // (B, Ta) or none
   if (documents.defined())
-    ops::attention_gqa_documents_forward(qkv, heads_, kv_heads_, documents, att, lse);
+    ops::attention_gqa_documents_forward(qkv, heads, kv_heads, documents, att, lse);
   else
-    ops::attention_gqa_forward(qkv, heads_, kv_heads_, att, lse);
-  Tensor x1 = o_.forward_add(att, x, saved.children[kO]);  // (B, T, C): x + o(att), one pass
+    ops::attention_gqa_forward(qkv, heads, kv_heads, att, lse);
+  // (B, T, H D / tp): this shard's tokens of every head again
+  const Tensor att_rows = cp.active() ? cp.scatter_sequence(att, {heads_ * d}) : att;
+  Tensor x1 = o_.forward_add(att_rows, x, saved.children[kO]);  // (B, T, C): x + o(att), one pass
   const int64_t tile = mlp_tile(batch, N, x.dtype());
   if (tile >= N) {
     // (B, T, 2F / tp): gate | up of this slot's F / tp columns
@@ -241,19 +253,26 @@ Tensor LlamaBlock::mlp_backward(const Tensor& dy, const Batch& batch, Saved& sav
 }
 
 Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
+  // qkv, att and lse as attention saw them: every token of this shard's heads under context parallelism.
   const Tensor qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
   Device& dev = dy.device();
+  const ContextSplit& cp = batch.context;
+  const int heads = heads_ / cp.size, kv_heads = kv_heads_ / cp.size;
+  const int64_t d = att.dim(2) / heads;
   Tensor dx1 = mlp_backward(dy, batch, saved);  // (B, T, C)
   // Attention branch: dx = dx1 + attn_norm'(qkv'(rope'(attention'(o'(dx1))))), the rotation undone in place.
-  Tensor datt = o_.backward(dx1, saved.children[kO]);
-  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, T, (H + 2 Hkv) D / tp)
-  const Tensor& documents = batch.documents;                                         // (B, T) or none
+  Tensor datt = o_.backward(dx1, saved.children[kO]);  // (B, T, H D / tp)
+  if (cp.active()) datt = cp.gather_sequence(datt, {heads_ * d});
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, Ta, (H + 2 Hkv) D / tp)
+  const Tensor& documents = batch.documents;                                         // (B, Ta) or none
   if (documents.defined())
-    ops::attention_gqa_documents_backward(qkv, heads_, kv_heads_, documents, att, lse, datt, dqkv);
+    ops::attention_gqa_documents_backward(qkv, heads, kv_heads, documents, att, lse, datt, dqkv);
   else
-    ops::attention_gqa_backward(qkv, heads_, kv_heads_, att, lse, datt, dqkv);
+    ops::attention_gqa_backward(qkv, heads, kv_heads, att, lse, datt, dqkv);
   saved.tensors.clear();
-  ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads_ + kv_heads_, dqkv);
+  datt = Tensor();
+  ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, dqkv);
+  if (cp.active()) dqkv = cp.scatter_sequence(dqkv, qkv_parts(d));  // (B, T, (H + 2 Hkv) D / tp)
   Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
   saved.clear();
   return dx;

@@ -96,7 +96,8 @@ class LlamaBlock final : public Layer {
   int add_lora(const LoraTargets& targets);
   // Runs qkv, o, gate_up and down in FP8 where their shapes allow (Linear::use_fp8); returns how many do.
   int use_fp8(const spec::Fp8Config& config);
-  // x (B, T, C) -> y (B, T, C); the batch's documents, when it has them, keep attention inside each document.
+  // x (B, T, C) -> y (B, T, C); the batch's documents, when it has them, keep attention inside each document. Under
+  // context parallelism (batch.context) T is this shard's tokens, and attention regroups by heads to see them all.
   Tensor forward(const Tensor& x, Saved& saved) override { return forward(x, Batch{}, saved); }
   Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
   // The MLP runs in tiles of rows when a whole pass's intermediates would pass tiles.h's budget (or
@@ -107,6 +108,8 @@ class LlamaBlock final : public Layer {
   Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
 
  private:
+  // The widths of q, k and v in qkv's columns, for a head dim d: this slot's H d, Hkv d, Hkv d.
+  std::vector<int64_t> qkv_parts(int64_t d) const;
   // Rows per MLP tile for a pass of `rows` rows: `rows` when it runs whole.
   int64_t mlp_tile(const Batch& batch, int64_t rows, DType dtype) const;
   // The forward; `output` false (activation checkpointing's second forward) skips a tiled MLP, whose result no one

@@ -14,6 +14,12 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     : cfg_(cfg), groups_(groups), device_(device) {
   const layout::Layout& l = groups.layout;
   tp_reducer_ = std::make_unique<CommTpReducer>(*groups.tp);
+  if (l.cp > 1) {
+    TANDEM_CHECK(input_shape.size() == 2, "context parallelism splits token sequences; the model reads ",
+                 shape_str(input_shape));
+    context_exchange_ = std::make_unique<CommContextExchange>(*groups.cp);
+    context_ = nn::ContextSplit{groups.coord.cp, l.cp, context_exchange_.get()};
+  }
   model_ = build(nn::TpSlot{groups.coord.tp, l.tp, tp_reducer_.get()});
 
   const int v = cfg.plan.virtual_stages;
@@ -55,6 +61,9 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   setup.chunks = chunks_;
   setup.actions = schedule[static_cast<size_t>(groups.coord.pp)];
   setup.input_shape = input_shape;
+  // Each context shard runs T / cp tokens of every sequence through its stage.
+  if (context_.active()) setup.input_shape[1] = input_shape[1] / l.cp;
+  setup.context = context_;
   setup.activation_dtype = cfg.compute;
   setup.recompute = cfg.plan.activation_checkpointing;
   if (host_checkpoints) setup.checkpoint_host = host_.get();
@@ -68,6 +77,14 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
 pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb) {
   const int64_t per_replica = cfg_.micro_batch * cfg_.micro_batches;
   pipeline::MicroBatch b = batch(groups_.coord.dp * per_replica + mb * cfg_.micro_batch, cfg_.micro_batch);
+  if (context_.active()) {
+    // This shard's tokens and targets; the documents stay whole for attention, which sees every token.
+    const int64_t B = b.inputs.dim(0), T = b.inputs.dim(1);
+    TANDEM_CHECK(b.targets.numel() == B * T, "context parallelism needs a target per token, got ",
+                 shape_str(b.targets.shape()), " for inputs ", shape_str(b.inputs.shape()));
+    b.inputs = context_.shard_sequences(b.inputs);
+    b.targets = context_.shard_sequences(b.targets.view({B, T})).view({B * T / context_.size});
+  }
   if (b.inputs.dtype() != DType::I32 && b.inputs.dtype() != cfg_.compute) {
     Tensor cast = Tensor::empty(b.inputs.shape(), cfg_.compute, device_, "inputs (compute dtype)");
     ops::cast(b.inputs, cast);
@@ -156,7 +173,7 @@ std::map<std::string, std::vector<float>> Engine::collect_parameters() {
   const auto& c = groups_.coord;
   // One rank writes each element: dp rank 0, and tp slot 0 for parameters every slot holds whole.
   store_->visit_full_values([&](const nn::Parameter& p, const Tensor& value) {
-    if (c.dp != 0 || (!p.shard.sharded() && c.tp != 0)) return;
+    if (c.dp != 0 || c.cp != 0 || (!p.shard.sharded() && c.tp != 0)) return;
     const std::vector<float> local = value.to_host_floats();
     std::vector<float> global(static_cast<size_t>(shape_numel(p.global_shape)), 0.0f);
     for (size_t i = 0; i < local.size(); ++i)

@@ -15,6 +15,7 @@
 #include "tandem/nn/model.h"
 #include "tandem/optim/adamw.h"
 #include "tandem/parallel/pipeline/executor.h"
+#include "tandem/parallel/tensor/context_exchange.h"
 #include "tandem/parallel/tensor/tp_reducer.h"
 #include "tandem/parallel/zero/parameter_store.h"
 #include "tandem/spec/train.h"
@@ -95,6 +96,8 @@ class Engine {
   Device& device_;
   std::unique_ptr<device::AccountedDevice> host_;  // with offload, made before the store that fills it
   std::unique_ptr<CommTpReducer> tp_reducer_;
+  std::unique_ptr<CommContextExchange> context_exchange_;  // with context parallelism
+  nn::ContextSplit context_;                               // this rank's shard of each sequence
   nn::Model model_;
   std::vector<pipeline::LayerRange> all_chunks_;  // by global stage
   std::vector<pipeline::LayerRange> chunks_;      // this rank's, by chunk index

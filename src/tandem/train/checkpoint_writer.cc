@@ -37,11 +37,12 @@ void visit_saved(parallel::Engine& engine, const layout::Coord& coord,
                  const std::function<void(const nn::Parameter&, const std::string& key, int64_t offset,
                                           const Tensor& value, const Tensor& m, const Tensor& v)>& fn) {
   const bool replicated_state = engine.store().zero_stage() == 0;
-  engine.store().visit_owned(
-      [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor& m, const Tensor& v) {
-        if (p.replica || (replicated_state && coord.dp != 0) || (!p.shard.sharded() && coord.tp != 0)) return;
-        fn(p, p.name + "@" + std::to_string(p.shard.part) + ":" + std::to_string(offset), offset, value, m, v);
-      });
+  engine.store().visit_owned([&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor& m,
+                                 const Tensor& v) {
+    if (p.replica || (replicated_state && (coord.dp != 0 || coord.cp != 0)) || (!p.shard.sharded() && coord.tp != 0))
+      return;
+    fn(p, p.name + "@" + std::to_string(p.shard.part) + ":" + std::to_string(offset), offset, value, m, v);
+  });
 }
 
 constexpr const char* kParts[] = {"value", "exp_avg", "exp_avg_sq"};
@@ -176,21 +177,24 @@ uint64_t CheckpointWriter::checkpoint_bytes() {
 
 config::Json CheckpointWriter::manifest_without_files(int64_t step) {
   const auto& l = groups_.layout;
-  return {
-      {"format", format::kFormat},
-      {"version", format::kVersion},
-      {"step", step},
-      {"optimizer_step", engine_.store().optimizer().step_count()},
-      {"data_position", {{"step", step}}},
-      {"rng", {{"seed", options_.config.value("seed", 0)}, {"generator", "philox4x32-10"}}},
-      {"loss_scale",
-       {{"scale", engine_.loss_scale()},
-        {"good_steps", engine_.loss_scale_good_steps()},
-        {"overflows_left", engine_.loss_scale_overflows_left()}}},
-      {"saved_by",
-       {{"virtual_gpus", l.dp}, {"pipeline", l.pp}, {"tensor", l.tp}, {"zero_stage", engine_.store().zero_stage()}}},
-      {"num_parameters", engine_.model().num_parameters()},
-      {"config", options_.config}};
+  return {{"format", format::kFormat},
+          {"version", format::kVersion},
+          {"step", step},
+          {"optimizer_step", engine_.store().optimizer().step_count()},
+          {"data_position", {{"step", step}}},
+          {"rng", {{"seed", options_.config.value("seed", 0)}, {"generator", "philox4x32-10"}}},
+          {"loss_scale",
+           {{"scale", engine_.loss_scale()},
+            {"good_steps", engine_.loss_scale_good_steps()},
+            {"overflows_left", engine_.loss_scale_overflows_left()}}},
+          {"saved_by",
+           {{"virtual_gpus", l.dp},
+            {"pipeline", l.pp},
+            {"tensor", l.tp},
+            {"context", l.cp},
+            {"zero_stage", engine_.store().zero_stage()}}},
+          {"num_parameters", engine_.model().num_parameters()},
+          {"config", options_.config}};
 }
 
 void CheckpointWriter::copy_state(Pending& w) {

@@ -18,7 +18,7 @@
 namespace tandem::parallel::pipeline {
 
 struct MicroBatch {
-  Tensor inputs;     // the model's input: (B, T) i32 tokens or (B, F) f32 features
+  Tensor inputs;     // the model's input: (B, T) i32 tokens or (B, F) f32 features (T: this context shard's)
   Tensor targets;    // (B*T) or (B) i32
   Tensor documents;  // (B, T) i32 each position's document (data.document_mask), or undefined
 };
@@ -32,7 +32,8 @@ struct ExecutorSetup {
   bool recompute = false;               // activation checkpointing per layer
   // With recompute: the host memory the kept layer inputs wait in (parallel.cpu_checkpointing); null: the device.
   Device* checkpoint_host = nullptr;
-  nn::Tiles tiles;  // the tokens the loss and the MLPs take at once, handed with each batch
+  nn::Tiles tiles;           // the tokens the loss and the MLPs take at once, handed with each batch
+  nn::ContextSplit context;  // this rank's shard of the sequences, handed with each batch
 };
 
 class PipelineExecutor {

@@ -1,0 +1,109 @@
+#include "tandem/nn/context_split.h"
+
+#include "tandem/core/error.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::nn {
+
+int64_t ContextSplit::chunk(int64_t T) const {
+  TANDEM_CHECK(T % (2 * size) == 0, "a sequence of ", T, " tokens does not split into 2 x ", size,
+               " equal chunks for context parallelism");
+  return T / (2 * size);
+}
+
+int64_t ContextSplit::chunk_start_of(int shard, int64_t T, int k) const {
+  return (k == 0 ? shard : 2 * size - 1 - shard) * chunk(T);
+}
+
+Tensor ContextSplit::shard_sequences(const Tensor& x) const {
+  TANDEM_CHECK(x.rank() >= 2, "shard_sequences expects (B, T, ...), got ", shape_str(x.shape()));
+  const int64_t B = x.dim(0), T = x.dim(1), inner = x.numel() / (B * T), c = chunk(T), Tl = T / size;
+  Shape shape = x.shape();
+  shape[1] = Tl;
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device(), "context shard of the batch");  // (B, Tl, ...)
+  for (int64_t b = 0; b < B; ++b)
+    for (int k = 0; k < 2; ++k)
+      out.flat_slice((b * Tl + k * c) * inner, c * inner, {c * inner})
+          .copy_from(x.flat_slice((b * T + chunk_start(T, k)) * inner, c * inner, {c * inner}));
+  return out;
+}
+
+namespace {
+
+// Each part's width and first column, checked to divide over `size` shards.
+struct Parts {
+  std::vector<int64_t> width, offset;
+  int64_t total = 0;
+};
+
+Parts parts_of(const std::vector<int64_t>& widths, int64_t W, int size) {
+  Parts p;
+  for (const int64_t w : widths) {
+    TANDEM_CHECK(w > 0 && w % size == 0, "context parallelism: a part of ", w, " columns over ", size, " shards");
+    p.width.push_back(w);
+    p.offset.push_back(p.total);
+    p.total += w;
+  }
+  TANDEM_CHECK(p.total == W, "context parallelism: parts of ", p.total, " columns for rows of ", W);
+  return p;
+}
+
+}  // namespace
+
+Tensor ContextSplit::gather_sequence(const Tensor& x, const std::vector<int64_t>& widths) const {
+  TANDEM_CHECK(x.rank() == 3, "gather_sequence expects (B, Tl, W), got ", shape_str(x.shape()));
+  const int64_t B = x.dim(0), Tl = x.dim(1), W = x.dim(2), T = Tl * size, c = chunk(T), Wc = W / size;
+  const Parts p = parts_of(widths, W, size);
+  Device& dev = x.device();
+  // send[j] (B, Tl, W / cp): slice j of every part, for shard j.
+  Tensor send = Tensor::empty({size, B, Tl, Wc}, x.dtype(), dev, "context all-to-all (send)");
+  const Tensor rows = x.view({B * Tl, W});
+  for (int j = 0; j < size; ++j) {
+    const Tensor to = send.flat_slice(j * B * Tl * Wc, B * Tl * Wc, {B * Tl, Wc});
+    for (size_t i = 0; i < p.width.size(); ++i) {
+      const int64_t w = p.width[i] / size;
+      ops::copy_columns(rows, p.offset[i] + j * w, to, p.offset[i] / size, w);
+    }
+  }
+  // recv[s] (B, Tl, W / cp): shard s's tokens of this shard's slices.
+  Tensor recv = Tensor::empty({size, B, Tl, Wc}, x.dtype(), dev, "context all-to-all (receive)");
+  exchange->all_to_all(send.view({send.numel()}), recv.view({recv.numel()}));
+  send = Tensor();
+  Tensor y = Tensor::empty({B, T, Wc}, x.dtype(), dev, "context-gathered sequence");  // (B, T, W / cp)
+  for (int s = 0; s < size; ++s)
+    for (int64_t b = 0; b < B; ++b)
+      for (int k = 0; k < 2; ++k)
+        y.flat_slice((b * T + chunk_start_of(s, T, k)) * Wc, c * Wc, {c * Wc})
+            .copy_from(recv.flat_slice(((s * B + b) * Tl + k * c) * Wc, c * Wc, {c * Wc}));
+  return y;
+}
+
+Tensor ContextSplit::scatter_sequence(const Tensor& x, const std::vector<int64_t>& widths) const {
+  TANDEM_CHECK(x.rank() == 3, "scatter_sequence expects (B, T, W / cp), got ", shape_str(x.shape()));
+  const int64_t B = x.dim(0), T = x.dim(1), Wc = x.dim(2), Tl = T / size, c = chunk(T), W = Wc * size;
+  const Parts p = parts_of(widths, W, size);
+  Device& dev = x.device();
+  // send[j] (B, Tl, W / cp): shard j's tokens of this shard's slices.
+  Tensor send = Tensor::empty({size, B, Tl, Wc}, x.dtype(), dev, "context all-to-all (send)");
+  for (int j = 0; j < size; ++j)
+    for (int64_t b = 0; b < B; ++b)
+      for (int k = 0; k < 2; ++k)
+        send.flat_slice(((j * B + b) * Tl + k * c) * Wc, c * Wc, {c * Wc})
+            .copy_from(x.flat_slice((b * T + chunk_start_of(j, T, k)) * Wc, c * Wc, {c * Wc}));
+  // recv[s] (B, Tl, W / cp): slice s of every part, for this shard's tokens.
+  Tensor recv = Tensor::empty({size, B, Tl, Wc}, x.dtype(), dev, "context all-to-all (receive)");
+  exchange->all_to_all(send.view({send.numel()}), recv.view({recv.numel()}));
+  send = Tensor();
+  Tensor y = Tensor::empty({B, Tl, W}, x.dtype(), dev, "context-scattered sequence");  // (B, Tl, W)
+  const Tensor rows = y.view({B * Tl, W});
+  for (int s = 0; s < size; ++s) {
+    const Tensor from = recv.flat_slice(s * B * Tl * Wc, B * Tl * Wc, {B * Tl, Wc});
+    for (size_t i = 0; i < p.width.size(); ++i) {
+      const int64_t w = p.width[i] / size;
+      ops::copy_columns(from, p.offset[i] / size, rows, p.offset[i] + s * w, w);
+    }
+  }
+  return y;
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,208 @@
+// Context parallelism (parallel.context): each sequence split over cp processes, attention regrouped by heads with
+// all-to-all. First the split itself (which positions a shard holds, the all-to-all regrouping and its inverse), then
+// equivalence: a llama trained with its sequences split, beside dp (every ZeRO stage), pp, tp, documents, LoRA, tiles,
+// offload and checkpoints in host memory, must match the one-device run within the fp32 bounds of
+// equivalence_bounds.h, as every other layout does. Run under mpirun -np TANDEM_TEST_WORLD.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "equivalence_bounds.h"
+#include "equivalence_run.h"
+#include "mpi_test_main.h"
+#include "tandem/device/cpu_device.h"
+#include "tandem/nn/context_split.h"
+#include "tandem/parallel/tensor/context_exchange.h"
+#include "test_subset.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+using config::Json;
+
+#if TANDEM_TEST_WORLD == 4
+// The split over 4 shards of sequences of T 16: 8 chunks of 2; shard r holds chunks r and 7 - r.
+class ContextSplitTest : public ::testing::Test {
+ protected:
+  ContextSplitTest()
+      : groups(layout::make_groups(testing::mpi_world(), layout::Layout{1, 1, 1, 4})),
+        exchange(*groups.cp),
+        split{groups.coord.cp, 4, &exchange} {}
+  // (B, T, W) f32: element (b, t, w) = 1000 b + 10 t + w / 100, each value naming its place.
+  Tensor whole(int64_t B, int64_t T, int64_t W) {
+    Tensor x = Tensor::empty({B, T, W}, DType::F32, dev, "whole sequences");
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t w = 0; w < W; ++w)
+          x.f32()[(b * T + t) * W + w] = static_cast<float>(1000 * b + 10 * t) + static_cast<float>(w) / 100;
+    return x;
+  }
+  device::CpuDevice dev;
+  layout::Groups groups;
+  parallel::CommContextExchange exchange;
+  nn::ContextSplit split;
+};
+
+TEST_F(ContextSplitTest, ShardHoldsAnEarlyAndALateChunk) {
+  const int r = split.rank;
+  const Tensor mine = split.shard_sequences(whole(2, 16, 1));  // (2, 4, 1)
+  ASSERT_EQ(mine.shape(), (Shape{2, 4, 1}));
+  const std::vector<int64_t> want_positions = {2 * r, 2 * r + 1, 2 * (7 - r), 2 * (7 - r) + 1};
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 4; ++i)
+      EXPECT_EQ(mine.f32()[b * 4 + i], static_cast<float>(1000 * b + 10 * want_positions[static_cast<size_t>(i)]))
+          << "shard " << r << ", sequence " << b << ", token " << i;
+}
+
+TEST_F(ContextSplitTest, GatherGivesEverySequenceInOrderForThisShardsSlices) {
+  // Two parts of 8 and 4 columns: each shard gets columns [2 r, 2 r + 2) of the first and [8 + r, 9 + r) of the second.
+  const int64_t B = 2, T = 16, W = 12;
+  const Tensor x = whole(B, T, W);
+  const Tensor y = split.gather_sequence(split.shard_sequences(x), {8, 4});  // (B, T, 3)
+  ASSERT_EQ(y.shape(), (Shape{B, T, 3}));
+  const int r = split.rank;
+  const int64_t cols[3] = {2 * r, 2 * r + 1, 8 + r};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < 3; ++j)
+        EXPECT_EQ(y.f32()[(b * T + t) * 3 + j], x.f32()[(b * T + t) * W + cols[j]])
+            << "shard " << r << " (" << b << ", " << t << ", " << j << ")";
+}
+
+TEST_F(ContextSplitTest, ScatterUndoesGather) {
+  const Tensor mine = split.shard_sequences(whole(3, 16, 8));  // (3, 4, 8)
+  const Tensor back = split.scatter_sequence(split.gather_sequence(mine, {4, 4}), {4, 4});
+  ASSERT_EQ(back.shape(), mine.shape());
+  EXPECT_EQ(back.to_host_floats(), mine.to_host_floats());
+}
+
+TEST_F(ContextSplitTest, RefusesSequencesThatDoNotSplitEvenly) {
+  const std::string msg = testing::error_of([&] { split.shard_sequences(whole(1, 12, 1)); });
+  EXPECT_NE(msg.find("does not split into 2 x 4 equal chunks"), std::string::npos) << msg;
+}
+#endif
+
+struct Case {
+  // "llama" (8 query heads over 4 key/value heads); "llama_tied" (the head tied to the embedding); "llama_docs"
+  // (attention inside documents, id 5 ending each); "llama_lora" (LoRA on every projection of a frozen base);
+  // "llama_tiles" (the loss in chunks of 5 tokens, the MLP in tiles of 7)
+  std::string model;
+  int dp, pp, tp, cp, zero;
+  bool checkpointing = false;
+  std::string extra = "";  // "": none; "offload": the optimizer state in host memory; "cpu_ckpt": checkpoints there;
+                           // "bf16": compute in bf16, against the one-device bf16 run
+};
+
+std::string case_name(const Case& c) {
+  std::ostringstream os;
+  os << c.model << "_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_cp" << c.cp << "_zero" << c.zero
+     << (c.checkpointing ? "_recompute" : "") << (c.extra.empty() ? "" : "_" + c.extra);
+  return os.str();
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+std::vector<Case> cases() {
+  if (TANDEM_TEST_WORLD == 8)
+    return {{"llama", 2, 2, 1, 2, 3},
+            {"llama", 1, 2, 2, 2, 0, true},
+            {"llama_docs", 2, 1, 2, 2, 1},
+            {"llama_lora", 2, 1, 1, 4, 1}};
+  return {{"llama", 1, 1, 1, 4, 0},
+          {"llama", 1, 1, 2, 2, 0},
+          {"llama", 2, 1, 1, 2, 0},
+          {"llama", 2, 1, 1, 2, 1},
+          {"llama", 2, 1, 1, 2, 3},
+          {"llama", 1, 2, 1, 2, 0, true},
+          {"llama_tied", 1, 2, 1, 2, 0},
+          {"llama_tied", 1, 1, 1, 4, 0},
+          {"llama_docs", 2, 1, 1, 2, 1},
+          {"llama_docs", 1, 1, 1, 4, 0, true},
+          {"llama_lora", 1, 1, 2, 2, 0},
+          {"llama_lora", 2, 1, 1, 2, 3},
+          {"llama_tiles", 1, 1, 2, 2, 0, true},
+          {"llama", 2, 1, 1, 2, 2, false, "offload"},
+          {"llama", 1, 2, 1, 2, 0, true, "cpu_ckpt"},
+          {"llama", 2, 1, 1, 2, 1, false, "bf16"}};
+}
+
+// What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the regrouping beside tp, beside ZeRO-3's
+// sharded state with documents, and on 8 processes beside pp and tp.
+std::map<std::string, std::vector<std::string>> subsets() {
+  if (TANDEM_TEST_WORLD == 8) return {{"sanitized", {"llama_dp1_pp2_tp2_cp2_zero0_recompute"}}};
+  return {{"sanitized", {"llama_dp1_pp1_tp2_cp2_zero0", "llama_dp2_pp1_tp1_cp2_zero3"}}};
+}
+
+Json base_config(const Case& c) {
+  Json cfg = {{"train_batch_size", 8},
+              {"gradient_accumulation_steps", 2},
+              {"steps", 4},
+              {"seed", 7},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}, {"eps", 1e-6}}}}},
+              {"gradient_clipping", 1.0},
+              {"eval", {{"data", {{"type", "synthetic"}}}, {"steps", 2}}},
+              {"data", {{"type", "synthetic"}}}};
+  cfg["model"] = {
+      {"type", "llama"},          {"vocab_size", 64},         {"seq_len", 16},
+      {"hidden_size", 64},        {"intermediate_size", 96},  {"num_hidden_layers", 4},
+      {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"tie_word_embeddings", c.model == "llama_tied"}};
+  if (c.model == "llama_docs") cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
+  if (c.model == "llama_lora")
+    cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}, {"init_lora_weights", false}};
+  if (c.model == "llama_tiles") cfg["tiles"] = {{"loss_tokens", 5}, {"mlp_tokens", 7}};
+  if (c.extra == "bf16") cfg["bf16"] = {{"enabled", true}};
+  return cfg;
+}
+
+// The one-device run of each model (and precision), computed once on rank 0.
+const Result& reference(const Case& c) {
+  static std::map<std::string, Result> cache;
+  const std::string key = c.model + (c.extra == "bf16" ? "_bf16" : "");
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, run_training(base_config(c), nullptr)).first;
+  return it->second;
+}
+
+class ContextParallel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ContextParallel, SameLossesAndParametersAsOneDevice) {
+  const Case& c = GetParam();
+  Json cfg = base_config(c);
+  cfg["zero_optimization"] = {{"stage", c.zero}};
+  cfg["parallel"] = {{"virtual_gpus", c.dp},
+                     {"pipeline", c.pp},
+                     {"tensor", c.tp},
+                     {"context", c.cp},
+                     {"activation_checkpointing", c.checkpointing},
+                     {"timeout_s", 120}};
+  if (c.extra == "offload") cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  if (c.extra == "cpu_ckpt") cfg["parallel"]["cpu_checkpointing"] = true;
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
+  const Result got = run_training(cfg, &groups);
+  // As test_equivalence.cc's llama: tp sums the input gradients' partial sums in another order (LoRA's factors, few
+  // and small, feel it most); bf16 without tp rounds each token as one device does.
+  const Bounds b = c.extra == "bf16"                           ? kBf16
+                   : c.tp == 1                                 ? kF32
+                   : c.model.find("lora") != std::string::npos ? kF32LoraTp
+                                                               : kF32TpLlama;
+  int failures = 0;
+  if (testing::mpi_world().rank() == 0) {
+    const Distance d = compare_to_one_device(got, reference(c), b, b.loss * (c.extra == "bf16" ? 3 : 1));
+    failures = d.failures;
+    std::printf(
+        "[%s] %s against one device: first loss %.1e, first gradient norm %.1e, any loss %.1e, a tensor %.1e, "
+        "all %.1e\n",
+        c.extra == "bf16" ? "bf16" : "fp32", case_name(c).c_str(), d.first_loss, d.first_grad_norm, d.worst_loss,
+        d.worst_tensor, d.all);
+  }
+  // Every rank reports rank 0's verdict, so the job's exit code is the same everywhere.
+  EXPECT_EQ(groups.world->all_reduce_scalar(failures), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallel,
+                         ::testing::ValuesIn(testing::select_subset(cases(), case_name, "ContextParallel", subsets())),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+}  // namespace
+}  // namespace tandem
