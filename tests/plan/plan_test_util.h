@@ -25,6 +25,7 @@ struct MemCase {
   // "llama_fp8_rowwise" | "llama_fp8_blockwise" (the other recipes)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
+  int cp = 1;  // parallel.context: each sequence over cp processes
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool ckpt = false;
@@ -39,7 +40,8 @@ struct MemCase {
 
   std::string name() const {
     std::ostringstream os;
-    os << model << " dp" << dp << " pp" << pp << " tp" << tp << " zero" << zero;
+    os << model << " dp" << dp << " pp" << pp << " tp" << tp << (cp > 1 ? " cp" + std::to_string(cp) : "") << " zero"
+       << zero;
     if (pp > 1 || virtual_stages > 1)
       os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
     os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (cpu_ckpt ? " host" : "")
@@ -124,6 +126,7 @@ inline Json case_config(const MemCase& c) {
                 {"activation_checkpointing", c.ckpt},
                 {"timeout_s", 120}}}};
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;
+  if (c.cp > 1) cfg["parallel"]["context"] = c.cp;
   if (c.cpu_ckpt) cfg["parallel"]["cpu_checkpointing"] = true;
   if (c.bf16) cfg["bf16"] = {{"enabled", true}};
   if (!lora_config(c.model).is_null()) cfg["lora"] = lora_config(c.model);
@@ -145,7 +148,7 @@ inline Json case_config(const MemCase& c) {
 
 inline plan::Setup case_setup(const MemCase& c) {
   plan::Setup s;
-  s.plan = layout::resolve_parallel(config::parallel_config(case_config(c).at("parallel")), c.dp * c.pp * c.tp);
+  s.plan = layout::resolve_parallel(config::parallel_config(case_config(c).at("parallel")), c.dp * c.pp * c.tp * c.cp);
   s.zero_stage = c.zero;
   s.micro_batch = c.micro;
   s.micro_batches = c.global / (c.micro * c.dp);

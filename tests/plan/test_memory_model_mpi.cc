@@ -3,6 +3,8 @@
 // prediction the trainer's preflight makes for it: they must be equal. Rank 0 prints the predicted-vs-measured table.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "mpi_test_main.h"
 #include "plan/plan_test_util.h"
 #include "tandem/layout/groups.h"
@@ -34,6 +36,11 @@ std::vector<MemCase> grid() {
           c.ckpt = ckpt;
           out.push_back(c);
         }
+    // Context parallelism beside every other axis: sequences split over 2 processes, ZeRO-3 over the 4 replicas.
+    MemCase c = mem_case(2, 2, 1, 3);
+    c.model = "llama";
+    c.cp = 2;
+    out.push_back(c);
     return out;
   }
   for (const char* model : {"gpt", "mlp"}) {
@@ -61,6 +68,17 @@ std::vector<MemCase> grid() {
     c.model = "llama_lora";
     out.push_back(c);
   }
+  // Context parallelism: each sequence over 2 processes beside dp (ZeRO-1, and ZeRO-3 with documents) and pp (with
+  // activation checkpointing): attention's all-to-all buffers and whole-sequence q, k, v among the activations.
+  for (auto [model, dp, pp, zero, ckpt] :
+       {std::tuple{"llama", 2, 1, 1, false}, std::tuple{"llama_docs", 2, 1, 3, false},
+        std::tuple{"llama", 1, 2, 0, true}}) {
+    MemCase c = mem_case(dp, pp, 1, zero);
+    c.model = model;
+    c.cp = 2;
+    c.ckpt = ckpt;
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -68,7 +86,7 @@ TEST(MemoryModelMpi, PredictsEveryRanksMeasuredPeakExactly) {
   std::vector<testing::MemRow> rows;
   const int me = testing::mpi_world().rank();
   for (const MemCase& c : grid()) {
-    const layout::Layout l{c.dp, c.pp, c.tp};
+    const layout::Layout l{c.dp, c.pp, c.tp, c.cp};
     const Json json = testing::case_config(c);
     const config::TrainConfig cfg = config::parse(config::validate(json), c.dp);
     layout::Groups groups = layout::make_groups(testing::mpi_world(), l);

@@ -256,6 +256,18 @@ TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
   EXPECT_THROW(plan::parse_candidate("dp3", o), Error);
   EXPECT_THROW(plan::parse_candidate("dp2,micro7", o), Error);
   EXPECT_THROW(plan::parse_candidate("dp2,warp9", o), Error);
+  // Context shards are given, never derived: dp fills what they and the virtual GPU leave; the name reads back.
+  s = plan::parse_candidate("cp2,micro8,zero3", o);
+  EXPECT_EQ(s.plan.layout.cp, 2);
+  EXPECT_EQ(s.plan.layout.dp, 2);
+  EXPECT_EQ(s.micro_batches, 4);
+  plan::Candidate c;
+  c.setup = s;
+  EXPECT_EQ(c.name(), "dp2,pp1,tp1,cp2,zero3,micro8");
+  s = plan::parse_candidate("dp1,cp2,cpu_ckpt,micro16", o);
+  EXPECT_EQ(s.plan.layout.pp, 2);
+  EXPECT_EQ(s.plan.layout.cp, 2);
+  EXPECT_TRUE(s.plan.cpu_checkpointing);
 }
 
 TEST(TimeModel, BubbleFollowsTheSchedule) {

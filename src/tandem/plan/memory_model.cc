@@ -52,11 +52,13 @@ struct RankRun {
   bool stepped = false;  // a step was run (not only the engine built)
 };
 
-// World rank (dp_rank, pp_rank, tp slot 0) of the setup's layout: its engine built on a counting device with
-// stand-in groups, and with `step`, one training step run on it.
+// World rank (replica, pp_rank, tp slot 0) of the setup's layout, the replica being the rank in the ZeRO group
+// (dp_rank * cp + context shard): its engine built on a counting device with stand-in groups, and with `step`, one
+// training step run on it.
 RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank, bool step, uint64_t budget = 0) {
   const layout::Layout& l = s.plan.layout;
-  layout::Groups groups = layout::make_stand_in_groups(l, layout::rank_of(l, layout::Coord{dp_rank, pp_rank, 0}));
+  const layout::Coord coord{dp_rank / l.cp, pp_rank, 0, dp_rank % l.cp};
+  layout::Groups groups = layout::make_stand_in_groups(l, layout::rank_of(l, coord));
   device::CountingDevice dev(s.backend == Backend::Cuda ? DeviceKind::Cuda : DeviceKind::Cpu, s.cpu_threads,
                              groups.rank);
   dev.set_planned_device(s.device);
@@ -109,7 +111,7 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
 
 const RankMemory& MemoryPrediction::of_rank(int world_rank) const {
   const layout::Coord c = layout::coord_of(layout, world_rank);
-  return ranks.at(static_cast<size_t>(c.dp * layout.pp + c.pp));
+  return ranks.at(static_cast<size_t>((c.dp * layout.cp + c.cp) * layout.pp + c.pp));
 }
 
 int64_t MemoryPrediction::host_peak() const {
@@ -164,19 +166,19 @@ int64_t MemoryModel::logical_parameters() {
 MemoryPrediction MemoryModel::predict(const Setup& setup, bool every_replica, uint64_t budget) {
   Setup s = setup;
   const layout::Layout& l = s.plan.layout;
-  if (l.dp == 1) s.zero_stage = 0;
+  if (l.replicas() == 1) s.zero_stage = 0;
   const int v = s.plan.virtual_stages;
   const auto kind = v > 1 ? pl::ScheduleKind::Interleaved : s.plan.schedule;
   const pl::ScheduleSpec spec{l.pp, static_cast<int>(s.micro_batches), v};
 
   MemoryPrediction out;
   out.layout = l;
-  out.ranks.resize(static_cast<size_t>(l.dp * l.pp));
+  out.ranks.resize(static_cast<size_t>(l.replicas() * l.pp));
   for (int r = 0; r < l.pp; ++r) {
     const RankRun base = run_rank(model_, s, 0, r, !out.resident_only, budget);
     out.resident_only = out.resident_only || !base.stepped;
     out.work.push_back(base.work);
-    for (int d = 0; d < l.dp; ++d) {
+    for (int d = 0; d < l.replicas(); ++d) {
       RankMemory rm = base.memory;
       if (d > 0 && every_replica) {
         // Replicas differ only in what the engine holds once built (the optimizer state of the shard each

@@ -76,7 +76,7 @@ struct RankWork {
 
 struct MemoryPrediction {
   layout::Layout layout;
-  std::vector<RankMemory> ranks;  // index dp_rank * pp + pp_rank
+  std::vector<RankMemory> ranks;  // index dp_rank * pp + pp_rank (dp_rank: the ZeRO group's, dp * cp + context shard)
   std::vector<RankWork> work;     // by pp rank (dp rank 0; every replica does the same work)
   // The engine was built but no step run: its resident state alone is over the budget asked about, so each
   // rank's peak is its resident state (a lower bound) and there is no work to price.

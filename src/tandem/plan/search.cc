@@ -84,8 +84,9 @@ bool valid_for_model(const layout::ParallelPlan& plan, const PlannedModel& model
 std::string Candidate::name() const {
   const auto& l = setup.plan.layout;
   std::ostringstream os;
-  os << "dp" << l.dp << ",pp" << l.pp << ",tp" << l.tp << ",zero" << (l.dp > 1 ? setup.zero_stage : 0) << ",micro"
-     << setup.micro_batch;
+  os << "dp" << l.dp << ",pp" << l.pp << ",tp" << l.tp;
+  if (l.cp > 1) os << ",cp" << l.cp;
+  os << ",zero" << (l.replicas() > 1 ? setup.zero_stage : 0) << ",micro" << setup.micro_batch;
   if (setup.plan.activation_checkpointing) os << ",ckpt";
   if (setup.plan.activation_checkpointing && setup.plan.cpu_checkpointing) os << ",cpu_ckpt";
   if (setup.plan.virtual_stages > 1) os << ",v" << setup.plan.virtual_stages;
@@ -103,13 +104,14 @@ std::string Candidate::name() const {
 config::Json Candidate::config() const {
   const auto& p = setup.plan;
   config::Json parallel = {{"virtual_gpus", p.layout.dp}, {"pipeline", p.layout.pp}, {"tensor", p.layout.tp}};
+  if (p.layout.cp > 1) parallel["context"] = p.layout.cp;
   if (p.layout.pp > 1) parallel["schedule"] = spec::schedule_name(p.schedule);
   if (p.virtual_stages > 1) parallel["virtual_stages"] = p.virtual_stages;
   if (p.activation_checkpointing) parallel["activation_checkpointing"] = true;
   if (p.activation_checkpointing && p.cpu_checkpointing) parallel["cpu_checkpointing"] = true;
   // DeepSpeed's rules: offloading the optimizer needs ZeRO 1-3, the parameters ZeRO 3 (with one replica any stage
   // trains as stage 0).
-  int stage = p.layout.dp > 1 ? setup.zero_stage : 0;
+  int stage = p.layout.replicas() > 1 ? setup.zero_stage : 0;
   config::Json zero = config::Json::object();
   if (setup.offload_optimizer.enabled()) {
     stage = std::max(stage, 1);
@@ -264,7 +266,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
   s.plan.schedule = opt.default_schedule;
   s.plan.activation_checkpointing = opt.default_checkpointing;
   if (opt.default_schedule == spec::ScheduleKind::Interleaved) s.plan.virtual_stages = 2;
-  int dp = 0, pp = 0, tp = 0;
+  int dp = 0, pp = 0, tp = 0, cp = 1;
   std::stringstream in(spec);
   for (std::string tok; std::getline(in, tok, ',');) {
     tok.erase(std::remove(tok.begin(), tok.end(), ' '), tok.end());
@@ -296,6 +298,8 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
     } else if (tok == "cpu_ckpt") {
       s.plan.activation_checkpointing = true;
       s.plan.cpu_checkpointing = true;
+    } else if (starts("cp")) {  // after cpu_ckpt, which starts the same
+      cp = std::max(1, static_cast<int>(number("cp")));
     } else if (tok == "offload") {
       s.offload_optimizer.device = spec::OffloadDevice::Cpu;
       s.offload_optimizer.pin_memory = true;
@@ -323,21 +327,22 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.plan.virtual_stages = 1;
     } else {
       TANDEM_FAIL("--explain: unknown part '", tok,
-                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: ckpt, ckpt0 or cpu_ckpt, v2, gpipe or "
-                  "1f1b, offload or offload_param, ratio0.8)");
+                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: cp2, ckpt, ckpt0 or cpu_ckpt, v2, "
+                  "gpipe or 1f1b, offload or offload_param, ratio0.8)");
     }
   }
   // As resolve_parallel: given only dp, the virtual GPU is a pipeline; otherwise a missing pp or tp is 1 and
   // a missing dp takes the rest.
+  // The context shards (cp) are never derived.
   if (dp && !pp && !tp) {
-    pp = opt.devices / dp;
+    pp = opt.devices / (dp * cp);
     tp = 1;
   } else {
     pp = std::max(pp, 1);
     tp = std::max(tp, 1);
-    if (!dp) dp = opt.devices / (pp * tp);
+    if (!dp) dp = opt.devices / (pp * tp * cp);
   }
-  s.plan.layout = layout::Layout{dp, pp, tp};
+  s.plan.layout = layout::Layout{dp, pp, tp, cp};
   if (s.plan.layout.world() != opt.devices)
     TANDEM_FAIL("--explain: ", s.plan.layout.str(), " is ", s.plan.layout.world(), " devices, not ", opt.devices);
   if (s.plan.virtual_stages > 1) s.plan.schedule = spec::ScheduleKind::Interleaved;

@@ -42,8 +42,8 @@ struct Candidate {
   bool fits = false;
   std::string why_not;         // what pushes the worst device over the budget (or the node's host memory)
   bool short_of_host = false;  // fits the devices, but its offloaded state is over the node's host memory
-  // "dp2,pp2,tp1,zero1,micro16" (+ ",ckpt", ",cpu_ckpt", ",v2", ",offload", ",offload_param", ",ratio0.8"): the
-  // spelling --explain takes.
+  // "dp2,pp2,tp1,zero1,micro16" (+ ",cp2" after tp, ",ckpt", ",cpu_ckpt", ",v2", ",offload", ",offload_param",
+  // ",ratio0.8"): the spelling --explain takes.
   std::string name() const;
   // The config keys that select it: "parallel", "zero_optimization" (with its offload objects) and
   // "train_micro_batch_size_per_gpu", as JSON and as a user would write them.

@@ -14,9 +14,9 @@ bool axis_spans_nodes(const layout::Layout& l, int per_node, char axis) {
   for (int r = 0; r < l.world(); ++r) {
     const layout::Coord c = layout::coord_of(l, r);
     layout::Coord o = c;
-    const int n = axis == 't' ? l.tp : axis == 'p' ? l.pp : l.dp;
+    const int n = axis == 't' ? l.tp : axis == 'p' ? l.pp : axis == 'c' ? l.cp : l.dp;
     for (int i = 0; i < n; ++i) {
-      (axis == 't' ? o.tp : axis == 'p' ? o.pp : o.dp) = i;
+      (axis == 't' ? o.tp : axis == 'p' ? o.pp : axis == 'c' ? o.cp : o.dp) = i;
       if (layout::rank_of(l, o) / per_node != r / per_node) return true;
     }
   }
@@ -45,6 +45,8 @@ class Pricing {
     bw_[static_cast<size_t>(CommAxis::Dp)] = axis_spans_nodes(l, per_node, 'd') ? r.inter_node_bus_bw : r.dp_bus_bw;
     bw_[static_cast<size_t>(CommAxis::Pp)] = axis_spans_nodes(l, per_node, 'p') ? r.inter_node_p2p_bw : r.pp_p2p_bw;
     bw_[static_cast<size_t>(CommAxis::World)] = nodes > 1 ? r.inter_node_bus_bw : r.dp_bus_bw;
+    // Context parallelism's all-to-all runs between neighbours of one virtual GPU, as tensor parallelism's reductions.
+    bw_[static_cast<size_t>(CommAxis::Cp)] = axis_spans_nodes(l, per_node, 'c') ? r.inter_node_bus_bw : r.tp_bus_bw;
   }
 
   Seconds price(const device::WorkLog& w) const {
@@ -58,7 +60,7 @@ class Pricing {
       const auto i = static_cast<size_t>(a);
       return w.comm_calls[i] * r_.latency_s + w.comm_bus_bytes[i] / bw_[i];
     };
-    s.tp = comm(CommAxis::Tp);
+    s.tp = comm(CommAxis::Tp) + comm(CommAxis::Cp);  // both wait inside a layer
     s.pp = comm(CommAxis::Pp);
     s.dp = comm(CommAxis::Dp) + comm(CommAxis::World);
     s.offload = w.to_host_bytes / r_.to_host_bw + w.from_host_bytes / r_.from_host_bw;

@@ -21,7 +21,7 @@ struct TimePrediction {
   // Where the step goes, for the slowest pipeline rank (seconds per step).
   double compute_s = 0;        // forward, backward and recomputation: products, attention, elementwise traffic
   double bubble_s = 0;         // pipeline fill and drain: (pp - 1) / v micro-batch times
-  double tp_s = 0;             // tensor-parallel all-reduces
+  double tp_s = 0;             // tensor-parallel all-reduces and context-parallel all-to-alls
   double pp_s = 0;             // activations and gradients between stages
   double dp_s = 0;             // ZeRO / data-parallel collectives (per layer at stages 2-3, at the end at 0-2)
   double optimizer_s = 0;      // the end of the step besides its collectives: the norm and AdamW
