@@ -7,6 +7,8 @@
 #   GPU_LONG_T: the sequence lengths (default "32768 65536 131072"; empty: none).
 #   GPU_LONG_ATTENTION: "deterministic" (the default attention), "nondeterministic"
 #     (TANDEM_NONDETERMINISTIC_ATTENTION=1), or both (the default).
+#   GPU_LONG_HOST_CKPT: "0" (the default), "1" (the checkpointed layer inputs in host memory:
+#     parallel.cpu_checkpointing, runs named ..._host) or "0 1" (both, measured in the same call).
 #   GPU_LONG_SHORT=0 leaves the T 2048 run out; GPU_LONG_STEPS (default 3) the steps of each run.
 #   GPU_LONG_DRY=1 prints the commands and checks the configs with `tandem plan` (works without a GPU).
 set -u
@@ -28,14 +30,14 @@ started=$(date +%s)
 status=0
 source "$here/budgeted_run.sh"
 
-# config NAME T BATCH MICRO CKPT: the 8-layer shape at sequence length T.
+# config NAME T BATCH MICRO CKPT [HOST_CKPT]: the 8-layer shape at sequence length T.
 config() {
   cat >"$out/$1.json" <<JSON
 { "model": { "type": "llama", "vocab_size": 128256, "seq_len": $2, "hidden_size": 4096, "num_hidden_layers": 8,
     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "rms_norm_eps": 1e-5,
     "rope_theta": 500000, "max_position_embeddings": $2, "tie_word_embeddings": false },
   "data": { "type": "synthetic" }, "train_batch_size": $3, "train_micro_batch_size_per_gpu": $4,
-  "parallel": { "activation_checkpointing": $5 }, "steps": $steps, "seed": 1, "bf16": { "enabled": true },
+  "parallel": { "activation_checkpointing": $5, "cpu_checkpointing": ${6:-false} }, "steps": $steps, "seed": 1, "bf16": { "enabled": true },
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-4, "weight_decay": 0.1 } },
   "checkpoint": { "every": 0, "at_end": false } }
 JSON
@@ -57,13 +59,16 @@ if [ "${GPU_LONG_SHORT:-1}" != 0 ]; then
 fi
 for t in $lengths; do
   for a in $attentions; do
-    name="l8_t${t}_${a}"
-    config "$name" "$t" 1 1 true
-    if [ "$a" = nondeterministic ]; then
-      tandem "$name" 240 TANDEM_NONDETERMINISTIC_ATTENTION=1
-    else
-      tandem "$name" 240 TANDEM_NONDETERMINISTIC_ATTENTION=0
-    fi
+    for host in ${GPU_LONG_HOST_CKPT:-0}; do
+      name="l8_t${t}_${a}"
+      [ "$host" = 1 ] && name="${name}_host"
+      config "$name" "$t" 1 1 true "$([ "$host" = 1 ] && echo true || echo false)"
+      if [ "$a" = nondeterministic ]; then
+        tandem "$name" 240 TANDEM_NONDETERMINISTIC_ATTENTION=1
+      else
+        tandem "$name" 240 TANDEM_NONDETERMINISTIC_ATTENTION=0
+      fi
+    done
   done
 done
 
