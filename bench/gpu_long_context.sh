@@ -9,6 +9,7 @@
 #     (TANDEM_NONDETERMINISTIC_ATTENTION=1), or both (the default).
 #   GPU_LONG_HOST_CKPT: "0" (the default), "1" (the checkpointed layer inputs in host memory:
 #     parallel.cpu_checkpointing, runs named ..._host) or "0 1" (both, measured in the same call).
+#   GPU_LONG_LIMIT: the seconds each long run may take (default 240; a 256k step takes about 130 s).
 #   GPU_LONG_SHORT=0 leaves the T 2048 run out; GPU_LONG_STEPS (default 3) the steps of each run.
 #   GPU_LONG_DRY=1 prints the commands and checks the configs with `tandem plan` (works without a GPU).
 set -u
@@ -64,9 +65,9 @@ for t in $lengths; do
       [ "$host" = 1 ] && name="${name}_host"
       config "$name" "$t" 1 1 true "$([ "$host" = 1 ] && echo true || echo false)"
       if [ "$a" = nondeterministic ]; then
-        tandem "$name" 240 TANDEM_NONDETERMINISTIC_ATTENTION=1
+        tandem "$name" "${GPU_LONG_LIMIT:-240}" TANDEM_NONDETERMINISTIC_ATTENTION=1
       else
-        tandem "$name" 240 TANDEM_NONDETERMINISTIC_ATTENTION=0
+        tandem "$name" "${GPU_LONG_LIMIT:-240}" TANDEM_NONDETERMINISTIC_ATTENTION=0
       fi
     done
   done
