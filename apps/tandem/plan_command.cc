@@ -2,6 +2,7 @@
 // [--max-seq-len [N]]` and `tandem calibrate [--out rates.json]`.
 #include "plan_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -175,8 +176,11 @@ int run_plan_command(const PlanArgs& a) {
   }
   if (longest) return run_max_seq_len(a, *seq_model, seq, opt);
   const plan::SearchResult result = plan::search_layouts(info, opt);
-  std::printf("%lld layouts (dp x pp x tp), %zu candidates predicted\n\n", static_cast<long long>(result.layouts),
-              result.fit.size() + result.no_fit.size());
+  const auto split = [](const plan::Candidate& c) { return c.setup.plan.layout.cp > 1; };
+  const bool context = std::any_of(result.fit.begin(), result.fit.end(), split) ||
+                       std::any_of(result.no_fit.begin(), result.no_fit.end(), split);
+  std::printf("%lld layouts (dp x pp x tp%s), %zu candidates predicted\n\n", static_cast<long long>(result.layouts),
+              context ? " x cp" : "", result.fit.size() + result.no_fit.size());
   std::printf("%s", plan::format_table(result, opt, a.top).c_str());
   if (!result.fit.empty()) {
     std::printf("\n`%s --explain %s` shows where the memory and time go.\n", same_command(a).c_str(),

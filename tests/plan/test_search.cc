@@ -5,6 +5,8 @@
 //   - a model that fits nowhere: the table says so and names the memory the smallest layout needs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 
@@ -111,6 +113,43 @@ TEST(Search, WithRoomAndFastLinksPlainDataParallelismWins) {
   EXPECT_FALSE(best.setup.plan.activation_checkpointing) << best.name();
   EXPECT_EQ(best.setup.micro_batch, 4) << best.name();  // one micro-batch per replica: fewest launches
   for (size_t i = 1; i < r.fit.size(); ++i) EXPECT_GE(r.fit[i - 1].time.tokens_per_s, r.fit[i].time.tokens_per_s);
+}
+
+// A llama whose activations dominate (T 4096, width 64): context parallelism divides every per-token tensor and
+// attention's work over the whole sequence by cp, which no other axis does (tp keeps the layer inputs whole, pp still
+// holds a stage's micro-batches whole), so its smallest peak is the lowest; under a budget between the two, only cp
+// layouts fit, and their config keys say so. With SearchOptions::context off none is tried.
+TEST(Search, LongSequencesOnlyFitSplitOverContextShards) {
+  spec::LlamaConfig m;
+  m.vocab_size = 256;
+  m.seq_len = 4096;
+  m.hidden_size = 64;
+  m.intermediate_size = 128;
+  m.num_hidden_layers = 4;
+  m.num_attention_heads = 8;
+  m.num_key_value_heads = 4;
+  auto o = options(4, 0, 4);
+  o.context = false;
+  const plan::SearchResult whole = plan::search_layouts(plan::planned_model(m), o);
+  o.context = true;
+  const plan::SearchResult split = plan::search_layouts(plan::planned_model(m), o);
+  int64_t least_whole = INT64_MAX, least_split = INT64_MAX;
+  for (const auto& c : whole.fit) {
+    EXPECT_EQ(c.setup.plan.layout.cp, 1) << c.name();
+    least_whole = std::min(least_whole, c.memory.peak());
+  }
+  for (const auto& c : split.fit)
+    if (c.setup.plan.layout.cp > 1) least_split = std::min(least_split, c.memory.peak());
+  EXPECT_GT(split.layouts, whole.layouts);
+  ASSERT_LT(least_split, least_whole);
+  o.device_memory = static_cast<uint64_t>(least_split + least_whole) / 2;
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(m), o);
+  print("a long-sequence llama on 4 devices", r, o);
+  ASSERT_FALSE(r.fit.empty());
+  for (const auto& c : r.fit) EXPECT_GT(c.setup.plan.layout.cp, 1) << c.name();
+  const plan::Candidate& best = r.fit.front();
+  EXPECT_EQ(best.config().at("parallel").at("context"), best.setup.plan.layout.cp);
+  EXPECT_NE(best.name().find(",cp"), std::string::npos) << best.name();
 }
 
 TEST(Search, NothingFitsSaysHowMuchMemoryItWouldNeed) {

@@ -185,65 +185,74 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
   base.backend = opt.rates.device == "cuda" ? Backend::Cuda : Backend::Cpu;
   base.cpu_threads = opt.cpu_threads;
   base.tiles = opt.tiles;
+  // Context shards (cp > 1) where the options allow them and the model takes them (a llama's sequences; others are
+  // refused by valid_for_model); like tp they stay inside a node, their all-to-all beside tp's collectives.
   for (int dp : divisors(opt.devices))
-    for (int pp : divisors(opt.devices / dp)) {
-      const int tp = opt.devices / (dp * pp);
-      if (tp > per_node || opt.global_batch % dp != 0) continue;
-      ++result.layouts;
-      for (int micro : divisors(opt.global_batch / dp)) {
-        const int64_t m = opt.global_batch / dp / micro;
-        for (int v : {1, 2}) {
-          if (v == 2 && (pp == 1 || m % pp != 0)) continue;
-          layout::ParallelPlan plan;
-          plan.layout = layout::Layout{dp, pp, tp};
-          plan.schedule = v > 1 ? spec::ScheduleKind::Interleaved : spec::ScheduleKind::OneFOneB;
-          plan.virtual_stages = v;
-          if (!valid_for_model(plan, model, m)) continue;
-          for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
-            for (bool ckpt : {false, true}) {
-              // Answered (opt.first_fit_only): the rest of the loops run through without predicting anything.
-              if (opt.first_fit_only && !result.fit.empty()) continue;
-              Setup s = base;
-              s.plan = plan;
-              s.plan.activation_checkpointing = ckpt;
-              s.zero_stage = zero;
-              s.micro_batch = micro;
-              s.micro_batches = m;
-              Candidate c = evaluate(memory, s, opt);
-              const bool fits = c.fits;
-              (fits ? result.fit : result.no_fit).push_back(std::move(c));
-              // So do checkpoints in host memory: tried only where checkpointing on the devices does not fit.
-              if (!fits && ckpt && opt.offload) {
-                Setup h = s;
-                h.plan.cpu_checkpointing = true;
-                Candidate hc = evaluate(memory, h, opt);
-                (hc.fits ? result.fit : result.no_fit).push_back(std::move(hc));
+    for (int pp : divisors(opt.devices / dp))
+      for (int cp : divisors(opt.devices / (dp * pp))) {
+        const int tp = opt.devices / (dp * pp * cp);
+        if (cp > 1 && !opt.context) continue;
+        if (tp * cp > per_node || opt.global_batch % dp != 0) continue;
+        if (cp > 1) {
+          layout::ParallelPlan probe;
+          probe.layout = layout::Layout{dp, pp, tp, cp};
+          if (!valid_for_model(probe, model, opt.global_batch / dp)) continue;
+        }
+        ++result.layouts;
+        for (int micro : divisors(opt.global_batch / dp)) {
+          const int64_t m = opt.global_batch / dp / micro;
+          for (int v : {1, 2}) {
+            if (v == 2 && (pp == 1 || m % pp != 0)) continue;
+            layout::ParallelPlan plan;
+            plan.layout = layout::Layout{dp, pp, tp, cp};
+            plan.schedule = v > 1 ? spec::ScheduleKind::Interleaved : spec::ScheduleKind::OneFOneB;
+            plan.virtual_stages = v;
+            if (!valid_for_model(plan, model, m)) continue;
+            for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero)
+              for (bool ckpt : {false, true}) {
+                // Answered (opt.first_fit_only): the rest of the loops run through without predicting anything.
+                if (opt.first_fit_only && !result.fit.empty()) continue;
+                Setup s = base;
+                s.plan = plan;
+                s.plan.activation_checkpointing = ckpt;
+                s.zero_stage = zero;
+                s.micro_batch = micro;
+                s.micro_batches = m;
+                Candidate c = evaluate(memory, s, opt);
+                const bool fits = c.fits;
+                (fits ? result.fit : result.no_fit).push_back(std::move(c));
+                // So do checkpoints in host memory: tried only where checkpointing on the devices does not fit.
+                if (!fits && ckpt && opt.offload) {
+                  Setup h = s;
+                  h.plan.cpu_checkpointing = true;
+                  Candidate hc = evaluate(memory, h, opt);
+                  (hc.fits ? result.fit : result.no_fit).push_back(std::move(hc));
+                }
+                // Offload costs copies and host time: tried only where the state does not fit on the devices.
+                if (fits || !opt.offload) continue;
+                const bool optimizer = dp * cp == 1 || zero >= 1, param = dp * cp == 1 || zero == 3;
+                for (bool with_param : {false, true}) {
+                  if (!optimizer || (with_param && !param) || (opt.first_fit_only && !result.fit.empty())) continue;
+                  Setup o = s;
+                  o.offload_optimizer.device = spec::OffloadDevice::Cpu;
+                  o.offload_optimizer.pin_memory = true;
+                  if (with_param) o.offload_param = o.offload_optimizer;
+                  Candidate oc = evaluate(memory, o, opt);
+                  const bool offloaded_fits = oc.fits;
+                  (oc.fits ? result.fit : result.no_fit).push_back(std::move(oc));
+                  // With room left on one device (no pipeline, no tp split), the first layer's optimizer kept there
+                  // too: its update then waits for no host after the backward. Shown only where it fits.
+                  if (!offloaded_fits || with_param || pp > 1 || tp > 1 || keep_first >= 1 || opt.first_fit_only)
+                    continue;
+                  Setup k = o;
+                  k.offload_optimizer.ratio = keep_first;
+                  Candidate kc = evaluate(memory, k, opt);
+                  if (kc.fits) result.fit.push_back(std::move(kc));
+                }
               }
-              // Offload costs copies and host time: tried only where the state does not fit on the devices.
-              if (fits || !opt.offload) continue;
-              const bool optimizer = dp == 1 || zero >= 1, param = dp == 1 || zero == 3;
-              for (bool with_param : {false, true}) {
-                if (!optimizer || (with_param && !param) || (opt.first_fit_only && !result.fit.empty())) continue;
-                Setup o = s;
-                o.offload_optimizer.device = spec::OffloadDevice::Cpu;
-                o.offload_optimizer.pin_memory = true;
-                if (with_param) o.offload_param = o.offload_optimizer;
-                Candidate oc = evaluate(memory, o, opt);
-                const bool offloaded_fits = oc.fits;
-                (oc.fits ? result.fit : result.no_fit).push_back(std::move(oc));
-                // With room left on one device (no pipeline, no tp split), the first layer's optimizer kept there too:
-                // its update then waits for no host after the backward. Shown only where it fits.
-                if (!offloaded_fits || with_param || pp > 1 || tp > 1 || keep_first >= 1 || opt.first_fit_only)
-                  continue;
-                Setup k = o;
-                k.offload_optimizer.ratio = keep_first;
-                Candidate kc = evaluate(memory, k, opt);
-                if (kc.fits) result.fit.push_back(std::move(kc));
-              }
-            }
+          }
         }
       }
-    }
   std::stable_sort(result.fit.begin(), result.fit.end(), [](const Candidate& a, const Candidate& b) {
     if (a.time.tokens_per_s != b.time.tokens_per_s) return a.time.tokens_per_s > b.time.tokens_per_s;
     return a.memory.peak() < b.memory.peak();
@@ -369,7 +378,8 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
   os << head;
   auto row = [&](size_t i, const Candidate& c) {
     const auto& l = c.setup.plan.layout;
-    const std::string lay = "dp" + std::to_string(l.dp) + " pp" + std::to_string(l.pp) + " tp" + std::to_string(l.tp);
+    const std::string lay = "dp" + std::to_string(l.dp) + " pp" + std::to_string(l.pp) + " tp" + std::to_string(l.tp) +
+                            (l.cp > 1 ? " cp" + std::to_string(l.cp) : "");
     const std::string mb = std::to_string(c.setup.micro_batch) + " x " + std::to_string(c.setup.micro_batches);
     const char* offload = c.setup.offload_param.enabled()        ? "all"
                           : !c.setup.offload_optimizer.enabled() ? "-"
@@ -377,7 +387,7 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
                                                                  : "optim";
     const std::string host = c.memory.host_peak() > 0 ? bytes_str(c.memory.host_peak()) : "-";
     std::snprintf(line, sizeof line, "%3zu  %-17s  %-14s  %4d  %-4s  %-7s  %-11s  %11s  %9s  %-4s  %-9s %s\n", i,
-                  lay.c_str(), schedule_label(c.setup.plan).c_str(), l.dp > 1 ? c.setup.zero_stage : 0,
+                  lay.c_str(), schedule_label(c.setup.plan).c_str(), l.replicas() > 1 ? c.setup.zero_stage : 0,
                   !c.setup.plan.activation_checkpointing ? "off"
                   : c.setup.plan.cpu_checkpointing       ? "host"
                                                          : "on",

@@ -33,6 +33,9 @@ struct SearchOptions {
   // Stop at the first candidate that fits: the question is only whether anything does (the longest-sequence search
   // asks it once per length tried). `fit` then holds that one, and `no_fit` those tried before it.
   bool first_fit_only = false;
+  // Context parallelism (parallel.context) as one more axis, for the models that take it (the llama family): each
+  // sequence split over cp devices of a node, beside tp.
+  bool context = true;
 };
 
 struct Candidate {
