@@ -2,7 +2,8 @@
 // all-to-all. First the split itself (which positions a shard holds, the all-to-all regrouping and its inverse), then
 // equivalence: a llama trained with its sequences split, beside dp (every ZeRO stage), pp, tp, documents, LoRA, tiles,
 // offload and checkpoints in host memory, must match the one-device run within the fp32 bounds of
-// equivalence_bounds.h, as every other layout does. Run under mpirun -np TANDEM_TEST_WORLD.
+// equivalence_bounds.h, as every other layout does; and a run gives the same bits twice. Run under mpirun -np
+// TANDEM_TEST_WORLD.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -203,6 +204,28 @@ TEST_P(ContextParallel, SameLossesAndParametersAsOneDevice) {
 INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallel,
                          ::testing::ValuesIn(testing::select_subset(cases(), case_name, "ContextParallel", subsets())),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+#if TANDEM_TEST_WORLD == 4
+// Deterministic: the same layout trained twice gives the same bits (the all-to-all moves values and sums nothing; the
+// gradients' sums over dp x cp run in a fixed order).
+TEST(ContextParallelRuns, TheSameBitsTwice) {
+  const Case c{"llama_docs", 2, 1, 1, 2, 3};
+  Json cfg = base_config(c);
+  cfg["zero_optimization"] = {{"stage", c.zero}};
+  cfg["parallel"] = {{"virtual_gpus", c.dp}, {"context", c.cp}, {"timeout_s", 120}};
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
+  const Result first = run_training(cfg, &groups), second = run_training(cfg, &groups);
+  int differ = 0;
+  if (testing::mpi_world().rank() == 0) {
+    EXPECT_EQ(first.losses, second.losses);
+    EXPECT_EQ(first.grad_norms, second.grad_norms);
+    EXPECT_EQ(first.params, second.params);
+    differ =
+        (first.losses != second.losses) + (first.grad_norms != second.grad_norms) + (first.params != second.params);
+  }
+  EXPECT_EQ(groups.world->all_reduce_scalar(differ), 0);
+}
+#endif
 
 }  // namespace
 }  // namespace tandem
