@@ -302,10 +302,11 @@ TrainConfig parse(const Json& validated_cfg) {
   tc.scheduler.warmup_num_steps = sp.value("warmup_num_steps", int64_t{0});
   tc.scheduler.warmup_type =
       sp.value("warmup_type", std::string("log")) == "linear" ? WarmupType::Linear : WarmupType::Log;
-  tc.scheduler.warmup_min_lr = sp.value("warmup_min_lr", 0.0);
+  // What validate() leaves out keeps spec::SchedulerConfig's defaults.
+  tc.scheduler.warmup_min_lr = sp.value("warmup_min_lr", tc.scheduler.warmup_min_lr);
   tc.scheduler.total_num_steps = sp.value("total_num_steps", tc.steps);
-  tc.scheduler.warmup_min_ratio = sp.value("warmup_min_ratio", 0.0);
-  tc.scheduler.cos_min_ratio = sp.value("cos_min_ratio", 1e-4);
+  tc.scheduler.warmup_min_ratio = sp.value("warmup_min_ratio", tc.scheduler.warmup_min_ratio);
+  tc.scheduler.cos_min_ratio = sp.value("cos_min_ratio", tc.scheduler.cos_min_ratio);
 
   tc.gradient_clipping = cfg.at("gradient_clipping").get<double>();
   tc.zero_stage = cfg.at("zero_optimization").at("stage").get<int64_t>();

@@ -182,11 +182,12 @@ void validate_scheduler(Json& obj, int64_t steps, std::vector<std::string>& no_e
   const bool warm_given = p.has("warmup_num_steps");
   const int64_t warm = p.integer("warmup_num_steps", 1000, 0);
   p.choice("warmup_type", "log", {"log", "linear"});
+  const spec::SchedulerConfig defaults;  // the defaults' one place
   if (type == "WarmupCosineLR") {
-    p.number("warmup_min_ratio", 0.0, 0.0, 1.0);
-    p.number("cos_min_ratio", 1e-4, 0.0, 1.0);
+    p.number("warmup_min_ratio", defaults.warmup_min_ratio, 0.0, 1.0);
+    p.number("cos_min_ratio", defaults.cos_min_ratio, 0.0, 1.0);
   } else {
-    p.number("warmup_min_lr", 0.0, 0.0);
+    p.number("warmup_min_lr", defaults.warmup_min_lr, 0.0);
     if (p.has("warmup_max_lr")) p.number("warmup_max_lr", std::nullopt, 0.0);
   }
   if (type == "WarmupLR") return;
