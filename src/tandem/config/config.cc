@@ -94,7 +94,7 @@ LlamaConfig llama_config(const Json& m) {
                                  : spec::LlamaFamily::Llama;
   if (const auto w = m.find("sliding_window"); w != m.end() && !w->is_null()) c.sliding_window = w->get<int64_t>();
   c.use_sliding_window = m.value("use_sliding_window", false);
-  c.max_window_layers = m.value("max_window_layers", int64_t{28});
+  c.max_window_layers = m.value("max_window_layers", c.max_window_layers);
   return c;
 }
 
@@ -119,9 +119,10 @@ OffloadConfig offload_config(const Json& o) {
   c.nvme_path = o.value("nvme_path", "");
   c.pin_memory = o.at("pin_memory").get<bool>();
   c.buffer_count = o.at("buffer_count").get<int64_t>();
-  c.ratio = o.value("ratio", 1.0);
-  c.update =
-      o.value("update", "in_backward") == "after_backward" ? OffloadUpdate::AfterBackward : OffloadUpdate::InBackward;
+  // offload_param has none of these three; offload_optimizer has each, written by validate().
+  c.ratio = o.value("ratio", c.ratio);
+  if (o.contains("update"))
+    c.update = o.at("update") == "after_backward" ? OffloadUpdate::AfterBackward : OffloadUpdate::InBackward;
   c.upload_piece = o.value("upload_piece", c.upload_piece);
   return c;
 }

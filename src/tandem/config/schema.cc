@@ -228,12 +228,14 @@ void validate_offload(Fields& z, const std::string& key, std::vector<std::string
   if (optimizer) own.insert(own.end(), {"ratio", "update", "upload_piece"});
   only_with_deepspeed(o, own, no_effect);
   const std::string device = o.choice("device", "none", {"none", "cpu", "nvme"});
-  o.boolean("pin_memory", false);
-  o.integer("buffer_count", 4, 1, 1024);
+  const OffloadConfig defaults;  // the defaults' one place
+  o.boolean("pin_memory", defaults.pin_memory);
+  o.integer("buffer_count", defaults.buffer_count, 1, 1024);
   if (optimizer) {
-    o.number("ratio", 1.0, 0.0, 1.0, /*min_exclusive=*/true);
-    o.choice("update", "in_backward", {"in_backward", "after_backward"});
-    o.integer("upload_piece", OffloadConfig{}.upload_piece, 1);
+    o.number("ratio", defaults.ratio, 0.0, 1.0, /*min_exclusive=*/true);
+    o.choice("update", defaults.update == spec::OffloadUpdate::AfterBackward ? "after_backward" : "in_backward",
+             {"in_backward", "after_backward"});
+    o.integer("upload_piece", defaults.upload_piece, 1);
   }
   if (device == "nvme" && !o.has("nvme_path"))
     TANDEM_FAIL("missing required config key '", o.path("nvme_path"), "': ", o.path("device"),
