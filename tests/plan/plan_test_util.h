@@ -7,13 +7,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "tandem/config/config.h"
+#include "tandem/layout/groups.h"
 #include "tandem/plan/memory_model.h"
 #include "tandem/plan/planned_model.h"
+#include "tandem/train/trainer.h"
 
 namespace tandem::testing {
 
@@ -160,6 +163,17 @@ inline plan::Setup case_setup(const MemCase& c) {
   s.offload_optimizer = tc.offload_optimizer;
   s.offload_param = tc.offload_param;
   return s;
+}
+
+// Trains case `c` for its steps as `rank` of its layout (stand-in groups), then hands the trainer to `inspect`.
+inline void run_case(const MemCase& c, int rank, const std::function<void(train::Trainer&)>& inspect) {
+  const config::TrainConfig cfg = config::parse(config::validate(case_config(c)), c.dp);
+  layout::Groups groups = layout::make_stand_in_groups(layout::Layout{c.dp, c.pp, c.tp, c.cp}, rank);
+  train::TrainOptions opt;
+  opt.print = false;
+  train::Trainer trainer = train::Trainer::from_config(cfg, opt, &groups);
+  trainer.run();
+  inspect(trainer);
 }
 
 // One row per case: the worst rank's prediction and measurement, and the largest error over its ranks.

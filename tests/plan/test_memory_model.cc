@@ -26,17 +26,7 @@ namespace {
 using config::Json;
 using testing::mem_case;
 using testing::MemCase;
-
-// Trains case `c` as `rank` of its layout (stand-in groups), then hands the trainer to `inspect`.
-void run_case(const MemCase& c, int rank, const std::function<void(train::Trainer&)>& inspect) {
-  const config::TrainConfig cfg = config::parse(config::validate(testing::case_config(c)), c.dp);
-  layout::Groups groups = layout::make_stand_in_groups(layout::Layout{c.dp, c.pp, c.tp}, rank);
-  train::TrainOptions opt;
-  opt.print = false;
-  train::Trainer trainer = train::Trainer::from_config(cfg, opt, &groups);
-  trainer.run();
-  inspect(trainer);
-}
+using testing::run_case;
 
 uint64_t measure(const MemCase& c, int rank) {
   uint64_t peak = 0;

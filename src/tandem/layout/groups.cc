@@ -22,7 +22,7 @@ Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout) {
   g.cp =
       world.split((c.dp * layout.pp + c.pp) * layout.tp + c.tp, c.cp, "cp(" + at_dp + "," + at_pp + "," + at_tp + ")");
   g.pp = world.split((c.dp * layout.tp + c.tp) * L + c.cp, c.pp, "pp(" + at_dp + "," + at_tp + at_cp + ")");
-  g.dp = world.split(c.pp * layout.tp + c.tp, c.dp * L + c.cp, "dp(" + at_pp + "," + at_tp + ")");
+  g.dp = world.split(c.pp * layout.tp + c.tp, replica_of(layout, c), "dp(" + at_pp + "," + at_tp + ")");
   const bool end_stage = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
   g.tied = world.split(end_stage ? (c.dp * layout.tp + c.tp) * L + c.cp : -1, c.pp,
                        "tied(" + at_dp + "," + at_tp + at_cp + ")");
@@ -36,7 +36,7 @@ Groups make_stand_in_groups(const Layout& l, int rank) {
   g.coord = coord_of(l, rank);
   g.rank = rank;
   g.world = std::make_unique<comm::StandInCommunicator>("world", CommAxis::World, rank, l.world());
-  g.dp = std::make_unique<comm::StandInCommunicator>("dp", CommAxis::Dp, g.coord.dp * l.cp + g.coord.cp, l.replicas());
+  g.dp = std::make_unique<comm::StandInCommunicator>("dp", CommAxis::Dp, replica_of(l, g.coord), l.replicas());
   g.cp = std::make_unique<comm::StandInCommunicator>("cp", CommAxis::Cp, g.coord.cp, l.cp);
   g.pp = std::make_unique<comm::StandInCommunicator>("pp", CommAxis::Pp, g.coord.pp, l.pp);
   g.tp = std::make_unique<comm::StandInCommunicator>("tp", CommAxis::Tp, g.coord.tp, l.tp);

@@ -36,6 +36,8 @@ struct Coord {
 };
 
 Coord coord_of(const Layout& layout, int rank);
+// The rank's place among the replicas that hold the same parameters (ZeRO's dp group): dp * cp + its context shard.
+inline int replica_of(const Layout& l, const Coord& c) { return c.dp * l.cp + c.cp; }
 int rank_of(const Layout& layout, const Coord& c);
 
 // Everything the "parallel" config object says, resolved against the world size.

@@ -171,9 +171,9 @@ std::map<std::string, std::vector<float>> Engine::collect_parameters() {
   for (nn::Parameter* p : model_.parameters())
     full[p->name] = Tensor::zeros(p->global_shape, DType::F32, device_, p->name + " (collected)");
   const auto& c = groups_.coord;
-  // One rank writes each element: dp rank 0, and tp slot 0 for parameters every slot holds whole.
+  // One rank writes each element: replica 0, and tp slot 0 for parameters every slot holds whole.
   store_->visit_full_values([&](const nn::Parameter& p, const Tensor& value) {
-    if (c.dp != 0 || c.cp != 0 || (!p.shard.sharded() && c.tp != 0)) return;
+    if (layout::replica_of(groups_.layout, c) != 0 || (!p.shard.sharded() && c.tp != 0)) return;
     const std::vector<float> local = value.to_host_floats();
     std::vector<float> global(static_cast<size_t>(shape_numel(p.global_shape)), 0.0f);
     for (size_t i = 0; i < local.size(); ++i)

@@ -69,6 +69,7 @@ class Engine {
 
   nn::Model& model() { return model_; }
   ParameterStore& store() { return *store_; }
+  const layout::Layout& layout() const { return groups_.layout; }
   // The host memory offloaded state and checkpointed layer inputs live in (its own live and peak bytes), or null when
   // neither is asked for.
   device::AccountedDevice* host_memory() { return host_.get(); }

@@ -111,7 +111,7 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
 
 const RankMemory& MemoryPrediction::of_rank(int world_rank) const {
   const layout::Coord c = layout::coord_of(layout, world_rank);
-  return ranks.at(static_cast<size_t>((c.dp * layout.cp + c.cp) * layout.pp + c.pp));
+  return ranks.at(static_cast<size_t>(layout::replica_of(layout, c) * layout.pp + c.pp));
 }
 
 int64_t MemoryPrediction::host_peak() const {

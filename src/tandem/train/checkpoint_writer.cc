@@ -37,12 +37,13 @@ void visit_saved(parallel::Engine& engine, const layout::Coord& coord,
                  const std::function<void(const nn::Parameter&, const std::string& key, int64_t offset,
                                           const Tensor& value, const Tensor& m, const Tensor& v)>& fn) {
   const bool replicated_state = engine.store().zero_stage() == 0;
-  engine.store().visit_owned([&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor& m,
-                                 const Tensor& v) {
-    if (p.replica || (replicated_state && (coord.dp != 0 || coord.cp != 0)) || (!p.shard.sharded() && coord.tp != 0))
-      return;
-    fn(p, p.name + "@" + std::to_string(p.shard.part) + ":" + std::to_string(offset), offset, value, m, v);
-  });
+  engine.store().visit_owned(
+      [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor& m, const Tensor& v) {
+        if (p.replica || (replicated_state && layout::replica_of(engine.layout(), coord) != 0) ||
+            (!p.shard.sharded() && coord.tp != 0))
+          return;
+        fn(p, p.name + "@" + std::to_string(p.shard.part) + ":" + std::to_string(offset), offset, value, m, v);
+      });
 }
 
 constexpr const char* kParts[] = {"value", "exp_avg", "exp_avg_sq"};
