@@ -131,6 +131,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/swiglu.cu
   ${_tandem_ops}/attention_gqa.cc
   ${_tandem_ops}/attention_gqa.cu
+  ${_tandem_ops}/attention_blocks.cu
   ${_tandem_ops}/attention_flash_forward.cu
   ${_tandem_ops}/attention_flash_backward.cu)
 target_include_directories(tandem_ops_cuda PUBLIC ${_tandem_root}/src)

@@ -84,6 +84,7 @@ int run(int argc, char** argv) {
               a.blocks, format_bytes(a.used_bytes).c_str(), format_bytes(dev.peak_bytes()).c_str());
   std::printf("%s: %d failing row(s)\n", s.failures() ? "FAIL" : "PASS", s.failures());
   if (do_bench && family != "fp8") bench(dev);
+  if (do_bench && (family.empty() || family == "llama")) bench_long_attention(dev);
   if (do_bench && (family.empty() || family == "fp8")) bench_fp8(dev);
   return s.failures() ? 1 : 0;
 }

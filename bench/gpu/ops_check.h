@@ -228,8 +228,9 @@ void check_attention_gqa(Suite& s);
 void check_fp8(Suite& s);
 
 // Timings of the main ops and the cuDNN attention workspaces (ops_check_bench.cc), and of the FP8 linear layer
-// against bf16 (ops_check_fp8.cc).
+// against bf16 (ops_check_fp8.cc), and of attention at 2k to 128k tokens (ops_check_long_attention.cc).
 void bench(CudaDevice& dev);
 void bench_fp8(CudaDevice& dev);
+void bench_long_attention(CudaDevice& dev);
 
 }  // namespace tandem::ops_check

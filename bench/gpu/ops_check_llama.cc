@@ -1,6 +1,7 @@
 // ops_check: the Llama-family ops (RMSNorm, rotary embedding, SwiGLU, grouped-query attention, with the flash
 // kernels' documents and long-sequence paths), CUDA against the CPU.
 #include "ops_check.h"
+#include "tandem/ops/cuda/attention_blocks.h"
 
 namespace tandem::ops_check {
 
@@ -149,9 +150,9 @@ Suite::Pair documents(Suite& s, int64_t b, int64_t t) {
   return p;
 }
 
-// The flash kernels (attention_flash.h), 16-bit data only: attention kept inside documents (always theirs on CUDA),
+// The flash kernels (attention_flash.h), 16-bit data only: attention kept inside documents (always theirs on CUDA);
 // and causal attention at a shape whose cuDNN deterministic backward would want more than
-// kCudnnAttentionWorkspaceLimit (B 1, H 4, T 16384: 2 GiB and a little), which the rule sends to them.
+// kCudnnAttentionWorkspaceLimit whole (B 1, H 4, T 16384: 2 GiB and a little), which the rule runs in blocks.
 void check_attention_gqa_flash(Suite& s) {
   struct Case {
     int64_t b, t, h, kv, d;
@@ -166,7 +167,8 @@ void check_attention_gqa_flash(Suite& s) {
     for (const Case& c : cases) {
       const int64_t w = (c.h + 2 * c.kv) * c.d, cy = c.h * c.d;
       const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
-      const std::string shape = dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + " flash";
+      const std::string shape =
+          dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + (c.docs ? " flash" : " rule");
       const std::string fwd = c.docs ? "attention_gqa_documents_forward" : "attention_gqa_forward";
       const std::string bwd = c.docs ? "attention_gqa_documents_backward" : "attention_gqa_backward";
       s.run(fwd, dtype_name(t), shape, [&] {
@@ -218,6 +220,55 @@ void check_attention_gqa_flash(Suite& s) {
   }
 }
 
+// One backward row and its bitwise rerun: `backward(qkv, y, lse, dy, dqkv)` runs the GPU's from the CPU forward's y
+// and lse, compared with the CPU's backward.
+template <class Backward>
+void check_backward(Suite& s, DType t, const std::string& shape, int64_t b, int64_t seq, int64_t h, int64_t kv,
+                    int64_t d, uint64_t seed, Backward&& backward) {
+  const int64_t w = (h + 2 * kv) * d, cy = h * d;
+  const int heads = static_cast<int>(h), kvh = static_cast<int>(kv);
+  const std::string bwd = "attention_gqa_backward";
+  s.run(bwd, dtype_name(t), shape, [&] {
+    auto qkv = s.make({b, seq, w}, t, seed);
+    auto dy = s.make({b, seq, cy}, t, seed + 1);
+    // The CPU forward's y and lse feed both backwards, so only the backward is compared.
+    Tensor y = Tensor::empty({b, seq, cy}, DType::F32, s.host(), "y");
+    Tensor lse = Tensor::empty({b, h, seq}, DType::F32, s.host(), "lse");
+    cpu::attention_gqa_forward(qkv.cpu, heads, kvh, y, lse);
+    Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
+    auto dqkv = s.output({b, seq, w}, t);
+    cpu::attention_gqa_backward(qkv.cpu, heads, kvh, y, lse, dy.cpu, dqkv.cpu);
+    backward(qkv.gpu, y_g, lse_g, dy.gpu, dqkv.gpu);
+    s.compare(bwd + " dqkv", t, shape, dqkv.gpu, dqkv.cpu);
+    Tensor again = Tensor::empty(dqkv.gpu.shape(), t, s.dev(), "dqkv again");
+    s.poison(again);
+    backward(qkv.gpu, y_g, lse_g, dy.gpu, again);
+    s.row(bwd + " bitwise rerun", dtype_name(t), shape, same_bits(dqkv.gpu, again) ? 0.0 : 1.0, gpu_check::kOpExact);
+  });
+}
+
+// cuDNN's deterministic backward in blocks of query rows (attention_blocks.h), which the rule runs past
+// kCudnnAttentionWorkspaceLimit (scratch_sizes.h), forced here at small sizes: several blocks, a short last block, GQA
+// and multi-head attention, D 64 and 128; the same bits twice.
+void check_attention_gqa_blocks(Suite& s) {
+  struct Case {
+    int64_t b, t, h, kv, d, rows;
+  };
+  const std::vector<Case> cases = {{2, 1000, 8, 2, 64, 256}, {1, 777, 4, 4, 128, 128}, {1, 2048, 32, 8, 128, 512}};
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (const Case& c : cases) {
+      const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
+      const std::string shape =
+          dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + " blocks " + std::to_string(c.rows);
+      check_backward(s, t, shape, c.b, c.t, c.h, c.kv, c.d, 236,
+                     [&](const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& out) {
+                       TANDEM_CHECK(gpu::attention_gqa_backward_in_blocks(qkv, heads, kv, y, lse, dy, out, c.rows),
+                                    "cuDNN cannot run the blocks");
+                     });
+    }
+  }
+}
+
 }  // namespace
 
 void check_attention_gqa(Suite& s) {
@@ -237,7 +288,7 @@ void check_attention_gqa(Suite& s) {
         const int64_t w = (c.h + 2 * c.kv) * c.d, cy = c.h * c.d;
         const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
         const std::string shape = dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + (plain ? " plain" : "");
-        const std::string fwd = "attention_gqa_forward", bwd = "attention_gqa_backward";
+        const std::string fwd = "attention_gqa_forward";
         s.run(fwd, dtype_name(t), shape, [&] {
           auto qkv = s.make({c.b, c.t, w}, t, 230);
           auto y = s.output({c.b, c.t, cy}, t);
@@ -251,35 +302,19 @@ void check_attention_gqa(Suite& s) {
           s.compare(fwd + " y", t, shape, y.gpu, y.cpu);
           s.compare(fwd + " lse", t, shape, lse.gpu, lse.cpu);
         });
-        s.run(bwd, dtype_name(t), shape, [&] {
-          auto qkv = s.make({c.b, c.t, w}, t, 231);
-          auto dy = s.make({c.b, c.t, cy}, t, 232);
-          // The CPU forward's y and lse feed both backwards, so only the backward is compared.
-          Tensor y = Tensor::empty({c.b, c.t, cy}, DType::F32, s.host(), "y");
-          Tensor lse = Tensor::empty({c.b, c.h, c.t}, DType::F32, s.host(), "lse");
-          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y, lse);
-          Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
-          auto dqkv = s.output({c.b, c.t, w}, t);
-          cpu::attention_gqa_backward(qkv.cpu, heads, kv, y, lse, dy.cpu, dqkv.cpu);
-          auto run = [&](const Tensor& out) {
-            if (plain) {
-              gpu::attention_gqa_backward_plain(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out);
-            } else {
-              gpu::attention_gqa_backward(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out);
-            }
-          };
-          run(dqkv.gpu);
-          s.compare(bwd + " dqkv", t, shape, dqkv.gpu, dqkv.cpu);
-          Tensor again = Tensor::empty(dqkv.gpu.shape(), t, s.dev(), "dqkv again");
-          s.poison(again);
-          run(again);
-          s.row(bwd + " bitwise rerun", dtype_name(t), shape, same_bits(dqkv.gpu, again) ? 0.0 : 1.0,
-                gpu_check::kOpExact);
-        });
+        check_backward(s, t, shape, c.b, c.t, c.h, c.kv, c.d, 231,
+                       [&](const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& out) {
+                         if (plain) {
+                           gpu::attention_gqa_backward_plain(qkv, heads, kv, y, lse, dy, out);
+                         } else {
+                           gpu::attention_gqa_backward(qkv, heads, kv, y, lse, dy, out);
+                         }
+                       });
       }
     }
   }
   check_attention_gqa_flash(s);
+  check_attention_gqa_blocks(s);
 }
 
 }  // namespace tandem::ops_check

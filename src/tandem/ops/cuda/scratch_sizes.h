@@ -3,9 +3,11 @@
 // compiles, so the planner can plan GPUs without the CUDA toolkit). Plain C++: no CUDA header.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "tandem/core/tensor.h"
 #include "tandem/ops/cuda/workspace.h"
@@ -78,26 +80,82 @@ inline bool attention_deterministic() {
   return deterministic;
 }
 
+// cuDNN's deterministic backward graph for blocks of `rows` query rows against keys of which there are `keys` at most
+// (the block's own cut at run time by cuDNN's padding mask): 2 B H rows keys bytes (the dP tiles), the (B, H, rows)
+// f32 statistic, 256 bytes, and an f32 (B, H, keys, D) dq accumulator when Hkv < H. cuDNN 9.19 gave these sizes on
+// an H200 for the Llama-3-8B shape at 32k (2048 rows) and 128k (512 rows) (bench/gpu/ops_check prints them;
+// docs/long-context.md, 2026-12-04).
+inline int64_t cudnn_attention_block_workspace(int64_t b, int64_t h, int64_t kv, int64_t rows, int64_t keys,
+                                               int64_t d) {
+  return 2 * b * h * rows * keys + 4 * b * h * rows + 256 + (kv < h ? 4 * b * h * keys * d : 0);
+}
+
+// Past kCudnnAttentionWorkspaceLimit the deterministic backward runs in blocks of query rows (attention_gqa.cc): each
+// block's cuDNN graph writes its rows of dq straight into dqkv and its (B, keys, 2 Hkv D) dk and dv into dqkv's k
+// and v columns, which an f32 (B, T, 2 Hkv D) accumulator sums block after block in a fixed order (the same bits
+// every run). One graph serves every block of one height: its keys are all T, cut to the block's own at run time
+// (cuDNN's padding mask), so a block's dP tiles are sized for rows x T. The height is the largest power of two, 64 at
+// least, whose 2 B H rows T bytes of dP fit kCudnnAttentionBlockDpLimit; the last block takes what is left.
+inline constexpr int64_t kCudnnAttentionBlockDpLimit = int64_t{4} << 30;
+inline constexpr int64_t kCudnnAttentionMinBlockRows = 64;
+
+struct AttentionBlock {
+  int64_t first, rows;  // query rows [first, first + rows) against keys [0, first + rows)
+};
+
+// The blocks of the deterministic backward: one block of all seq rows (the whole graph runs) when the whole graph's
+// workspace fits kCudnnAttentionWorkspaceLimit or one block can hold every row, none when not even 64 rows fit
+// kCudnnAttentionBlockDpLimit (the flash kernels run then).
+inline std::vector<AttentionBlock> cudnn_attention_backward_blocks(int64_t b, int64_t h, int64_t kv, int64_t seq,
+                                                                   int64_t d) {
+  if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit)
+    return {{0, seq}};
+  auto fits = [&](int64_t rows) { return 2 * b * h * rows * seq <= kCudnnAttentionBlockDpLimit; };
+  if (!fits(kCudnnAttentionMinBlockRows)) return {};
+  int64_t rows = kCudnnAttentionMinBlockRows;
+  while (2 * rows <= seq && fits(2 * rows)) rows *= 2;
+  std::vector<AttentionBlock> blocks;
+  for (int64_t first = 0; first < seq; first += rows) blocks.push_back({first, std::min(rows, seq - first)});
+  return blocks;
+}
+
+// The blocked backward's scratch, one allocation: the widest block graph's cuDNN workspace (`block_workspace`), the
+// tallest block's rows of the forward's statistic packed (B, H, rows) f32 (cuDNN before 9.26 takes no strided one),
+// every block's (B) i32 query and key lengths, each rounded up to 256 bytes, and then the f32 (B, T, 2 Hkv D) dk, dv
+// accumulator.
+inline int64_t cudnn_attention_blocked_scratch(int64_t block_workspace, int64_t tallest, int64_t blocks, int64_t b,
+                                               int64_t h, int64_t kv, int64_t seq, int64_t d) {
+  auto round = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  return round(block_workspace) + round(4 * b * h * tallest) + round(2 * 4 * b * blocks) + 4 * b * seq * 2 * kv * d;
+}
+
 // THE rule choosing between cuDNN's fused attention and the flash kernels, per shape, followed by the kernels'
 // dispatch (attention_gqa.cc) and the planner's estimates alike, so the predicted workspace stays exact. The forward
 // and the backward of one shape take the same path (the backward reads the forward's lse). The flash kernels run
-// where they take the shape and either attention is kept inside documents (cuDNN has no such graph here) or cuDNN's
-// deterministic backward would want more than kCudnnAttentionWorkspaceLimit (unless attention_deterministic() is
-// false); cuDNN (or, for shapes it cannot take, the plain kernels) otherwise.
+// where they take the shape and either attention is kept inside documents (cuDNN has no such graph here) or not even
+// the smallest block of cuDNN's deterministic backward fits (unless attention_deterministic() is false); cuDNN (or,
+// for shapes it cannot take, the plain kernels) otherwise.
 inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d, bool documents) {
   // B H at most 65535: the kernels' grids put the (batch element, head) pairs in their second dimension.
   if (!flash_attention_shape(t, d) || b * h > 65535) return false;
-  return documents || (attention_deterministic() &&
-                       cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) > kCudnnAttentionWorkspaceLimit);
+  return documents || (attention_deterministic() && cudnn_attention_backward_blocks(b, h, kv, seq, d).empty());
 }
 
-// cuDNN's workspace where cuDNN cannot be asked (planning away from the GPU): the sizes above where cuDNN runs, 0
+// cuDNN's workspace where cuDNN cannot be asked (planning away from the GPU): the sizes above where cuDNN runs (the
+// blocked backward's whole scratch where it runs in blocks), 0
 // where the flash kernels run (attention_uses_flash) or the plain kernels would (f32, or D or the row width not a
 // multiple of 8).
 inline int64_t attention_cudnn_workspace_estimate(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
                                                   bool backward) {
   if (!cudnn_attention_shape(t, d, (h + 2 * kv) * d) || attention_uses_flash(t, b, h, kv, seq, d, false)) return 0;
-  return cudnn_attention_deterministic_workspace(b, h, kv, seq, d, backward);
+  const std::vector<AttentionBlock> blocks = backward && attention_deterministic()
+                                                 ? cudnn_attention_backward_blocks(b, h, kv, seq, d)
+                                                 : std::vector<AttentionBlock>{};
+  if (blocks.size() <= 1) return cudnn_attention_deterministic_workspace(b, h, kv, seq, d, backward);  // whole
+  // The graphs' keys are all T (the padding mask cuts them): the widest is the tallest block's.
+  const int64_t tallest = blocks.front().rows;
+  return cudnn_attention_blocked_scratch(cudnn_attention_block_workspace(b, h, kv, tallest, seq, d), tallest,
+                                         static_cast<int64_t>(blocks.size()), b, h, kv, seq, d);
 }
 
 }  // namespace tandem::ops::cuda

@@ -1,0 +1,84 @@
+// ops_check: causal grouped-query attention on the Llama-3-8B shape (H 32, Hkv 8, D 128, bf16) from 2k to 128k
+// tokens, through the dispatch (scratch_sizes.h: cuDNN's graphs whole, its deterministic backward in blocks of query
+// rows past kCudnnAttentionWorkspaceLimit, or the flash kernels), with TFLOP/s forward and backward, the backward's
+// scratch as cuDNN gives it and as the planner estimates it, and the first call's time (its graphs are built then).
+// At 128k the flash kernels beside (attention kept inside one document: theirs).
+#include <cudnn.h>
+
+#include <chrono>
+
+#include "ops_check.h"
+#include "tandem/ops/cuda/scratch_sizes.h"
+
+namespace tandem::ops_check {
+namespace {
+
+constexpr int64_t kH = 32, kKv = 8, kD = 128, kW = (kH + 2 * kKv) * kD;
+
+struct Buffers {
+  Tensor qkv, y, lse, dy, dqkv, docs;
+  Buffers(CudaDevice& dev, int64_t b, int64_t t) {
+    const DType bf = DType::BF16;
+    Tensor f = Tensor::empty({b, t, kW}, DType::F32, dev, "draws");
+    gpu::random_fill(f, RandomFill{RandomKind::Normal, 1.0f, 7, 0, 0, {}});
+    qkv = Tensor::empty({b, t, kW}, bf, dev, "qkv");
+    gpu::cast(f, qkv);
+    y = Tensor::empty({b, t, kH * kD}, bf, dev, "y");
+    dy = Tensor::empty({b, t, kH * kD}, bf, dev, "dy");
+    gpu::fill(dy, 0.01f);
+    lse = Tensor::empty({b, kH, t}, DType::F32, dev, "lse");
+    dqkv = Tensor::empty({b, t, kW}, bf, dev, "dqkv");
+    docs = Tensor::zeros({b, t}, DType::I32, dev, "documents");
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void bench_long_attention(CudaDevice& dev) {
+  std::printf("\nlong attention, bf16, H %lld, Hkv %lld, D %lld, causal; cuDNN %zu (median of the timed runs)\n",
+              static_cast<long long>(kH), static_cast<long long>(kKv), static_cast<long long>(kD), cudnnGetVersion());
+  std::printf("%-3s %-7s %-12s %-9s %-8s %-9s %-8s %-11s %-11s %s\n", "B", "T", "backward", "fwd ms", "TFLOP/s",
+              "bwd ms", "TFLOP/s", "scratch", "estimate", "first call s");
+  struct Shape {
+    int64_t b, t;
+  };
+  for (const Shape sh : {Shape{16, 2048}, Shape{1, 8192}, Shape{1, 32768}, Shape{1, 131072}}) {
+    Buffers x(dev, sh.b, sh.t);
+    const double flops = 2.0 * sh.b * sh.t * sh.t * kH * kD;  // causal: half of 4 B T^2 H D
+    const int reps = sh.t >= 131072 ? 4 : 10;
+    const auto t0 = std::chrono::steady_clock::now();
+    gpu::attention_gqa_forward(x.qkv, kH, kKv, x.y, x.lse);
+    gpu::attention_gqa_backward(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv);
+    dev.synchronize();
+    const double first = seconds_since(t0);
+    const double f = median_ms(
+        dev, [&] { gpu::attention_gqa_forward(x.qkv, kH, kKv, x.y, x.lse); }, 1, reps);
+    const double b = median_ms(
+        dev, [&] { gpu::attention_gqa_backward(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv); }, 1, reps);
+    const size_t blocks = gpu::attention_uses_flash(DType::BF16, sh.b, kH, kKv, sh.t, kD, false)
+                              ? 0
+                              : gpu::cudnn_attention_backward_blocks(sh.b, kH, kKv, sh.t, kD).size();
+    const std::string path = blocks == 0 ? "flash" : blocks == 1 ? "cuDNN whole" : std::to_string(blocks) + " blocks";
+    const int64_t asked = gpu::attention_gqa_cudnn_workspace_bytes(&dev, x.qkv, kH, kKv, true);
+    const int64_t estimate = gpu::attention_cudnn_workspace_estimate(DType::BF16, sh.b, kH, kKv, sh.t, kD, true);
+    std::printf("%-3lld %-7lld %-12s %-9.2f %-8.1f %-9.2f %-8.1f %-11lld %-11lld %.1f\n", static_cast<long long>(sh.b),
+                static_cast<long long>(sh.t), path.c_str(), f, flops / (f * 1e9), b, 2.5 * flops / (b * 1e9),
+                static_cast<long long>(asked), static_cast<long long>(estimate), first);
+    std::fflush(stdout);
+    if (sh.t != 131072) continue;
+    // The flash kernels beside (B H T f32 scratch).
+    gpu::attention_gqa_documents_forward(x.qkv, kH, kKv, x.docs, x.y, x.lse);
+    const double ff = median_ms(
+        dev, [&] { gpu::attention_gqa_documents_forward(x.qkv, kH, kKv, x.docs, x.y, x.lse); }, 1, reps);
+    const double fb = median_ms(
+        dev, [&] { gpu::attention_gqa_documents_backward(x.qkv, kH, kKv, x.docs, x.y, x.lse, x.dy, x.dqkv); }, 1, reps);
+    std::printf("  flash kernels: fwd %9.2f ms %7.1f TFLOP/s, bwd %9.2f ms %7.1f TFLOP/s\n", ff, flops / (ff * 1e9), fb,
+                2.5 * flops / (fb * 1e9));
+  }
+}
+
+}  // namespace tandem::ops_check

@@ -1,0 +1,38 @@
+// The sums of cuDNN's deterministic attention backward run in blocks of query rows (attention_gqa.cc,
+// scratch_sizes.h): every block writes the dk and dv of its keys [0, keys) into dqkv's k and v columns, and these
+// two kernels add them, block after block, into an f32 accumulator, so every key's gradient is summed in the order
+// of the blocks (the same bits every run).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tandem/core/tensor.h"
+
+namespace tandem::ops::cuda {
+
+// The k and v columns of dqkv (B, T, W): `kv` points at row 0's first k column, rows `row_stride` elements apart,
+// `width` = 2 Hkv D columns a row; `acc` is (B, T, width) f32.
+struct BlockSums {
+  float* acc;
+  void* kv;
+  int64_t b, t, width, row_stride;
+  bool f16;  // the data is f16, else bf16
+};
+
+// acc[.., j, :] = (j < summed ? acc[.., j, :] : 0) + kv[.., j, :] for j < keys: `summed` rows already hold earlier
+// blocks' sums, the rest start here. Queued on `stream`; the launch's error is returned.
+cudaError_t attention_blocks_add(const BlockSums& s, int64_t keys, int64_t summed, cudaStream_t stream);
+
+// kv[.., j, :] = round((j < summed ? acc[.., j, :] : 0) + kv[.., j, :]) for every j < T: the last block's own dk and
+// dv added to the earlier blocks' sums, written back as dqkv's k and v columns.
+cudaError_t attention_blocks_finish(const BlockSums& s, int64_t summed, cudaStream_t stream);
+
+// ops.h's attention_gqa_backward with cuDNN's deterministic graphs in blocks of `rows` query rows whatever the
+// shape, for checks of the blocks at sizes the rule (scratch_sizes.h) would run whole. False when cuDNN cannot run
+// them (nothing written).
+bool attention_gqa_backward_in_blocks(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
+                                      const Tensor& dy, const Tensor& dqkv, int64_t rows);
+
+}  // namespace tandem::ops::cuda
