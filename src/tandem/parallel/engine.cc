@@ -11,7 +11,7 @@ namespace tandem::parallel {
 
 Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineConfig& cfg, layout::Groups& groups,
                Device& device, const Shape& input_shape)
-    : cfg_(cfg), groups_(groups), device_(device) {
+    : cfg_(cfg), groups_(groups), device_(device), timeline_(device) {
   const layout::Layout& l = groups.layout;
   tp_reducer_ = std::make_unique<CommTpReducer>(*groups.tp);
   if (l.cp > 1) {
@@ -69,7 +69,15 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   if (host_checkpoints) setup.checkpoint_host = host_.get();
   setup.tiles = cfg.tiles;
   executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
-  if (nn::HostCheckpoints* h = executor_->host_checkpoints()) h->set_timeline(&store_->checkpoint_timeline());
+  // The offload timeline watches the store's steps and the host checkpoints' copies; it records only once armed.
+  store_->observe(&timeline_);
+  if (nn::HostCheckpoints* h = executor_->host_checkpoints()) h->set_timeline(&timeline_);
+}
+
+std::unique_ptr<Timeline> Engine::take_timeline(bool at_end) {
+  if (!timeline_.ready(at_end)) return nullptr;
+  store_->finish_update();  // the recorded step's updates add their spans
+  return timeline_.take();
 }
 
 // Micro-batch mb of this virtual GPU's share of the global batch; float inputs (mlp features) enter in the compute

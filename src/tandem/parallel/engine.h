@@ -18,6 +18,7 @@
 #include "tandem/parallel/tensor/context_exchange.h"
 #include "tandem/parallel/tensor/tp_reducer.h"
 #include "tandem/parallel/zero/parameter_store.h"
+#include "tandem/parallel/zero/timeline_recorder.h"
 #include "tandem/spec/train.h"
 
 namespace tandem::parallel {
@@ -69,6 +70,11 @@ class Engine {
 
   nn::Model& model() { return model_; }
   ParameterStore& store() { return *store_; }
+  // The offload timeline (timeline.h) of the next step: its backward, the copies down and up, the host AdamW, and the
+  // step after's forward beside them. take_timeline() gives it once the step after has run (null before), or with
+  // `at_end` once the recorded step has (the run ends there).
+  void record_timeline() { timeline_.arm(); }
+  std::unique_ptr<Timeline> take_timeline(bool at_end = false);
   const layout::Layout& layout() const { return groups_.layout; }
   // The host memory offloaded state and checkpointed layer inputs live in (its own live and peak bytes), or null when
   // neither is asked for.
@@ -95,6 +101,7 @@ class Engine {
   EngineConfig cfg_;
   layout::Groups& groups_;
   Device& device_;
+  TimelineRecorder timeline_;                      // observes the store and the host checkpoints; outlives both
   std::unique_ptr<device::AccountedDevice> host_;  // with offload, made before the store that fills it
   std::unique_ptr<CommTpReducer> tp_reducer_;
   std::unique_ptr<CommContextExchange> context_exchange_;  // with context parallelism

@@ -543,7 +543,7 @@ int64_t timeline_step() {
 }  // namespace
 
 void Trainer::write_timeline(bool at_end) {
-  std::unique_ptr<parallel::Timeline> t = engine_->store().take_timeline(at_end);
+  std::unique_ptr<parallel::Timeline> t = engine_->take_timeline(at_end);
   if (!t) return;
   const fs::path dir = options_.out_dir.empty() ? fs::path(".") : fs::path(options_.out_dir);
   const fs::path file = dir / ("timeline_rank" + std::to_string(groups_->rank) + ".json");
@@ -556,7 +556,7 @@ void Trainer::write_timeline(bool at_end) {
 StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   inject_fault(groups_->rank, step + 1);
   if (step + 1 == timeline_step() && (engine_->store().offloaded() || plan_.cpu_checkpointing))
-    engine_->store().record_timeline();
+    engine_->record_timeline();
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;
   const double rows = static_cast<double>(b.global * rows_per_sample_);

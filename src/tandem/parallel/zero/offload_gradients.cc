@@ -14,15 +14,14 @@ void ParameterStore::make_current(Unit& u) {
   wait_updated(u);
   device_.device_waits(u.upload);
   if (!u.stale) return;
-  const Tensor own = u.full_values.flat_slice(dp_.rank() * u.shard, u.shard, {u.shard});
-  dp_.all_gather(own, u.full_values);
+  zero_.regather(u);
   u.stale = false;
 }
 
 void ParameterStore::prepare_gradient(Unit& u) {
   PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
-  const Shape full{u.shard * dp_.size()};
-  if (stage_ >= 2 || u.arrived == 0) {
+  const Shape full{zero_.padded(u)};
+  if (zero_.grads_transient() || u.arrived == 0) {
     u.full_grads = Tensor::zeros(full, DType::F32, device_, u.label + " gradients");
   } else {
     // The sum of the step's earlier micro-batches, back up for this backward to add into.
@@ -31,7 +30,7 @@ void ParameterStore::prepare_gradient(Unit& u) {
     device_.device_waits(device_.copy_from_host_async(u.full_grads.raw(), u.full_grads_host.raw(),
                                                       u.full_grads.nbytes(), device_.fence()));
   }
-  point_grads(u, u.full_grads);
+  u.point_grads(u.full_grads);
 }
 
 void ParameterStore::download_gradient(Unit& u) {
@@ -44,26 +43,21 @@ void ParameterStore::download_gradient(Unit& u) {
   d.last = last;
   d.source = u.full_grads;         // the full sum so far; with one replica also the owned shard
   Tensor dst = u.full_grads_host;  // where the copy lands on the host
-  if (stage_ >= 2 || last) {
-    if (dp_.size() > 1) {
-      d.source = Tensor::empty({u.shard}, DType::F32, device_, u.label + " reduced gradient");
-      dp_.reduce_scatter(u.full_grads, d.source);
-    }
+  if (zero_.grads_transient() || last) {
+    if (zero_.size() > 1) d.source = zero_.reduced(u);
     // At stages 0-1 the step's one reduced sum; at 2-3 the step's first micro-batch goes straight into the host
     // shard and the later ones land beside it, to be added.
     dst = u.owned_grads;
-    if (stage_ >= 2 && u.arrived > 1) {
+    if (zero_.grads_transient() && u.arrived > 1) {
       PurposeScope host_scope(host(), MemoryPurpose::ZeroBuffers);
       d.staging = dst = Tensor::empty({u.shard}, DType::F32, host(), u.label + " gradient from the device");
     }
   }
-  point_grads(u, Tensor());
+  u.point_grads(Tensor());
   u.full_grads = Tensor();
   const uint64_t fence = device_.fence();
-  const bool record = timeline_.in_recorded_step();
-  const uint64_t start = record ? device_.mark(DeviceQueue::ToHost, fence) : 0;
-  d.ticket = device_.copy_to_host_async(dst.raw(), d.source.raw(), d.source.nbytes(), fence);
-  if (record) timeline_.span("to host", u.label, start, device_.mark(DeviceQueue::ToHost));
+  const auto copy = [&] { return device_.copy_to_host_async(dst.raw(), d.source.raw(), d.source.nbytes(), fence); };
+  d.ticket = observer_ ? observer_->gradient_down(u.label, fence, copy) : copy();
   download_ = std::move(d);
 }
 
@@ -82,9 +76,10 @@ void ParameterStore::queue_update(Unit& u, float lr, float grad_scale) {
   if (u.queued) return;
   u.queued = true;
   // The upload overwrites values the step's backward reads: it starts after everything queued so far. The step it
-  // belongs to and whether it is the recorded one are decided here: the next step's begin_step() counts the next step
-  // and moves the timeline's phase on while this update may still run.
-  updater_->submit({&u, lr, grad_scale, adamw_->step_count(), device_.fence(), timeline_.records_update()});
+  // belongs to and whether it is watched are decided here: the next step's begin_step() counts the next step and
+  // tells the observer while this update may still run.
+  updater_->submit({&u, lr, grad_scale, adamw_->step_count(), device_.fence(),
+                    observer_ && observer_->watches_update() ? observer_ : nullptr});
 }
 
 void ParameterStore::start_update(float lr, float grad_scale) {
@@ -99,12 +94,6 @@ void ParameterStore::start_update(float lr, float grad_scale) {
     queue_update(*u, lr, grad_scale);
   }
   in_backward_ = std::nullopt;
-}
-
-std::unique_ptr<Timeline> ParameterStore::take_timeline(bool at_end) {
-  if (!timeline_.ready(at_end)) return nullptr;
-  finish_update();  // the recorded step's updates add their spans
-  return timeline_.take();
 }
 
 void ParameterStore::finish_update() { updater_->finish(); }

@@ -83,12 +83,12 @@ void OffloadUpdater::run(const QueuedUpdate& q) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
   const double started = now();
-  update_values(*q.unit, &q, q.fence, q.record);
+  update_values(*q.unit, &q, q.fence, q.watcher);
   // The span holds the unit's AdamW and the issue of its uploads, which wait only for an upload buffer to be free.
-  if (q.record) s_.timeline.host_span("host AdamW", q.unit->label, started, now());
+  if (q.watcher) q.watcher->host_updated(q.unit->label, started, now());
 }
 
-void OffloadUpdater::update_values(Unit& u, const QueuedUpdate* update, uint64_t after, bool record) {
+void OffloadUpdater::update_values(Unit& u, const QueuedUpdate* update, uint64_t after, StepObserver* watcher) {
   std::array<Tensor, 3> state;  // a swapped unit's master, exp_avg and exp_avg_sq, paged in
   if (u.state == Where::SwapFile) state = s_.swap.read_state(u);
   // A staged unit in pieces through the upload buffers; any other in one piece, its host values.
@@ -98,7 +98,7 @@ void OffloadUpdater::update_values(Unit& u, const QueuedUpdate* update, uint64_t
     const Tensor values = values_for_upload(u, end - begin);
     write_values(u, update, state, begin, end, values);
     if (u.owned_values == Where::SwapFile) s_.swap.write_values(u, values);
-    upload(u, values, begin, after, record);
+    upload(u, values, begin, after, watcher);
   }
   if (u.state == Where::SwapFile && update) s_.swap.write_state(u, state[0]);
 }
@@ -144,16 +144,15 @@ Tensor OffloadUpdater::values_for_upload(Unit& u, int64_t n) {
   return upload_buffers_[u.upload_buffer].flat_slice(0, n, {n});
 }
 
-void OffloadUpdater::upload(Unit& u, const Tensor& source, int64_t at, uint64_t after, bool record) {
+void OffloadUpdater::upload(Unit& u, const Tensor& source, int64_t at, uint64_t after, StepObserver* watcher) {
   if (s_.param_offload) return;  // the device takes the host shard just before each gather
   const Tensor& own =
       s_.values_transient ? u.owned_values_device : u.full_values.flat_slice(s_.dp_rank * u.shard, u.shard, {u.shard});
   const Tensor dst = own.flat_slice(at, source.numel(), {source.numel()});
-  const uint64_t start = record ? s_.device.mark(DeviceQueue::FromHost, after) : 0;
   // Uploads leave in order on their stream: the last piece's ticket stands for the unit's whole upload.
-  u.upload = s_.device.copy_from_host_async(dst.raw(), source.raw(), dst.nbytes(), after);
+  const auto copy = [&] { return s_.device.copy_from_host_async(dst.raw(), source.raw(), dst.nbytes(), after); };
+  u.upload = watcher ? watcher->values_up(u.label, after, copy) : copy();
   if (u.staged()) upload_tickets_[u.upload_buffer] = u.upload;
-  if (record) s_.timeline.span("to device", u.label, start, s_.device.mark(DeviceQueue::FromHost));
   // With one replica the owned slice is the whole buffer; otherwise the replicas' slices are gathered again.
   u.stale = !s_.values_transient && s_.dp_size > 1;
 }

@@ -23,20 +23,20 @@
 
 #include "tandem/core/tensor.h"
 #include "tandem/optim/adamw.h"
+#include "tandem/parallel/zero/step_observer.h"
 #include "tandem/parallel/zero/swap_files.h"
-#include "tandem/parallel/zero/timeline_recorder.h"
 #include "tandem/parallel/zero/unit.h"
 
 namespace tandem::parallel {
 
 // One offloaded unit's update of one step: its count, lr and gradient scale, the fence its uploads wait for (the
-// device work queued before it, which still reads the old values), and whether its spans go in the timeline.
+// device work queued before it, which still reads the old values), and who watches it (StepObserver::watches_update).
 struct QueuedUpdate {
   Unit* unit = nullptr;
   float lr = 0, grad_scale = 1;
   int64_t step = 0;
   uint64_t fence = 0;
-  bool record = false;
+  StepObserver* watcher = nullptr;  // told of its host AdamW and its uploads; null when none watches
 };
 
 class OffloadUpdater {
@@ -48,7 +48,6 @@ class OffloadUpdater {
     optim::AdamW& adamw;                        // its segments hold the offloaded units' host state
     const std::vector<int64_t>& segment_start;  // by segment: where it starts in its unit's owned shard
     SwapFiles& swap;                            // nvme: the swapped units' state and values
-    TimelineRecorder& timeline;                 // the recorded step's uploads and host AdamW
     DType compute;                              // the values' dtype
     int64_t upload_piece;                       // offload_optimizer.upload_piece: a staged unit's pieces, elements
     int dp_rank, dp_size;                       // the owned shard's place in the full values
@@ -70,14 +69,14 @@ class OffloadUpdater {
   void stop();
   // The unit's owned values cast from its fp32 master (no update) and uploaded after the device work of `after`:
   // after the master was written from outside (a checkpoint). Only once finished (the caller's thread).
-  void upload_current(Unit& u, uint64_t after) { update_values(u, nullptr, after, /*record=*/false); }
+  void upload_current(Unit& u, uint64_t after) { update_values(u, nullptr, after, /*watcher=*/nullptr); }
 
  private:
   void run(const QueuedUpdate& q);
   void loop();  // the update's thread: the queue in order, until stop()
   // The unit's owned values from its master, through `update`'s AdamW pass when there is one (which writes the
   // rounded values too; the swapped state written back), and uploaded in pieces (staged) or whole.
-  void update_values(Unit& u, const QueuedUpdate* update, uint64_t after, bool record);
+  void update_values(Unit& u, const QueuedUpdate* update, uint64_t after, StepObserver* watcher);
   // Elements [begin, end) of the unit's owned values into `values` (end - begin): the AdamW pass over the segments
   // there when `update`, else the master's values cast. `state`: read_state's views for a swapped unit.
   void write_values(const Unit& u, const QueuedUpdate* update, const std::array<Tensor, 3>& state, int64_t begin,
@@ -88,7 +87,7 @@ class OffloadUpdater {
   // `source` up into the device's owned values from element `at` of the owned shard on, after `after`; at stages 1-2
   // the full values go stale (the store gathers them again before use). Nothing with offload_param: the store's
   // gathers take the host values themselves.
-  void upload(Unit& u, const Tensor& source, int64_t at, uint64_t after, bool record);
+  void upload(Unit& u, const Tensor& source, int64_t at, uint64_t after, StepObserver* watcher);
 
   Setup s_;
   // The staged units' two compute-dtype host buffers (min(largest staged shard, upload_piece) each), the ticket of

@@ -1,14 +1,10 @@
-// ParameterStore: where the parameters, gradients and optimizer state of the layers this rank holds live,
-// under ZeRO stage 0-3 across the data-parallel group (the same pipeline stage and tp slot in every
-// virtual GPU). Each layer is a unit with its own flat buffer of P_u elements, padded to a multiple of dp
-// and cut into dp equal shards; rank d owns shard d.
-//   stage 0: full values, full gradients (all-reduced at the end of the step), full AdamW state
-//   stage 1: full values and gradients; gradients reduce-scattered at the end of the step; AdamW state and
-//            the update only for the owned shard, then the shards all-gathered back into the values
-//   stage 2: as 1, but a unit's full gradient exists only during its backward: right after it, it is
-//            reduce-scattered and added into the owned gradient shard
-//   stage 3: as 2, and a unit's full values exist only around its forward and its backward: gathered just
-//            before, freed just after; the owned fp32 shard is the master copy
+// ParameterStore: where the parameters, gradients and optimizer state of the layers this rank holds live, and what
+// happens to them in a step, under ZeRO stage 0-3 across the data-parallel group (the same pipeline stage and tp slot
+// in every virtual GPU). Each layer is a unit (unit.h) with its own flat buffers of P_u elements, padded to a multiple
+// of dp and cut into dp equal shards; rank d owns shard d. Its parts, one job each: UnitBuilder (unit_builder.h) makes
+// the units, places them and draws their initial values; ZeroSharding (zero_sharding.h) is the stage, what the rank
+// owns, gathers and reduces; OffloadUpdater (offload_updater.h) the host's side of offload; SwapFiles (swap_files.h)
+// the swap files; a StepObserver (step_observer.h) is told of each step and hook.
 // Mixed precision: the values layers read are in the compute dtype (f32, bf16 or f16); the optimizer
 // updates fp32 master values (the same memory as the values when computing in fp32, a separate fp32 copy of
 // the owned part otherwise); gradients are accumulated and reduced in fp32.
@@ -46,29 +42,13 @@
 #include "tandem/nn/model.h"
 #include "tandem/optim/adamw.h"
 #include "tandem/parallel/zero/offload_updater.h"
+#include "tandem/parallel/zero/step_observer.h"
 #include "tandem/parallel/zero/swap_files.h"
-#include "tandem/parallel/zero/timeline.h"
-#include "tandem/parallel/zero/timeline_recorder.h"
 #include "tandem/parallel/zero/unit.h"
+#include "tandem/parallel/zero/unit_builder.h"
+#include "tandem/parallel/zero/zero_sharding.h"
 
 namespace tandem::parallel {
-
-// offload_optimizer.ratio's rule, in one place for the store and the planner: in a rank's layer order, a unit is
-// offloaded once the parameters up to and including it are more than 1 - ratio of the rank's (`held`), so the first
-// layers stay on the device (their gradients come last in the backward: their update is the one nothing after it
-// hides) and at least `ratio` of the parameters go to the host.
-bool ratio_offloads(int64_t seen_through_unit, int64_t held, double ratio);
-// The ratio under which that rule keeps exactly the first `kept` (>= 1) of layers holding `layer_params` on the device:
-// four digits where they do, or 1 when nothing would be left to offload.
-double ratio_keeping_first(const std::vector<int64_t>& layer_params, size_t kept);
-
-// What the store offloads, and where to.
-struct OffloadOptions {
-  spec::OffloadConfig optimizer;            // offload_optimizer
-  spec::OffloadConfig param;                // offload_param
-  device::AccountedDevice* host = nullptr;  // the host memory offloaded state lives in (needed when either is on)
-  int micro_batches = 1;                    // per step: each unit's backward runs this many times
-};
 
 class ParameterStore final : public nn::Model::LayerHooks {
  public:
@@ -81,7 +61,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
                  comm::Communicator* tied = nullptr, const OffloadOptions& offload = {});
   ~ParameterStore() override;
 
-  int zero_stage() const { return stage_; }
+  int zero_stage() const { return zero_.stage(); }
   DType compute_dtype() const { return compute_; }
   // Whether any unit's optimizer state lives in host memory (or a swap file).
   bool offloaded() const { return offloaded_units_ > 0; }
@@ -118,13 +98,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // once.
   void update_after(Device& device, uint64_t ticket);
 
-  // The offload timeline (timeline.h) of the next step: its backward, the copies down and up, the host AdamW, and the
-  // step after's forward beside them. take_timeline() gives it once the step after has run (null before), or with
-  // `at_end` once the recorded step has (the run ends there).
-  void record_timeline() { timeline_.arm(); }
-  // Where the checkpointed layer inputs' copies are recorded (with parallel.cpu_checkpointing).
-  nn::HostCheckpoints::CopyTimeline& checkpoint_timeline() { return timeline_; }
-  std::unique_ptr<Timeline> take_timeline(bool at_end = false);
+  // Who is told of each step, its hooks, its gradients' copies down and the updates it queues (the offload timeline's
+  // recorder); null: no one. It must outlive the store.
+  void observe(StepObserver* observer) { observer_ = observer; }
   optim::AdamW& optimizer() { return *adamw_; }
 
   // Every piece of optimizer state this rank updates: the parameter, where the piece starts in it (its
@@ -164,25 +140,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
     bool last = false;  // the unit's last of the step: once it is done, its gradient of the step is whole
   };
 
-  // Builds the unit of `params` (used by `layer`), its buffers and its optimizer segments; returns its index.
-  // `offload`: its optimizer state goes to host memory; `uses`: the layers of this rank that use it (2 for a tied
-  // parameter both of whose uses it holds).
-  int add_unit(size_t layer, std::vector<nn::Parameter*> params, std::string label, uint64_t seed, bool offload,
-               int uses, std::vector<optim::Segment>& segments);
-  // A frozen unit's compute-dtype values, initialised from the seed (add_unit's part for frozen parameters).
-  void add_frozen_values(Unit& u, uint64_t seed);
-  // dst (elements [first, first + numel) of p's initial values; any float dtype, on the device or in host memory) =
-  // those values, drawn on the device (initial_values.cc).
-  void draw_initial(const nn::Parameter& p, const Tensor& dst, uint64_t seed, int64_t first);
-  // Writes elements [begin, begin + held.numel()) of frozen unit `u`'s flat buffer, held by `held` (compute dtype),
-  // from `fill` (as write_frozen's), rounded on the host.
-  void fill_frozen(Unit& u, int64_t begin, const Tensor& held,
-                   const std::function<void(const nn::Parameter&, int64_t, int64_t, float*)>& fill);
   const std::vector<int>& units_of(size_t layer) const;
-  void point_values(Unit& u, const Tensor& full);
-  void point_grads(Unit& u, const Tensor& full);
+  // A transient unit's full values gathered (zero_sharding.h), this rank's shard taken from where the unit keeps it.
   void gather_values(Unit& u);
-  void release_values(Unit& u);
   // The owned compute-dtype values from the fp32 master (stages 0-2), then the shards gathered (1, 2); with
   // `offloaded_too`, the offloaded units' values uploaded from their host master as well.
   void refresh_values(bool offloaded_too = true);
@@ -204,29 +164,23 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void start_update(float lr, float grad_scale);
   // Before an offloaded unit is used: its queued updates done (rethrows what failed on the update's thread).
   void wait_updated(const Unit& u) { updater_->wait(u); }
-  // nvme: the swap files opened and each swapped unit's initial master drawn into the optimizer's.
-  void make_swap(const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, uint64_t seed);
   // The unit's owned compute-dtype values on the host, for a gather: owned_values_host, or with the parameters swapped
   // the gathers' buffer, read in from the parameters' swap file.
   Tensor host_values_for_gather(const Unit& u) {
     return u.owned_values == Where::SwapFile ? swap_.values(u, true, false) : u.owned_values_host;
   }
-  bool values_transient() const { return stage_ == 3 || param_offload_; }
   // The device memory offloaded state is accounted on: the host's.
   Device& host() const { return *host_; }
 
   nn::Model& model_;
-  int stage_;
   DType compute_;
-  comm::Communicator& dp_;
+  ZeroSharding zero_;  // the units' stage over the dp group: what this rank owns, gathers and reduces
   comm::Communicator* tied_;
   Device& device_;
   device::AccountedDevice* host_ = nullptr;  // with offload: host memory
   bool param_offload_ = false;               // offload_param: the owned compute-dtype values live on the host
   int offloaded_units_ = 0;
   int micro_batches_ = 1;
-  bool swap_optimizer_ = false;         // offload_optimizer to nvme
-  bool swap_param_ = false;             // offload_param to nvme
   SwapFiles swap_;                      // nvme: the files the swapped units' state and values live in
   std::vector<int64_t> segment_start_;  // by segment: where it starts in its unit's owned master
   int64_t upload_piece_;                // offload_optimizer.upload_piece
@@ -234,7 +188,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   std::optional<UpdateInBackward> in_backward_;
   uint64_t state_read_ = 0;  // update_after's ticket, until the next update waits for it
   std::optional<GradientDownload> download_;
-  TimelineRecorder timeline_;  // the offload timeline, when one is asked for (record_timeline)
+  StepObserver* observer_ = nullptr;  // observe()
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::vector<int>> units_of_layer_;  // indices into units_; empty for layers without parameters
   std::vector<bool> held_;                        // by layer: on this rank

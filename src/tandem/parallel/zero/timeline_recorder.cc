@@ -4,7 +4,7 @@
 
 namespace tandem::parallel {
 
-void TimelineRecorder::begin_step(size_t layers) {
+void TimelineRecorder::step_began(size_t layers) {
   if (phase_ == 1 || phase_ == 2) ++phase_;  // recorded marks stop at phase 3
   if (armed_ && phase_ == 0) {
     armed_ = false;
@@ -12,6 +12,14 @@ void TimelineRecorder::begin_step(size_t layers) {
     timeline_ = std::make_unique<Timeline>();
     layer_marks_.assign(layers, 0);
   }
+}
+
+uint64_t TimelineRecorder::marked(std::string track, const std::string& name, DeviceQueue queue, uint64_t after,
+                                  const std::function<uint64_t()>& copy) {
+  const uint64_t start = device_.mark(queue, after);
+  const uint64_t ticket = copy();
+  span(std::move(track), name, start, device_.mark(queue));
+  return ticket;
 }
 
 void TimelineRecorder::span(std::string track, std::string name, uint64_t start, uint64_t end) {

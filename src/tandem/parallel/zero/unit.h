@@ -88,6 +88,20 @@ struct Unit {
   uint64_t swap_part = 0;  // one part of the state's region: (shard) fp32, rounded up for direct I/O
   uint64_t values_offset = 0;
   uint64_t values_bytes = 0;  // the owned values' region: (shard) in the compute dtype, rounded up for direct I/O
+
+  // Each parameter's value (grad), and its aliases', pointed at its place in `full` (shard * dp), or emptied when
+  // `full` is undefined.
+  void point_values(const Tensor& full) { point(full, &nn::Parameter::value); }
+  void point_grads(const Tensor& full) { point(full, &nn::Parameter::grad); }
+
+ private:
+  void point(const Tensor& full, Tensor nn::Parameter::*view) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      nn::Parameter* p = params[i];
+      p->*view = full.defined() ? full.flat_slice(offsets[i], shape_numel(p->shape), p->shape) : Tensor();
+    }
+    for (nn::Parameter* a : aliases) a->*view = params[0]->*view;
+  }
 };
 
 }  // namespace tandem::parallel
