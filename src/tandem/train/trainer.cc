@@ -508,7 +508,7 @@ parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset
   Device& host = device_->kind() == DeviceKind::Cpu ? static_cast<Device&>(*device_) : host_;
   data::Batch batch = dataset.batch(step, first, count, host);
   const Tensor docs = d.document_mask ? data::document_ids(batch.inputs, d.eos_token_id, host) : Tensor();
-  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets, docs};
+  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets, docs, {}};
   const auto on_device = [&](const Tensor& t, const char* name) {
     if (!t.defined()) return Tensor();
     Tensor d = Tensor::empty(t.shape(), t.dtype(), *device_, name);
@@ -516,7 +516,9 @@ parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset
     return d;
   };
   return parallel::pipeline::MicroBatch{on_device(batch.inputs, "batch inputs"),
-                                        on_device(batch.targets, "batch targets"), on_device(docs, "batch documents")};
+                                        on_device(batch.targets, "batch targets"),
+                                        on_device(docs, "batch documents"),
+                                        {}};
 }
 
 double Trainer::evaluate() {
