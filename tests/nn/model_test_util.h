@@ -39,11 +39,14 @@ inline Tensor random_tokens(device::CpuDevice& dev, Shape shape, int64_t vocab, 
 }
 
 // Mean cross-entropy of the model on (x, y); with `grads`, also accumulates d(loss)/d(params).
-inline double loss_of(nn::Model& model, const Tensor& x, const Tensor& y, bool grads, bool recompute = false) {
+// `batch`: what the micro-batch brings besides x (its place in the run, for LoRA's dropout masks).
+inline double loss_of(nn::Model& model, const Tensor& x, const Tensor& y, bool grads, bool recompute = false,
+                      const nn::Batch& batch = {}) {
   std::vector<nn::Saved> saved;
-  Tensor logits = model.forward(x, saved, recompute);
+  const size_t layers = model.layers().size();
+  Tensor logits = model.forward_range(0, layers, x, saved, recompute, nullptr, batch);
   const double sum = nn::cross_entropy_sum_and_grad(logits, y, static_cast<double>(y.numel()));
-  if (grads) model.backward(logits, saved, recompute);
+  if (grads) model.backward_range(0, layers, logits, saved, recompute, nullptr, batch);
   return sum / static_cast<double>(y.numel());
 }
 

@@ -153,13 +153,13 @@ TEST(Lora, InitialisationIsPeftsFromTheSeed) {
 
 // Directional derivatives of the loss along random directions over the adapters only (the base is frozen, so the
 // adapters are all the model's gradient), against central differences.
-void check_adapter_gradients(Model& m, const Tensor& x, const Tensor& y, double h = 1e-3) {
+void check_adapter_gradients(Model& m, const Tensor& x, const Tensor& y, double h = 1e-3, const Batch& batch = {}) {
   std::vector<Parameter*> adapters;
   for (Parameter* p : m.parameters())
     if (p->trainable) adapters.push_back(p);
   ASSERT_FALSE(adapters.empty());
   for (Parameter* p : adapters) p->grad.fill_zero();
-  loss_of(m, x, y, true);
+  loss_of(m, x, y, true, false, batch);
   for (uint64_t trial = 0; trial < 3; ++trial) {
     double analytic = 0;
     std::vector<std::vector<float>> base, dir;
@@ -178,7 +178,7 @@ void check_adapter_gradients(Model& m, const Tensor& x, const Tensor& y, double 
         for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(base[j][i] + s * dir[j][i]);
         adapters[j]->value.copy_from_host(v.data());
       }
-      return loss_of(m, x, y, false);
+      return loss_of(m, x, y, false, false, batch);
     };
     const double numeric = (shifted(h) - shifted(-h)) / (2 * h);
     shifted(0);
@@ -222,35 +222,40 @@ TEST(Lora, DropoutGradientsMatchFiniteDifferencesAndTheMaskFollowsTheSampleNotTh
   const LoraTargets t = targets(all_llama_sites(2), spec::LoraInit::Random, 0.3f);
   Model m = build_llama(small_llama(), {}, &t);
   m.materialize(dev, 7);
-  BatchContext& ctx = *m.batch_context();
-  ctx.training = true;
-  ctx.seed = 11;
-  ctx.step = 2;
+  Batch batch;
+  batch.training = true;
+  batch.samples = {11, 2, 0};  // seed 11, step 2, from sample 0
   const Tensor x = random_tokens(dev, {4, 6}, 13, 1);
   const Tensor y = random_tokens(dev, {24}, 13, 2);
-  check_adapter_gradients(m, x, y, 5e-4);
+  check_adapter_gradients(m, x, y, 5e-4, batch);
 
   // Samples 2 and 3 of the step run as a micro-batch of their own (first_sample 2) give the rows they gave in the
   // batch of 4.
-  std::vector<Saved> saved;
-  const std::vector<float> whole = m.forward(x, saved).to_host_floats();
-  ctx.first_sample = 2;
+  const size_t layers = m.layers().size();
+  const auto forward = [&](const Tensor& in, const Batch& b) {
+    std::vector<Saved> saved;
+    return m.forward_range(0, layers, in, saved, false, nullptr, b).to_host_floats();
+  };
+  const std::vector<float> whole = forward(x, batch);
+  Batch tail_batch = batch;
+  tail_batch.samples.first_sample = 2;
   const Tensor tail = Tensor::empty({2, 6}, DType::I32, dev, "tail");
   std::copy(x.i32() + 12, x.i32() + 24, tail.i32());
-  const std::vector<float> part = m.forward(tail, saved).to_host_floats();
+  const std::vector<float> part = forward(tail, tail_batch);
   ASSERT_EQ(part.size() * 2, whole.size());
   for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], whole[part.size() + i]) << i;
-  // Another step draws another mask; outside training there is none.
-  ctx.first_sample = 0;
-  ctx.step = 3;
-  EXPECT_NE(m.forward(x, saved).to_host_floats(), whole);
+  // Another step draws another mask.
+  Batch next = batch;
+  next.samples.step = 3;
+  EXPECT_NE(forward(x, next), whole);
   // Outside training no element is dropped: the forward of the same weights without dropout.
-  ctx.training = false;
+  Batch evaluation = batch;
+  evaluation.training = false;
   const LoraTargets plain = targets(all_llama_sites(2), spec::LoraInit::Random, 0.0f);
   Model m0 = build_llama(small_llama(), {}, &plain);
   m0.materialize(dev, 7);
   std::vector<Saved> saved0;
-  EXPECT_EQ(m.forward(x, saved).to_host_floats(), m0.forward(x, saved0).to_host_floats());
+  EXPECT_EQ(forward(x, evaluation), m0.forward(x, saved0).to_host_floats());
 }
 
 TEST(Lora, TensorParallelShardsOfAAndB) {

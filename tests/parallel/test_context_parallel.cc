@@ -1,9 +1,9 @@
 // Context parallelism (parallel.context): each sequence split over cp processes, attention regrouped by heads with
 // all-to-all. First the split itself (which positions a shard holds, the all-to-all regrouping and its inverse), then
-// equivalence: a llama trained with its sequences split, beside dp (every ZeRO stage), pp, tp, documents, LoRA, tiles,
-// offload and checkpoints in host memory, must match the one-device run within the fp32 bounds of
-// equivalence_bounds.h, as every other layout does; and a run gives the same bits twice. Run under mpirun -np
-// TANDEM_TEST_WORLD.
+// equivalence: a llama trained with its sequences split, beside dp (every ZeRO stage), pp, tp, documents, LoRA (with
+// dropout: each token's mask drawn by its place in the whole sequence), tiles, offload and checkpoints in host memory,
+// must match the one-device run within the fp32 bounds of equivalence_bounds.h, as every other layout does; and a run
+// gives the same bits twice. Run under mpirun -np TANDEM_TEST_WORLD.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -88,6 +88,7 @@ TEST_F(ContextSplitTest, RefusesSequencesThatDoNotSplitEvenly) {
 struct Case {
   // "llama" (8 query heads over 4 key/value heads); "llama_tied" (the head tied to the embedding); "llama_docs"
   // (attention inside documents, id 5 ending each); "llama_lora" (LoRA on every projection of a frozen base);
+  // "llama_lora_dropout" (the same with lora_dropout 0.2: a shard's tokens must draw the one-device mask);
   // "llama_tiles" (the loss in chunks of 5 tokens, the MLP in tiles of 7)
   std::string model;
   int dp, pp, tp, cp, zero;
@@ -122,6 +123,8 @@ std::vector<Case> cases() {
           {"llama_docs", 1, 1, 1, 4, 0, true},
           {"llama_lora", 1, 1, 2, 2, 0},
           {"llama_lora", 2, 1, 1, 2, 3},
+          {"llama_lora_dropout", 2, 1, 1, 2, 1},
+          {"llama_lora_dropout", 1, 1, 2, 2, 0},
           {"llama_tiles", 1, 1, 2, 2, 0, true},
           {"llama", 2, 1, 1, 2, 2, false, "offload"},
           {"llama", 1, 2, 1, 2, 0, true, "cpu_ckpt"},
@@ -149,8 +152,9 @@ Json base_config(const Case& c) {
       {"hidden_size", 64},        {"intermediate_size", 96},  {"num_hidden_layers", 4},
       {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"tie_word_embeddings", c.model == "llama_tied"}};
   if (c.model == "llama_docs") cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
-  if (c.model == "llama_lora")
+  if (c.model == "llama_lora" || c.model == "llama_lora_dropout")
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}, {"init_lora_weights", false}};
+  if (c.model == "llama_lora_dropout") cfg["lora"]["lora_dropout"] = 0.2;
   if (c.model == "llama_tiles") cfg["tiles"] = {{"loss_tokens", 5}, {"mlp_tokens", 7}};
   if (c.extra == "bf16") cfg["bf16"] = {{"enabled", true}};
   return cfg;

@@ -1,8 +1,9 @@
 // Batch: what one micro-batch brings to the layers besides the first layer's input, made once per micro-batch by the
 // engine and handed, as an argument, to every layer's forward and backward (Layer's batch forms): its targets, for
 // the head that computes the loss itself, its documents, which every attention reads, how many rows the
-// long-sequence passes take at once (tiles.h), and how its sequences are split over context-parallel shards
-// (context_split.h). Layers that need none of it never look at it.
+// long-sequence passes take at once (tiles.h), how its sequences are split over context-parallel shards
+// (context_split.h), and where its samples sit in the run, which keys the draws every layout must make alike (LoRA's
+// dropout masks). Layers that need none of it never look at it.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,16 @@ struct LossSink {
   float grad_scale = 1.0f;  // the gradients are those of loss * grad_scale
 };
 
+// Where a micro-batch's samples sit in the run. A draw for a token (LoRA's dropout mask on its row) is keyed by the
+// seed, the step, its sample's index in the step's global batch (first_sample + its index in the micro-batch) and its
+// position in the whole sequence (the context split gives it under context parallelism), never by where the token
+// lies on this device, so every layout draws the same.
+struct SamplePlace {
+  uint64_t seed = 0;         // the run's seed
+  int64_t step = 0;          // the training step, 0-based
+  int64_t first_sample = 0;  // the micro-batch's first sample: its index in the step's global batch
+};
+
 // Under context parallelism a layer's activations hold this shard's Tl = T / cp tokens of each sequence (in the
 // split's order), and so do the targets; the documents are whole, for the attention that sees every token.
 struct Batch {
@@ -29,9 +40,12 @@ struct Batch {
   // Set: the model's head computes the loss into it (the model's output is then undefined, and its backward starts
   // from nothing); null: the head returns logits and the caller computes the loss (tests, the mlp models).
   const LossSink* loss = nullptr;
-  bool training = false;  // a backward follows the forward: with a sink, the head computes the loss in its backward
-  Tiles tiles;            // the rows of the loss's chunks and of the MLPs' tiles (0: their rules' choice)
-  ContextSplit context;   // this shard of the sequences (size 1: whole sequences)
+  // A backward follows the forward (a training step, its recomputation too): with a sink, the head computes the loss
+  // in its backward, and dropout applies.
+  bool training = false;
+  Tiles tiles;           // the rows of the loss's chunks and of the MLPs' tiles (0: their rules' choice)
+  ContextSplit context;  // this shard of the sequences (size 1: whole sequences)
+  SamplePlace samples;   // where its samples sit in the run
 };
 
 }  // namespace tandem::nn

@@ -15,6 +15,12 @@ int64_t ContextSplit::chunk_start_of(int shard, int64_t T, int k) const {
   return (k == 0 ? shard : 2 * size - 1 - shard) * chunk(T);
 }
 
+std::vector<ContextSplit::Run> ContextSplit::runs(int64_t T) const {
+  if (!active()) return {{0, 0, T}};
+  const int64_t c = chunk(T);
+  return {{0, chunk_start(T, 0), c}, {c, chunk_start(T, 1), c}};
+}
+
 Tensor ContextSplit::shard_sequences(const Tensor& x) const {
   TANDEM_CHECK(x.rank() >= 2, "shard_sequences expects (B, T, ...), got ", shape_str(x.shape()));
   const int64_t B = x.dim(0), T = x.dim(1), inner = x.numel() / (B * T), c = chunk(T), Tl = T / size;

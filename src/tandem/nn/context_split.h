@@ -36,6 +36,13 @@ struct ContextSplit {
   // The first position of this shard's chunk k (0: the early one, 1: the late one) in a sequence of T.
   int64_t chunk_start(int64_t T, int k) const { return chunk_start_of(rank, T, k); }
   int64_t chunk_start_of(int shard, int64_t T, int k) const;
+  // This shard's tokens of a sequence of T as runs of consecutive positions: its tokens [local, local + count) are
+  // positions [position, position + count) of the whole sequence (example above, shard 0: {0, 0, 2}, {2, 6, 2}).
+  // Whole sequences: one run of T.
+  struct Run {
+    int64_t local, position, count;
+  };
+  std::vector<Run> runs(int64_t T) const;
 
   // This shard's part of a micro-batch, rows in the order above: tokens (B, T) -> (B, Tl), any dtype; and targets
   // (B*T) -> (B*Tl). Copies on the tensors' device.

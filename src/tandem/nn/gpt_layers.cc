@@ -76,7 +76,7 @@ int GptBlock::use_fp8(const spec::Fp8Config& config) {
 Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   const int64_t B = x.dim(0), T = x.dim(1);
   saved.children.assign(kNumChildren, Saved{});
-  Tensor qkv = qkv_.forward(ln1_.forward(x, saved.children[kLn1]), saved.children[kQkv]);  // (B, T, 3C / tp)
+  Tensor qkv = qkv_.forward(ln1_.forward(x, saved.children[kLn1]), batch, saved.children[kQkv]);  // (B, T, 3C / tp)
   const int64_t c_local = qkv.dim(2) / 3;
   Tensor att = Tensor::empty({B, T, c_local}, x.dtype(), x.device(), name() + " attention output");  // (B, T, C/tp)
   Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, x.device(), name() + " attention lse");     // (B, H, T)
@@ -85,10 +85,10 @@ Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
     ops::attention_gqa_documents_forward(qkv, heads_, heads_, documents, att, lse);  // multi-head: Hkv = H
   else
     ops::attention_forward(qkv, heads_, att, lse);
-  Tensor x1 = proj_.forward_add(att, x, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass
-  Tensor h = fc_.forward(ln2_.forward(x1, saved.children[kLn2]), saved.children[kFc]);  // (B, T, 4C)
+  Tensor x1 = proj_.forward_add(att, x, batch, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass
+  Tensor h = fc_.forward(ln2_.forward(x1, saved.children[kLn2]), batch, saved.children[kFc]);  // (B, T, 4C)
   h = gelu_.forward(h, saved.children[kGelu]);
-  Tensor y = out_.forward_add(h, x1, saved.children[kOut]);  // (B, T, C): x1 + out(h)
+  Tensor y = out_.forward_add(h, x1, batch, saved.children[kOut]);  // (B, T, C): x1 + out(h)
   saved.tensors = {qkv, att, lse};
   return y;
 }
@@ -96,12 +96,12 @@ Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
 Tensor GptBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   const Tensor qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
   // MLP branch: dx1 = dy + ln2'(fc'(gelu'(out'(dy))))
-  Tensor g = out_.backward(dy, saved.children[kOut]);
+  Tensor g = out_.backward(dy, batch, saved.children[kOut]);
   g = gelu_.backward(g, saved.children[kGelu]);
-  g = fc_.backward(g, saved.children[kFc]);
+  g = fc_.backward(g, batch, saved.children[kFc]);
   Tensor dx1 = ln2_.backward_add(g, dy, saved.children[kLn2]);  // (B, T, C): dy + ln2'(g), one pass
   // Attention branch: dx = dx1 + ln1'(qkv'(attention'(proj'(dx1))))
-  Tensor datt = proj_.backward(dx1, saved.children[kProj]);                                   // (B, T, C)
+  Tensor datt = proj_.backward(dx1, batch, saved.children[kProj]);                            // (B, T, C)
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, T, 3C)
   const Tensor& documents = batch.documents;                                                  // (B, T) or none
   if (documents.defined())
@@ -109,7 +109,7 @@ Tensor GptBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   else
     ops::attention_backward(qkv, heads_, att, lse, datt, dqkv);
   saved.tensors.clear();
-  Tensor dx = ln1_.backward_add(qkv_.backward(dqkv, saved.children[kQkv]), dx1, saved.children[kLn1]);
+  Tensor dx = ln1_.backward_add(qkv_.backward(dqkv, batch, saved.children[kQkv]), dx1, saved.children[kLn1]);
   saved.clear();
   return dx;
 }

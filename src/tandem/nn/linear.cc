@@ -100,7 +100,17 @@ Shape Linear::output_shape(const Shape& in) const {
   return s;
 }
 
-Tensor Linear::forward(const Tensor& x, Saved& saved) { return forward_add(x, Tensor(), saved); }
+Tensor Linear::forward(const Tensor& x, Saved& saved) { return forward_add(x, Tensor(), Batch{}, saved); }
+
+Tensor Linear::forward(const Tensor& x, const Batch& batch, Saved& saved) {
+  return forward_add(x, Tensor(), batch, saved);
+}
+
+Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved) {
+  return forward_add(x, residual, Batch{}, saved);
+}
+
+Tensor Linear::backward(const Tensor& dy, Saved& saved) { return backward(dy, Batch{}, saved); }
 
 bool Linear::use_fp8(const spec::Fp8Config& config) {
   // Decided on the logical shape, so every layout runs the same projections in FP8.
@@ -269,7 +279,7 @@ Tensor Linear::backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& a
   return dx;
 }
 
-Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved) {
+Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, const Batch& batch, Saved& saved) {
   TANDEM_CHECK(x.dim(-1) == in_, name(), " expects last dim ", in_, ", got ", shape_str(x.shape()));
   Tensor y = Tensor::empty(output_shape(x.shape()), x.dtype(), x.device(), name() + " output");  // (..., out)
   const Tensor bias = bias_ && !bias_deferred_ ? bias_->value : Tensor();                        // (out) or none
@@ -284,7 +294,7 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved
       forward_fp8(x2d, Tensor(), Tensor(), y2d, saved);
     else
       ops::matmul(x, weight_->value, y, false, true);
-    if (lora_) h = lora_->down(x);
+    if (lora_) h = lora_->down(x, batch);
     tp_.sum(y);
     if (lora_) lora_->up(h, y);
     if (bias.defined()) ops::add_bias(y.view({y.numel() / out_, out_}), bias);
@@ -292,7 +302,7 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved
   } else if (lora_ && !fp8 && !bias.defined() && !residual.defined()) {
     // The adapters' sum written first, then the base product added into it (cuBLASLt reads it as its C): y is
     // written twice and read once, not written, read and written again.
-    h = lora_->down(x);
+    h = lora_->down(x, batch);
     lora_->up(h, y, 0.0f);
     ops::matmul(x, weight_->value, y, false, true, 1.0f);
   } else {
@@ -301,7 +311,7 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved
     else
       ops::linear_forward(x, weight_->value, bias, residual, y);
     if (lora_) {
-      h = lora_->down(x);
+      h = lora_->down(x, batch);
       lora_->up(h, y);
     }
   }
@@ -309,7 +319,7 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, Saved& saved
   return y;
 }
 
-Tensor Linear::backward(const Tensor& dy, Saved& saved) {
+Tensor Linear::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   const Tensor x = saved.tensors.at(0);  // (..., in)
   const int64_t n = x.numel() / in_;
   const bool fp8 = fp8_tokens(n);
@@ -329,11 +339,11 @@ Tensor Linear::backward(const Tensor& dy, Saved& saved) {
       ops::bias_backward(dy.view({n, out_}), bias_->grad);
     dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");
     // As in the forward: the adapters' part written first, the base's product added into it.
-    adapters_done = lora_ && lora_->writes_input_grad();
-    if (adapters_done) lora_->backward(x, adapters, dy, dx, 0.0f);
+    adapters_done = lora_ && lora_->writes_input_grad(batch);
+    if (adapters_done) lora_->backward(x, adapters, dy, dx, batch, 0.0f);
     ops::matmul(dy, weight_->value, dx, false, false, adapters_done ? 1.0f : 0.0f);
   }
-  if (lora_ && !adapters_done) lora_->backward(x, adapters, dy, dx);
+  if (lora_ && !adapters_done) lora_->backward(x, adapters, dy, dx, batch);
   if (split_ == Split::Column) tp_.sum(dx);  // each slot saw only its output columns
   saved.clear();
   return dx;

@@ -40,13 +40,19 @@ class Linear final : public Layer {
   Linear(std::string name, int64_t in_features, const std::vector<int64_t>& fused_sizes, bool bias = true,
          Split split = Split::None, TpSlot tp = {});
 
-  // x (..., in_local) -> y (..., out_local)
+  // x (..., in_local) -> y (..., out_local). The forms with a Batch hand it to the adapters, whose dropout mask it
+  // keys (lora.h): x then holds the micro-batch's rows, (B, T, in_local) or (B, in_local). The forms without one run
+  // no dropout (a head, an MLP's tile, a test of the product alone).
   Tensor forward(const Tensor& x, Saved& saved) override;
+  Tensor forward(const Tensor& x, const Batch& batch, Saved& saved) override;
   // The same plus a residual (..., out_local) added in the product's pass (a transformer block's skip connection):
   // y = x W^T + b + residual, what forward then ops::add give. Backward is the same as forward's: the residual's
   // gradient is the caller's.
   Tensor forward_add(const Tensor& x, const Tensor& residual, Saved& saved);
+  Tensor forward_add(const Tensor& x, const Tensor& residual, const Batch& batch, Saved& saved);
+  // Given the batch its forward had.
   Tensor backward(const Tensor& dy, Saved& saved) override;
+  Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
   Shape output_shape(const Shape& in) const override;
 
   int64_t in_features() const { return in_; }    // this slot's input width

@@ -75,7 +75,7 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
   shape.qkv_bias = qkv_biased(c);
   shape.o_bias = o_biased(c);
   Model model;
-  LoraSites sites(lora, model);
+  LoraSites sites(lora);
   model.add(sites.frozen(std::make_unique<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp)));
   Model::Fp8Use fp8_use;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {

@@ -150,8 +150,8 @@ int LlamaBlock::use_fp8(const spec::Fp8Config& config) {
 }
 
 int64_t LlamaBlock::mlp_tile(const Batch& batch, int64_t rows, DType dtype) const {
-  // An adapter's dropout mask is keyed by its row's place in the micro-batch, which a tile does not know: such an MLP
-  // runs whole.
+  // An adapter's dropout mask is keyed by its row's place in the micro-batch, which a tile's rows do not carry: such an
+  // MLP runs whole.
   if (gate_up_.has_dropout() || down_.has_dropout()) return rows;
   return mlp_tile_rows(batch.tiles.mlp_tokens, rows, down_.in_features(), dtype);
 }
@@ -171,7 +171,7 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   const ContextSplit& cp = batch.context;
   saved.children.assign(kNumChildren, Saved{});
   // (B, T, (H + 2 Hkv) D / tp)
-  Tensor qkv = qkv_.forward(attn_norm_.forward(x, saved.children[kAttnNorm]), saved.children[kQkv]);
+  Tensor qkv = qkv_.forward(attn_norm_.forward(x, saved.children[kAttnNorm]), batch, saved.children[kQkv]);
   const int64_t d = qkv.dim(2) / (heads_ + 2 * kv_heads_);
   // Under context parallelism attention sees every token of 1 / cp of this slot's heads: (B, cp T, (H + 2 Hkv) D /
   // (tp cp)), in position order, so the rotation below is the one-device rotation of those heads.
@@ -189,14 +189,14 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
     ops::attention_gqa_forward(qkv, heads, kv_heads, att, lse);
   // (B, T, H D / tp): this shard's tokens of every head again
   const Tensor att_rows = cp.active() ? cp.scatter_sequence(att, {heads_ * d}) : att;
-  Tensor x1 = o_.forward_add(att_rows, x, saved.children[kO]);  // (B, T, C): x + o(att), one pass
+  Tensor x1 = o_.forward_add(att_rows, x, batch, saved.children[kO]);  // (B, T, C): x + o(att), one pass
   const int64_t tile = mlp_tile(batch, N, x.dtype());
   if (tile >= N) {
     // (B, T, 2F / tp): gate | up of this slot's F / tp columns
-    Tensor gate_up = gate_up_.forward(mlp_norm_.forward(x1, saved.children[kMlpNorm]), saved.children[kGateUp]);
+    Tensor gate_up = gate_up_.forward(mlp_norm_.forward(x1, saved.children[kMlpNorm]), batch, saved.children[kGateUp]);
     Tensor h = Tensor::empty({B, T, gate_up.dim(2) / 2}, x.dtype(), dev, name() + " swiglu output");  // (B, T, F / tp)
     ops::swiglu_forward(gate_up, h);
-    Tensor y = down_.forward_add(h, x1, saved.children[kDown]);  // (B, T, C): x1 + down(h)
+    Tensor y = down_.forward_add(h, x1, batch, saved.children[kDown]);  // (B, T, C): x1 + down(h)
     saved.tensors = {qkv, att, lse, gate_up};
     return y;
   }
@@ -230,10 +230,11 @@ Tensor LlamaBlock::mlp_backward(const Tensor& dy, const Batch& batch, Saved& sav
     // dx1 = dy + mlp_norm'(gate_up'(swiglu'(down'(dy)))); the SwiGLU gradient overwrites gate_up, which nothing
     // reads after it.
     const Tensor gate_up = saved.tensors.at(3);
-    Tensor dh = down_.backward(dy, saved.children[kDown]);
+    Tensor dh = down_.backward(dy, batch, saved.children[kDown]);
     ops::swiglu_backward(gate_up, dh, gate_up);
     // (B, T, C): dy + mlp_norm'(g), one pass
-    return mlp_norm_.backward_add(gate_up_.backward(gate_up, saved.children[kGateUp]), dy, saved.children[kMlpNorm]);
+    return mlp_norm_.backward_add(gate_up_.backward(gate_up, batch, saved.children[kGateUp]), dy,
+                                  saved.children[kMlpNorm]);
   }
   const Tensor x1 = saved.tensors.at(3);  // (B, T, C)
   Device& dev = dy.device();
@@ -261,7 +262,7 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   const int64_t d = att.dim(2) / heads;
   Tensor dx1 = mlp_backward(dy, batch, saved);  // (B, T, C)
   // Attention branch: dx = dx1 + attn_norm'(qkv'(rope'(attention'(o'(dx1))))), the rotation undone in place.
-  Tensor datt = o_.backward(dx1, saved.children[kO]);  // (B, T, H D / tp)
+  Tensor datt = o_.backward(dx1, batch, saved.children[kO]);  // (B, T, H D / tp)
   if (cp.active()) datt = cp.gather_sequence(datt, {heads_ * d});
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, Ta, (H + 2 Hkv) D / tp)
   const Tensor& documents = batch.documents;                                         // (B, Ta) or none
@@ -273,7 +274,7 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   datt = Tensor();
   ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, dqkv);
   if (cp.active()) dqkv = cp.scatter_sequence(dqkv, qkv_parts(d));  // (B, T, (H + 2 Hkv) D / tp)
-  Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
+  Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, batch, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
   saved.clear();
   return dx;
 }

@@ -7,10 +7,8 @@
 
 namespace tandem::nn {
 
-LoraSites::LoraSites(const LoraTargets* targets, const Model& model) {
-  if (!targets) return;
-  targets_ = *targets;
-  targets_->options.context = model.batch_context();
+LoraSites::LoraSites(const LoraTargets* targets) {
+  if (targets) targets_ = *targets;
 }
 
 void LoraSites::check_all_added() const {
@@ -30,7 +28,6 @@ LoraAdapters::LoraAdapters(LoraOptions options, bool row_parallel, TpSlot tp, in
       in_global_(in_global),
       out_local_(out_local) {
   TANDEM_CHECK(options_.r > 0, "LoRA rank ", options_.r);
-  TANDEM_CHECK(options_.dropout == 0.0f || options_.context, "LoRA dropout without a batch context");
 }
 
 Tensor LoraAdapters::padded_b(const Adapter& a) const {
@@ -41,20 +38,34 @@ Tensor LoraAdapters::padded_b(const Adapter& a) const {
   return padded;  // (out_local, r)
 }
 
-bool LoraAdapters::masking() const { return options_.dropout > 0.0f && options_.context && options_.context->training; }
+bool LoraAdapters::masking(const Batch& batch) const { return options_.dropout > 0.0f && batch.training; }
 
-Tensor LoraAdapters::dropped(const Adapter& a, const Tensor& rows, int64_t per_sample) const {
-  if (!masking()) return rows;
-  // Keyed by the element's place in the step's whole batch: sample, token (a row), logical column.
-  const BatchContext& ctx = *options_.context;
+Tensor LoraAdapters::dropped(const Adapter& a, const Tensor& rows, int64_t samples, const Batch& batch) const {
+  if (!masking(batch)) return rows;
+  // Keyed by the element's place in the step's whole batch: sample, position in the whole sequence (a row), logical
+  // column.
+  const SamplePlace& at = batch.samples;
+  const ContextSplit& cp = batch.context;
   Tensor out = Tensor::empty(rows.shape(), rows.dtype(), rows.device(), a.a->name + " dropout");  // (N, in_local)
-  const uint64_t stream = hash_name(a.a->name) + static_cast<uint64_t>(ctx.step) * 0x9E3779B97F4A7C15ull;
-  ops::dropout(rows, out, options_.dropout, ctx.seed, stream, ctx.first_sample * per_sample, in_global_,
-               row_parallel_ ? tp_.rank * in_local_ : 0);
+  const uint64_t stream = hash_name(a.a->name) + static_cast<uint64_t>(at.step) * 0x9E3779B97F4A7C15ull;
+  const int64_t col0 = row_parallel_ ? tp_.rank * in_local_ : 0;
+  const int64_t local = rows.dim(0) / samples;  // this shard's tokens of each sample
+  const auto draw = [&](int64_t row, int64_t count, int64_t row0) {
+    ops::dropout(rows.rows(row, count), out.rows(row, count), options_.dropout, at.seed, stream, row0, in_global_,
+                 col0);
+  };
+  if (!cp.active()) {
+    draw(0, rows.dim(0), at.first_sample * local);  // whole sequences: the micro-batch's rows are consecutive
+    return out;
+  }
+  const int64_t T = local * cp.size;  // the whole sequence
+  for (int64_t s = 0; s < samples; ++s)
+    for (const ContextSplit::Run& run : cp.runs(T))
+      draw(s * local + run.local, run.count, (at.first_sample + s) * T + run.position);
   return out;
 }
 
-bool LoraAdapters::merged() const { return adapters_.size() > 1 && !masking(); }
+bool LoraAdapters::merged(const Batch& batch) const { return adapters_.size() > 1 && !masking(batch); }
 
 const Tensor& LoraAdapters::identity(DType dtype, Device& device) const {
   for (const Tensor& t : identities_)
@@ -102,14 +113,14 @@ std::vector<Tensor> LoraAdapters::down_merged(const Tensor& rows) const {
   return {h};
 }
 
-std::vector<Tensor> LoraAdapters::down(const Tensor& x) const {
-  const int64_t n = x.numel() / in_local_, per_sample = n / x.dim(0);
+std::vector<Tensor> LoraAdapters::down(const Tensor& x, const Batch& batch) const {
+  const int64_t n = x.numel() / in_local_, samples = x.dim(0);
   const Tensor rows = x.view({n, in_local_});  // (N, in_local)
-  if (merged()) return down_merged(rows);
+  if (merged(batch)) return down_merged(rows);
   std::vector<Tensor> out;
   for (const Adapter& a : adapters_) {
     Tensor h = Tensor::empty({n, options_.r}, x.dtype(), x.device(), a.a->name + " output");  // (N, r)
-    ops::matmul(dropped(a, rows, per_sample), a.a->value, h, false, true);
+    ops::matmul(dropped(a, rows, samples, batch), a.a->value, h, false, true);
     if (row_parallel_) tp_.sum(h);  // each slot saw only its input columns
     if (options_.scaling != 1.0f) ops::scale(h, options_.scaling);
     out.push_back(h);
@@ -119,7 +130,7 @@ std::vector<Tensor> LoraAdapters::down(const Tensor& x) const {
 
 void LoraAdapters::up(const std::vector<Tensor>& h, const Tensor& y, float beta) const {
   const Tensor rows = y.view({y.numel() / out_local_, out_local_});  // (N, out_local)
-  if (h.size() == 1 && merged()) {
+  if (h.size() == 1 && adapters_.size() > 1) {                       // down's merged form
     ops::matmul(h[0], block_diagonal_b(y), rows, false, true, beta);
     return;
   }
@@ -128,13 +139,13 @@ void LoraAdapters::up(const std::vector<Tensor>& h, const Tensor& y, float beta)
 }
 
 void LoraAdapters::backward(const Tensor& x, const std::vector<Tensor>& h, const Tensor& dy, const Tensor& dx,
-                            float beta) const {
-  TANDEM_CHECK(beta == 1.0f || writes_input_grad(), "LoRA: a masked input gradient is added, not written");
-  const int64_t n = x.numel() / in_local_, per_sample = n / x.dim(0);
+                            const Batch& batch, float beta) const {
+  TANDEM_CHECK(beta == 1.0f || writes_input_grad(batch), "LoRA: a masked input gradient is added, not written");
+  const int64_t n = x.numel() / in_local_, samples = x.dim(0);
   const Tensor rows = x.view({n, in_local_});     // (N, in_local)
   const Tensor g_out = dy.view({n, out_local_});  // (N, out_local)
   const Tensor g_in = dx.view({n, in_local_});    // (N, in_local)
-  if (h.size() == 1 && merged()) {
+  if (h.size() == 1 && merged(batch)) {
     backward_merged(rows, h[0], g_out, g_in, beta);
     return;
   }
@@ -154,16 +165,16 @@ void LoraAdapters::backward(const Tensor& x, const std::vector<Tensor>& h, const
     ops::matmul(g_out, b, g, false, false);
     if (options_.scaling != 1.0f) ops::scale(g, options_.scaling);
     // dX += dropout'(G A): the slot's partial sum under a column split, summed over tp by the layer with its own.
-    if (!masking()) {
+    if (!masking(batch)) {
       ops::matmul(g, a.a->value, g_in, false, false, i == 0 ? beta : 1.0f);
     } else {
       Tensor t = Tensor::empty({n, in_local_}, dx.dtype(), dx.device(), a.a->name + " input grad");  // (N, in_local)
       ops::matmul(g, a.a->value, t, false, false);
-      ops::add(g_in, dropped(a, t, per_sample), g_in);  // the same mask: dropout is its own transpose
+      ops::add(g_in, dropped(a, t, samples, batch), g_in);  // the same mask: dropout is its own transpose
     }
     // dA += dH^T dropout(x), with dH summed over the slots of a column split (each holds part of B).
     if (!row_parallel_) tp_.sum(g);
-    ops::matmul(g, dropped(a, rows, per_sample), a.a->grad, true, false, 1.0f);
+    ops::matmul(g, dropped(a, rows, samples, batch), a.a->grad, true, false, 1.0f);
   }
 }
 

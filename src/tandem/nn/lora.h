@@ -31,11 +31,13 @@
 // So A of a column-parallel layer and B of a row-parallel layer are replicated over tp with equal gradients, and the
 // other factor is sharded like W: every slot's copy of a replicated factor takes the same update.
 //
-// Dropout (lora_dropout p > 0, while training): each adapter draws its own mask on its input, element (row, column)
-// of the logical input kept with probability 1 - p from the counter-based generator keyed by (seed, the adapter's
-// name, step) and the element's index in the whole batch of the step (global sample, token, logical column), so
-// every layout draws the same mask for the same sample; kept elements are scaled by 1 / (1 - p). p = 0 costs
-// nothing.
+// Dropout (lora_dropout p > 0, while training: Batch::training): each adapter draws its own mask on its input,
+// element (row, column) of the logical input kept with probability 1 - p from the counter-based generator keyed by
+// (seed, the adapter's name, step) and the element's index in the whole batch of the step (global sample, position in
+// the whole sequence, logical column), all read from the micro-batch's Batch (its SamplePlace, and its context split
+// for a shard's positions), so every layout draws the same mask for the same token: the index of the element at
+// (sample s, position t, column j) is ((first_sample + s) T + t) in + j. Kept elements are scaled by 1 / (1 - p).
+// p = 0 costs nothing.
 #pragma once
 
 #include <memory>
@@ -44,9 +46,7 @@
 #include <string>
 #include <vector>
 
-#include "tandem/nn/batch_context.h"
 #include "tandem/nn/layer.h"
-#include "tandem/nn/model.h"
 #include "tandem/spec/lora.h"
 
 namespace tandem::nn {
@@ -57,8 +57,6 @@ struct LoraOptions {
   float scaling = 1.0f;  // s
   float dropout = 0.0f;  // p
   spec::LoraInit init = spec::LoraInit::Default;
-  // Where the micro-batch being run sits in the run (the dropout mask's key); required when dropout > 0.
-  std::shared_ptr<const BatchContext> context;
 };
 
 // Which projections of a model carry adapters, by Tandem's site names: "<linear>" for an adapter on every output of
@@ -70,11 +68,10 @@ struct LoraTargets {
 };
 
 // A model builder's helper: without targets it passes layers through; with them it freezes every layer and adds the
-// adapters at the sites a layer has (its add_lora), bound to the model's batch context, and counts them, so that a
-// site no layer has is an error.
+// adapters at the sites a layer has (its add_lora) and counts them, so that a site no layer has is an error.
 class LoraSites {
  public:
-  LoraSites(const LoraTargets* targets, const Model& model);
+  explicit LoraSites(const LoraTargets* targets);
   template <class L>
   std::unique_ptr<L> frozen(std::unique_ptr<L> layer) {
     if (targets_) layer->freeze();
@@ -111,26 +108,27 @@ class LoraAdapters {
   bool empty() const { return adapters_.empty(); }
   const LoraOptions& options() const { return options_; }
 
-  // x (N, in_local) -> one (N, r) per adapter: s dropout(x) A^T, summed over tp for a row-parallel layer (in the
-  // merged form one (N, k r), the adapters' side by side). What backward needs besides x.
-  std::vector<Tensor> down(const Tensor& x) const;
+  // x (B, T, in_local) (or (B, in_local): one row per sample) -> one (N, r) per adapter: s dropout(x) A^T, summed
+  // over tp for a row-parallel layer (in the merged form one (N, k r), the adapters' side by side). What backward
+  // needs besides x. `batch`: the micro-batch x belongs to, which keys the dropout mask.
+  std::vector<Tensor> down(const Tensor& x, const Batch& batch) const;
   // y (N, out_local) = beta y + sum of h B_pad^T over the adapters' h (from down). beta 0 writes y without reading
   // it: the layer then adds its own product into it (one pass over y fewer than adding the adapters after it).
   void up(const std::vector<Tensor>& h, const Tensor& y, float beta = 1.0f) const;
   // Accumulates the adapters' gradients and puts their part of the input gradient into dx (N, in_local), added to
   // it (beta 1) or written over it (beta 0, which writes_input_grad() allows): a column-parallel layer's dx is its
   // partial sum, which the layer then sums over tp.
-  void backward(const Tensor& x, const std::vector<Tensor>& h, const Tensor& dy, const Tensor& dx,
+  void backward(const Tensor& x, const std::vector<Tensor>& h, const Tensor& dy, const Tensor& dx, const Batch& batch,
                 float beta = 1.0f) const;
   // Whether backward can write dx rather than add to it: not with a dropout mask, whose input gradient adds a masked
   // copy.
-  bool writes_input_grad() const { return !masking(); }
+  bool writes_input_grad(const Batch& batch) const { return !masking(batch); }
 
  private:
   // B at its rows of an (out_local, r) matrix of zeros; B itself when it spans every output.
   Tensor padded_b(const Adapter& a) const;
   // Whether the adapters run as one (the merged form above): several of them, no dropout mask.
-  bool merged() const;
+  bool merged(const Batch& batch) const;
   // A_cat (k r, in_local) and B_blk (out_local, k r) of the merged form.
   Tensor stacked_a(const Tensor& like) const;
   Tensor block_diagonal_b(const Tensor& like) const;
@@ -139,10 +137,10 @@ class LoraAdapters {
   std::vector<Tensor> down_merged(const Tensor& rows) const;
   void backward_merged(const Tensor& rows, const Tensor& h, const Tensor& g_out, const Tensor& g_in, float beta) const;
   // Whether this micro-batch's inputs are masked: dropout > 0 while training.
-  bool masking() const;
-  // rows (N, in_local) of a batch of `per_sample` rows per sample, with the adapter's mask applied (rows itself when
-  // not masking).
-  Tensor dropped(const Adapter& a, const Tensor& rows, int64_t per_sample) const;
+  bool masking(const Batch& batch) const;
+  // rows (N, in_local) of `samples` samples (N / samples rows each, this shard's tokens of them) with the adapter's
+  // mask applied (rows itself when not masking).
+  Tensor dropped(const Adapter& a, const Tensor& rows, int64_t samples, const Batch& batch) const;
 
   LoraOptions options_;
   bool row_parallel_;

@@ -8,7 +8,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tandem/nn/batch_context.h"
 #include "tandem/nn/host_checkpoints.h"
 #include "tandem/nn/layer.h"
 
@@ -88,10 +87,6 @@ class Model {
   Fp8Use fp8_use() const { return fp8_use_; }
   void set_fp8_use(Fp8Use use) { fp8_use_ = use; }
 
-  // The micro-batch being run, for layers whose draws depend on it (batch_context.h): the engine sets it before each
-  // forward and backward; layers built for this model hold the pointer.
-  const std::shared_ptr<BatchContext>& batch_context() const { return context_; }
-
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unordered_map<std::string, Parameter*> originals_;  // by name: a repeated name is refused, a replica checked
@@ -100,7 +95,6 @@ class Model {
   bool vocab_parallel_logits_ = false;
   bool computes_loss_ = false;
   Fp8Use fp8_use_;
-  std::shared_ptr<BatchContext> context_ = std::make_shared<BatchContext>();
 };
 
 // The parameter's initial values for elements [first, first + count) of what it holds (its shard, flattened), on the

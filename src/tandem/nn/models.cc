@@ -24,7 +24,7 @@ Model build_gpt(const GptConfig& cfg, TpSlot tp, const LoraTargets* lora, const 
   if (cfg.heads <= 0 || cfg.dim % cfg.heads != 0)
     TANDEM_FAIL("gpt dim ", cfg.dim, " must be a multiple of heads ", cfg.heads);
   Model model;
-  LoraSites sites(lora, model);
+  LoraSites sites(lora);
   model.add(sites.frozen(std::make_unique<GptEmbedding>(cfg.vocab_size, cfg.seq_len, cfg.dim, tp)));
   Model::Fp8Use fp8_use;
   for (int64_t i = 0; i < cfg.layers; ++i) {

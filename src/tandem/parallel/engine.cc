@@ -80,11 +80,14 @@ std::unique_ptr<Timeline> Engine::take_timeline(bool at_end) {
   return timeline_.take();
 }
 
-// Micro-batch mb of this virtual GPU's share of the global batch; float inputs (mlp features) enter in the compute
-// dtype, token ids stay i32.
-pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb) {
+// Micro-batch mb of this virtual GPU's share of the global batch, with where its samples sit in the step (the layers'
+// per-sample draws); float inputs (mlp features) enter in the compute dtype, token ids stay i32.
+pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb,
+                                         int64_t step_index) {
   const int64_t per_replica = cfg_.micro_batch * cfg_.micro_batches;
-  pipeline::MicroBatch b = batch(groups_.coord.dp * per_replica + mb * cfg_.micro_batch, cfg_.micro_batch);
+  const int64_t first = groups_.coord.dp * per_replica + mb * cfg_.micro_batch;
+  pipeline::MicroBatch b = batch(first, cfg_.micro_batch);
+  b.samples = {cfg_.seed, step_index, first};
   if (context_.active()) {
     // This shard's tokens and targets; the documents stay whole for attention, which sees every token.
     const int64_t B = b.inputs.dim(0), T = b.inputs.dim(1);
@@ -109,19 +112,11 @@ double Engine::run_schedule(const std::function<pipeline::MicroBatch(int64_t, in
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, device_, "step loss sum");  // (1), summed on the device
   const auto scale = static_cast<float>(forward_only ? 1.0 : loss_scale_);
   const nn::LossSink sink{loss_sum, loss_normalizer, scale};
-  // Where each micro-batch's samples sit in the step, for the layers' per-sample draws.
-  nn::BatchContext& context = *model_.batch_context();
-  context.training = !forward_only;
-  context.seed = cfg_.seed;
-  context.step = step_index;
-  const auto point_context = [&](int mb) {
-    context.first_sample = c.dp * cfg_.micro_batch * cfg_.micro_batches + mb * cfg_.micro_batch;
-  };
-  executor_->run([&](int mb) { return micro_batch(batch, mb); }, sink,
+  executor_->run([&](int mb) { return micro_batch(batch, mb, step_index); }, sink,
                  [&](const Tensor& logits, const Tensor& targets) {
                    nn::cross_entropy_loss(logits, targets, loss_normalizer, loss_sum, loss_tp, scale);
                  },
-                 forward_only, point_context);
+                 forward_only);
   if (!forward_only) {
     store_->reduce_gradients();
     store_->tie_gradients();

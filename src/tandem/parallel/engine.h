@@ -53,7 +53,7 @@ class Engine {
          Device& device, const Shape& input_shape);
 
   // One step: `batch(first, count)` gives the global samples first .. first+count-1 of this step. `step_index`
-  // (0-based) keys the draws layers make per step (LoRA's dropout masks: nn::BatchContext).
+  // (0-based) keys the draws layers make per step (LoRA's dropout masks: nn::SamplePlace).
   StepResult step(const std::function<pipeline::MicroBatch(int64_t first, int64_t count)>& batch, float lr,
                   double loss_normalizer, int64_t step_index = 0);
 
@@ -93,7 +93,8 @@ class Engine {
   }
 
  private:
-  pipeline::MicroBatch micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb);
+  pipeline::MicroBatch micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb,
+                                   int64_t step_index);
   // Runs the schedule over one global batch and returns the loss sum; with `forward_only` nothing is kept.
   double run_schedule(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer,
                       bool forward_only, int64_t step_index);

@@ -85,7 +85,8 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
           return pl::MicroBatch{
               Tensor::empty(m.input_shape(count), m.input_dtype, dev, "batch inputs"),
               Tensor::empty({count * m.rows_per_sample}, DType::I32, dev, "batch targets"),
-              s.documents ? Tensor::empty(m.input_shape(count), DType::I32, dev, "batch documents") : Tensor()};
+              s.documents ? Tensor::empty(m.input_shape(count), DType::I32, dev, "batch documents") : Tensor(),
+              {}};
         },
         0.0f, 1.0);
     r.work.actions = engine.last_step_actions();

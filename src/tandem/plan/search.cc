@@ -497,7 +497,7 @@ std::string format_explain(const Candidate& c, const SearchOptions& opt) {
      << "\n";
   if (c.memory.host_peak() > 0)
     os << "  offload: copies to and from host memory " << seconds_str(t.offload_s) << ", host AdamW and gradient sums "
-       << seconds_str(t.host_s) << "\n";
+       << seconds_str(t.host_s) << ", of which " << seconds_str(t.offload_hidden_s) << " beside the device's work\n";
   if (c.fits && (c.setup.offload_optimizer.enabled() || c.setup.plan.cpu_checkpointing))
     os << "  config: " << c.config_keys() << "\n";
   return os.str();

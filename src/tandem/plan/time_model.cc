@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tandem/parallel/zero/parameter_store.h"
+
 namespace tandem::plan {
 
 namespace pl = parallel::pipeline;
@@ -76,6 +78,29 @@ class Pricing {
   std::array<double, device::kCommAxes> bw_{};
 };
 
+// Of the parameters offload_optimizer.ratio sends to the host, the share of the unit whose update nothing hides: the
+// first layer the ratio's rule offloads (parallel::ratio_offloads), whose gradient comes last in the backward and
+// which the next step's forward needs first. Over the whole model's layers (a pipeline rank's are a part of them).
+double last_unit_share(const MemoryModel& memory, double ratio) {
+  const nn::Model model = memory.model().build(nn::TpSlot{});
+  std::vector<int64_t> params;  // by layer
+  int64_t held = 0;
+  for (const auto& layer : model.layers()) {
+    int64_t n = 0;
+    for (const nn::Parameter* p : layer->parameters()) n += shape_numel(p->shape);
+    params.push_back(n);
+    held += n;
+  }
+  int64_t seen = 0, first = -1, offloaded = 0;
+  for (const int64_t n : params) {
+    seen += n;
+    if (!parallel::ratio_offloads(seen, held, ratio)) continue;
+    if (first < 0) first = n;
+    offloaded += n;
+  }
+  return offloaded > 0 ? static_cast<double>(first) / static_cast<double>(offloaded) : 0.0;
+}
+
 }  // namespace
 
 TimePrediction predict_time(MemoryModel& memory, const MemoryPrediction& prediction, const Setup& s, const Rates& r,
@@ -118,7 +143,19 @@ TimePrediction predict_time(MemoryModel& memory, const MemoryPrediction& predict
   t.host_s = host_s;
   t.bubble_s = fill * slow_per_mb;
   t.bubble_fraction = fill / (m + fill);
-  t.step_s = (m + fill) * slow_per_mb + end_s + host_s;
+  // The copies as the actions and the end of the step hold them, and the device's own work besides.
+  const double copies_s = (m + fill) / m * slow.offload + slowest_end.offload;
+  const double device_s = (m + fill) * slow_per_mb + end_s - copies_s;
+  const double chain_s = copies_s + host_s;  // the host's chain: the copies down and up, and its AdamW
+  const spec::OffloadConfig& o = s.offload_optimizer;
+  if (o.enabled() && o.update == spec::OffloadUpdate::InBackward) {
+    // Beside the device, but for the unit whose gradient comes last: its update and upload, before its next use.
+    const double tail_s = last_unit_share(memory, o.ratio) * chain_s;
+    t.step_s = std::max(device_s, chain_s) + tail_s;
+  } else {
+    t.step_s = device_s + chain_s;
+  }
+  t.offload_hidden_s = std::max(0.0, device_s + chain_s - t.step_s);
 
   const PlannedModel& pm = memory.model();
   const double global = static_cast<double>(s.micro_batch) * m * l.dp;

@@ -112,17 +112,11 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
                    plan_.layout.cp == groups_->layout.cp && plan_.layout.tp == groups_->layout.tp,
                "groups built for ", groups_->layout.str(), ", config asks for ", plan_.layout.str());
   layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
-  if (plan_.layout.cp > 1) {
-    // Both key their work by a row's place in the whole micro-batch or tensor, which a context shard does not see.
-    if (cfg_.lora.enabled && cfg_.lora.lora_dropout > 0)
-      TANDEM_FAIL("lora.lora_dropout ", cfg_.lora.lora_dropout, " with parallel.context ", plan_.layout.cp,
-                  ": the dropout masks are drawn by each token's place in the micro-batch, which a context shard does "
-                  "not hold yet; set lora.lora_dropout to 0 or remove parallel.context");
-    if (cfg_.fp8.enabled)
-      TANDEM_FAIL("\"fp8\" with parallel.context ", plan_.layout.cp,
-                  ": FP8's scales are taken over whole activations, which context parallelism splits over devices, and "
-                  "that reduction is not built yet; remove one of them");
-  }
+  // FP8 takes its scales over whole activations, which a context shard does not see.
+  if (plan_.layout.cp > 1 && cfg_.fp8.enabled)
+    TANDEM_FAIL("\"fp8\" with parallel.context ", plan_.layout.cp,
+                ": FP8's scales are taken over whole activations, which context parallelism splits over devices, and "
+                "that reduction is not built yet; remove one of them");
   // Held-out data, drawn with the run's seed: synthetic data keeps its teacher (the function it learns), and a token
   // file's batch k is what training would draw at step k (the same file gives training's own first batches).
   if (cfg_.eval.enabled) eval_dataset_ = data::make_dataset(cfg_.eval.data, spec::model_io(cfg_.model), cfg_.seed);
@@ -508,7 +502,7 @@ parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset
   Device& host = device_->kind() == DeviceKind::Cpu ? static_cast<Device&>(*device_) : host_;
   data::Batch batch = dataset.batch(step, first, count, host);
   const Tensor docs = d.document_mask ? data::document_ids(batch.inputs, d.eos_token_id, host) : Tensor();
-  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets, docs};
+  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets, docs, {}};
   const auto on_device = [&](const Tensor& t, const char* name) {
     if (!t.defined()) return Tensor();
     Tensor d = Tensor::empty(t.shape(), t.dtype(), *device_, name);
@@ -516,7 +510,9 @@ parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset
     return d;
   };
   return parallel::pipeline::MicroBatch{on_device(batch.inputs, "batch inputs"),
-                                        on_device(batch.targets, "batch targets"), on_device(docs, "batch documents")};
+                                        on_device(batch.targets, "batch targets"),
+                                        on_device(docs, "batch documents"),
+                                        {}};
 }
 
 double Trainer::evaluate() {

@@ -37,8 +37,7 @@ int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
 }
 
 void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn::LossSink& sink,
-                           const std::function<void(const Tensor&, const Tensor&)>& loss, bool forward_only,
-                           const std::function<void(int)>& before) {
+                           const std::function<void(const Tensor&, const Tensor&)>& loss, bool forward_only) {
   std::map<int, Tensor> input, output, grad, input_grad;  // by key(mb, chunk)
   // The micro-batches made so far and not yet done with on this rank, and the action each is last used by.
   std::map<int, MicroBatch> made;
@@ -63,7 +62,8 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
   };
   const bool own_loss = model_.computes_loss();
   const auto layer_batch = [&](const MicroBatch& mb) {
-    return nn::Batch{mb.targets, mb.documents, own_loss ? &sink : nullptr, !forward_only, s_.tiles, s_.context};
+    return nn::Batch{mb.targets, mb.documents, own_loss ? &sink : nullptr, !forward_only, s_.tiles,
+                     s_.context, mb.samples};
   };
   std::vector<std::pair<std::unique_ptr<comm::Request>, Tensor>> sends;  // kept alive until complete
   auto take = [](std::map<int, Tensor>& m, int k, const char* what) {
@@ -98,7 +98,6 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
       accounted->set_label(std::move(label), static_cast<int>(runner_->held()) + (fwd ? 1 : 0));
     }
     if (counting) work_before = counting->work();
-    if (before && (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward)) before(a.micro_batch);
     switch (a.kind) {
       case ActionKind::RecvActivation: {
         const PurposeScope scope(device_, MemoryPurpose::Communication);

@@ -18,9 +18,10 @@
 namespace tandem::parallel::pipeline {
 
 struct MicroBatch {
-  Tensor inputs;     // the model's input: (B, T) i32 tokens or (B, F) f32 features (T: this context shard's)
-  Tensor targets;    // (B*T) or (B) i32
-  Tensor documents;  // (B, T) i32 each position's document (data.document_mask), or undefined
+  Tensor inputs;            // the model's input: (B, T) i32 tokens or (B, F) f32 features (T: this context shard's)
+  Tensor targets;           // (B*T) or (B) i32
+  Tensor documents;         // (B, T) i32 each position's document (data.document_mask), or undefined
+  nn::SamplePlace samples;  // where its samples sit in the run (the engine's), for the layers' draws
 };
 
 struct ExecutorSetup {
@@ -50,11 +51,8 @@ class PipelineExecutor {
   // loss) and other (the batch).
   // `forward_only` (evaluation): the schedule's forward actions alone, in its order, keeping no activations; the loss
   // is still computed for every micro-batch, and its gradient dropped.
-  // `before(mb)`, when given, runs before every forward and backward action of micro-batch mb, on every stage (the
-  // engine points the model's batch context at the micro-batch there).
   void run(const std::function<MicroBatch(int)>& batch, const nn::LossSink& sink,
-           const std::function<void(const Tensor& logits, const Tensor& targets)>& loss, bool forward_only = false,
-           const std::function<void(int mb)>& before = {});
+           const std::function<void(const Tensor& logits, const Tensor& targets)>& loss, bool forward_only = false);
 
   // On a counting device: the work each action of the last run recorded, in schedule order (for the planner's
   // time model). Empty on other devices.
