@@ -246,7 +246,7 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
     layout::Groups groups = layout::make_job_groups(job.mpi(), plan.layout, gpu.get());
     train::TrainOptions opt{out, checkpoint, a.init, true, gpu.get(), /*out_dir_locked=*/true};
     opt.predicted_peak_bytes = predicted_peak;
-    train::Trainer trainer = train::Trainer::from_config(tc, opt, &groups);
+    train::Trainer trainer = train::Trainer::from_config(tc, plan, opt, &groups);
     trainer.run();
     groups.world->barrier();
   } catch (const train::AgreedError& e) {

@@ -116,7 +116,8 @@ TEST(HostCheckpoints, TheTimelineShowsTheCopies) {
     train::TrainOptions opt;
     opt.print = false;
     opt.out_dir = out.string();
-    train::Trainer trainer = train::Trainer::from_config(config::parse(config::validate(cfg), 1), opt);
+    const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
+    train::Trainer trainer = train::Trainer::from_config(tc, layout::resolve_parallel(tc.parallel, 1), opt);
     trainer.run();
   }
   ::unsetenv("TANDEM_TIMELINE");

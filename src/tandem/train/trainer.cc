@@ -95,22 +95,22 @@ void inject_fault(int rank, int64_t step) {
 
 }  // namespace
 
-Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<data::Dataset> dataset,
-                 TrainOptions options, layout::Groups* groups)
+Trainer::Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, ModelBuilder build,
+                 std::unique_ptr<data::Dataset> dataset, TrainOptions options, layout::Groups* groups)
     : cfg_(std::move(cfg)),
       build_(std::move(build)),
       dataset_(std::move(dataset)),
       options_(std::move(options)),
       groups_(groups),
+      plan_(std::move(plan)),
       rows_per_sample_(spec::rows_per_sample(cfg_.model)) {
   if (!groups_) {
     own_groups_ = layout::make_single_process_groups();
     groups_ = &own_groups_;
   }
-  plan_ = layout::resolve_parallel(cfg_.parallel, groups_->layout.world());
   TANDEM_CHECK(plan_.layout.dp == groups_->layout.dp && plan_.layout.pp == groups_->layout.pp &&
                    plan_.layout.cp == groups_->layout.cp && plan_.layout.tp == groups_->layout.tp,
-               "groups built for ", groups_->layout.str(), ", config asks for ", plan_.layout.str());
+               "groups built for ", groups_->layout.str(), ", the plan is for ", plan_.layout.str());
   layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
   if (plan_.layout.cp > 1) {
     // Both key their work by a row's place in the whole micro-batch or tensor, which a context shard does not see.
@@ -128,19 +128,18 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
   if (cfg_.eval.enabled) eval_dataset_ = data::make_dataset(cfg_.eval.data, spec::model_io(cfg_.model), cfg_.seed);
 }
 
-Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
-                 layout::Groups* groups)
-    : Trainer(std::move(cfg), single_use_builder(std::make_shared<nn::Model>(std::move(model))), std::move(dataset),
-              std::move(options), groups) {}
+Trainer::Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, nn::Model model,
+                 std::unique_ptr<data::Dataset> dataset, TrainOptions options, layout::Groups* groups)
+    : Trainer(std::move(cfg), std::move(plan), single_use_builder(std::make_shared<nn::Model>(std::move(model))),
+              std::move(dataset), std::move(options), groups) {}
 
-Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups) {
-  const spec::ModelConfig model = cfg.model;
-  const spec::LoraConfig lora = cfg.lora;
-  const spec::Fp8Config fp8 = cfg.fp8;
+Trainer Trainer::from_config(const config::TrainConfig& cfg, const layout::ParallelPlan& plan, TrainOptions options,
+                             layout::Groups* groups) {
   auto dataset = data::make_dataset(cfg.data, spec::model_io(cfg.model), cfg.seed);
-  return Trainer(
-      cfg, [model, lora, fp8](nn::TpSlot tp) { return build_model(model, tp, lora, fp8); }, std::move(dataset),
-      std::move(options), groups);
+  auto build = [model = cfg.model, lora = cfg.lora, fp8 = cfg.fp8](nn::TpSlot tp) {
+    return build_model(model, tp, lora, fp8);
+  };
+  return Trainer(cfg, plan, std::move(build), std::move(dataset), std::move(options), groups);
 }
 
 std::vector<StepMetrics> Trainer::run() {

@@ -58,14 +58,17 @@ using ModelBuilder = std::function<nn::Model(nn::TpSlot)>;
 
 class Trainer {
  public:
-  // `groups`: this rank's communicators; null for a single process. The model must not be materialised.
-  Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
-          layout::Groups* groups = nullptr);
+  // `plan`: cfg.parallel resolved once by the caller (layout::resolve_parallel, or the planner's choice) for the
+  // layout of `groups`; `groups`: this rank's communicators, null for a single process. The model must not be
+  // materialised.
+  Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, ModelBuilder build,
+          std::unique_ptr<data::Dataset> dataset, TrainOptions options, layout::Groups* groups = nullptr);
   // A model built in code, for one process or layouts without tensor parallelism.
-  Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
-          layout::Groups* groups = nullptr);
+  Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, nn::Model model, std::unique_ptr<data::Dataset> dataset,
+          TrainOptions options, layout::Groups* groups = nullptr);
   // Builds model and dataset from the config's "model" and "data" objects.
-  static Trainer from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups = nullptr);
+  static Trainer from_config(const config::TrainConfig& cfg, const layout::ParallelPlan& plan, TrainOptions options,
+                             layout::Groups* groups = nullptr);
 
   // Trains until cfg.steps; returns the metrics of the steps run by this call (the same on every rank). Refuses,
   // before allocating anything, an out_dir that holds another run (run_folder.h), a checkpoint past cfg.steps
