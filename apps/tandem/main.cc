@@ -30,6 +30,7 @@
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
+#include "tandem/core/diagnostics.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
 #include "tandem/device/cpu_device.h"
@@ -207,7 +208,9 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   config::Json cfg;
   std::unique_ptr<device::AccountedDevice> gpu;  // outlives the groups and the trainer that use it
   uint64_t gpu_memory = 0;
+  Diagnostics diagnostics;  // the diagnosis variables, read once here and handed to the trainer
   job.agreed([&] {
+    diagnostics = Diagnostics::from_environment();
     cfg = config::load_config(a.config, a.overrides);
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");  // this process's rank on its node
     gpu = layout::make_device(a.device, local ? std::atoi(local) : 0);
@@ -244,8 +247,14 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
 
   try {
     layout::Groups groups = layout::make_job_groups(job.mpi(), plan.layout, gpu.get());
-    train::TrainOptions opt{out, checkpoint, a.init, true, gpu.get(), /*out_dir_locked=*/true};
+    train::TrainOptions opt;
+    opt.out_dir = out;
+    opt.resume = checkpoint;
+    opt.init = a.init;
+    opt.device = gpu.get();
+    opt.out_dir_locked = true;
     opt.predicted_peak_bytes = predicted_peak;
+    opt.diagnostics = diagnostics;
     train::Trainer trainer = train::Trainer::from_config(tc, plan, opt, &groups);
     trainer.run();
     groups.world->barrier();
@@ -316,8 +325,9 @@ int run_export(const ExportArgs& a) {
   need.advice = std::string("choose another --to on a disk with room") +
                 (hf && a.dtype == "fp32" ? ", or --dtype bf16 (half the bytes)" : "") + ", or free space there";
   checkpoint::check_free_space(a.to, need);
-  const auto weights = train::read_checkpoint_weights(folder, /*print=*/true);
-  checkpoint::Progress progress("writing " + a.to, need.bytes - (uint64_t{1} << 20), true);
+  const checkpoint::ProgressOptions pace = checkpoint::ProgressOptions::from(Diagnostics::from_environment());
+  const auto weights = train::read_checkpoint_weights(folder, /*print=*/true, pace);
+  checkpoint::Progress progress("writing " + a.to, need.bytes - (uint64_t{1} << 20), true, pace);
   if (!hf) {
     std::vector<checkpoint::TensorEntry> entries;
     for (const auto& [name, t] : weights) entries.push_back({name, DType::F32, t.shape, t.values.data()});
