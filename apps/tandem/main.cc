@@ -30,6 +30,7 @@
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
+#include "tandem/config/settings.h"
 #include "tandem/core/diagnostics.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
@@ -412,6 +413,9 @@ int main(int argc, char** argv) {
   tandem::app::add_calibrate_options(*calibrate, rates_out);
 
   CLI::App* info = app.add_subcommand("info", "What this build can run on and what this machine has");
+  CLI::App* keys = app.add_subcommand("keys",
+                                      "Every config key of Tandem's schema as a Markdown table: type, default, "
+                                      "check, DeepSpeed name (docs/config-keys.md)");
 
   try {
     app.parse(argc, argv);
@@ -422,6 +426,10 @@ int main(int argc, char** argv) {
     if (*exporter) return run_export(ex);
     if (*plan) return tandem::app::run_plan_command(plan_args);
     if (*info) return tandem::app::run_info_command();
+    if (*keys) {
+      std::printf("%s", tandem::config::settings_markdown().c_str());
+      return 0;
+    }
     if (*calibrate) return tandem::app::run_calibrate_command(rates_out);
     if (*train) {
       if (a.processes > 0 && !tandem::comm::mpi::launched_by_mpi()) return launch_with_mpirun(argc, argv, a.processes);
