@@ -30,6 +30,8 @@
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/comm/mpi/mpi_world.h"
 #include "tandem/config/config.h"
+#include "tandem/config/settings.h"
+#include "tandem/core/diagnostics.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
 #include "tandem/device/cpu_device.h"
@@ -207,7 +209,9 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
   config::Json cfg;
   std::unique_ptr<device::AccountedDevice> gpu;  // outlives the groups and the trainer that use it
   uint64_t gpu_memory = 0;
+  Diagnostics diagnostics;  // the diagnosis variables, read once here and handed to the trainer
   job.agreed([&] {
+    diagnostics = Diagnostics::from_environment();
     cfg = config::load_config(a.config, a.overrides);
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");  // this process's rank on its node
     gpu = layout::make_device(a.device, local ? std::atoi(local) : 0);
@@ -244,9 +248,15 @@ int run_train(int argc, char** argv, const TrainArgs& a) {
 
   try {
     layout::Groups groups = layout::make_job_groups(job.mpi(), plan.layout, gpu.get());
-    train::TrainOptions opt{out, checkpoint, a.init, true, gpu.get(), /*out_dir_locked=*/true};
+    train::TrainOptions opt;
+    opt.out_dir = out;
+    opt.resume = checkpoint;
+    opt.init = a.init;
+    opt.device = gpu.get();
+    opt.out_dir_locked = true;
     opt.predicted_peak_bytes = predicted_peak;
-    train::Trainer trainer = train::Trainer::from_config(tc, opt, &groups);
+    opt.diagnostics = diagnostics;
+    train::Trainer trainer = train::Trainer::from_config(tc, plan, opt, &groups);
     trainer.run();
     groups.world->barrier();
   } catch (const train::AgreedError& e) {
@@ -316,8 +326,9 @@ int run_export(const ExportArgs& a) {
   need.advice = std::string("choose another --to on a disk with room") +
                 (hf && a.dtype == "fp32" ? ", or --dtype bf16 (half the bytes)" : "") + ", or free space there";
   checkpoint::check_free_space(a.to, need);
-  const auto weights = train::read_checkpoint_weights(folder, /*print=*/true);
-  checkpoint::Progress progress("writing " + a.to, need.bytes - (uint64_t{1} << 20), true);
+  const checkpoint::ProgressOptions pace = checkpoint::ProgressOptions::from(Diagnostics::from_environment());
+  const auto weights = train::read_checkpoint_weights(folder, /*print=*/true, pace);
+  checkpoint::Progress progress("writing " + a.to, need.bytes - (uint64_t{1} << 20), true, pace);
   if (!hf) {
     std::vector<checkpoint::TensorEntry> entries;
     for (const auto& [name, t] : weights) entries.push_back({name, DType::F32, t.shape, t.values.data()});
@@ -402,6 +413,9 @@ int main(int argc, char** argv) {
   tandem::app::add_calibrate_options(*calibrate, rates_out);
 
   CLI::App* info = app.add_subcommand("info", "What this build can run on and what this machine has");
+  CLI::App* keys = app.add_subcommand("keys",
+                                      "Every config key of Tandem's schema as a Markdown table: type, default, "
+                                      "check, DeepSpeed name (docs/config-keys.md)");
 
   try {
     app.parse(argc, argv);
@@ -412,6 +426,10 @@ int main(int argc, char** argv) {
     if (*exporter) return run_export(ex);
     if (*plan) return tandem::app::run_plan_command(plan_args);
     if (*info) return tandem::app::run_info_command();
+    if (*keys) {
+      std::printf("%s", tandem::config::settings_markdown().c_str());
+      return 0;
+    }
     if (*calibrate) return tandem::app::run_calibrate_command(rates_out);
     if (*train) {
       if (a.processes > 0 && !tandem::comm::mpi::launched_by_mpi()) return launch_with_mpirun(argc, argv, a.processes);

@@ -31,7 +31,8 @@ inline Result run_training(const config::Json& cfg_json, layout::Groups* groups)
   const config::TrainConfig cfg = config::parse(config::validate(cfg_json), groups ? groups->layout.dp : 1);
   train::TrainOptions opt;
   opt.print = false;
-  train::Trainer trainer = train::Trainer::from_config(cfg, opt, groups);
+  train::Trainer trainer = train::Trainer::from_config(
+      cfg, layout::resolve_parallel(cfg.parallel, groups ? groups->layout.world() : 1), opt, groups);
   Result r;
   for (const auto& m : trainer.run()) {
     r.losses.push_back(m.loss);

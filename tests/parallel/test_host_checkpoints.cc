@@ -101,8 +101,8 @@ TEST(HostCheckpoints, DeepSpeedKeySameBits) {
   EXPECT_EQ(deepspeed_key.peak_bytes, tandem_key.peak_bytes);
 }
 
-// The step's timeline (TANDEM_TIMELINE=S) shows the inputs' copies on offload's tracks, one span a kept input and
-// micro-batch: down in the recorded step's backward, up in the step after's forward.
+// The step's timeline (diagnostics.timeline_step, TANDEM_TIMELINE=S) shows the inputs' copies on offload's tracks, one
+// span a kept input and micro-batch: down in the recorded step's backward, up in the step after's forward.
 TEST(HostCheckpoints, TheTimelineShowsTheCopies) {
   if (testing::mpi_world().rank() != 0) return;
   namespace fs = std::filesystem;
@@ -111,15 +111,15 @@ TEST(HostCheckpoints, TheTimelineShowsTheCopies) {
   Json cfg = llama_config(false);
   cfg["steps"] = 3;
   cfg["parallel"] = {{"activation_checkpointing", true}, {"cpu_checkpointing", true}};
-  ::setenv("TANDEM_TIMELINE", "2", 1);
   {
     train::TrainOptions opt;
     opt.print = false;
     opt.out_dir = out.string();
-    train::Trainer trainer = train::Trainer::from_config(config::parse(config::validate(cfg), 1), opt);
+    opt.diagnostics.timeline_step = 2;
+    const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
+    train::Trainer trainer = train::Trainer::from_config(tc, layout::resolve_parallel(tc.parallel, 1), opt);
     trainer.run();
   }
-  ::unsetenv("TANDEM_TIMELINE");
   std::ifstream in(out / "timeline_rank0.json");
   ASSERT_TRUE(in) << "no timeline in " << out;
   const Json trace = Json::parse(in);

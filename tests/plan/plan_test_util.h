@@ -171,7 +171,8 @@ inline void run_case(const MemCase& c, int rank, const std::function<void(train:
   layout::Groups groups = layout::make_stand_in_groups(layout::Layout{c.dp, c.pp, c.tp, c.cp}, rank);
   train::TrainOptions opt;
   opt.print = false;
-  train::Trainer trainer = train::Trainer::from_config(cfg, opt, &groups);
+  train::Trainer trainer =
+      train::Trainer::from_config(cfg, layout::resolve_parallel(cfg.parallel, groups.layout.world()), opt, &groups);
   trainer.run();
   inspect(trainer);
 }

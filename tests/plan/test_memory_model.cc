@@ -419,7 +419,8 @@ TEST(MemoryModel, PlansAModelOfCustomLayers) {
     io.classes = 8;
     train::TrainOptions opt;
     opt.print = false;
-    train::Trainer trainer(tc, custom_model, data::make_dataset(tc.data, io, tc.seed), opt, &groups);
+    train::Trainer trainer(tc, layout::resolve_parallel(tc.parallel, 4), custom_model,
+                           data::make_dataset(tc.data, io, tc.seed), opt, &groups);
     trainer.run();
     EXPECT_EQ(p.of_rank(rank).peak, static_cast<int64_t>(trainer.device().peak_bytes())) << "rank " << rank;
   }

@@ -95,7 +95,7 @@ TEST(MemoryModelMpi, PredictsEveryRanksMeasuredPeakExactly) {
     const plan::PreflightResult pre = plan::preflight(cfg, plan);
     train::TrainOptions opt;
     opt.print = false;
-    train::Trainer trainer = train::Trainer::from_config(cfg, opt, &groups);
+    train::Trainer trainer = train::Trainer::from_config(cfg, plan, opt, &groups);
     trainer.run();
     const int64_t measured = static_cast<int64_t>(trainer.device().peak_bytes());
     const int64_t predicted = pre.per_rank.at(static_cast<size_t>(me));

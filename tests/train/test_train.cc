@@ -46,7 +46,8 @@ std::vector<StepMetrics> train(const Json& cfg, const std::string& out, const st
   opt.out_dir = out;
   opt.resume = resume;
   opt.print = false;
-  Trainer t = Trainer::from_config(config::parse(config::validate(cfg), 1), opt);
+  const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
+  Trainer t = Trainer::from_config(tc, layout::resolve_parallel(tc.parallel, 1), opt);
   return t.run();
 }
 
@@ -188,7 +189,7 @@ TEST(Train, LoraBaseFromTheSeedIsDrawnAgainForExport) {
     const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
     TrainOptions opt;
     opt.print = false;
-    Trainer t = Trainer::from_config(tc, opt);
+    Trainer t = Trainer::from_config(tc, layout::resolve_parallel(tc.parallel, 1), opt);
     t.run();
     const auto held = t.engine().collect_parameters();
     const auto base = lora_base_weights(tc.raw);
@@ -242,7 +243,7 @@ TEST(Train, AsyncCheckpointHostBytesAreTheRankFilesData) {
   const config::TrainConfig tc = config::parse(config::validate(tiny_gpt_config(1)), 1);
   TrainOptions opt;
   opt.print = false;
-  Trainer t = Trainer::from_config(tc, opt);
+  Trainer t = Trainer::from_config(tc, layout::resolve_parallel(tc.parallel, 1), opt);
   t.run();
   const uint64_t bytes = async_checkpoint_host_bytes(t.engine(), layout::Coord{});
   EXPECT_EQ(bytes, static_cast<uint64_t>(t.engine().model().num_parameters()) * 12);

@@ -4,19 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 
 #include "tandem/core/units.h"
 
 namespace tandem::checkpoint {
 
-ProgressOptions ProgressOptions::from_environment() {
+ProgressOptions ProgressOptions::from(const Diagnostics& diagnostics) {
   ProgressOptions o;
-  if (const char* s = std::getenv("TANDEM_PROGRESS_S")) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end != s && v >= 0) o.first_after_s = o.every_s = v;
-  }
+  if (diagnostics.progress_s) o.first_after_s = o.every_s = *diagnostics.progress_s;
   return o;
 }
 

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <string>
 
+#include "tandem/core/diagnostics.h"
+
 namespace tandem::checkpoint {
 
 struct ProgressOptions {
@@ -16,17 +18,16 @@ struct ProgressOptions {
   double every_s = 5;                            // then a line at most this often
   std::function<void(const std::string&)> sink;  // where lines go (without newline); null: stdout
   std::function<double()> clock;  // seconds on a steady clock; null: std::chrono::steady_clock (tests drive their own)
-  // The defaults, with first_after_s = every_s = S when TANDEM_PROGRESS_S=S is set (S = 0: a line at every add(), for
-  // the tests that check the lines of work too short to wait for).
-  static ProgressOptions from_environment();
+  // The defaults, with first_after_s = every_s = S when the diagnostics say TANDEM_PROGRESS_S=S (S = 0: a line at every
+  // add(), for the tests that check the lines of work too short to wait for).
+  static ProgressOptions from(const Diagnostics& diagnostics);
 };
 
 class Progress {
  public:
   // `what` names the work ("writing checkpoint step_00000010"); `total_bytes` 0 when unknown (no percentage, no
   // ETA). Nothing is printed when `enabled` is false (ranks other than 0).
-  Progress(std::string what, uint64_t total_bytes, bool enabled,
-           ProgressOptions options = ProgressOptions::from_environment());
+  Progress(std::string what, uint64_t total_bytes, bool enabled, ProgressOptions options = ProgressOptions());
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 

@@ -79,17 +79,18 @@ struct TrainConfig {
   BatchConfig batch_config;   // the batch keys as written
   BatchSizes batch{};         // resolved for data_parallel ranks by set_data_parallel
   int64_t data_parallel = 0;  // 0 until set_data_parallel
-  int64_t steps;
-  uint64_t seed;
-  int64_t steps_per_print;
+  // The defaults of the keys (the settings table reads them here).
+  int64_t steps = 100;
+  uint64_t seed = 1234;
+  int64_t steps_per_print = 1;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
-  double gradient_clipping;  // 0 = off
-  int64_t zero_stage;
+  double gradient_clipping = 0;  // 0 = off
+  int64_t zero_stage = 0;
   OffloadConfig offload_optimizer;  // zero_optimization.offload_optimizer (or the older cpu_offload)
   OffloadConfig offload_param;      // zero_optimization.offload_param (stage 3)
   Fp16Config fp16;
-  bool bf16;
+  bool bf16 = false;
   ModelConfig model;
   spec::LoraConfig lora;  // "lora": adapters on the frozen model (enabled false without it)
   spec::Fp8Config fp8;    // "fp8": the blocks' projections in FP8

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "tandem/config/fields.h"
+#include "tandem/config/settings.h"
 #include "tandem/core/error.h"
 
 namespace tandem::config {
@@ -50,10 +51,40 @@ DeepSpeedKey only_when(std::string path, std::vector<Json> values, std::string n
   return {std::move(path), kRefused, std::move(v), std::move(note), std::move(refusal), false, false};
 }
 
+// The rows of the settings table (settings.h) at `object` and under it whose DeepSpeed name is their own: the keys
+// Tandem's schema reads, with the table's line as the note. A marker here, expanded by with_settings.
+DeepSpeedKey settings_of(std::string object) { return {std::move(object), kHonoured, {}, "", "", true, false}; }
+
+// Each settings_of marker replaced by its rows, in the table's order; a row under an object that has a marker of its
+// own goes there.
+std::vector<DeepSpeedKey> with_settings(const std::vector<DeepSpeedKey>& keys) {
+  std::vector<std::string> markers;
+  for (const DeepSpeedKey& k : keys)
+    if (k.schema && k.note.empty()) markers.push_back(k.path);
+  const auto under = [](const std::string& path, const std::string& object) {
+    return path == object || path.compare(0, object.size() + 1, object + ".") == 0;
+  };
+  std::vector<DeepSpeedKey> out;
+  for (const DeepSpeedKey& k : keys) {
+    if (!(k.schema && k.note.empty())) {
+      out.push_back(k);
+      continue;
+    }
+    for (const Setting& s : settings()) {
+      if (s.deepspeed != "=" || !under(s.path, k.path)) continue;
+      const bool deeper = std::any_of(markers.begin(), markers.end(), [&](const std::string& m) {
+        return m.size() > k.path.size() && under(m, k.path) && under(s.path, m);
+      });
+      if (!deeper) out.push_back(schema(s.path, s.doc));
+    }
+  }
+  return out;
+}
+
 std::vector<DeepSpeedKey> build_catalogue() {
   const std::string monitor = "Tandem writes every step's loss, rate and timing to OUT/metrics.jsonl instead";
   const std::string bucket = "Tandem reduces each layer's gradients in one message, with no buckets";
-  return {
+  const std::vector<DeepSpeedKey> keys = {
       // Batch size
       schema("train_batch_size", "the global batch: train_batch_size = micro x accumulation x data-parallel"),
       schema("train_micro_batch_size_per_gpu",
@@ -62,17 +93,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       honoured_when("managed_gradient_accumulation", true,
                     "Tandem steps the optimizer once per accumulation boundary; false changes only who calls step()"),
       // Optimizer
-      schema("optimizer", "the optimizer object"),
-      schema("optimizer.type", "\"Adam\" or \"AdamW\"; DeepSpeed's other optimizers are refused by name"),
-      schema("optimizer.params", "the optimizer's parameters"),
-      schema("optimizer.params.lr", "the learning rate (the schedule's peak when no warmup_max_lr is given)"),
-      schema("optimizer.params.betas", "Adam's [beta1, beta2]"),
-      schema("optimizer.params.eps", "Adam's epsilon"),
-      schema("optimizer.params.weight_decay",
-             "applied to matrices and embeddings, not to biases or norm gains, for Adam and AdamW alike"),
-      schema("optimizer.params.adam_w_mode",
-             "true (the default): decoupled decay (AdamW); false: L2, the decay added to the gradient; "
-             "refused with type AdamW"),
+      settings_of("optimizer"),
       no_effect("optimizer.params.torch_adam",
                 "chooses torch's Adam over DeepSpeed's fused kernel; both compute the same update, as Tandem's does"),
       no_effect("optimizer.params.fused", "an implementation choice of torch.optim; the update is the same"),
@@ -89,20 +110,9 @@ std::vector<DeepSpeedKey> build_catalogue() {
       only_when("optimizer.params.fp32_optimizer_states", {true}, "Tandem keeps Adam's moments in fp32",
                 "Tandem keeps Adam's moments in fp32 only; remove it"),
       no_effect("optimizer.legacy_fusion", "a switch of DeepSpeed's old fused fp16 optimizer"),
-      schema("gradient_clipping", "global-norm clipping threshold; 0 = off"),
+      settings_of("gradient_clipping"),
       // Scheduler
-      schema("scheduler", "the learning-rate schedule"),
-      schema("scheduler.type",
-             "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\" (and Tandem's \"Constant\"); OneCycle and "
-             "LRRangeTest are refused by name"),
-      schema("scheduler.params", "the schedule's parameters"),
-      schema("scheduler.params.warmup_min_lr", "WarmupLR, WarmupDecayLR: the rate at step 0"),
-      schema("scheduler.params.warmup_max_lr", "WarmupLR, WarmupDecayLR: the peak; when absent, optimizer.params.lr"),
-      schema("scheduler.params.warmup_num_steps", "the warmup's length in steps (DeepSpeed's default 1000)"),
-      schema("scheduler.params.warmup_type", "\"log\" (DeepSpeed's default) or \"linear\""),
-      schema("scheduler.params.total_num_steps", "WarmupDecayLR, WarmupCosineLR: where the decay ends; default steps"),
-      schema("scheduler.params.warmup_min_ratio", "WarmupCosineLR: the warmup's start as a fraction of the peak"),
-      schema("scheduler.params.cos_min_ratio", "WarmupCosineLR: the floor as a fraction of the peak"),
+      settings_of("scheduler"),
       only_when("scheduler.params.last_batch_iteration", {-1}, "-1 starts the schedule at the run's first step",
                 "Tandem's schedule follows the run's step count; remove it, and continue a run with --resume"),
       // Communication
@@ -127,13 +137,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       honoured_when("sparse_gradients", false,
                     "only changes how embedding gradients travel; Tandem reduces them dense, with the same values"),
       // FP16
-      schema("fp16", "16-bit compute in f16 with fp32 master weights, moments and gradient reduction"),
-      schema("fp16.enabled", "compute in f16"),
-      schema("fp16.loss_scale", "0: dynamic loss scaling, otherwise a static scale"),
-      schema("fp16.initial_scale_power", "the dynamic scale starts at 2^initial_scale_power"),
-      schema("fp16.loss_scale_window", "good steps before the dynamic scale doubles"),
-      schema("fp16.hysteresis", "overflows tolerated before the scale halves (see docs/deepspeed.md)"),
-      schema("fp16.min_loss_scale", "the dynamic scale's floor"),
+      settings_of("fp16"),
       honoured_when("fp16.auto_cast", true, "Tandem casts float inputs to the compute dtype whatever the value"),
       only_when("fp16.consecutive_hysteresis", {false},
                 "false is DeepSpeed's default; Tandem refills the hysteresis when it halves the scale",
@@ -141,8 +145,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       only_when("fp16.fp16_master_weights_and_grads", {false}, "Tandem keeps fp32 master weights and gradients",
                 "Tandem keeps master weights and gradients in fp32 only; remove it"),
       // BF16
-      schema("bf16", "16-bit compute in bf16 with fp32 master weights, moments and gradient reduction"),
-      schema("bf16.enabled", "compute in bf16"),
+      settings_of("bf16"),
       no_effect("bf16.immediate_grad_update",
                 "when DeepSpeed's bf16 optimizer copies gradients; Tandem accumulates fp32 gradients in place"),
       only_when("bf16.check_grad_overflow", {false}, "Tandem does not skip bf16 steps",
@@ -168,8 +171,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("torch_autocast.dtype", "used only with torch_autocast.enabled"),
       no_effect("torch_autocast.lower_precision_safe_modules", "used only with torch_autocast.enabled"),
       // ZeRO
-      schema("zero_optimization", "ZeRO across the data-parallel replicas"),
-      schema("zero_optimization.stage", "0-3: 1 shards the optimizer state, 2 also the gradients, 3 also the weights"),
+      settings_of("zero_optimization"),
       honoured_when("zero_optimization.contiguous_gradients", true,
                     "Tandem keeps each layer's gradients in one flat buffer whatever the value"),
       honoured_when("zero_optimization.reduce_scatter", true,
@@ -188,30 +190,12 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("zero_optimization.grad_hooks",
                 "Tandem reduces a layer's gradients when backward is done with it (stages 2, 3) or at the step's "
                 "end (0, 1)"),
-      schema("zero_optimization.offload_param",
-             "ZeRO-Infinity's parameter offload (stage 3): the weights live in host memory or files, fetched layer by "
-             "layer ahead of use (docs/offload.md)"),
-      schema("zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\""),
-      schema("zero_optimization.offload_param.nvme_path", "with \"nvme\": the folder each rank's swap file goes in"),
-      schema("zero_optimization.offload_param.pin_memory", "page-locked host buffers (asynchronous copies to a GPU)"),
-      schema("zero_optimization.offload_param.buffer_count", "with \"nvme\": host buffers the swap cycles through"),
+      settings_of("zero_optimization.offload_param"),
       no_effect("zero_optimization.offload_param.buffer_size",
                 "Tandem's swap buffers hold one layer each, sized by the layer"),
       no_effect("zero_optimization.offload_param.max_in_cpu",
                 "with \"nvme\" Tandem keeps no weights in host memory beyond its swap buffers"),
-      // offload_optimizer.update and .upload_piece, Tandem's own, are not listed: DeepSpeed has no such keys.
-      schema("zero_optimization.offload_optimizer",
-             "ZeRO-Offload: the fp32 master weights, both moments and the gradients' owned shard live in host memory "
-             "or files, and AdamW runs on the host (docs/offload.md); Tandem's own update and upload_piece are "
-             "accepted beside DeepSpeed's keys"),
-      schema("zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\""),
-      schema("zero_optimization.offload_optimizer.nvme_path",
-             "with \"nvme\": the folder each rank's swap file goes in"),
-      schema("zero_optimization.offload_optimizer.pin_memory",
-             "page-locked host buffers (asynchronous copies to a GPU)"),
-      schema("zero_optimization.offload_optimizer.buffer_count", "with \"nvme\": host buffers the swap cycles through"),
-      schema("zero_optimization.offload_optimizer.ratio",
-             "the share of the optimizer state offloaded, by parameters in layer order; the rest stays on the device"),
+      settings_of("zero_optimization.offload_optimizer"),
       no_effect("zero_optimization.offload_optimizer.pipeline_read",
                 "Tandem's swap always reads the next layer's state ahead of its update"),
       no_effect("zero_optimization.offload_optimizer.pipeline_write",
@@ -293,7 +277,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("expert_parallel.*", "used only with expert_parallel.enabled"),
       no_effect_object("hybrid_engine", "switches to DeepSpeed's inference kernels for generation; Tandem only trains"),
       // Logging
-      schema("steps_per_print", "a progress line every N steps"),
+      settings_of("steps_per_print"),
       honoured_when("wall_clock_breakdown", false,
                     "Tandem prints every step's time and writes it to metrics.jsonl anyway"),
       honoured_when("memory_breakdown", false, "tandem train prints each device's predicted and measured peak anyway"),
@@ -399,8 +383,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("elasticity.num_gpus_per_node", "used only with elasticity.enabled"),
       no_effect("elasticity.model_parallel_size", "used only with elasticity.enabled"),
       // Checkpoints: Tandem's own object has every, keep and at_end; DeepSpeed's keys sit beside them.
-      schema("checkpoint",
-             "Tandem's checkpoint object (every, keep, at_end, async); DeepSpeed's keys in it are accepted"),
+      settings_of("checkpoint"),
       no_effect("checkpoint.tag_validation", "Tandem checks each file's CRC32 and the parameter set on load instead"),
       honoured_when("checkpoint.load_universal", true, "Tandem's checkpoints load in any layout anyway"),
       no_effect("checkpoint.use_node_local_storage", "every rank writes into the run's one checkpoint folder"),
@@ -434,6 +417,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect_object("nebula", "a checkpoint service of Azure"),
       no_effect_object("datastates", "an asynchronous checkpoint engine"),
   };
+  return with_settings(keys);
 }
 
 // The catalogue's index: each key's entry, and each object's keys (with "*" for a catch-all).

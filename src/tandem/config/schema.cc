@@ -1,5 +1,7 @@
-// The config schema: which keys exist at each level, their types, ranges and defaults (validate()); the llama model's
-// own keys are checked in schema_llama.cc.
+// The config schema: which keys exist at each level, their types, ranges and defaults (validate()), and the rules that
+// join keys. The sections the settings table holds (settings.h: optimizer, scheduler, precision, ZeRO and offload,
+// parallel, checkpoint) take their keys, checks and defaults from its rows; the llama model's own keys are checked in
+// schema_llama.cc.
 // DeepSpeed's keys that Tandem does not read are judged by deepspeed_keys.cc, "auto" values by
 // auto_values.cc; batch-size arithmetic is in batch.cc; reading files, overrides and the typed view are in
 // config.cc.
@@ -17,6 +19,7 @@
 #include "tandem/config/fields.h"
 #include "tandem/config/hf_config.h"
 #include "tandem/config/lora_config.h"
+#include "tandem/config/settings.h"
 #include "tandem/core/error.h"
 #include "tandem/core/units.h"
 #include "tandem/spec/schedule.h"
@@ -137,21 +140,20 @@ double default_lr(const Json& cfg) {
 
 void validate_optimizer(Json& obj, double lr, std::vector<std::string>& no_effect) {
   Fields o(obj, "optimizer");
-  only_with_deepspeed(o, {"type", "params"}, no_effect);
+  only_with_deepspeed(o, setting_keys("optimizer"), no_effect);
   refuse_deepspeed_type(o, "type");
-  const std::string type = o.choice("type", "AdamW", {"AdamW", "Adam"});
+  const std::string type = read_setting(o, "type").get<std::string>();
   Fields p(o.object("params"), "optimizer.params");
-  only_with_deepspeed(p, {"lr", "betas", "eps", "weight_decay", "adam_w_mode"}, no_effect);
-  p.number("lr", lr, 0.0);
-  if (!p.has("betas")) p.raw("betas") = Json::array({0.9, 0.999});
-  const Json& betas = p.raw("betas");
+  only_with_deepspeed(p, setting_keys("optimizer.params"), no_effect);
+  read_setting(p, "lr", Json(lr));
+  const Json& betas = read_setting(p, "betas");
   const auto beta_ok = [](const Json& b) { return b.is_number() && b.get<double>() >= 0 && b.get<double>() < 1; };
   if (!betas.is_array() || betas.size() != 2 || !beta_ok(betas[0]) || !beta_ok(betas[1]))
     p.fail_type("betas", "a pair [beta1, beta2] of numbers in [0, 1), e.g. [0.9, 0.999]");
-  p.number("eps", 1e-8, 0.0, std::numeric_limits<double>::infinity(), /*min_exclusive=*/true);
-  p.number("weight_decay", 0.0, 0.0);
+  read_setting(p, "eps");
+  read_setting(p, "weight_decay");
   // DeepSpeed's Adam decouples the decay too unless adam_w_mode is false (L2); its AdamW always does.
-  const bool decoupled = p.boolean("adam_w_mode", true);
+  const bool decoupled = read_setting(p, "adam_w_mode").get<bool>();
   if (type == "AdamW" && !decoupled)
     TANDEM_FAIL(
         "optimizer.params.adam_w_mode is false but optimizer.type is \"AdamW\", whose weight decay is always "
@@ -163,9 +165,9 @@ void validate_optimizer(Json& obj, double lr, std::vector<std::string>& no_effec
 // the ends of the decays default to the run's steps.
 void validate_scheduler(Json& obj, int64_t steps, std::vector<std::string>& no_effect) {
   Fields s(obj, "scheduler");
-  s.only({"type", "params"});
+  s.only(setting_keys("scheduler"));
   refuse_deepspeed_type(s, "type");
-  const std::string type = s.choice("type", "Constant", {"Constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
+  const std::string type = read_setting(s, "type").get<std::string>();
   Fields p(s.object("params"), "scheduler.params");
   const std::vector<std::string> warmup = {"warmup_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_type"};
   const std::vector<std::string> decay = merged({warmup, {"total_num_steps"}});
@@ -180,19 +182,18 @@ void validate_scheduler(Json& obj, int64_t steps, std::vector<std::string>& no_e
   const std::vector<std::string>& own = type == "WarmupLR" ? warmup : type == "WarmupDecayLR" ? decay : cosine;
   only_with_deepspeed(p, own, no_effect, minus(all, own), variant);
   const bool warm_given = p.has("warmup_num_steps");
-  const int64_t warm = p.integer("warmup_num_steps", 1000, 0);
-  p.choice("warmup_type", "log", {"log", "linear"});
-  const spec::SchedulerConfig defaults;  // the defaults' one place
+  const int64_t warm = read_setting(p, "warmup_num_steps").get<int64_t>();
+  read_setting(p, "warmup_type");
   if (type == "WarmupCosineLR") {
-    p.number("warmup_min_ratio", defaults.warmup_min_ratio, 0.0, 1.0);
-    p.number("cos_min_ratio", defaults.cos_min_ratio, 0.0, 1.0);
+    read_setting(p, "warmup_min_ratio");
+    read_setting(p, "cos_min_ratio");
   } else {
-    p.number("warmup_min_lr", defaults.warmup_min_lr, 0.0);
-    if (p.has("warmup_max_lr")) p.number("warmup_max_lr", std::nullopt, 0.0);
+    read_setting(p, "warmup_min_lr");
+    if (p.has("warmup_max_lr")) read_setting(p, "warmup_max_lr");
   }
   if (type == "WarmupLR") return;
   const bool total_given = p.has("total_num_steps");
-  const int64_t total = p.integer("total_num_steps", steps, 1);
+  const int64_t total = read_setting(p, "total_num_steps", Json(steps)).get<int64_t>();
   if (warm > total)
     TANDEM_FAIL("scheduler.params.warmup_num_steps (", warm, warm_given ? "" : ", DeepSpeed's default",
                 ") exceeds scheduler.params.total_num_steps (", total, total_given ? "" : ", the run's steps",
@@ -223,32 +224,23 @@ void rewrite_cpu_offload(Json& zero) {
 // written back whether or not a device is set, and change nothing without one.
 void validate_offload(Fields& z, const std::string& key, std::vector<std::string>& no_effect) {
   Fields o(z.object(key), z.path(key));
-  const bool optimizer = key == "offload_optimizer";
-  std::vector<std::string> own = {"device", "nvme_path", "pin_memory", "buffer_count"};
-  if (optimizer) own.insert(own.end(), {"ratio", "update", "upload_piece"});
+  const std::vector<std::string> own = setting_keys(o.path());
   only_with_deepspeed(o, own, no_effect);
-  const std::string device = o.choice("device", "none", {"none", "cpu", "nvme"});
-  const OffloadConfig defaults;  // the defaults' one place
-  o.boolean("pin_memory", defaults.pin_memory);
-  o.integer("buffer_count", defaults.buffer_count, 1, 1024);
-  if (optimizer) {
-    o.number("ratio", defaults.ratio, 0.0, 1.0, /*min_exclusive=*/true);
-    o.choice("update", defaults.update == spec::OffloadUpdate::AfterBackward ? "after_backward" : "in_backward",
-             {"in_backward", "after_backward"});
-    o.integer("upload_piece", defaults.upload_piece, 1);
-  }
+  const std::string device = read_setting(o, "device").get<std::string>();
+  for (const std::string& k : own)
+    if (k != "device" && k != "nvme_path") read_setting(o, k);
   if (device == "nvme" && !o.has("nvme_path"))
     TANDEM_FAIL("missing required config key '", o.path("nvme_path"), "': ", o.path("device"),
                 " \"nvme\" swaps to files in that folder (a fast local disk); give it, or use \"cpu\"");
-  if (o.has("nvme_path")) o.string("nvme_path", std::nullopt);
+  if (o.has("nvme_path")) read_setting(o, "nvme_path");
 }
 
 void validate_precision(Fields& top, std::vector<std::string>& no_effect) {
   Json& zero = top.object("zero_optimization");
   rewrite_cpu_offload(zero);
   Fields z(zero, "zero_optimization");
-  only_with_deepspeed(z, {"stage", "offload_optimizer", "offload_param"}, no_effect);
-  const int64_t stage = z.integer("stage", 0, 0, 3);
+  only_with_deepspeed(z, setting_keys("zero_optimization"), no_effect);
+  const int64_t stage = read_setting(z, "stage").get<int64_t>();
   validate_offload(z, "offload_optimizer", no_effect);
   validate_offload(z, "offload_param", no_effect);
   const bool optimizer = zero.at("offload_optimizer").at("device") != "none";
@@ -267,19 +259,13 @@ void validate_precision(Fields& top, std::vector<std::string>& no_effect) {
         "device, which take more memory than the weights it offloads: set offload_optimizer.device too");
 
   Fields h(top.object("fp16"), "fp16");
-  only_with_deepspeed(
-      h, {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"},
-      no_effect);
-  const bool fp16 = h.boolean("enabled", false);
-  h.number("loss_scale", 0.0, 0.0);
-  h.integer("initial_scale_power", 16, 0, 126);  // 2^127 would overflow fp32
-  h.integer("loss_scale_window", 1000, 1);
-  h.integer("hysteresis", 2, 1);
-  h.number("min_loss_scale", 1.0, 0.0, std::numeric_limits<double>::infinity(), /*min_exclusive=*/true);
+  only_with_deepspeed(h, setting_keys("fp16"), no_effect);
+  for (const std::string& k : setting_keys("fp16")) read_setting(h, k);
+  const bool fp16 = h.raw("enabled").get<bool>();
 
   Fields b(top.object("bf16"), "bf16");
-  only_with_deepspeed(b, {"enabled"}, no_effect);
-  const bool bf16 = b.boolean("enabled", false);
+  only_with_deepspeed(b, setting_keys("bf16"), no_effect);
+  const bool bf16 = read_setting(b, "enabled").get<bool>();
   if (fp16 && bf16)
     TANDEM_FAIL(
         "fp16.enabled and bf16.enabled are both true: choose one mixed-precision mode and set the other's "
@@ -455,15 +441,10 @@ void validate_parallel(Fields& top) {
   }
   if (!par.is_object()) top.fail_type("parallel", "\"auto\" or an object {...}");
   Fields p(par, "parallel");
-  p.only({"virtual_gpus", "pipeline", "tensor", "context", "schedule", "virtual_stages", "activation_checkpointing",
-          "stages", "timeout_s", "cpu_checkpointing"});
-  // Only names and types for now: the layout code decides defaults and how the values combine.
-  for (const char* key : {"virtual_gpus", "pipeline", "tensor", "context", "virtual_stages"})
-    if (p.has(key)) p.integer(key, std::nullopt, 1);
-  if (p.has("schedule")) p.choice("schedule", std::nullopt, spec::schedule_names());
-  if (p.has("activation_checkpointing")) p.boolean("activation_checkpointing", std::nullopt);
-  if (p.has("cpu_checkpointing")) p.boolean("cpu_checkpointing", std::nullopt);
-  if (p.has("timeout_s")) p.number("timeout_s", std::nullopt, 0.0, std::numeric_limits<double>::infinity(), true);
+  p.only(setting_keys("parallel"));
+  // Only names and types: the layout code (layout::resolve_parallel) decides defaults and how the values combine.
+  for (const std::string& key : setting_keys("parallel"))
+    if (key != "stages" && p.has(key)) read_setting(p, key);
   if (p.has("stages")) {
     const Json& stages = p.raw("stages");
     bool ok = stages.is_array();
@@ -517,13 +498,13 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   only_with_deepspeed(top, top_keys(), no_effect, {}, "", {kAutoRecord});
   for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"})
     if (top.has(key)) top.integer(key, std::nullopt, 1);
-  const int64_t steps = top.integer("steps", 100, 1);
-  top.integer("seed", 1234, 0);
-  top.integer("steps_per_print", 1, 1);
+  const int64_t steps = read_setting(top, "steps").get<int64_t>();
+  read_setting(top, "seed");
+  read_setting(top, "steps_per_print");
   const double lr = default_lr(cfg);
   validate_optimizer(top.object("optimizer"), lr, no_effect);
   validate_scheduler(top.object("scheduler"), steps, no_effect);
-  top.number("gradient_clipping", 0.0, 0.0);
+  read_setting(top, "gradient_clipping");
   validate_precision(top, no_effect);
   validate_model(top);
   validate_lora(cfg, top.raw("model")["type"].get<std::string>());
@@ -542,11 +523,8 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   validate_parallel(top);
   validate_cpu_checkpointing(top);
   Fields c(top.object("checkpoint"), "checkpoint");
-  only_with_deepspeed(c, {"every", "keep", "at_end", "async"}, no_effect);
-  c.integer("every", 0, 0);
-  c.integer("keep", 3, 1);
-  c.boolean("at_end", true);
-  c.boolean("async", true);
+  only_with_deepspeed(c, setting_keys("checkpoint"), no_effect);
+  for (const std::string& k : setting_keys("checkpoint")) read_setting(c, k);
   validate_monitor(top, "tensorboard");
   validate_monitor(top, "csv_monitor");
   validate_memory_size(top, "device_memory");

@@ -48,7 +48,7 @@ struct ParallelPlan {
   bool activation_checkpointing = false;
   bool cpu_checkpointing = false;  // the checkpointed layer inputs in host memory (needs activation_checkpointing)
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
-  double timeout_s = 300;                           // the communication watchdog
+  double timeout_s = spec::ParallelConfig::kDefaultTimeoutS;  // the communication watchdog
 };
 
 // From the config's "parallel" object (null/absent: everything 1 except what the world size implies, i.e.

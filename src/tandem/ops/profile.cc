@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -20,13 +18,8 @@
 namespace tandem::ops::profile {
 namespace {
 
-// -1: the environment not read yet; 0 off; 1 on.
-std::atomic<int> g_enabled{-1};
-
-bool environment_says_on() {
-  const char* v = std::getenv("TANDEM_PROFILE");
-  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
-}
+// Off until set_enabled (the trainer turns it on with TANDEM_PROFILE, core/diagnostics.h).
+std::atomic<bool> g_enabled{false};
 
 struct Totals {
   double calls = 0, ms = 0, flops = 0, bytes = 0;
@@ -184,17 +177,9 @@ std::string rate(const Row& r) {
 
 }  // namespace
 
-bool enabled() {
-  int v = g_enabled.load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = environment_says_on() ? 1 : 0;
-    int unread = -1;
-    if (!g_enabled.compare_exchange_strong(unread, v)) v = unread;  // set_enabled got there first
-  }
-  return v == 1;
-}
+bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
-void set_enabled(bool on) { g_enabled.store(on ? 1 : 0); }
+void set_enabled(bool on) { g_enabled.store(on); }
 
 const Backend& cpu_backend() { return timed_table<CpuClock>("cpu (timed)"); }
 

@@ -1,4 +1,4 @@
-// The op profile: where a training step's time goes. With TANDEM_PROFILE=1 in the environment (or set_enabled), ops.cc
+// The op profile: where a training step's time goes. Once set_enabled (the trainer's, with TANDEM_PROFILE=1), ops.cc
 // dispatches CPU and CUDA tensors through timed copies of the backend tables: each call's time (host clock on CPU, a
 // pair of CUDA events on the compute stream on GPUs, read only when a step closes) and its work (work.h) are added
 // to a row per op name, and for matmul per shape and dtype. The trainer closes each step with end_step and prints
@@ -16,7 +16,7 @@
 
 namespace tandem::ops::profile {
 
-// TANDEM_PROFILE set to anything but "" or "0", read once; set_enabled overrides it (tests, tools).
+// Off until set_enabled(true): the trainer's with TANDEM_PROFILE (core/diagnostics.h), or tests and tools.
 bool enabled();
 void set_enabled(bool on);
 

@@ -86,6 +86,7 @@ struct ParallelConfig {
   bool cpu_checkpointing = false;
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
   std::optional<double> timeout_s;
+  static constexpr double kDefaultTimeoutS = 300;  // the communication watchdog's seconds when timeout_s is absent
 };
 
 // "eval": the loss on `steps` global batches of `data` (the same batches each time), no update, every `every` steps

@@ -172,11 +172,12 @@ uint64_t manifest_file_bytes(const fs::path& dir) {
   }
 }
 
-int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, layout::Groups& groups) {
+int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, layout::Groups& groups,
+                        const checkpoint::ProgressOptions& pace) {
   // Every rank checksums every file, then takes its own slices: rank 0 says how the reading goes.
   const uint64_t values_bytes = static_cast<uint64_t>(engine.model().num_parameters()) * 3 * sizeof(float);
   checkpoint::Progress progress("resuming from " + folder + " (checksums, then the state)",
-                                manifest_file_bytes(folder) + values_bytes, groups.rank == 0);
+                                manifest_file_bytes(folder) + values_bytes, groups.rank == 0, pace);
   const CheckpointReader reader{fs::path(folder), &progress};
   // Check everything before touching the model. A checkpoint holds the trainable parameters (the adapters alone under
   // LoRA, whose frozen base comes from the pretrained weights again).
@@ -230,8 +231,8 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
   return reader.manifest().at("step").get<int64_t>();
 }
 
-void load_initial_weights(const std::string& path, const spec::ModelConfig& model, parallel::Engine& engine,
-                          bool print) {
+void load_initial_weights(const std::string& path, const spec::ModelConfig& model, parallel::Engine& engine, bool print,
+                          const checkpoint::ProgressOptions& pace) {
   const std::unique_ptr<interchange::WeightSource> source = interchange::open_weights(path, model);
   const bool hf = interchange::is_hf_folder(path);
   std::ostringstream problems;
@@ -274,7 +275,8 @@ void load_initial_weights(const std::string& path, const spec::ModelConfig& mode
   engine.store().visit_owned([&](const nn::Parameter&, int64_t, const Tensor& value, const Tensor&, const Tensor&) {
     owned += static_cast<uint64_t>(value.numel()) * sizeof(float);
   });
-  checkpoint::Progress progress("loading initial weights from " + path + " (this rank's part, as fp32)", owned, print);
+  checkpoint::Progress progress("loading initial weights from " + path + " (this rank's part, as fp32)", owned, print,
+                                pace);
   engine.store().visit_owned(
       [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor&, const Tensor&) {
         if (p.adapter) return;
@@ -288,13 +290,14 @@ void load_initial_weights(const std::string& path, const spec::ModelConfig& mode
   engine.store().values_changed();
 }
 
-std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder, bool print) {
-  checkpoint::Progress check("reading checkpoint " + folder + ": checksums", manifest_file_bytes(folder), print);
+std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder, bool print,
+                                                             const checkpoint::ProgressOptions& pace) {
+  checkpoint::Progress check("reading checkpoint " + folder + ": checksums", manifest_file_bytes(folder), print, pace);
   const CheckpointReader reader{fs::path(folder), &check};
   check.finish();
   uint64_t total = 0;
   for (const auto& [name, shape] : reader.shapes()) total += static_cast<uint64_t>(shape_numel(shape)) * sizeof(float);
-  checkpoint::Progress progress("reading checkpoint " + folder + ": weights", total, print);
+  checkpoint::Progress progress("reading checkpoint " + folder + ": weights", total, print, pace);
   std::map<std::string, LogicalTensor> out;
   for (const auto& [name, shape] : reader.shapes()) {
     out[name] = {shape, reader.assemble(name, "value")};

@@ -39,7 +39,9 @@ CheckpointSummary read_checkpoint_summary(const std::string& folder);
 // Collective. Verifies the manifest, the checksums of the files it reads and that the checkpoint holds
 // exactly this model's parameters, then loads weights and moments. Returns the step it was saved at.
 // Nothing is modified when it throws.
-int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, layout::Groups& groups);
+// `pace`: how often rank 0 reports the reading (checkpoint/progress.h).
+int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, layout::Groups& groups,
+                        const checkpoint::ProgressOptions& pace = {});
 
 // Loads initial weights from one consolidated safetensors file (tandem export, or written by PyTorch with
 // the same names), or from a Hugging Face model folder of `model`'s family (interchange/weight_source.h):
@@ -47,7 +49,7 @@ int64_t load_checkpoint(const std::string& folder, parallel::Engine& engine, lay
 // Frozen parameters (the base under LoRA) are loaded too; LoRA adapters are not base parameters. Each rank reads only
 // the elements it owns. `print`: this rank reports the reading as it goes (checkpoint/progress.h).
 void load_initial_weights(const std::string& path, const spec::ModelConfig& model, parallel::Engine& engine,
-                          bool print = false);
+                          bool print = false, const checkpoint::ProgressOptions& pace = {});
 
 // The consolidated weights of a checkpoint: each parameter's logical tensor (for tandem export).
 struct LogicalTensor {
@@ -55,7 +57,8 @@ struct LogicalTensor {
   std::vector<float> values;
 };
 // `print`: report the reading as it goes.
-std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder, bool print = false);
+std::map<std::string, LogicalTensor> read_checkpoint_weights(const std::string& folder, bool print = false,
+                                                             const checkpoint::ProgressOptions& pace = {});
 // The fp32 bytes of a checkpoint's weights (its manifest's parameter count), before anything is read.
 uint64_t checkpoint_weight_bytes(const std::string& folder);
 

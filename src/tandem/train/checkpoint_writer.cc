@@ -199,7 +199,8 @@ config::Json CheckpointWriter::manifest_without_files(int64_t step) {
 }
 
 void CheckpointWriter::copy_state(Pending& w) {
-  checkpoint::Progress progress("copying checkpoint state to host memory", layout_.data_bytes, options_.print);
+  checkpoint::Progress progress("copying checkpoint state to host memory", layout_.data_bytes, options_.print,
+                                options_.progress);
   // A GPU's state is queued on its stream of copies to host memory after the work queued so far (this step's update),
   // so the next step's forward and backward run beside the copies: its update waits for them on the GPU
   // (ParameterStore::update_after) and the writer thread before it writes. State in host memory (offloaded, or paged in
@@ -265,7 +266,7 @@ double CheckpointWriter::save(int64_t step) {
     w.thread = std::thread([this, &w, path, what, kill] {
       try {
         for (const auto& [d, ticket] : w.copies) d->host_waits(ticket);  // the state has arrived
-        checkpoint::Progress progress(what, layout_.file_bytes(), options_.print);
+        checkpoint::Progress progress(what, layout_.file_bytes(), options_.print, options_.progress);
         const auto t = Clock::now();
         w.crc = write_image(path, layout_.prefix, image_.data(), layout_.data_bytes, progress, kill);
         w.write_s = seconds_since(t);
@@ -287,7 +288,7 @@ double CheckpointWriter::save(int64_t step) {
   }
   if (staging_.bytes() == 0 && device_) staging_ = HostBuffer(host_bytes(), *device_);
   try {
-    checkpoint::Progress progress(what, layout_.file_bytes(), options_.print);
+    checkpoint::Progress progress(what, layout_.file_bytes(), options_.print, options_.progress);
     const auto t = Clock::now();
     w.crc = write_staged(path, layout_.prefix, slots_of(engine_, groups_.coord, layout_), staging_, progress);
     w.write_s = seconds_since(t);

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "tandem/checkpoint/progress.h"
 #include "tandem/checkpoint/safetensors.h"
 #include "tandem/config/config.h"
 #include "tandem/layout/groups.h"
@@ -25,11 +26,12 @@
 namespace tandem::train {
 
 struct CheckpointWriterOptions {
-  std::string root;     // <run>/checkpoints: step_<k>/ go here
-  int64_t keep = 3;     // complete checkpoints kept
-  bool async = true;    // write in the background (checkpoint.async)
-  bool print = false;   // this rank says what it does (rank 0)
-  config::Json config;  // the validated config, saved in each manifest
+  std::string root;                      // <run>/checkpoints: step_<k>/ go here
+  int64_t keep = 3;                      // complete checkpoints kept
+  bool async = true;                     // write in the background (checkpoint.async)
+  bool print = false;                    // this rank says what it does (rank 0)
+  config::Json config;                   // the validated config, saved in each manifest
+  checkpoint::ProgressOptions progress;  // the pace of the progress lines (checkpoint/progress.h)
   // Fault injection for the tests (TANDEM_FAULT=rank=R,step=S,kind=kill_in_write): this rank kills itself by SIGKILL
   // halfway through writing its file of the checkpoint of step S. 0: never.
   int64_t kill_in_write_step = 0;

@@ -62,27 +62,8 @@ ModelBuilder single_use_builder(std::shared_ptr<nn::Model> model) {
   };
 }
 
-// Fault injection for the fault tests: TANDEM_FAULT="rank=R,step=S,kind=hang|kill|exit|kill_in_write" makes rank R
-// hang, die by SIGKILL, or exit(9) at the start of step S (1-based), or (kill_in_write) die by SIGKILL halfway through
-// writing its file of the checkpoint of step S.
-struct Fault {
-  int rank = -1;
-  long long step = -1;
-  std::string kind;
-};
-Fault fault_from_environment() {
-  const char* spec = std::getenv("TANDEM_FAULT");
-  if (!spec) return {};
-  Fault f;
-  char kind[16] = {0};
-  if (std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &f.rank, &f.step, kind) != 3)
-    TANDEM_FAIL("TANDEM_FAULT='", spec, "' is not rank=R,step=S,kind=hang|kill|exit|kill_in_write");
-  f.kind = kind;
-  return f;
-}
-
-void inject_fault(int rank, int64_t step) {
-  const Fault f = fault_from_environment();
+// Fault injection for the fault tests (core/diagnostics.h): at the start of step `step` (1-based).
+void inject_fault(const FaultInjection& f, int rank, int64_t step) {
   if (f.rank != rank || f.step != step || f.kind == "kill_in_write") return;
   const long long s = f.step;
   const char* kind = f.kind.c_str();
@@ -95,22 +76,22 @@ void inject_fault(int rank, int64_t step) {
 
 }  // namespace
 
-Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<data::Dataset> dataset,
-                 TrainOptions options, layout::Groups* groups)
+Trainer::Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, ModelBuilder build,
+                 std::unique_ptr<data::Dataset> dataset, TrainOptions options, layout::Groups* groups)
     : cfg_(std::move(cfg)),
       build_(std::move(build)),
       dataset_(std::move(dataset)),
       options_(std::move(options)),
       groups_(groups),
+      plan_(std::move(plan)),
       rows_per_sample_(spec::rows_per_sample(cfg_.model)) {
   if (!groups_) {
     own_groups_ = layout::make_single_process_groups();
     groups_ = &own_groups_;
   }
-  plan_ = layout::resolve_parallel(cfg_.parallel, groups_->layout.world());
   TANDEM_CHECK(plan_.layout.dp == groups_->layout.dp && plan_.layout.pp == groups_->layout.pp &&
                    plan_.layout.cp == groups_->layout.cp && plan_.layout.tp == groups_->layout.tp,
-               "groups built for ", groups_->layout.str(), ", config asks for ", plan_.layout.str());
+               "groups built for ", groups_->layout.str(), ", the plan is for ", plan_.layout.str());
   layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
   // FP8 takes its scales over whole activations, which a context shard does not see.
   if (plan_.layout.cp > 1 && cfg_.fp8.enabled)
@@ -122,19 +103,18 @@ Trainer::Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<da
   if (cfg_.eval.enabled) eval_dataset_ = data::make_dataset(cfg_.eval.data, spec::model_io(cfg_.model), cfg_.seed);
 }
 
-Trainer::Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
-                 layout::Groups* groups)
-    : Trainer(std::move(cfg), single_use_builder(std::make_shared<nn::Model>(std::move(model))), std::move(dataset),
-              std::move(options), groups) {}
+Trainer::Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, nn::Model model,
+                 std::unique_ptr<data::Dataset> dataset, TrainOptions options, layout::Groups* groups)
+    : Trainer(std::move(cfg), std::move(plan), single_use_builder(std::make_shared<nn::Model>(std::move(model))),
+              std::move(dataset), std::move(options), groups) {}
 
-Trainer Trainer::from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups) {
-  const spec::ModelConfig model = cfg.model;
-  const spec::LoraConfig lora = cfg.lora;
-  const spec::Fp8Config fp8 = cfg.fp8;
+Trainer Trainer::from_config(const config::TrainConfig& cfg, const layout::ParallelPlan& plan, TrainOptions options,
+                             layout::Groups* groups) {
   auto dataset = data::make_dataset(cfg.data, spec::model_io(cfg.model), cfg.seed);
-  return Trainer(
-      cfg, [model, lora, fp8](nn::TpSlot tp) { return build_model(model, tp, lora, fp8); }, std::move(dataset),
-      std::move(options), groups);
+  auto build = [model = cfg.model, lora = cfg.lora, fp8 = cfg.fp8](nn::TpSlot tp) {
+    return build_model(model, tp, lora, fp8);
+  };
+  return Trainer(cfg, plan, std::move(build), std::move(dataset), std::move(options), groups);
 }
 
 std::vector<StepMetrics> Trainer::run() {
@@ -233,6 +213,7 @@ void Trainer::check_dataset(const data::Dataset& dataset, const char* what) {
 void Trainer::setup() {
   const auto& b = cfg_.batch;
   const layout::Layout& l = groups_->layout;
+  if (options_.diagnostics.profile) ops::profile::set_enabled(true);
   if (is_printer()) {
     std::printf("data: %s\n", dataset_->describe().c_str());
     if (eval_dataset_)
@@ -275,7 +256,8 @@ void Trainer::setup() {
     w.async = cfg_.checkpoint.async;
     w.print = is_printer();
     w.config = cfg_.raw;
-    const Fault fault = fault_from_environment();
+    w.progress = checkpoint::ProgressOptions::from(options_.diagnostics);
+    const FaultInjection& fault = options_.diagnostics.fault;
     if (fault.kind == "kill_in_write" && fault.rank == groups_->rank) w.kill_in_write_step = fault.step;
     writer_ = std::make_unique<CheckpointWriter>(*engine_, *groups_, w);
   }
@@ -360,8 +342,9 @@ void Trainer::check_disk(int64_t start) {
 }
 
 void Trainer::restore(const std::string& checkpoint) {
+  const checkpoint::ProgressOptions progress = checkpoint::ProgressOptions::from(options_.diagnostics);
   if (!checkpoint.empty()) {
-    const int64_t step = load_checkpoint(checkpoint, *engine_, *groups_);
+    const int64_t step = load_checkpoint(checkpoint, *engine_, *groups_, progress);
     if (is_printer()) std::printf("resumed from %s at step %lld\n", checkpoint.c_str(), static_cast<long long>(step));
   }
   // --init, else model.from_pretrained for a run that does not resume (a checkpoint holds its own weights). Under
@@ -369,7 +352,7 @@ void Trainer::restore(const std::string& checkpoint) {
   const bool base_again = checkpoint.empty() || cfg_.lora.enabled;
   const std::string init = !options_.init.empty() ? options_.init : base_again ? cfg_.pretrained_dir : "";
   if (!init.empty()) {
-    load_initial_weights(init, cfg_.model, *engine_, is_printer());
+    load_initial_weights(init, cfg_.model, *engine_, is_printer(), progress);
     if (is_printer()) std::printf("%s weights from %s\n", cfg_.lora.enabled ? "frozen base" : "initial", init.c_str());
   }
   if (cfg_.lora.enabled && checkpoint.empty() && !cfg_.lora.from_pretrained.empty()) {
@@ -528,16 +511,6 @@ double Trainer::evaluate() {
   return sum / std::max(counted, 1.0);
 }
 
-namespace {
-
-// TANDEM_TIMELINE=S: the offload timeline of step S (1-based), or 0 when unset.
-int64_t timeline_step() {
-  const char* s = std::getenv("TANDEM_TIMELINE");
-  return s ? std::atoll(s) : 0;
-}
-
-}  // namespace
-
 void Trainer::write_timeline(bool at_end) {
   std::unique_ptr<parallel::Timeline> t = engine_->take_timeline(at_end);
   if (!t) return;
@@ -546,12 +519,13 @@ void Trainer::write_timeline(bool at_end) {
   std::ofstream(file) << t->chrome_trace(groups_->rank);
   if (is_printer())
     std::printf("offload timeline of step %lld (rank 0, %s; chrome://tracing reads it): %s\n",
-                static_cast<long long>(timeline_step()), file.string().c_str(), t->summary().c_str());
+                static_cast<long long>(options_.diagnostics.timeline_step), file.string().c_str(),
+                t->summary().c_str());
 }
 
 StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
-  inject_fault(groups_->rank, step + 1);
-  if (step + 1 == timeline_step() && (engine_->store().offloaded() || plan_.cpu_checkpointing))
+  inject_fault(options_.diagnostics.fault, groups_->rank, step + 1);
+  if (step + 1 == options_.diagnostics.timeline_step && (engine_->store().offloaded() || plan_.cpu_checkpointing))
     engine_->record_timeline();
   const auto t0 = std::chrono::steady_clock::now();
   const auto& b = cfg_.batch;

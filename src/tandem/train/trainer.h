@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tandem/config/config.h"
+#include "tandem/core/diagnostics.h"
 #include "tandem/data/dataset.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/layout/groups.h"
@@ -35,6 +36,8 @@ struct TrainOptions {
   // The preflight's predicted peak of the fullest device, written beside the measured one in metrics.jsonl
   // (predicted_peak_bytes); 0: not known (then not written).
   int64_t predicted_peak_bytes = 0;
+  // The diagnosis variables the app read (Diagnostics::from_environment): profile, timeline, faults, progress pace.
+  Diagnostics diagnostics;
 };
 
 struct StepMetrics {
@@ -58,14 +61,17 @@ using ModelBuilder = std::function<nn::Model(nn::TpSlot)>;
 
 class Trainer {
  public:
-  // `groups`: this rank's communicators; null for a single process. The model must not be materialised.
-  Trainer(config::TrainConfig cfg, ModelBuilder build, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
-          layout::Groups* groups = nullptr);
+  // `plan`: cfg.parallel resolved once by the caller (layout::resolve_parallel, or the planner's choice) for the
+  // layout of `groups`; `groups`: this rank's communicators, null for a single process. The model must not be
+  // materialised.
+  Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, ModelBuilder build,
+          std::unique_ptr<data::Dataset> dataset, TrainOptions options, layout::Groups* groups = nullptr);
   // A model built in code, for one process or layouts without tensor parallelism.
-  Trainer(config::TrainConfig cfg, nn::Model model, std::unique_ptr<data::Dataset> dataset, TrainOptions options,
-          layout::Groups* groups = nullptr);
+  Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, nn::Model model, std::unique_ptr<data::Dataset> dataset,
+          TrainOptions options, layout::Groups* groups = nullptr);
   // Builds model and dataset from the config's "model" and "data" objects.
-  static Trainer from_config(const config::TrainConfig& cfg, TrainOptions options, layout::Groups* groups = nullptr);
+  static Trainer from_config(const config::TrainConfig& cfg, const layout::ParallelPlan& plan, TrainOptions options,
+                             layout::Groups* groups = nullptr);
 
   // Trains until cfg.steps; returns the metrics of the steps run by this call (the same on every rank). Refuses,
   // before allocating anything, an out_dir that holds another run (run_folder.h), a checkpoint past cfg.steps
@@ -92,7 +98,7 @@ class Trainer {
   double evaluate();  // the mean loss over cfg.eval.steps global batches of the eval data
   std::string describe_lora() const;
   std::string describe_fp8() const;  // "  lora: r 8, ..., 1.2M trainable parameters (0.9%) on a frozen base of ..."
-  // The offload timeline (TANDEM_TIMELINE=S) once recorded: OUT/timeline_rank<r>.json and a summary line.
+  // The offload timeline (diagnostics.timeline_step) once recorded: OUT/timeline_rank<r>.json and a summary line.
   void write_timeline(bool at_end);
   std::vector<MonitorEvent> monitor_events(const StepMetrics& m) const;  // the tags and values of one step
   bool is_printer() const { return options_.print && groups_->rank == 0; }

@@ -1,0 +1,56 @@
+// One row per setting of Tandem's schema, in one place: its key path, type, default (read
+// from the spec struct that holds it), check, DeepSpeed name and the line the docs give it. The rows drive validate()
+// (which keys an object has, their types, ranges and defaults: read_setting), the DeepSpeed catalogue's entries for the
+// keys Tandem reads itself (deepspeed_keys.cc) and docs/config-keys.md (settings_markdown; a test keeps the file equal
+// to it). Rules that join several keys (a scheduler type's own keys, nvme needing nvme_path) stay in schema.cc.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/config/config.h"
+
+namespace tandem::config {
+
+class Fields;
+
+// NumberPair (Adam's betas) and Ranges (parallel.stages) are checked by their own rules in schema.cc.
+enum class SettingType { Object, Integer, Number, Boolean, Choice, String, NumberPair, Ranges };
+
+struct Setting {
+  std::string path;  // dotted: "optimizer.params.eps"
+  SettingType type = SettingType::Object;
+  Json def;  // the default validate() writes back; null: none (required, or absent unless given)
+  // When def is null, what the docs say the value is when absent ("the run's steps"); empty: nothing.
+  std::string absent;
+  // Integer: [min_int, max_int]; Number: [min, max], min excluded when min_exclusive.
+  int64_t min_int = 0, max_int = std::numeric_limits<int64_t>::max();
+  double min = 0, max = std::numeric_limits<double>::infinity();
+  bool min_exclusive = false;
+  std::vector<std::string> choices;  // Choice: the values, compared case-insensitively
+  // DeepSpeed's name for the setting: "=" the same path, "" none (Tandem's own), otherwise DeepSpeed's path.
+  std::string deepspeed;
+  std::string doc;  // one line for people: the docs' key list, and the DeepSpeed catalogue's note
+};
+
+// Every row, objects before their keys, in the order of DeepSpeed's configuration page where DeepSpeed has them.
+const std::vector<Setting>& settings();
+
+// The row for `path`; null when there is none.
+const Setting* find_setting(const std::string& path);
+
+// The keys directly inside the object at `object` ("" for the top level) that have rows, in the table's order.
+std::vector<std::string> setting_keys(const std::string& object);
+
+// Checks key `key` of `f` against its row (type, range, choices) and writes the row's default back when the key is
+// absent; `def` replaces the row's default where it depends on other keys (the lr, the decay's end). Returns the value
+// as written back (null when absent without a default). A row without a default and an absent key: "missing required".
+Json read_setting(Fields& f, const std::string& key, const std::optional<Json>& def = std::nullopt);
+
+// The key list of docs/config-keys.md: one Markdown table row per setting.
+std::string settings_markdown();
+
+}  // namespace tandem::config
