@@ -5,6 +5,7 @@
 
 #include "tandem/config/config.h"
 #include "tandem/data/dataset.h"
+#include "tandem/layout/layout.h"
 #include "tandem/nn/activation.h"
 #include "tandem/nn/layernorm.h"
 #include "tandem/nn/linear.h"
@@ -42,7 +43,9 @@ int main(int argc, char** argv) {
     // 4. Train.
     train::TrainOptions options;
     options.out_dir = argc > 1 ? argv[1] : "";
-    train::Trainer trainer(tc, std::move(model), std::move(dataset), options);
+    // One process: the layout the "parallel" object asks of a world of one (here none: one device).
+    const layout::ParallelPlan plan = layout::resolve_parallel(tc.parallel, 1);
+    train::Trainer trainer(tc, plan, std::move(model), std::move(dataset), options);
     const auto history = trainer.run();
     std::printf("loss %.4f -> %.4f\n", history.front().loss, history.back().loss);
     return history.back().loss < history.front().loss ? 0 : 1;
