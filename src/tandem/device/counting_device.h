@@ -68,7 +68,7 @@ class CountingDevice final : public AccountedDevice {
 
   WorkLog& work() { return work_; }
   const WorkLog& work() const { return work_; }
-  // Chunk calls accounted from a probed effect instead of run (parallel/pipeline/chunk_runner.h).
+  // Chunk calls accounted from a probed effect instead of run (plan/chunk_replay.h).
   void count_replay() { ++replays_; }
   int64_t replays() const { return replays_; }
   // True the first time it is asked: the planned backend's fixed workspaces are taken then, and kept.

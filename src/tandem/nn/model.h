@@ -57,8 +57,6 @@ class Model {
     virtual void after_forward(size_t layer) {}
     virtual void before_backward(size_t layer) {}
     virtual void after_backward(size_t layer) {}
-    // Whether every micro-batch's calls do the same, so that a planner may account one and replay it for the others.
-    virtual bool replayable() const { return true; }
   };
   // `batch`: what the micro-batch brings besides the input (batch.h), handed to every layer. With a loss sink in
   // it and a head that computes the loss (computes_loss()), the range's output is undefined and its backward starts

@@ -86,11 +86,11 @@ class Engine {
   int loss_scale_overflows_left() const { return overflows_left_; }
   // "stage 0: layers 0..6 (wte.weight .. blocks.5)" for every global stage of the pipeline.
   std::string describe_stages() const;
-  // This rank's chunks, by chunk index, and on a counting device the work each action of the last step recorded.
+  // This rank's chunks, by chunk index.
   const std::vector<pipeline::LayerRange>& chunks() const { return chunks_; }
-  const std::vector<pipeline::PipelineExecutor::ActionWork>& last_step_actions() const {
-    return executor_->action_work();
-  }
+  // What runs the schedule: observers of its actions and other chunk calls are installed there (the run's peak
+  // labels, the planner's replay and work log).
+  pipeline::PipelineExecutor& executor() { return *executor_; }
 
  private:
   pipeline::MicroBatch micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb,

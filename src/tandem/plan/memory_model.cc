@@ -7,6 +7,7 @@
 #include "tandem/layout/groups.h"
 #include "tandem/parallel/engine.h"
 #include "tandem/parallel/pipeline/schedule.h"
+#include "tandem/plan/chunk_replay.h"
 #include "tandem/train/checkpoint.h"
 
 namespace tandem::plan {
@@ -46,6 +47,20 @@ std::string describe_chunks(parallel::Engine& engine) {
   return os.str();
 }
 
+// The work each action of the schedule records, in the order they run.
+class ActionWorkLog final : public pl::ActionObserver {
+ public:
+  explicit ActionWorkLog(device::CountingDevice& device) : device_(device) {}
+  void before(const pl::Action&, int) override { start_ = device_.work(); }
+  void after(const pl::Action& a) override { actions.push_back({a, device_.work() - start_}); }
+
+  std::vector<ActionWork> actions;
+
+ private:
+  device::CountingDevice& device_;
+  device::WorkLog start_;
+};
+
 struct RankRun {
   RankMemory memory;
   RankWork work;
@@ -63,6 +78,15 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
                              groups.rank);
   dev.set_planned_device(s.device);
   parallel::Engine engine(m.build, engine_config(s), groups, dev, m.input_shape(s.micro_batch));
+  pl::PipelineExecutor& executor = engine.executor();
+  // The peak's account says in which action and layer it came, and how many micro-batches were held then.
+  executor.observe(std::make_unique<pl::ActionLabels>(dev, executor.virtual_stages()));
+  ActionWorkLog& work_log = executor.observe(std::make_unique<ActionWorkLog>(dev));
+  // Chunks are replayed where their calls are alike from one micro-batch to the next: not with an offloaded store,
+  // whose hooks depend on the micro-batch (the first copies, the last reduces) and touch host memory, nor with host
+  // checkpoints, whose buffers are reused from one micro-batch to the next (chunk_replay.h).
+  if (!engine.store().offloaded() && !executor.host_checkpoints())
+    executor.set_chunk_calls(std::make_unique<ChunkReplay>(executor.chunk_runner(), dev));
   RankRun r;
   r.memory.dp_rank = dp_rank;
   r.memory.pp_rank = pp_rank;
@@ -89,7 +113,7 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
               {}};
         },
         0.0f, 1.0);
-    r.work.actions = engine.last_step_actions();
+    r.work.actions = std::move(work_log.actions);
     device::WorkLog in_actions;
     for (const auto& a : r.work.actions) in_actions += a.work;
     r.work.end = dev.work() - before - in_actions;

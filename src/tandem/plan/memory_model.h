@@ -2,8 +2,9 @@
 // them, found by running the engine: for each pipeline position it builds the real parallel::Engine of one rank
 // on a counting device (device/counting_device.h) with stand-in groups (comm/stand_in.h) and runs one step's
 // schedule. Every allocation the engine, its layers and the planned backend's kernels make is accounted as it is
-// made; nothing here knows what a layer allocates. The same run records the work of every action (the time
-// model's input, time_model.h).
+// made; nothing here knows what a layer allocates. The planner installs its own parts on the engine's executor: the
+// chunk replay (chunk_replay.h), which accounts most chunk calls without running them, the device's labels of each
+// action, and a log of the work of every action (the time model's input, time_model.h).
 #pragma once
 
 #include <string>
@@ -12,7 +13,7 @@
 #include "tandem/device/breakdown.h"
 #include "tandem/device/counting_device.h"
 #include "tandem/layout/layout.h"
-#include "tandem/parallel/pipeline/executor.h"
+#include "tandem/parallel/pipeline/schedule.h"
 #include "tandem/plan/planned_model.h"
 
 namespace tandem::plan {
@@ -66,10 +67,16 @@ struct RankMemory {
   int64_t disk_optimizer = 0, disk_parameters = 0;
 };
 
+// The work one action of a schedule recorded.
+struct ActionWork {
+  parallel::pipeline::Action action;
+  device::WorkLog work;
+};
+
 // The work one pipeline position's step recorded: each action of its schedule, then the end of the step
 // (gradient reduction, norm, optimizer).
 struct RankWork {
-  std::vector<parallel::pipeline::PipelineExecutor::ActionWork> actions;
+  std::vector<ActionWork> actions;
   device::WorkLog end;
   device::WorkLog host;  // what the step ran on the host (offload: the host AdamW and the gradients' sums)
 };

@@ -249,6 +249,9 @@ void Trainer::setup() {
   ec.offload_param = cfg_.offload_param;
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
+  // The device's peak says in which action it came (report(): "rank 0 at its peak").
+  parallel::pipeline::PipelineExecutor& executor = engine_->executor();
+  executor.observe(std::make_unique<parallel::pipeline::ActionLabels>(*device_, executor.virtual_stages()));
   if (!options_.out_dir.empty()) {
     CheckpointWriterOptions w;
     w.root = (fs::path(options_.out_dir) / "checkpoints").string();

@@ -1,68 +1,58 @@
 // ChunkRunner: one chunk's forward or backward for one micro-batch, and what each forward keeps for its backward,
 // by key. The executor owns the order of the actions; the runner owns their state.
 // Forward runs under the activations purpose, backward under transients (what the accounts call them).
-// On a counting device (the planner's) the runner first probes each chunk: forward then backward on the chunk's
-// first input, for real, until two rounds have the same effect (the same bytes by purpose at each call's highest
-// point and at its end, the same work, the same output), with the device's peak suspended. When a replay can
-// reproduce those effects, every call of the chunk in the step is replayed on the device's accounts without
-// running the layers: a step of hundreds of micro-batches costs the planner a few of them, and what it accounts is
-// still the engine's own behaviour. Otherwise the chunk runs for real, as every chunk does when the layer hooks say
-// their calls are not all alike (LayerHooks::replayable: the offloaded store, whose hooks count micro-batches and
-// work on host memory the probe does not see).
+// The executor makes its chunk calls through ChunkCalls: the ChunkRunner runs the layers; the planner puts one of its
+// own in front of it on its counting device (plan/chunk_replay.h), which accounts most calls without running them.
 #pragma once
 
 #include <map>
-#include <memory>
 #include <vector>
 
-#include "tandem/device/counting_device.h"
 #include "tandem/nn/model.h"
 #include "tandem/parallel/pipeline/partition.h"
 
 namespace tandem::parallel::pipeline {
 
-class ChunkRunner {
+class ChunkCalls {
  public:
-  // `host` (null: none): with `recompute`, the kept layer inputs wait in host memory (nn/host_checkpoints.h); the
-  // chunks then always run, on a counting device too: a replay would not make the host's buffers and copies.
-  ChunkRunner(nn::Model& model, int chunks, bool recompute, nn::Model::LayerHooks* hooks, Device& device,
+  virtual ~ChunkCalls() = default;
+  // y = the chunk's layers on x (undefined when its head computes the loss: Model::forward_range); what backward
+  // needs is kept under `key`. `batch`: the micro-batch's (nn/batch.h), the same object for its forward and backward.
+  virtual Tensor forward(const LayerRange& range, int chunk, int key, const Tensor& x, const nn::Batch& batch) = 0;
+  // d(input) from d(output), releasing what was kept under `key`; undefined when the chunk takes tokens.
+  virtual Tensor backward(const LayerRange& range, int chunk, int key, const Tensor& dy, const nn::Batch& batch) = 0;
+  // y = the chunk's layers on x, keeping nothing (evaluation): what the layers save is dropped as the call returns.
+  virtual Tensor forward_only(const LayerRange& range, const Tensor& x, const nn::Batch& batch) = 0;
+  // Keys whose backward has not run yet.
+  virtual size_t held() const = 0;
+};
+
+class ChunkRunner final : public ChunkCalls {
+ public:
+  // `host` (null: none): with `recompute`, the kept layer inputs wait in host memory (nn/host_checkpoints.h).
+  ChunkRunner(nn::Model& model, bool recompute, nn::Model::LayerHooks* hooks, Device& device,
               nn::HostCheckpoints* host = nullptr);
-  ~ChunkRunner();
   ChunkRunner(const ChunkRunner&) = delete;
   ChunkRunner& operator=(const ChunkRunner&) = delete;
 
-  // y = the chunk's layers on x (undefined when its head computes the loss: Model::forward_range); what backward
-  // needs is kept under `key`. `batch`: the micro-batch's (nn/batch.h), the same object for its forward and backward.
-  Tensor forward(const LayerRange& range, int chunk, int key, const Tensor& x, const nn::Batch& batch);
-  // d(input) from d(output), releasing what was kept under `key`; undefined when the chunk takes tokens.
-  Tensor backward(const LayerRange& range, int chunk, int key, const Tensor& dy, const nn::Batch& batch);
-  // y = the chunk's layers on x, keeping nothing (evaluation): what the layers save is dropped as the call returns.
-  Tensor forward_only(const LayerRange& range, const Tensor& x, const nn::Batch& batch);
-  // Keys whose backward has not run yet.
-  size_t held() const { return held_.size(); }
+  Tensor forward(const LayerRange& range, int chunk, int key, const Tensor& x, const nn::Batch& batch) override;
+  Tensor backward(const LayerRange& range, int chunk, int key, const Tensor& dy, const nn::Batch& batch) override;
+  Tensor forward_only(const LayerRange& range, const Tensor& x, const nn::Batch& batch) override;
+  size_t held() const override { return held_.size(); }
+
+  // What the layers run with, for calls in front of this runner that run them too.
+  nn::Model& model() const { return model_; }
+  bool recompute() const { return recompute_; }
+  nn::Model::LayerHooks* hooks() const { return hooks_; }
+  nn::HostCheckpoints* host() const { return host_; }
 
  private:
-  struct Effect;
-  struct Memo;
-  struct Held;
-  template <class Call>
-  static Tensor measure(device::CountingDevice& d, Effect& e, Call&& call);
-  void probe(device::CountingDevice& d, Memo& m, const LayerRange& range, const Tensor& x, const nn::Batch& batch);
-  Tensor measure_forward(device::CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& x, Held& h,
-                         const nn::Batch& batch);
-  Tensor measure_backward(device::CountingDevice& d, Effect& e, const LayerRange& range, const Tensor& dy, Held& h,
-                          const nn::Batch& batch);
-  static bool replayable_forward(device::CountingDevice& d, Effect& f, const Tensor& x, const Tensor& y, const Held& h);
-  static bool fits(const Effect& f, const Effect& b);
-  static int64_t ghost_lowering(const Effect& f, const device::Breakdown& lower, size_t purpose, bool& release_input);
-
   nn::Model& model_;
   bool recompute_;
   nn::Model::LayerHooks* hooks_;
   nn::HostCheckpoints* host_;
   Device& device_;
-  std::vector<std::unique_ptr<Memo>> memo_;  // by chunk; only on a counting device
-  std::map<int, std::unique_ptr<Held>> held_;
+  std::map<int, std::vector<nn::Saved>> held_;
 };
 
 }  // namespace tandem::parallel::pipeline

@@ -27,8 +27,24 @@ PipelineExecutor::PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::
   }
   if (s_.recompute && s_.checkpoint_host)
     host_checkpoints_ = std::make_unique<nn::HostCheckpoints>(device_, *s_.checkpoint_host);
-  runner_ =
-      std::make_unique<ChunkRunner>(model_, s_.virtual_stages, s_.recompute, hooks_, device_, host_checkpoints_.get());
+  runner_ = std::make_unique<ChunkRunner>(model_, s_.recompute, hooks_, device_, host_checkpoints_.get());
+  chunk_calls_ = runner_.get();
+}
+
+void PipelineExecutor::set_chunk_calls(std::unique_ptr<ChunkCalls> calls) {
+  TANDEM_CHECK(calls, "pipeline executor: no chunk calls");
+  TANDEM_CHECK(chunk_calls_->held() == 0, "pipeline executor: chunk calls replaced with activations held");
+  replacement_ = std::move(calls);
+  chunk_calls_ = replacement_.get();
+}
+
+void ActionLabels::before(const Action& a, int live_micro_batches) {
+  std::string label = (a.kind == ActionKind::Forward    ? "forward"
+                       : a.kind == ActionKind::Backward ? "backward"
+                                                        : action_kind_name(a.kind)) +
+                      std::string(" of micro-batch ") + std::to_string(a.micro_batch);
+  if (virtual_stages_ > 1) label += " (chunk " + std::to_string(a.chunk) + ")";
+  device_.set_label(std::move(label), live_micro_batches);
 }
 
 // The kind is the lowest bit: communicators may route activations and gradients on separate channels.
@@ -74,9 +90,6 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
     return t;
   };
 
-  device::CountingDevice* counting = device::as_counting(device_);
-  auto* accounted = dynamic_cast<device::AccountedDevice*>(&device_);  // labels its peak with the action
-  action_work_.clear();
   for (size_t i = 0; i < s_.actions.size(); ++i) {
     const Action& a = s_.actions[i];
     const bool gradient_action =
@@ -85,19 +98,8 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
     const int k = key(a.micro_batch, a.chunk);
     const int stage = stage_of(a.chunk);
     const LayerRange range = s_.chunks[a.chunk];
-    device::WorkLog work_before;
-    if (accounted) {
-      // The account of the peak (the planner's and the run's) says which action it was in and how many
-      // micro-batches were held.
-      const bool fwd = a.kind == ActionKind::Forward;
-      std::string label = (fwd                              ? "forward"
-                           : a.kind == ActionKind::Backward ? "backward"
-                                                            : action_kind_name(a.kind)) +
-                          std::string(" of micro-batch ") + std::to_string(a.micro_batch);
-      if (s_.virtual_stages > 1) label += " (chunk " + std::to_string(a.chunk) + ")";
-      accounted->set_label(std::move(label), static_cast<int>(runner_->held()) + (fwd ? 1 : 0));
-    }
-    if (counting) work_before = counting->work();
+    const int live = static_cast<int>(chunk_calls_->held()) + (a.kind == ActionKind::Forward ? 1 : 0);
+    for (const auto& o : observers_) o->before(a, live);
     switch (a.kind) {
       case ActionKind::RecvActivation: {
         const PurposeScope scope(device_, MemoryPurpose::Communication);
@@ -109,8 +111,8 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
       case ActionKind::Forward: {
         MicroBatch& mb = micro_batch(a.micro_batch);
         Tensor x = stage == 0 ? mb.inputs : take(input, k, "input activation");
-        Tensor y = forward_only ? runner_->forward_only(range, x, layer_batch(mb))
-                                : runner_->forward(range, a.chunk, k, x, layer_batch(mb));
+        Tensor y = forward_only ? chunk_calls_->forward_only(range, x, layer_batch(mb))
+                                : chunk_calls_->forward(range, a.chunk, k, x, layer_batch(mb));
         if (stage == 0) mb.inputs = Tensor();  // the first layer keeps what its backward needs
         if (stage == total_stages_ - 1) {
           if (!own_loss) {
@@ -141,7 +143,7 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
       }
       case ActionKind::Backward: {
         Tensor dy = take(grad, k, "output gradient");
-        Tensor dx = runner_->backward(range, a.chunk, k, dy, layer_batch(micro_batch(a.micro_batch)));
+        Tensor dx = chunk_calls_->backward(range, a.chunk, k, dy, layer_batch(micro_batch(a.micro_batch)));
         if (stage == 0) break;
         if (a.chunk > 0 && s_.pp == 1)
           grad[key(a.micro_batch, a.chunk - 1)] = dx;
@@ -155,11 +157,11 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
         break;
       }
     }
-    if (counting) action_work_.push_back({a, counting->work() - work_before});
+    for (const auto& o : observers_) o->after(a);
     if (runs(a) && last_use.at(a.micro_batch) == i) made.erase(a.micro_batch);
   }
   for (auto& [req, t] : sends) req->wait();
-  TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && runner_->held() == 0,
+  TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && chunk_calls_->held() == 0,
                "pipeline executor: the schedule left tensors behind");
 }
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tandem/comm/communicator.h"
-#include "tandem/device/counting_device.h"
+#include "tandem/device/accounted_device.h"
 #include "tandem/nn/model.h"
 #include "tandem/parallel/pipeline/chunk_runner.h"
 #include "tandem/parallel/pipeline/partition.h"
@@ -37,6 +37,30 @@ struct ExecutorSetup {
   nn::ContextSplit context;  // this rank's shard of the sequences, handed with each batch
 };
 
+// Watches the actions an executor runs: before(action, live) as each starts, after(action) as it ends (before the
+// executor lets go of a micro-batch it is done with). `live`: the micro-batches whose activations the rank holds
+// during the action, a forward's own counted. The executor calls its observers in the order they were added.
+class ActionObserver {
+ public:
+  virtual ~ActionObserver() = default;
+  virtual void before(const Action& action, int live_micro_batches) {}
+  virtual void after(const Action& action) {}
+};
+
+// Labels an accounted device with the action it runs ("backward of micro-batch 3 (chunk 0)": the chunk with virtual
+// stages) and the micro-batches held then, so that its peak says when it came: the run's report of its peak
+// (train/trainer.cc) and the planner's prediction (plan/memory_model.cc) both install it.
+class ActionLabels final : public ActionObserver {
+ public:
+  ActionLabels(device::AccountedDevice& device, int virtual_stages)
+      : device_(device), virtual_stages_(virtual_stages) {}
+  void before(const Action& action, int live_micro_batches) override;
+
+ private:
+  device::AccountedDevice& device_;
+  int virtual_stages_;
+};
+
 class PipelineExecutor {
  public:
   PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::Communicator& pp, nn::Model::LayerHooks* hooks,
@@ -54,13 +78,19 @@ class PipelineExecutor {
   void run(const std::function<MicroBatch(int)>& batch, const nn::LossSink& sink,
            const std::function<void(const Tensor& logits, const Tensor& targets)>& loss, bool forward_only = false);
 
-  // On a counting device: the work each action of the last run recorded, in schedule order (for the planner's
-  // time model). Empty on other devices.
-  struct ActionWork {
-    Action action;
-    device::WorkLog work;
-  };
-  const std::vector<ActionWork>& action_work() const { return action_work_; }
+  // Adds an observer of the actions (ActionObserver), kept as long as the executor; returns it.
+  template <class Observer>
+  Observer& observe(std::unique_ptr<Observer> observer) {
+    TANDEM_CHECK(observer, "pipeline executor: no observer");
+    Observer& o = *observer;
+    observers_.push_back(std::move(observer));
+    return o;
+  }
+  // The chunks' calls go to the runner, which runs the layers, until set_chunk_calls() puts other calls in its place
+  // (which may call the runner in turn: the planner's replay, plan/chunk_replay.h). Before run() only.
+  ChunkRunner& chunk_runner() { return *runner_; }
+  void set_chunk_calls(std::unique_ptr<ChunkCalls> calls);
+  int virtual_stages() const { return s_.virtual_stages; }
   // With setup.checkpoint_host: where the checkpointed inputs wait (to show their copies in a timeline); else null.
   nn::HostCheckpoints* host_checkpoints() { return host_checkpoints_.get(); }
 
@@ -78,7 +108,9 @@ class PipelineExecutor {
   std::vector<Shape> in_shapes_, out_shapes_;              // per chunk
   std::unique_ptr<nn::HostCheckpoints> host_checkpoints_;  // with setup.checkpoint_host: its buffers, kept all run
   std::unique_ptr<ChunkRunner> runner_;
-  std::vector<ActionWork> action_work_;
+  std::unique_ptr<ChunkCalls> replacement_;  // set_chunk_calls's; null: none
+  ChunkCalls* chunk_calls_ = nullptr;        // where the chunks' calls go: replacement_, else runner_
+  std::vector<std::unique_ptr<ActionObserver>> observers_;
 };
 
 }  // namespace tandem::parallel::pipeline

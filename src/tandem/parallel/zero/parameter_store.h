@@ -125,8 +125,6 @@ class ParameterStore final : public nn::Model::LayerHooks {
   void after_forward(size_t layer) override;
   void before_backward(size_t layer) override;
   void after_backward(size_t layer) override;
-  // An offloaded unit's hooks depend on the micro-batch (the first copies, the last reduces) and touch host memory.
-  bool replayable() const override { return !offloaded(); }
 
  private:
   // A reduced gradient shard on its way down to the host: kept alive until the copy is done (at the next unit's
