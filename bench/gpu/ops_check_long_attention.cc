@@ -59,10 +59,12 @@ void bench_long_attention(CudaDevice& dev) {
         dev, [&] { gpu::attention_gqa_forward(x.qkv, kH, kKv, x.y, x.lse); }, 1, reps);
     const double b = median_ms(
         dev, [&] { gpu::attention_gqa_backward(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv); }, 1, reps);
-    const size_t blocks = gpu::attention_uses_flash(DType::BF16, sh.b, kH, kKv, sh.t, kD, false)
-                              ? 0
-                              : gpu::cudnn_attention_backward_blocks(sh.b, kH, kKv, sh.t, kD).size();
-    const std::string path = blocks == 0 ? "flash" : blocks == 1 ? "cuDNN whole" : std::to_string(blocks) + " blocks";
+    const int64_t rows = gpu::attention_uses_flash(DType::BF16, sh.b, kH, kKv, sh.t, kD, false)
+                             ? 0
+                             : gpu::cudnn_attention_block_rows(sh.b, kH, kKv, sh.t, kD);
+    const std::string path = rows == 0      ? "flash"
+                             : rows == sh.t ? "cuDNN whole"
+                                            : std::to_string(gpu::cudnn_attention_blocks(rows, sh.t)) + " blocks";
     const int64_t asked = gpu::attention_gqa_cudnn_workspace_bytes(&dev, x.qkv, kH, kKv, true);
     const int64_t estimate = gpu::attention_cudnn_workspace_estimate(DType::BF16, sh.b, kH, kKv, sh.t, kD, true);
     std::printf("%-3lld %-7lld %-12s %-9.2f %-8.1f %-9.2f %-8.1f %-11lld %-11lld %.1f\n", static_cast<long long>(sh.b),

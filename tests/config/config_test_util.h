@@ -1,9 +1,10 @@
-// What the config tests share: two minimal configs and a temporary folder for config files.
+// What the config tests share: two minimal configs, a temporary folder for config files, and a doc's text.
 #pragma once
 
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "tandem/config/config.h"
@@ -17,6 +18,14 @@ inline Json mlp_cfg() {
 inline Json gpt_cfg() {
   return Json::parse(R"({"train_batch_size": 8,
     "model": {"type": "gpt", "vocab_size": 256, "seq_len": 16, "dim": 32, "layers": 2, "heads": 4}})");
+}
+
+// The text of docs/NAME in the source tree (empty when it cannot be read).
+inline std::string read_doc(const std::string& name) {
+  std::ifstream in(std::filesystem::path(TANDEM_SOURCE_DIR) / "docs" / name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 class TempDir {

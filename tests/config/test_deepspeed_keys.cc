@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "config_test_util.h"
 #include "tandem/config/config.h"
 #include "tandem/config/deepspeed_keys.h"
 #include "test_util.h"
@@ -360,13 +361,10 @@ TEST(DeepSpeedKeys, CatalogueIsWellFormed) {
 }
 
 TEST(DeepSpeedKeys, DocsListEveryKey) {
-  const std::filesystem::path doc = std::filesystem::path(TANDEM_SOURCE_DIR) / "docs" / "deepspeed.md";
-  std::ifstream in(doc);
-  ASSERT_TRUE(in) << doc;
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_doc("deepspeed.md");
+  ASSERT_FALSE(text.empty()) << "docs/deepspeed.md";
   for (const DeepSpeedKey& k : deepspeed_keys())
-    EXPECT_NE(text.str().find("`" + k.path + "`"), std::string::npos) << k.path << " is not in " << doc;
+    EXPECT_NE(text.find("`" + k.path + "`"), std::string::npos) << k.path << " is not in docs/deepspeed.md";
 }
 
 }  // namespace

@@ -44,6 +44,14 @@ __global__ void block_sums_kernel(float* __restrict__ acc, T* __restrict__ kv, i
   }
 }
 
+__global__ void lengths_kernel(int32_t* __restrict__ lengths, int64_t b, int64_t t, int64_t rows, int64_t n) {
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < n;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t block = p / (2 * b), first = block * rows, own = t - first < rows ? t - first : rows;
+    lengths[p] = static_cast<int32_t>(p % (2 * b) < b ? own : first + own);  // queries, then keys
+  }
+}
+
 template <bool kFinish>
 cudaError_t launch(const BlockSums& s, int64_t keys, int64_t summed, cudaStream_t stream) {
   const int64_t packs = s.b * keys * (s.width / 8);
@@ -59,6 +67,14 @@ cudaError_t launch(const BlockSums& s, int64_t keys, int64_t summed, cudaStream_
 }
 
 }  // namespace
+
+cudaError_t attention_blocks_lengths(int32_t* lengths, int64_t b, int64_t t, int64_t rows, cudaStream_t stream) {
+  const int64_t n = 2 * b * ((t + rows - 1) / rows);
+  if (n == 0) return cudaSuccess;
+  lengths_kernel<<<std::min<int64_t>((n + kThreads - 1) / kThreads, 1024), kThreads, 0, stream>>>(lengths, b, t, rows,
+                                                                                                  n);
+  return cudaGetLastError();
+}
 
 cudaError_t attention_blocks_add(const BlockSums& s, int64_t keys, int64_t summed, cudaStream_t stream) {
   return launch<false>(s, keys, summed, stream);

@@ -29,6 +29,10 @@ cudaError_t attention_blocks_add(const BlockSums& s, int64_t keys, int64_t summe
 // dv added to the earlier blocks' sums, written back as dqkv's k and v columns.
 cudaError_t attention_blocks_finish(const BlockSums& s, int64_t summed, cudaStream_t stream);
 
+// Block i's query lengths (B) and then key lengths (B) at lengths[2 B i ...], blocks of `rows` query rows covering
+// [0, t) (the last what is left): what cuDNN's padding mask cuts each block's graph to, written on the device.
+cudaError_t attention_blocks_lengths(int32_t* lengths, int64_t b, int64_t t, int64_t rows, cudaStream_t stream);
+
 // ops.h's attention_gqa_backward with cuDNN's deterministic graphs in blocks of `rows` query rows whatever the
 // shape, for checks of the blocks at sizes the rule (scratch_sizes.h) would run whole. False when cuDNN cannot run
 // them (nothing written).

@@ -48,8 +48,8 @@ namespace fe = cudnn_frontend;
 // Tensor uids in the variant packs.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKv };
 
-// (backward, dtype, B, H, Hkv, T, rows, keys, D)
-using GraphKey = std::array<int64_t, 9>;
+// (backward, dtype, B, H, Hkv, T, rows, D)
+using GraphKey = std::array<int64_t, 8>;
 
 struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;  // null when cuDNN cannot run this shape
@@ -84,10 +84,9 @@ struct GqaAttentionContext {
 // buffers keep their (B, T, ...) strides either way.
 struct GqaShape {
   int64_t b, h, kv, t, d;
-  int64_t rows = 0, keys = 0;  // keys: 0 in every graph (all T); a block's own in the text of a message
+  int64_t rows = 0;
   int64_t width() const { return (h + 2 * kv) * d; }  // W
   int64_t q_rows() const { return rows ? rows : t; }
-  int64_t kv_rows() const { return keys ? keys : t; }
 };
 
 GqaShape shape_of(const Tensor& qkv, int heads, int kv_heads) {
@@ -118,7 +117,7 @@ std::shared_ptr<fe::graph::Tensor_attributes> q_tensor(fe::graph::Graph& g, cons
 }
 std::shared_ptr<fe::graph::Tensor_attributes> kv_tensor(fe::graph::Graph& g, const char* name, int64_t uid,
                                                         const GqaShape& s) {
-  return input(g, name, uid, {s.b, s.kv, s.kv_rows(), s.d}, qkv_strides(s));
+  return input(g, name, uid, {s.b, s.kv, s.t, s.d}, qkv_strides(s));
 }
 
 // Runs the build steps; the first failure's message, or "" when the graph is ready.
@@ -201,8 +200,8 @@ Built build_backward(const GqaShape& s, DType t, cudnnHandle_t handle, bool dete
   }
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
   dq->set_output(true).set_uid(kDQ).set_dim({s.b, s.h, s.q_rows(), s.d}).set_stride(qkv_strides(s));
-  dk->set_output(true).set_uid(kDK).set_dim({s.b, s.kv, s.kv_rows(), s.d}).set_stride(qkv_strides(s));
-  dv->set_output(true).set_uid(kDV).set_dim({s.b, s.kv, s.kv_rows(), s.d}).set_stride(qkv_strides(s));
+  dk->set_output(true).set_uid(kDK).set_dim({s.b, s.kv, s.t, s.d}).set_stride(qkv_strides(s));
+  dv->set_output(true).set_uid(kDV).set_dim({s.b, s.kv, s.t, s.d}).set_stride(qkv_strides(s));
   std::string why = finish_graph(*g, handle);
   return {why.empty() ? g : nullptr, why};
 }
@@ -219,7 +218,7 @@ std::string shape_text(const GqaShape& s, DType t) {
 
 // The cached graph for this shape, built on first use; null graph when cuDNN cannot run it (reported once).
 const CachedGraph& graph_for(GqaAttentionContext& ctx, bool backward, const GqaShape& s, DType t) {
-  const GraphKey key{backward, static_cast<int64_t>(t), s.b, s.h, s.kv, s.t, s.rows, s.keys, s.d};
+  const GraphKey key{backward, static_cast<int64_t>(t), s.b, s.h, s.kv, s.t, s.rows, s.d};
   auto it = ctx.graphs.find(key);
   if (it != ctx.graphs.end()) return it->second;
   Built built;
@@ -278,83 +277,59 @@ char* offset(const Tensor& t, int64_t elements) {
   return static_cast<char*>(t.raw()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
-int64_t tallest_block(const std::vector<AttentionBlock>& blocks) {
-  int64_t tallest = 0;
-  for (const AttentionBlock& k : blocks) tallest = std::max(tallest, k.rows);
-  return tallest;
-}
-
-// The blocked backward's graphs, one per block (scratch_sizes.h), built on first use; the widest block's workspace,
-// or -1 when cuDNN cannot run a block.
-int64_t block_graphs(GqaAttentionContext& ctx, const GqaShape& s, DType t, const std::vector<AttentionBlock>& blocks,
-                     std::vector<const CachedGraph*>* graphs) {
-  int64_t widest = 0;
-  for (const AttentionBlock& k : blocks) {
-    GqaShape block = s;
-    block.rows = k.rows;
-    const CachedGraph& entry = graph_for(ctx, true, block, t);
-    if (!entry.graph) return -1;
-    widest = std::max(widest, entry.workspace);
-    if (graphs) graphs->push_back(&entry);
-  }
-  return widest;
+// The blocked backward's graphs, blocks of `rows` rows (scratch_sizes.h) and a shorter last one if T needs it, built
+// on first use; the widest one's workspace, or -1 when cuDNN cannot run them.
+int64_t block_graphs(GqaAttentionContext& ctx, const GqaShape& s, DType t, int64_t rows, const CachedGraph** full,
+                     const CachedGraph** last) {
+  GqaShape block = s;
+  block.rows = rows;
+  *full = &graph_for(ctx, true, block, t);
+  block.rows = s.t - (cudnn_attention_blocks(rows, s.t) - 1) * rows;
+  *last = &graph_for(ctx, true, block, t);
+  if (!(*full)->graph || !(*last)->graph) return -1;
+  return std::max((*full)->workspace, (*last)->workspace);
 }
 
 // The deterministic backward in blocks of query rows (scratch_sizes.h): each block's dq rows go straight into dqkv,
 // its dk and dv (keys [0, a + rows)) into dqkv's k and v columns, summed into an f32 accumulator in block order; the
 // last block's are added to the sums and rounded into dqkv. One allocation holds the largest block's workspace and
 // the accumulator. False when cuDNN cannot run a block (nothing written).
-bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const GqaShape& s,
-                        const std::vector<AttentionBlock>& blocks, const Tensor& qkv, const Tensor& y,
-                        const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
-  std::vector<const CachedGraph*> graphs;
-  const int64_t widest = block_graphs(ctx, s, qkv.dtype(), blocks, &graphs);
+bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const GqaShape& s, int64_t rows,
+                        const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
+  const CachedGraph *full = nullptr, *last = nullptr;
+  const int64_t widest = block_graphs(ctx, s, qkv.dtype(), rows, &full, &last);
   if (widest < 0) return false;
-  const int64_t tallest = tallest_block(blocks);
-  const int64_t n_blocks = static_cast<int64_t>(blocks.size());
-  const int64_t bytes = cudnn_attention_blocked_scratch(widest, tallest, n_blocks, s.b, s.h, s.kv, s.t, s.d);
+  const int64_t blocks = cudnn_attention_blocks(rows, s.t);
+  const int64_t bytes = cudnn_attention_blocked_scratch(widest, rows, s.b, s.h, s.kv, s.t, s.d);
   Tensor scratch = Tensor::empty({bytes / 4}, DType::F32, dev,
-                                 "cuDNN attention backward blocks: workspace, statistic rows, dk dv sums");
+                                 "cuDNN attention backward blocks: workspace, statistic rows, lengths, dk dv sums");
   char* ws = static_cast<char*>(scratch.raw());
   char* stats = ws + (widest + 255) / 256 * 256;
-  auto* lengths = reinterpret_cast<int32_t*>(stats + (4 * s.b * s.h * tallest + 255) / 256 * 256);
-  // Block i's query lengths (B) and key lengths (B), side by side.
-  std::vector<int32_t> host_lengths;
-  for (const AttentionBlock& k : blocks) {
-    host_lengths.insert(host_lengths.end(), s.b, static_cast<int32_t>(k.rows));
-    host_lengths.insert(host_lengths.end(), s.b, static_cast<int32_t>(k.first + k.rows));
-  }
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(lengths, host_lengths.data(), host_lengths.size() * 4, cudaMemcpyHostToDevice,
-                                    dev.compute_stream()));
+  auto* lengths = reinterpret_cast<int32_t*>(stats + (4 * s.b * s.h * rows + 255) / 256 * 256);
+  TANDEM_CUDA_CHECK(attention_blocks_lengths(lengths, s.b, s.t, rows, dev.compute_stream()));
   const BlockSums sums{
-      reinterpret_cast<float*>(reinterpret_cast<char*>(lengths) + (8 * s.b * n_blocks + 255) / 256 * 256),
+      reinterpret_cast<float*>(reinterpret_cast<char*>(lengths) + (8 * s.b * blocks + 255) / 256 * 256),
       offset(dqkv, k_offset(s)),
       s.b,
       s.t,
       2 * s.kv * s.d,
       s.width(),
       qkv.dtype() == DType::F16};
-  for (size_t i = 0; i < graphs.size(); ++i) {
-    const int64_t a = blocks[i].first, n = blocks[i].rows;
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t a = i * rows, n = std::min(rows, s.t - a);
     // The block's rows of lse (B, H, T) packed as (B, H, n).
     TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(stats, n * 4, static_cast<char*>(lse.raw()) + a * 4, s.t * 4, n * 4, s.b * s.h,
                                         cudaMemcpyDeviceToDevice, dev.compute_stream()));
-    std::unordered_map<int64_t, void*> pack{{kQ, offset(qkv, a * s.width())},
-                                            {kK, offset(qkv, k_offset(s))},
-                                            {kV, offset(qkv, v_offset(s))},
-                                            {kO, offset(y, a * s.h * s.d)},
-                                            {kDO, offset(dy, a * s.h * s.d)},
-                                            {kStats, stats},
-                                            {kDQ, offset(dqkv, a * s.width())},
-                                            {kDK, offset(dqkv, k_offset(s))},
-                                            {kDV, offset(dqkv, v_offset(s))},
-                                            {kSeqQ, lengths + 2 * s.b * static_cast<int64_t>(i)},
-                                            {kSeqKv, lengths + 2 * s.b * static_cast<int64_t>(i) + s.b}};
-    const fe::error_t status = graphs[i]->graph->execute(ctx.handle, pack, ws);
+    std::unordered_map<int64_t, void*> pack{
+        {kQ, offset(qkv, a * s.width())},   {kK, offset(qkv, k_offset(s))},       {kV, offset(qkv, v_offset(s))},
+        {kO, offset(y, a * s.h * s.d)},     {kDO, offset(dy, a * s.h * s.d)},     {kStats, stats},
+        {kDQ, offset(dqkv, a * s.width())}, {kDK, offset(dqkv, k_offset(s))},     {kDV, offset(dqkv, v_offset(s))},
+        {kSeqQ, lengths + 2 * s.b * i},     {kSeqKv, lengths + 2 * s.b * i + s.b}};
+    const bool final_block = i + 1 == blocks;
+    const fe::error_t status = (final_block ? last : full)->graph->execute(ctx.handle, pack, ws);
     TANDEM_CHECK(status.is_good(), "cuDNN grouped-query attention backward (a block) failed: ", status.err_msg);
-    const bool last = i + 1 == graphs.size();
-    TANDEM_CUDA_CHECK(last ? attention_blocks_finish(sums, a, dev.compute_stream())
-                           : attention_blocks_add(sums, a + n, a, dev.compute_stream()));
+    TANDEM_CUDA_CHECK(final_block ? attention_blocks_finish(sums, a, dev.compute_stream())
+                                  : attention_blocks_add(sums, a + n, a, dev.compute_stream()));
   }
   return true;
 }
@@ -445,10 +420,9 @@ void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Te
     device::CudaDevice& dev = cuda_device(dqkv);
     GqaAttentionContext& ctx = dev.context<GqaAttentionContext>();
     std::lock_guard<std::mutex> lock(ctx.mu);
-    const std::vector<AttentionBlock> blocks =
-        ctx.deterministic ? cudnn_attention_backward_blocks(s.b, s.h, s.kv, s.t, s.d) : std::vector<AttentionBlock>{};
-    if (blocks.size() > 1) {
-      if (backward_in_blocks(ctx, dev, s, blocks, qkv, y, lse, dy, dqkv)) return;
+    const int64_t rows = ctx.deterministic ? cudnn_attention_block_rows(s.b, s.h, s.kv, s.t, s.d) : s.t;
+    if (rows > 0 && rows < s.t) {
+      if (backward_in_blocks(ctx, dev, s, rows, qkv, y, lse, dy, dqkv)) return;
       TANDEM_CHECK(flash_attention_supported(fs),
                    "attention_gqa_backward: cuDNN cannot run the deterministic backward in blocks for ",
                    shape_text(s, qkv.dtype()), ", and the flash kernels cannot take it");
@@ -505,9 +479,7 @@ bool attention_gqa_backward_in_blocks(const Tensor& qkv, int heads, int kv_heads
   device::CudaDevice& dev = cuda_device(dqkv);
   GqaAttentionContext& ctx = dev.context<GqaAttentionContext>();
   std::lock_guard<std::mutex> lock(ctx.mu);
-  std::vector<AttentionBlock> blocks;
-  for (int64_t first = 0; first < s.t; first += rows) blocks.push_back({first, std::min(rows, s.t - first)});
-  return backward_in_blocks(ctx, dev, s, blocks, qkv, y, lse, dy, dqkv);
+  return backward_in_blocks(ctx, dev, s, rows, qkv, y, lse, dy, dqkv);
 #else
   (void)qkv, (void)heads, (void)kv_heads, (void)y, (void)lse, (void)dy, (void)dqkv, (void)rows;
   return false;
@@ -524,14 +496,11 @@ int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, i
     return 0;
   GqaAttentionContext& ctx = dev->context<GqaAttentionContext>();
   std::lock_guard<std::mutex> lock(ctx.mu);
-  const std::vector<AttentionBlock> blocks = backward && ctx.deterministic
-                                                 ? cudnn_attention_backward_blocks(s.b, s.h, s.kv, s.t, s.d)
-                                                 : std::vector<AttentionBlock>{};
-  if (blocks.size() > 1) {
-    const int64_t widest = block_graphs(ctx, s, qkv.dtype(), blocks, nullptr);
-    return widest < 0 ? 0
-                      : cudnn_attention_blocked_scratch(widest, tallest_block(blocks),
-                                                        static_cast<int64_t>(blocks.size()), s.b, s.h, s.kv, s.t, s.d);
+  const int64_t rows = backward && ctx.deterministic ? cudnn_attention_block_rows(s.b, s.h, s.kv, s.t, s.d) : s.t;
+  if (rows > 0 && rows < s.t) {
+    const CachedGraph *full = nullptr, *last = nullptr;
+    const int64_t widest = block_graphs(ctx, s, qkv.dtype(), rows, &full, &last);
+    return widest < 0 ? 0 : cudnn_attention_blocked_scratch(widest, rows, s.b, s.h, s.kv, s.t, s.d);
   }
   const CachedGraph& entry = graph_for(ctx, backward, s, qkv.dtype());
   return entry.graph ? (entry.workspace + 3) / 4 * 4 : 0;

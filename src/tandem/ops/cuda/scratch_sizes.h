@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "tandem/core/tensor.h"
 #include "tandem/ops/cuda/workspace.h"
@@ -99,34 +98,29 @@ inline int64_t cudnn_attention_block_workspace(int64_t b, int64_t h, int64_t kv,
 inline constexpr int64_t kCudnnAttentionBlockDpLimit = int64_t{4} << 30;
 inline constexpr int64_t kCudnnAttentionMinBlockRows = 64;
 
-struct AttentionBlock {
-  int64_t first, rows;  // query rows [first, first + rows) against keys [0, first + rows)
-};
-
-// The blocks of the deterministic backward: one block of all seq rows (the whole graph runs) when the whole graph's
-// workspace fits kCudnnAttentionWorkspaceLimit or one block can hold every row, none when not even 64 rows fit
-// kCudnnAttentionBlockDpLimit (the flash kernels run then).
-inline std::vector<AttentionBlock> cudnn_attention_backward_blocks(int64_t b, int64_t h, int64_t kv, int64_t seq,
-                                                                   int64_t d) {
-  if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit)
-    return {{0, seq}};
+// The height of the deterministic backward's blocks, which cover rows [0, R), [R, 2R), ... (the last what is left):
+// seq (one block: the whole graph runs) when the whole graph's workspace fits kCudnnAttentionWorkspaceLimit or one
+// block can hold every row; 0 when not even 64 rows fit kCudnnAttentionBlockDpLimit (the flash kernels run then).
+inline int64_t cudnn_attention_block_rows(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d) {
+  if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit) return seq;
   auto fits = [&](int64_t rows) { return 2 * b * h * rows * seq <= kCudnnAttentionBlockDpLimit; };
-  if (!fits(kCudnnAttentionMinBlockRows)) return {};
+  if (!fits(kCudnnAttentionMinBlockRows)) return 0;
   int64_t rows = kCudnnAttentionMinBlockRows;
   while (2 * rows <= seq && fits(2 * rows)) rows *= 2;
-  std::vector<AttentionBlock> blocks;
-  for (int64_t first = 0; first < seq; first += rows) blocks.push_back({first, std::min(rows, seq - first)});
-  return blocks;
+  return std::min(rows, seq);
 }
 
-// The blocked backward's scratch, one allocation: the widest block graph's cuDNN workspace (`block_workspace`), the
-// tallest block's rows of the forward's statistic packed (B, H, rows) f32 (cuDNN before 9.26 takes no strided one),
-// every block's (B) i32 query and key lengths, each rounded up to 256 bytes, and then the f32 (B, T, 2 Hkv D) dk, dv
+inline int64_t cudnn_attention_blocks(int64_t rows, int64_t seq) { return (seq + rows - 1) / rows; }
+
+// The blocked backward's scratch, one allocation: the widest block graph's cuDNN workspace (`block_workspace`), a
+// block's rows of the forward's statistic packed (B, H, rows) f32 (cuDNN before 9.26 takes no strided one), every
+// block's (B) i32 query and key lengths, each rounded up to 256 bytes, and then the f32 (B, T, 2 Hkv D) dk, dv
 // accumulator.
-inline int64_t cudnn_attention_blocked_scratch(int64_t block_workspace, int64_t tallest, int64_t blocks, int64_t b,
-                                               int64_t h, int64_t kv, int64_t seq, int64_t d) {
+inline int64_t cudnn_attention_blocked_scratch(int64_t block_workspace, int64_t rows, int64_t b, int64_t h, int64_t kv,
+                                               int64_t seq, int64_t d) {
   auto round = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-  return round(block_workspace) + round(4 * b * h * tallest) + round(2 * 4 * b * blocks) + 4 * b * seq * 2 * kv * d;
+  return round(block_workspace) + round(4 * b * h * rows) + round(2 * 4 * b * cudnn_attention_blocks(rows, seq)) +
+         4 * b * seq * 2 * kv * d;
 }
 
 // THE rule choosing between cuDNN's fused attention and the flash kernels, per shape, followed by the kernels'
@@ -138,7 +132,7 @@ inline int64_t cudnn_attention_blocked_scratch(int64_t block_workspace, int64_t 
 inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d, bool documents) {
   // B H at most 65535: the kernels' grids put the (batch element, head) pairs in their second dimension.
   if (!flash_attention_shape(t, d) || b * h > 65535) return false;
-  return documents || (attention_deterministic() && cudnn_attention_backward_blocks(b, h, kv, seq, d).empty());
+  return documents || (attention_deterministic() && cudnn_attention_block_rows(b, h, kv, seq, d) == 0);
 }
 
 // cuDNN's workspace where cuDNN cannot be asked (planning away from the GPU): the sizes above where cuDNN runs (the
@@ -148,14 +142,11 @@ inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int6
 inline int64_t attention_cudnn_workspace_estimate(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
                                                   bool backward) {
   if (!cudnn_attention_shape(t, d, (h + 2 * kv) * d) || attention_uses_flash(t, b, h, kv, seq, d, false)) return 0;
-  const std::vector<AttentionBlock> blocks = backward && attention_deterministic()
-                                                 ? cudnn_attention_backward_blocks(b, h, kv, seq, d)
-                                                 : std::vector<AttentionBlock>{};
-  if (blocks.size() <= 1) return cudnn_attention_deterministic_workspace(b, h, kv, seq, d, backward);  // whole
+  const int64_t rows = backward && attention_deterministic() ? cudnn_attention_block_rows(b, h, kv, seq, d) : seq;
+  if (rows >= seq) return cudnn_attention_deterministic_workspace(b, h, kv, seq, d, backward);  // whole
   // The graphs' keys are all T (the padding mask cuts them): the widest is the tallest block's.
-  const int64_t tallest = blocks.front().rows;
-  return cudnn_attention_blocked_scratch(cudnn_attention_block_workspace(b, h, kv, tallest, seq, d), tallest,
-                                         static_cast<int64_t>(blocks.size()), b, h, kv, seq, d);
+  return cudnn_attention_blocked_scratch(cudnn_attention_block_workspace(b, h, kv, rows, seq, d), rows, b, h, kv, seq,
+                                         d);
 }
 
 }  // namespace tandem::ops::cuda
