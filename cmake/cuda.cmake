@@ -129,6 +129,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/rmsnorm.cu
   ${_tandem_ops}/rotary.cu
   ${_tandem_ops}/swiglu.cu
+  ${_tandem_ops}/moe.cu
   ${_tandem_ops}/attention_gqa.cc
   ${_tandem_ops}/attention_gqa.cu
   ${_tandem_ops}/attention_blocks.cu

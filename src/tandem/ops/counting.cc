@@ -3,6 +3,7 @@
 // the op's work (work.h) to the device's WorkLog: FLOPs of matrix products and attention, bytes read and written by
 // the rest.
 #include <algorithm>
+#include <tuple>
 
 #include "tandem/device/counting_device.h"
 #include "tandem/ops/backend.h"
@@ -53,10 +54,26 @@ void count(Fn Scratch::*entry, const A&... a) {
   record<id>(d.work(), a...);
 }
 
-#define TANDEM_OP_COUNT(R, name, params, args)                 \
-  R name params {                                              \
-    count<OpId::name>(&Scratch::name, TANDEM_OP_UNPAREN args); \
-    return R();                                                \
+// What an op that returns a host value gives on the counting device, which holds no values: R's default, except the
+// rows per expert, where the planner assumes balanced routing (ops.h, moe_expert_rows): the M rows spread evenly, the
+// first M mod E experts taking one more.
+template <OpId id, class R, class... A>
+R counted_result(const A&... a) {
+  if constexpr (id == OpId::moe_expert_rows) {
+    const auto& [offsets, rows] = std::tie(a...);
+    const int64_t experts = offsets.numel() - 1;
+    R out(static_cast<size_t>(experts), rows / experts);
+    for (int64_t j = 0; j < rows % experts; ++j) ++out[static_cast<size_t>(j)];
+    return out;
+  } else {
+    return R();
+  }
+}
+
+#define TANDEM_OP_COUNT(R, name, params, args)                    \
+  R name params {                                                 \
+    count<OpId::name>(&Scratch::name, TANDEM_OP_UNPAREN args);    \
+    return counted_result<OpId::name, R>(TANDEM_OP_UNPAREN args); \
   }
 TANDEM_OPS(TANDEM_OP_COUNT)
 #undef TANDEM_OP_COUNT

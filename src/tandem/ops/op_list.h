@@ -128,5 +128,24 @@ using tandem::kIgnoreTarget;
   X(void, fp8_matmul, (const Tensor& a, const Tensor& a_inv_scale, const Tensor& b, const Tensor& b_inv_scale,     \
                        const Tensor& bias, const Tensor& c, const Tensor& d, bool fast_accum, Fp8Blocks a_blocks,  \
                        Fp8Blocks b_blocks),                                                                        \
-    (a, a_inv_scale, b, b_inv_scale, bias, c, d, fast_accum, a_blocks, b_blocks))
+    (a, a_inv_scale, b, b_inv_scale, bias, c, d, fast_accum, a_blocks, b_blocks))                                  \
+  X(void, moe_route, (const Tensor& logits, int k, bool normalize, const Tensor& probs, const Tensor& idx,          \
+                      const Tensor& weights),                                                                      \
+    (logits, k, normalize, probs, idx, weights))                                                                   \
+  X(void, moe_route_backward, (const Tensor& probs, const Tensor& idx, const Tensor& dweights, bool normalize,     \
+                               const Tensor& aux, const Tensor& dlogits),                                          \
+    (probs, idx, dweights, normalize, aux, dlogits))                                                               \
+  X(void, moe_route_stats, (const Tensor& probs, const Tensor& idx, const Tensor& counts, const Tensor& probsum),  \
+    (probs, idx, counts, probsum))                                                                                 \
+  X(void, moe_aux_loss, (const Tensor& counts, const Tensor& probsum, float scale, const Tensor& sum),            \
+    (counts, probsum, scale, sum))                                                                                 \
+  X(void, moe_order, (const Tensor& idx, int experts, const Tensor& pos, const Tensor& offsets),                   \
+    (idx, experts, pos, offsets))                                                                                  \
+  X(std::vector<int64_t>, moe_expert_rows, (const Tensor& offsets, int64_t rows), (offsets, rows))                \
+  X(void, moe_gather, (const Tensor& x, const Tensor& pos, const Tensor& xg), (x, pos, xg))                       \
+  X(void, moe_combine, (const Tensor& yg, const Tensor& pos, const Tensor& weights, const Tensor& y),              \
+    (yg, pos, weights, y))                                                                                         \
+  X(void, moe_combine_backward, (const Tensor& dy, const Tensor& yg, const Tensor& pos, const Tensor& weights,     \
+                                 const Tensor& dyg, const Tensor& dweights),                                       \
+    (dy, yg, pos, weights, dyg, dweights))
 // clang-format on

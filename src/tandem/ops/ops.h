@@ -2,7 +2,7 @@
 // Each op checks shapes and dtypes and dispatches on the tensors' device (CPU: OpenBLAS and OpenMP, in
 // ops/cpu; CUDA: cuBLASLt, cuDNN and our kernels, in ops/cuda). Ops never allocate their outputs unless they
 // say so; scratch goes through the device allocator. Ops never wait for the device (no host syncs) except
-// the two that return a host value (sum_squares and sum_squares_total, once per call).
+// the three that return a host value (sum_squares and sum_squares_total, once per call, and moe_expert_rows).
 // Gradient outputs named d* are overwritten unless the comment says "accumulates" (+=).
 // Legend: N rows (tokens), K/M/C channels, V vocabulary, B batch, T time, H heads, D head dim (C = H*D).
 // Also: Hkv key/value heads (grouped-query attention), F the MLP's hidden width, W a row's width.
@@ -19,6 +19,8 @@
 //   - sum_squares, sum_squares_total: any float dtype. cast: any float dtype to any float dtype.
 //   - axpy, add, scale, fill: one dtype.
 //   - rmsnorm: rstd, dgamma f32. rotary: cos, sin f32. attention_gqa: lse f32.
+//   - moe: the router's logits, probabilities, weights and their gradients, and the balance sums f32; expert choices,
+//     rows and offsets i32; only the token rows (x, xg, y, yg and their gradients) are in X.
 #pragma once
 
 #include <cstdint>
@@ -288,5 +290,42 @@ inline bool fp8_shape_ok(int64_t m, int64_t n, int64_t k) {
 // it is the mask's backward. 0 <= p < 1. y may be x.
 void dropout(const Tensor& x, const Tensor& y, float p, uint64_t seed, uint64_t stream, int64_t row0, int64_t width,
              int64_t col0);
+
+// ---- Mixture of experts: routing, tokens grouped by expert and back ----
+// Legend: E experts, k experts per token, M = N k routed rows (one per choice of a token).
+
+// The top-k router of transformers' MoE families (Qwen3-MoE, Mixtral, OLMoE): probs (N, E) = softmax of each row of
+// logits (N, E) in fp32; idx (N, k) the k largest probabilities of each row, largest first (equal ones: the lower
+// expert first); weights (N, k) their probabilities, divided by their sum when `normalize` (norm_topk_prob).
+void moe_route(const Tensor& logits, int k, bool normalize, const Tensor& probs, const Tensor& idx,
+               const Tensor& weights);
+// The router's backward: dlogits (N, E) overwritten with the softmax's backward of dprobs, where dprobs is dweights
+// (N, k) taken back through the division by the sum (with `normalize`) onto the chosen experts' probabilities, plus
+// aux (E) on every row when defined (the load-balancing loss's gradient by a probability depends on its expert only).
+void moe_route_backward(const Tensor& probs, const Tensor& idx, const Tensor& dweights, bool normalize,
+                        const Tensor& aux, const Tensor& dlogits);
+// The load-balancing loss's sums over a micro-batch: counts (E) += how many of idx's (N, k) choices name each expert,
+// probsum (E) += the column sums of probs (N, E), each summed over rows in order. Accumulates.
+void moe_route_stats(const Tensor& probs, const Tensor& idx, const Tensor& counts, const Tensor& probsum);
+// The load-balancing loss added to a sum: sum (1) += scale * sum over e of counts[e] probsum[e]. Accumulates.
+void moe_aux_loss(const Tensor& counts, const Tensor& probsum, float scale, const Tensor& sum);
+// The routed rows grouped by expert, a stable sort of the choices: expert e's rows are [offsets[e], offsets[e + 1])
+// of the M, in order of token then choice, and pos (N, k) gives the row of choice (t, s). offsets (E + 1),
+// offsets[0] = 0 and offsets[E] = M. Every idx must be in [0, experts).
+void moe_order(const Tensor& idx, int experts, const Tensor& pos, const Tensor& offsets);
+// The rows of each expert, offsets[e + 1] - offsets[e] for e < E, on the host: it waits for the device. `rows` is M.
+// On the counting device, which holds no values, the planner's routing assumption: the M rows spread evenly, the
+// first M mod E experts taking one more (balanced routing).
+std::vector<int64_t> moe_expert_rows(const Tensor& offsets, int64_t rows);
+// Tokens to their routed rows: xg[pos[t, s]] = x[t] for each choice, x (N, C), xg (M, C).
+void moe_gather(const Tensor& x, const Tensor& pos, const Tensor& xg);
+// The routed rows back to their tokens: y[t] += sum over s of weights[t, s] yg[pos[t, s]], yg (M, C), y (N, C),
+// weights (N, k) or undefined (each 1: the gather's backward). The sum over s is in order, in fp32 with y's value,
+// rounded once. Accumulates.
+void moe_combine(const Tensor& yg, const Tensor& pos, const Tensor& weights, const Tensor& y);
+// moe_combine's backward: dyg[pos[t, s]] = weights[t, s] dy[t] and dweights[t, s] = dy[t] . yg[pos[t, s]] (the dot
+// in fp32), both overwritten. dy (N, C), yg, dyg (M, C), weights, dweights (N, k).
+void moe_combine_backward(const Tensor& dy, const Tensor& yg, const Tensor& pos, const Tensor& weights,
+                          const Tensor& dyg, const Tensor& dweights);
 
 }  // namespace tandem::ops
