@@ -32,6 +32,19 @@ struct SamplePlace {
   int64_t first_sample = 0;  // the micro-batch's first sample: its index in the step's global batch
 };
 
+// The load-balancing loss of a mixture-of-experts model (moe.h) over one micro-batch, as transformers' MoE families
+// define it: with C_e the choices of expert e and P_e the sum of its router probabilities, both over the R = tokens x
+// MoE layers rows of the micro-batch, aux = E sum_e C_e P_e / R^2. Each MoE layer's forward adds its rows to the sums;
+// the head adds coef x share x aux to the loss, and each router's backward takes its gradient by the probabilities,
+// coef share E C_e / R^2, from the counts complete by then.
+struct MoeBalance {
+  Tensor counts;       // (E) f32
+  Tensor probsum;      // (E) f32
+  int64_t rows = 0;    // R
+  float coef = 0.0f;   // the loss's weight (router_aux_loss_coef); 0: the sums are kept, the loss left as it is
+  double share = 1.0;  // the micro-batch's share of the step's loss: its samples over the global batch's
+};
+
 // Under context parallelism a layer's activations hold this shard's Tl = T / cp tokens of each sequence (in the
 // split's order), and so do the targets; the documents are whole, for the attention that sees every token.
 struct Batch {
@@ -46,6 +59,8 @@ struct Batch {
   Tiles tiles;           // the rows of the loss's chunks and of the MLPs' tiles (0: their rules' choice)
   ContextSplit context;  // this shard of the sequences (size 1: whole sequences)
   SamplePlace samples;   // where its samples sit in the run
+  // A mixture-of-experts model's balance sums for this micro-batch (MoeBalance), or null (no MoE layers).
+  const MoeBalance* balance = nullptr;
 };
 
 }  // namespace tandem::nn
