@@ -35,7 +35,8 @@ constexpr Family kFamilies[] = {{"matmul", check_matmul},
                                 {"rotary", check_rotary},
                                 {"swiglu", check_swiglu},
                                 {"attention_gqa", check_attention_gqa},
-                                {"fp8", check_fp8}};
+                                {"fp8", check_fp8},
+                                {"moe", check_moe}};
 
 int usage() {
   std::string names;

@@ -226,6 +226,7 @@ void check_rotary(Suite& s);
 void check_swiglu(Suite& s);
 void check_attention_gqa(Suite& s);
 void check_fp8(Suite& s);
+void check_moe(Suite& s);
 
 // Timings of the main ops and the cuDNN attention workspaces (ops_check_bench.cc), and of the FP8 linear layer
 // against bf16 (ops_check_fp8.cc), and of attention at 2k to 128k tokens (ops_check_long_attention.cc).

@@ -39,6 +39,12 @@ Tensor head_loss(Layer& head, const TpSlot& tp, const Tensor& h, const Batch& ba
   TANDEM_CHECK(batch.loss && batch.targets.numel() == N, "head_loss: targets ", shape_str(batch.targets.shape()),
                " for the head's input ", shape_str(h.shape()), batch.loss ? "" : ", and no loss sink");
   const LossSink& sink = *batch.loss;
+  // A mixture-of-experts model's balance loss, once per micro-batch: coef share aux, as a share of the sink's sum.
+  if (const MoeBalance* b = batch.balance; b && b->coef > 0.0f) {
+    const double r = static_cast<double>(b->rows), experts = static_cast<double>(b->counts.numel());
+    ops::moe_aux_loss(b->counts, b->probsum,
+                      static_cast<float>(b->coef * b->share * experts * sink.normalizer / (r * r)), sink.sum);
+  }
   const int64_t chunk = loss_chunk_rows(batch.tiles.loss_tokens, N, head.output_shape({1, C}).back(), h.dtype());
   const Tensor rows = h.view({N, C}), ids = batch.targets.view({N, 1});  // (N, C), (N, 1)
   Tensor dh;                                                             // (..., C)

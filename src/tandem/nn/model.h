@@ -84,6 +84,14 @@ class Model {
   };
   Fp8Use fp8_use() const { return fp8_use_; }
   void set_fp8_use(Fp8Use use) { fp8_use_ = use; }
+  // A mixture-of-experts model's balance loss (batch.h's MoeBalance): the experts of its MoE layers, how many of those
+  // layers it has and the loss's weight, for the sums each micro-batch carries. experts 0: no MoE layers.
+  struct MoeRouting {
+    int experts = 0, layers = 0;
+    float coef = 0.0f;
+  };
+  MoeRouting moe_routing() const { return moe_routing_; }
+  void set_moe_routing(MoeRouting routing) { moe_routing_ = routing; }
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -93,6 +101,7 @@ class Model {
   bool vocab_parallel_logits_ = false;
   bool computes_loss_ = false;
   Fp8Use fp8_use_;
+  MoeRouting moe_routing_;
 };
 
 // The parameter's initial values for elements [first, first + count) of what it holds (its shard, flattened), on the

@@ -88,6 +88,17 @@ pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatc
   const int64_t first = groups_.coord.dp * per_replica + mb * cfg_.micro_batch;
   pipeline::MicroBatch b = batch(first, cfg_.micro_batch);
   b.samples = {cfg_.seed, step_index, first};
+  if (const nn::Model::MoeRouting r = model_.moe_routing(); r.experts > 0) {
+    // The balance sums over this micro-batch's tokens and MoE layers; its share of the step's loss is its samples'.
+    auto balance = std::make_shared<nn::MoeBalance>();
+    const PurposeScope scope(device_, MemoryPurpose::Other);
+    balance->counts = Tensor::zeros({r.experts}, DType::F32, device_, "expert choices");
+    balance->probsum = Tensor::zeros({r.experts}, DType::F32, device_, "expert probabilities");
+    balance->rows = b.inputs.numel() * r.layers;
+    balance->coef = r.coef;
+    balance->share = static_cast<double>(cfg_.micro_batch) / static_cast<double>(per_replica * groups_.layout.dp);
+    b.balance = std::move(balance);
+  }
   if (context_.active()) {
     // This shard's tokens and targets; the documents stay whole for attention, which sees every token.
     const int64_t B = b.inputs.dim(0), T = b.inputs.dim(1);

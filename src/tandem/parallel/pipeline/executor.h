@@ -22,6 +22,8 @@ struct MicroBatch {
   Tensor targets;           // (B*T) or (B) i32
   Tensor documents;         // (B, T) i32 each position's document (data.document_mask), or undefined
   nn::SamplePlace samples;  // where its samples sit in the run (the engine's), for the layers' draws
+  // A mixture-of-experts model's balance sums for this micro-batch (the engine's), or null.
+  std::shared_ptr<const nn::MoeBalance> balance;
 };
 
 struct ExecutorSetup {
