@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, run on a machine with 2 NVIDIA GPUs in one call: every CUDA op against the CPU op; a tiny gpt
 # for 20 steps on 1 GPU and on 2 GPUs as dp2 ZeRO-3, pp2 and tp2 against the CPU backend at bf16 tolerance; a
-# tiny grouped-query llama, tied and untied, for 20 steps on 1 GPU against the CPU backend in bf16 and fp16;
+# tiny grouped-query llama, tied, untied and as Qwen3, for 20 steps on 1 GPU against the CPU backend in bf16 and fp16;
 # then gpt d1600 L48 (1.64B) on 2 GPUs beside PyTorch (the reference script) on the same model.
 # Usage: bash bench/gpu_check.sh BUILD_DIR PYTORCH_SCRIPT OUT_DIR
 #   BUILD_DIR is a CMake build folder with the CUDA backend (e.g. build/release); step 1 runs its tests labelled
@@ -82,8 +82,9 @@ fi
 if [ "${GPU_CHECK_LLAMA:-1}" != 0 ]; then
   echo "== 3. tiny llama (d64 L2, 4 query heads over 2 kv heads, ffn 128, V 256, seq 32), 20 steps: the CPU backend"
   echo "   against 1 GPU in bf16, and in fp16 with dynamic loss scaling; tied with llama3 rope scaling, and untied"
-  echo "   with attention biases and head_dim 32 (wider than hidden / heads)"
-  for variant in tied untied; do
+  echo "   with attention biases and head_dim 32 (wider than hidden / heads); Qwen3's per-head norms of q and k on"
+  echo "   that shape"
+  for variant in tied untied qwen3; do
     if [ "$variant" = tied ]; then
       shape='"tie_word_embeddings": true, "rope_theta": 500000,
     "rope_scaling": { "rope_type": "llama3", "factor": 32, "low_freq_factor": 1, "high_freq_factor": 4,
@@ -91,6 +92,7 @@ if [ "${GPU_CHECK_LLAMA:-1}" != 0 ]; then
     else
       shape='"tie_word_embeddings": false, "attention_bias": true, "head_dim": 32, "rope_scaling": null'
     fi
+    [ "$variant" = qwen3 ] && shape="$shape"', "family": "qwen3"'
     cat >"$out/llama_$variant.json" <<JSON
 {
   "model": { "type": "llama", "vocab_size": 256, "seq_len": 32, "hidden_size": 64, "intermediate_size": 128,

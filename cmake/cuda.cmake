@@ -127,6 +127,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/op_timer.cc
   ${_tandem_ops}/reduce.cu
   ${_tandem_ops}/rmsnorm.cu
+  ${_tandem_ops}/head_norm.cu
   ${_tandem_ops}/rotary.cu
   ${_tandem_ops}/swiglu.cu
   ${_tandem_ops}/moe.cu

@@ -222,6 +222,7 @@ void check_cross_entropy(Suite& s);
 void check_reduce_and_adamw(Suite& s);
 void check_deferred_errors(Suite& s);
 void check_rmsnorm(Suite& s);
+void check_head_norm(Suite& s);
 void check_rotary(Suite& s);
 void check_swiglu(Suite& s);
 void check_attention_gqa(Suite& s);

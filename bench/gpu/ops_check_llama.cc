@@ -1,5 +1,5 @@
-// ops_check: the Llama-family ops (RMSNorm, rotary embedding, SwiGLU, grouped-query attention, with the flash
-// kernels' documents and long-sequence paths), CUDA against the CPU.
+// ops_check: the Llama-family ops (RMSNorm, over rows and per head, rotary embedding, SwiGLU, grouped-query attention,
+// with the flash kernels' documents and long-sequence paths), CUDA against the CPU.
 #include "ops_check.h"
 #include "tandem/ops/cuda/attention_blocks.h"
 
@@ -65,6 +65,63 @@ void check_rmsnorm(Suite& s) {
                 gpu_check::kOpExact);
         });
       }
+    }
+  }
+}
+
+void check_head_norm(Suite& s) {
+  struct Case {
+    int64_t b, t, heads, kv_heads, d;  // a fused qkv (B, T, (H + 2 Hkv) D); q and k normalised, v passed
+  };
+  // D=6 and 40: partial warps; then Qwen3's shapes (0.6B: 16 query heads over 8, 8B: 32 over 8, D 128) on 2048 tokens,
+  // enough rows for many slices of the gains' sums.
+  const std::vector<Case> cases = {{3, 5, 3, 1, 6}, {2, 7, 4, 2, 40}, {1, 2048, 16, 8, 128}, {2, 1024, 32, 8, 128}};
+  for (DType t : kFloatTypes) {
+    for (const Case& c : cases) {
+      const int64_t w = (c.heads + 2 * c.kv_heads) * c.d, n = c.b * c.t;
+      const int h = static_cast<int>(c.heads), kv = static_cast<int>(c.kv_heads);
+      const std::string shape = dims({c.b, c.t, w}) + " D=" + std::to_string(c.d);
+      s.run("head_norm_forward", dtype_name(t), shape, [&] {
+        auto x = s.make({c.b, c.t, w}, t, 230, 2.0f, 0.5f);
+        auto q = s.make({c.d}, t, 231, 0.2f, 1.0f);
+        auto k = s.make({c.d}, t, 232, 0.2f, 1.0f);
+        auto y = s.output({c.b, c.t, w}, t);
+        auto rstd = s.output({n, c.heads + c.kv_heads}, DType::F32);
+        cpu::head_norm_forward(x.cpu, q.cpu, k.cpu, h, kv, y.cpu, rstd.cpu, 1e-6f);
+        gpu::head_norm_forward(x.gpu, q.gpu, k.gpu, h, kv, y.gpu, rstd.gpu, 1e-6f);
+        s.compare("head_norm_forward y", t, shape, y.gpu, y.cpu);
+        s.compare("head_norm_forward rstd", t, shape, rstd.gpu, rstd.cpu);
+        auto rstd2 = s.output({n, c.heads + c.kv_heads}, DType::F32);
+        gpu::head_norm_forward(x.gpu, q.gpu, k.gpu, h, kv, x.gpu, rstd2.gpu, 1e-6f);  // in place: v left alone
+        s.compare("head_norm_forward in place", t, shape, x.gpu, y.cpu);
+      });
+      // The backward against the CPU op, in place (dx is dy) too, and the gains' gradients bit for bit on a rerun.
+      s.run("head_norm_backward", dtype_name(t), shape, [&] {
+        auto x = s.make({c.b, c.t, w}, t, 233, 2.0f, 0.5f);
+        auto q = s.make({c.d}, t, 234, 0.2f, 1.0f);
+        auto k = s.make({c.d}, t, 235, 0.2f, 1.0f);
+        auto dy = s.make({c.b, c.t, w}, t, 236);
+        // rstd from the CPU forward, shared by both sides.
+        Tensor y = Tensor::empty({c.b, c.t, w}, DType::F32, s.host(), "y");
+        Tensor rstd = Tensor::empty({n, c.heads + c.kv_heads}, DType::F32, s.host(), "rstd");
+        cpu::head_norm_forward(x.cpu, q.cpu, k.cpu, h, kv, y, rstd, 1e-6f);
+        Tensor rstd_g = s.upload(rstd, DType::F32);
+        auto dx = s.output({c.b, c.t, w}, t);
+        auto dq = s.make({c.d}, DType::F32, 237), dk = s.make({c.d}, DType::F32, 238);  // accumulate
+        Tensor dq_again = Tensor::empty({c.d}, DType::F32, s.dev(), "dq copy");
+        Tensor dk_again = Tensor::empty({c.d}, DType::F32, s.dev(), "dk copy");
+        dq_again.copy_from(dq.gpu);
+        dk_again.copy_from(dk.gpu);
+        cpu::head_norm_backward(dy.cpu, x.cpu, q.cpu, k.cpu, h, kv, rstd, dx.cpu, dq.cpu, dk.cpu);
+        gpu::head_norm_backward(dy.gpu, x.gpu, q.gpu, k.gpu, h, kv, rstd_g, dx.gpu, dq.gpu, dk.gpu);
+        s.compare("head_norm_backward dx", t, shape, dx.gpu, dx.cpu);
+        s.compare("head_norm_backward dq_gain", t, shape, dq.gpu, dq.cpu);
+        s.compare("head_norm_backward dk_gain", t, shape, dk.gpu, dk.cpu);
+        gpu::head_norm_backward(dy.gpu, x.gpu, q.gpu, k.gpu, h, kv, rstd_g, dy.gpu, dq_again, dk_again);  // dx is dy
+        s.compare("head_norm_backward in place", t, shape, dy.gpu, dx.cpu);
+        const bool same = same_bits(dq.gpu, dq_again) && same_bits(dk.gpu, dk_again);
+        s.row("head_norm_backward gains bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, gpu_check::kOpExact);
+      });
     }
   }
 }

@@ -1,6 +1,6 @@
 """Hugging Face interchange end to end, against transformers and torch.
 
-Usage: hf_check.py TANDEM_BINARY FAMILY, FAMILY one of gpt2, llama, llama-tied, mistral, qwen2.
+Usage: hf_check.py TANDEM_BINARY FAMILY, FAMILY one of gpt2, llama, llama-tied, mistral, qwen2, qwen3.
 
 A tiny model of the family is made with a fixed seed and saved with save_pretrained. Tandem trains it from
 {"model": {"from_pretrained": DIR, "seq_len": 16}} for 3 steps on a token file holding exactly one window, so every
@@ -62,12 +62,26 @@ def make_model(family):
                                        use_sliding_window=False, max_window_layers=1, tie_word_embeddings=True,
                                        bos_token_id=0, eos_token_id=0)
         return transformers.Qwen2ForCausalLM(cfg)
+    if family == "qwen3":
+        # q_norm and k_norm on heads of 16 where hidden_size / num_attention_heads is 8; gains drawn away from their
+        # initial ones, so a gain read from the wrong tensor or never applied changes the loss.
+        cfg = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                       max_position_embeddings=SEQ, attention_bias=False, use_sliding_window=False,
+                                       max_window_layers=1, bos_token_id=0, eos_token_id=0)
+        model = transformers.Qwen3ForCausalLM(cfg)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                    norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape))
+        return model
     raise SystemExit("unknown family " + family)
 
 
 # The keys each family's export must carry as the folder Tandem read had them.
 OWN_KEYS = {"gpt2": [], "llama": [], "llama-tied": [], "mistral": ["sliding_window"],
-            "qwen2": ["use_sliding_window", "sliding_window", "max_window_layers"]}
+            "qwen2": ["use_sliding_window", "sliding_window", "max_window_layers"],
+            "qwen3": ["use_sliding_window", "sliding_window", "max_window_layers", "attention_bias", "head_dim"]}
 
 
 def main():

@@ -1,12 +1,12 @@
 """LoRA adapters end to end, against Hugging Face PEFT, transformers and torch.
 
-Usage: peft_check.py TANDEM_BINARY FAMILY, FAMILY one of llama, gpt2.
+Usage: peft_check.py TANDEM_BINARY FAMILY, FAMILY one of llama, qwen3, gpt2.
 
 A tiny model of the family is made by transformers and saved with save_pretrained; PEFT adds an adapter with
 init_lora_weights=False (so B is not zero and the first step already moves both factors) on every projection, saved
 with save_pretrained. Tandem continues it from {"lora": {"from_pretrained": ADAPTER}} on the base
 {"model": {"from_pretrained": BASE}} for 3 steps of fp32 on a token file holding exactly one window (every step sees
-the same batch), on one process, on 4 used as tp2 x dp2 with ZeRO-3 and (llama) as pp2 x dp2 with ZeRO-1; its
+the same batch), on one process, on 4 used as tp2 x dp2 with ZeRO-3 and (llama, qwen3) as pp2 x dp2 with ZeRO-1; its
 losses must equal PEFT's with torch's AdamW (configured like Tandem's) within 1e-5. Each run's checkpoint is
 exported with --format peft, loaded by PeftModel.from_pretrained with no missing-key warning, and its logits
 compared with the torch-trained model's (1e-4); and with --format hf --merge, whose weights must equal PEFT's
@@ -37,6 +37,7 @@ OPT = {"lr": 1e-2, "betas": [0.9, 0.95], "eps": 1e-6, "weight_decay": 0.1}
 LORA = {"r": 4, "lora_alpha": 8}
 TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
            "gpt2": ["c_attn", "c_proj", "c_fc"]}
+TARGETS["qwen3"] = TARGETS["llama"]
 
 results = {"passed": 0, "failed": 0}
 
@@ -54,6 +55,17 @@ def make_base(family):
                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
                                       eos_token_id=0)
         return transformers.GPT2LMHeadModel(cfg)
+    if family == "qwen3":
+        # The per-head norms' gains (frozen under LoRA) drawn away from one, on heads of 16 where hidden / heads is 8.
+        cfg = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                       max_position_embeddings=SEQ, bos_token_id=0, eos_token_id=0)
+        model = transformers.Qwen3ForCausalLM(cfg)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                    norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape))
+        return model
     cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
                                    bos_token_id=0, eos_token_id=0)
@@ -88,7 +100,7 @@ def main():
         want_logits = start(input_ids=x).logits[0].float().numpy()
 
     runs = [("one process", 1, None, 0), ("4 as tp2 x dp2, ZeRO-3", 4, {"virtual_gpus": 2, "tensor": 2}, 3)]
-    if family == "llama":  # the frozen base loaded as ZeRO-1 shards and gathered, over two pipeline stages
+    if family != "gpt2":  # the frozen base loaded as ZeRO-1 shards and gathered, over two pipeline stages
         runs.append(("4 as pp2 x dp2, ZeRO-1", 4, {"virtual_gpus": 2, "pipeline": 2}, 1))
     for name, n, parallel, zero in runs:
         dp = parallel["virtual_gpus"] if parallel else 1

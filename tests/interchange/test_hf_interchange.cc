@@ -255,6 +255,69 @@ TEST_F(HfInterchange, ExportKeepsTheFamilyReadWithItsOwnKeys) {
   EXPECT_EQ(config::hf_config_from_model(typed(old_qwen), "float32").at("architectures")[0], "Qwen2ForCausalLM");
 }
 
+// Qwen3: its head_dim (128 when absent, not hidden_size / heads), attention_bias on all four projections, Qwen2's
+// window keys written back as read, q_norm and k_norm in the name map; a window that would apply is refused by name.
+TEST_F(HfInterchange, Qwen3KeepsItsKeysAndNormsAndRefusesWindows) {
+  Json qwen = llama_hf(false);
+  qwen["architectures"] = {"Qwen3ForCausalLM"};
+  qwen["model_type"] = "qwen3";
+  qwen["attention_bias"] = true;
+  qwen["use_sliding_window"] = false;
+  qwen["sliding_window"] = nullptr;
+  qwen["max_window_layers"] = 1;
+  qwen["layer_types"] = {"full_attention", "full_attention"};
+  std::vector<std::string> warnings;
+  EXPECT_EQ(config::model_from_hf_config(qwen, "d", &warnings).at("head_dim"), 128);
+  EXPECT_TRUE(warnings.empty()) << warnings.at(0);
+  qwen["head_dim"] = 16;
+  Json q = config::model_from_hf_config(qwen, "d");
+  EXPECT_EQ(q.at("family"), "qwen3");
+  EXPECT_EQ(q.at("head_dim"), 16);
+  EXPECT_EQ(q.at("attention_bias"), true);
+  EXPECT_FALSE(q.contains("qkv_bias"));
+  q["seq_len"] = 16;
+  const spec::ModelConfig model = typed(q);
+  const Json hf = config::hf_config_from_model(model, "float32");
+  EXPECT_EQ(hf.at("architectures")[0], "Qwen3ForCausalLM");
+  EXPECT_EQ(hf.at("model_type"), "qwen3");
+  EXPECT_EQ(hf.at("head_dim"), 16);
+  EXPECT_EQ(hf.at("attention_bias"), true);
+  EXPECT_EQ(hf.at("use_sliding_window"), false);
+  EXPECT_TRUE(hf.at("sliding_window").is_null());
+  EXPECT_EQ(hf.at("max_window_layers"), 1);
+  std::map<std::string, Shape> shapes;
+  for (const HfMapping& m : hf_name_map(model)) shapes[m.name] = m.shape;
+  for (const char* n : {"layers.1.q_norm.weight", "layers.1.k_norm.weight"}) {
+    ASSERT_TRUE(shapes.count(n)) << n;
+    EXPECT_EQ(shapes.at(n), Shape({16}));
+  }
+  EXPECT_EQ(shapes.at("layers.0.qkv.weight"), Shape({(4 + 2 * 2) * 16, 32}));
+  EXPECT_EQ(shapes.at("layers.0.o.bias"), Shape({32}));
+  // A Qwen3 without head_dim in a Tandem config takes hidden_size / heads, and its export names it.
+  Json own = q;
+  own.erase("head_dim");
+  EXPECT_EQ(config::hf_config_from_model(typed(own), "float32").at("head_dim"), 8);
+
+  Json window = qwen;
+  window["use_sliding_window"] = true;
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(window, "d"); }), "use_sliding_window is true");
+  Json layers = qwen;
+  layers["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(layers, "d"); }), "layer_types holds \"sliding_attention\"");
+  Json own_window = q;
+  own_window["use_sliding_window"] = true;
+  EXPECT_HAS(error_of([&] { typed(own_window); }), "Qwen3 would attend within a sliding window");
+  Json qkv_only = q;
+  qkv_only["attention_bias"] = false;
+  qkv_only["qkv_bias"] = true;
+  EXPECT_HAS(error_of([&] { typed(qkv_only); }), "biases on q, k and v alone are Qwen2's form");
+  Json moe = qwen;
+  moe["architectures"] = {"Qwen3MoeForCausalLM"};
+  moe["model_type"] = "qwen3_moe";
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(moe, "d"); }),
+             "'Qwen3MoeForCausalLM' is not one Tandem trains");
+}
+
 TEST_F(HfInterchange, ConflictingRopeKeysAreRefusedNamingBoth) {
   const Json llama3 = {{"rope_type", "llama3"},
                        {"factor", 8.0},

@@ -1,5 +1,6 @@
 // The Llama decoder: parameter counts and names, tensor-parallel shards of the fused projections, model-level
-// gradient checks (grouped-query, multi-head, biased, scaled rotary), activation checkpointing and the refusals.
+// gradient checks (grouped-query, multi-head, biased, scaled rotary, Qwen3's per-head norms), activation checkpointing
+// and the refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,11 +47,13 @@ std::map<std::string, Parameter*> by_name(const Model& m) {
 }
 
 // transformers' LlamaForCausalLM forward written out in double, one loop per formula, from the model's parameters:
-// rotate_half on q and k only, query head h attending with kv head h / (H / Hkv), silu(gate) * up.
+// rotate_half on q and k only, query head h attending with kv head h / (H / Hkv), silu(gate) * up; for Qwen3, each
+// q and k head first RMS-normalised over its D with q_norm's or k_norm's gain.
 std::vector<double> reference_logits(const LlamaConfig& c, const std::map<std::string, Parameter*>& p,
                                      const Tensor& tokens) {
   const int64_t B = tokens.dim(0), T = tokens.dim(1), C = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = C / H, W = (H + 2 * KV) * D;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim ? c.head_dim : C / H;
+  const int64_t W = (H + 2 * KV) * D;
   auto w = [&](const std::string& name) { return p.at(name)->value.f32(); };
   auto rmsnorm = [&](const std::vector<double>& x, const float* g) {
     std::vector<double> y(x.size());
@@ -79,6 +82,14 @@ std::vector<double> reference_logits(const LlamaConfig& c, const std::map<std::s
     const std::string pre = "layers." + std::to_string(l) + ".";
     std::vector<double> qkv = linear(rmsnorm(x, w(pre + "attn_norm.weight")), C, w(pre + "qkv.weight"), W,
                                      qkv_biased(c) ? w(pre + "qkv.bias") : nullptr);
+    for (int64_t r = 0; r < B * T && spec::qk_norm(c); ++r)
+      for (int64_t head = 0; head < H + KV; ++head) {  // q heads with q_norm, then k heads with k_norm
+        const float* g = w(pre + (head < H ? "q_norm.weight" : "k_norm.weight"));
+        double* e = &qkv[r * W + head * D];
+        double ms = 0;
+        for (int64_t i = 0; i < D; ++i) ms += e[i] * e[i] / D;
+        for (int64_t i = 0; i < D; ++i) e[i] = g[i] * e[i] / std::sqrt(ms + c.rms_norm_eps);
+      }
     for (int64_t r = 0; r < B * T; ++r)
       for (int64_t head = 0; head < H + KV; ++head)  // q heads, then k heads
         for (int64_t i = 0; i < D / 2; ++i) {
@@ -142,6 +153,19 @@ TEST(Llama, ForwardMatchesTransformersFormulas) {
     EXPECT_LT(testing::rel_error(testing::to_double(logits), reference_logits(c, by_name(m), x)), 2e-6)
         << kv << " kv heads";
   }
+  // Qwen3: heads of 6 where C / H is 4, each q and k head normalised before the rotation.
+  LlamaConfig q = small(4, 2);
+  q.family = spec::LlamaFamily::Qwen3;
+  q.head_dim = 6;
+  q.attention_bias = true;
+  q.rope_theta = 100.0;
+  Model m = build_llama(q);
+  m.materialize(dev, 11);
+  for (Parameter* p : m.parameters())
+    testing::fill_normal(p->value, tandem::hash_name(p->name), p->init == Init::Normal ? 0.3f : 0.5f);
+  Tensor x = random_tokens(dev, {2, 6}, 13, 12);
+  std::vector<Saved> saved;
+  EXPECT_LT(testing::rel_error(testing::to_double(m.forward(x, saved)), reference_logits(q, by_name(m), x)), 2e-6);
 }
 
 TEST(Llama, ParameterCountMatchesTheBuiltModel) {
@@ -158,6 +182,9 @@ TEST(Llama, ParameterCountMatchesTheBuiltModel) {
   LlamaConfig tied = small();
   tied.tie_word_embeddings = true;
   configs.push_back(tied);
+  LlamaConfig qwen3 = wide;
+  qwen3.family = spec::LlamaFamily::Qwen3;  // q_norm and k_norm: 2 D a block
+  configs.push_back(qwen3);
   for (const LlamaConfig& c : configs) {
     EXPECT_EQ(build_llama(c).num_parameters(), llama_parameter_count(c))
         << c.num_attention_heads << " heads " << c.num_key_value_heads << " kv heads, head_dim " << c.head_dim;
@@ -357,6 +384,27 @@ TEST(GradCheck, LlamaMultiHeadBiasedScaledRope) {
     testing::fill_normal(p->value, tandem::hash_name(p->name), p->init == Init::Normal ? 0.3f : 0.5f);
   Tensor x = random_tokens(dev, {2, 6}, 13, 9);
   Tensor y = random_tokens(dev, {12}, 13, 10);
+  check_directional_derivatives(m, x, y, kStep);
+}
+
+// Qwen3's q_norm and k_norm, their gains away from one, on heads wider than C / H.
+TEST(GradCheck, Qwen3HeadNorms) {
+  device::CpuDevice dev;
+  LlamaConfig c = small(4, 2);
+  c.family = spec::LlamaFamily::Qwen3;
+  c.head_dim = 6;
+  Model m = build_llama(c);
+  m.materialize(dev, 6);
+  const auto params = by_name(m);
+  for (const char* n : {"layers.1.q_norm.weight", "layers.1.k_norm.weight"}) {
+    ASSERT_TRUE(params.count(n)) << n;
+    EXPECT_EQ(params.at(n)->shape, Shape({6}));
+    EXPECT_FALSE(params.at(n)->decay);
+  }
+  for (Parameter* p : m.parameters())
+    testing::fill_normal(p->value, tandem::hash_name(p->name), p->init == Init::Normal ? 0.3f : 0.5f);
+  Tensor x = random_tokens(dev, {2, 5}, 13, 19);
+  Tensor y = random_tokens(dev, {10}, 13, 20);
   check_directional_derivatives(m, x, y, kStep);
 }
 

@@ -89,7 +89,8 @@ struct Case {
   // "llama" (8 query heads over 4 key/value heads); "llama_tied" (the head tied to the embedding); "llama_docs"
   // (attention inside documents, id 5 ending each); "llama_lora" (LoRA on every projection of a frozen base);
   // "llama_lora_dropout" (the same with lora_dropout 0.2: a shard's tokens must draw the one-device mask);
-  // "llama_tiles" (the loss in chunks of 5 tokens, the MLP in tiles of 7)
+  // "llama_tiles" (the loss in chunks of 5 tokens, the MLP in tiles of 7); "llama_qwen3" (Qwen3's q_norm and k_norm,
+  // on the heads a shard regroups)
   std::string model;
   int dp, pp, tp, cp, zero;
   bool checkpointing = false;
@@ -126,6 +127,7 @@ std::vector<Case> cases() {
           {"llama_lora_dropout", 2, 1, 1, 2, 1},
           {"llama_lora_dropout", 1, 1, 2, 2, 0},
           {"llama_tiles", 1, 1, 2, 2, 0, true},
+          {"llama_qwen3", 1, 1, 2, 2, 0},
           {"llama", 2, 1, 1, 2, 2, false, "offload"},
           {"llama", 1, 2, 1, 2, 0, true, "cpu_ckpt"},
           {"llama", 2, 1, 1, 2, 1, false, "bf16"}};
@@ -156,6 +158,7 @@ Json base_config(const Case& c) {
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}, {"init_lora_weights", false}};
   if (c.model == "llama_lora_dropout") cfg["lora"]["lora_dropout"] = 0.2;
   if (c.model == "llama_tiles") cfg["tiles"] = {{"loss_tokens", 5}, {"mlp_tokens", 7}};
+  if (c.model == "llama_qwen3") cfg["model"]["family"] = "qwen3";
   if (c.extra == "bf16") cfg["bf16"] = {{"enabled", true}};
   return cfg;
 }

@@ -38,7 +38,8 @@ struct Case {
   // inside documents; "gpt_fp8" and "llama_fp8" with the blocks' projections in FP8 (fp8.enabled), at micro-batch 1 in
   // every layout (the activations' scales are per micro-batch, as on one device), "..._rowwise" and
   // "llama_fp8_blockwise" with those recipes (the blockwise llama 256 wide, so each tp slot holds whole tiles);
-  // "llama_tiles" and "gpt_tiles" with the loss in chunks and the llama's MLP in tiles (the config's "tiles")
+  // "llama_tiles" and "gpt_tiles" with the loss in chunks and the llama's MLP in tiles (the config's "tiles");
+  // "llama_qwen3": Qwen3's q_norm and k_norm on heads of 16 (hidden_size / num_attention_heads is 8)
   std::string model;
   int dp, pp, tp, zero;
   spec::ScheduleKind schedule;
@@ -157,6 +158,8 @@ std::vector<Case> cases() {
              {"gpt_tiles", 2, 2, 1, 1, kGPipe, 1, true}};
   if (world == 8) tiles = {{"llama_tiles", 2, 2, 2, 2, k1F1B, 1, true}};
   out.insert(out.end(), tiles.begin(), tiles.end());
+  // Qwen3's per-head norms: each tp slot normalises its own heads, the gains' gradients summed over tp; across stages.
+  if (world == 4) out.push_back({"llama_qwen3", 1, 2, 2, 0, k1F1B, 1, false});
   // FP8: the weights' scales from their amax over tp (and after ZeRO-3's gather), the activations' and gradients' per
   // micro-batch and over tp where split; in fp32 and bf16 around the products.
   std::vector<Case> fp8;
@@ -213,6 +216,10 @@ Json base_config(const std::string& model) {
                     {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"tie_word_embeddings", tied}};
     // FP8 products take multiples of 16 features on every tp slot: down's 48 inputs would be 24 over tp 2.
     if (model.rfind("llama_fp8", 0) == 0) cfg["model"]["intermediate_size"] = 64;
+    if (model == "llama_qwen3") {
+      cfg["model"]["family"] = "qwen3";
+      cfg["model"]["head_dim"] = 16;
+    }
     // The blockwise recipe's tiles are 128 wide and every tp slot holds whole ones: 256 features (q, k, v and
     // the MLP's) split over 2 slots.
     if (model == "llama_fp8_blockwise") {

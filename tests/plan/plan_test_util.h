@@ -25,7 +25,8 @@ using config::Json;
 struct MemCase {
   // "gpt" | "mlp" | "llama" | "llama_lora" (LoRA on every projection of a frozen llama) | "llama_docs" (a llama whose
   // attention stays inside documents: data.document_mask) | "llama_fp8" (its block projections in FP8) |
-  // "llama_fp8_rowwise" | "llama_fp8_blockwise" (the other recipes)
+  // "llama_fp8_rowwise" | "llama_fp8_blockwise" (the other recipes) | "llama_qwen3" (Qwen3's per-head norms of q and
+  // k, on heads of 32 where hidden / heads is 16)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   int cp = 1;  // parallel.context: each sequence over cp processes
@@ -72,6 +73,10 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
+  if (model == "llama_qwen3")
+    return {{"type", "llama"},          {"vocab_size", 512},       {"seq_len", 64},  {"hidden_size", 64},
+            {"intermediate_size", 96},  {"num_hidden_layers", 4},  {"head_dim", 32}, {"family", "qwen3"},
+            {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
   if (model == "llama" || model == "llama_lora" || model == "llama_docs" || model.rfind("llama_fp8", 0) == 0)
     return {{"type", "llama"},          {"vocab_size", 512},       {"seq_len", 64},
             {"hidden_size", 64},        {"intermediate_size", 96}, {"num_hidden_layers", 4},

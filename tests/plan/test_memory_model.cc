@@ -92,6 +92,17 @@ std::vector<MemCase> grid() {
     c.steps = 1;
     out.push_back(c);
   }
+  // Qwen3: the projection's output kept beside the normalised q and k, the norms' rstd, the gains' gradients summed
+  // over tp; with recomputation and in bf16 too.
+  for (MemCase c :
+       {mem_case(1, 1, 1), mem_case(1, 2, 2), mem_case(2, 1, 2, 3, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_qwen3";
+    c.steps = 1;
+    for (bool ckpt : {false, true}) {
+      c.ckpt = ckpt;
+      out.push_back(c);
+    }
+  }
   // Documents (data.document_mask): every stage fetches each micro-batch's.
   for (MemCase c : {mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1), mem_case(2, 1, 1, 3)}) {
     c.model = "llama_docs";

@@ -91,6 +91,7 @@ LlamaConfig llama_config(const Json& m) {
   const std::string family = m.value("family", c.qkv_bias ? "qwen2" : "llama");
   c.family = family == "mistral" ? spec::LlamaFamily::Mistral
              : family == "qwen2" ? spec::LlamaFamily::Qwen2
+             : family == "qwen3" ? spec::LlamaFamily::Qwen3
                                  : spec::LlamaFamily::Llama;
   if (const auto w = m.find("sliding_window"); w != m.end() && !w->is_null()) c.sliding_window = w->get<int64_t>();
   c.use_sliding_window = m.value("use_sliding_window", false);

@@ -20,7 +20,7 @@ constexpr double kLayerNormEps = 1e-5;
 
 const std::vector<std::string>& supported() {
   static const std::vector<std::string> names = {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
-                                                 "Qwen2ForCausalLM"};
+                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
   return names;
 }
 
@@ -236,7 +236,8 @@ Json llama_model(HfReader& r, const std::string& family) {
             {"rms_norm_eps", r.number("rms_norm_eps", 1e-6)},
             {"tie_word_embeddings", r.boolean("tie_word_embeddings", false)},
             {"attention_bias", r.boolean("attention_bias", false)}};
-  if (r.has("head_dim")) m["head_dim"] = r.integer("head_dim");
+  // Qwen3Config's head_dim is 128 when absent, not hidden_size / num_attention_heads.
+  if (r.has("head_dim") || family == "qwen3") m["head_dim"] = r.integer("head_dim", 128);
   const auto [theta, scaling] = rope_of(r, m.at("max_position_embeddings").get<int64_t>());
   m["rope_theta"] = theta;
   m["rope_scaling"] = scaling;
@@ -245,12 +246,21 @@ Json llama_model(HfReader& r, const std::string& family) {
     // Qwen2 has biases on q, k and v but not on o.
     m["qkv_bias"] = true;
     m["attention_bias"] = false;
+  }
+  if (family == "qwen2" || family == "qwen3") {
     if (r.boolean("use_sliding_window", false)) r.cannot("use_sliding_window is true: its attention is full");
     m["use_sliding_window"] = false;
     // transformers keeps sliding_window only with use_sliding_window; it is written back as read.
     m["sliding_window"] = r.has("sliding_window") ? Json(r.integer("sliding_window")) : Json();
     m["max_window_layers"] = r.has("max_window_layers") ? r.integer("max_window_layers") : 28;
-    r.has("layer_types");
+    // Written by transformers from the keys above: every layer "full_attention" without use_sliding_window. A layer
+    // named otherwise would attend within a window.
+    if (r.has("layer_types")) {
+      if (!r.at("layer_types").is_array()) r.fail("'layer_types' is ", show(r.at("layer_types")), ", not a list");
+      for (const Json& t : r.at("layer_types"))
+        if (t != "full_attention")
+          r.cannot("layer_types holds ", show(t), ": its attention is full (\"full_attention\" in every layer)");
+    }
   }
   if (family == "mistral") {
     // Absent, transformers' MistralConfig takes 4096; null turns the window off. Checked against seq_len later.
@@ -281,6 +291,8 @@ Json model_from_hf_config(const Json& hf, const std::string& dir, std::vector<st
     family = "mistral";
   else if (arch == "Qwen2ForCausalLM" || (arch.empty() && type == "qwen2"))
     family = "qwen2";
+  else if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3"))
+    family = "qwen3";
   else
     TANDEM_FAIL("Hugging Face config '", file, "': architecture ",
                 arch.empty() ? "(none; model_type \"" + type + "\")" : "'" + arch + "'",
@@ -314,21 +326,18 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
     if (l->qkv_bias && l->attention_bias)
       TANDEM_FAIL("model has both qkv_bias and attention_bias: no Hugging Face architecture has that combination");
     const bool qwen2 = l->family == spec::LlamaFamily::Qwen2;
+    const bool qwen3 = l->family == spec::LlamaFamily::Qwen3;
     const bool mistral = l->family == spec::LlamaFamily::Mistral;
+    const char* type = qwen2 ? "qwen2" : qwen3 ? "qwen3" : mistral ? "mistral" : "llama";
     if (qwen2 != l->qkv_bias)
-      TANDEM_FAIL("a llama model of family ",
-                  qwen2     ? "qwen2"
-                  : mistral ? "mistral"
-                            : "llama",
-                  l->qkv_bias ? " with" : " without",
+      TANDEM_FAIL("a llama model of family ", type, l->qkv_bias ? " with" : " without",
                   " qkv_bias has no Hugging Face architecture: Qwen2's alone has biases on q, k and v only");
     Json hf = {{"architectures",
                 {qwen2     ? "Qwen2ForCausalLM"
+                 : qwen3   ? "Qwen3ForCausalLM"
                  : mistral ? "MistralForCausalLM"
                            : "LlamaForCausalLM"}},
-               {"model_type", qwen2     ? "qwen2"
-                              : mistral ? "mistral"
-                                        : "llama"},
+               {"model_type", type},
                {"hidden_act", "silu"},
                {"torch_dtype", torch_dtype},
                {"vocab_size", l->vocab_size},
@@ -342,7 +351,8 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
                {"rope_scaling", nullptr},
                {"max_position_embeddings", l->max_position_embeddings ? l->max_position_embeddings : l->seq_len},
                {"tie_word_embeddings", l->tie_word_embeddings}};
-    if (l->head_dim) hf["head_dim"] = l->head_dim;
+    // Qwen3Config reads an absent head_dim as 128: its export always names it.
+    if (l->head_dim || qwen3) hf["head_dim"] = l->head_dim ? l->head_dim : l->hidden_size / l->num_attention_heads;
     if (l->rope_scaling.type == RopeType::Llama3)
       hf["rope_scaling"] = {{"rope_type", "llama3"},
                             {"factor", l->rope_scaling.factor},
@@ -350,13 +360,14 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
                             {"high_freq_factor", l->rope_scaling.high_freq_factor},
                             {"original_max_position_embeddings", l->rope_scaling.original_max_position_embeddings}};
     const Json window = l->sliding_window ? Json(*l->sliding_window) : Json();
-    if (qwen2) {
+    if (qwen2 || qwen3) {
       hf["use_sliding_window"] = l->use_sliding_window;
       hf["sliding_window"] = window;
       hf["max_window_layers"] = l->max_window_layers;
-    } else if (mistral) {
-      hf["sliding_window"] = window;
-    } else {
+    }
+    if (mistral) hf["sliding_window"] = window;
+    if (qwen3) hf["attention_bias"] = l->attention_bias;
+    if (!qwen2 && !qwen3 && !mistral) {
       hf["attention_bias"] = l->attention_bias;
       hf["mlp_bias"] = false;
     }

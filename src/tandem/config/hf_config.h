@@ -1,6 +1,6 @@
 // Hugging Face model configs (config.json) to and from Tandem's "model" object. GPT2LMHeadModel becomes a "gpt"
-// model; LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM become a "llama" model that keeps Hugging
-// Face's own key names. What Tandem's models cannot compute is refused by name; keys that change nothing in
+// model; LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM become a "llama" model that keeps
+// Hugging Face's own key names. What Tandem's models cannot compute is refused by name; keys that change nothing in
 // training (token ids, dtype, cache) are dropped, and any other unknown key is reported in one warning.
 #pragma once
 

@@ -1,5 +1,5 @@
 // The schema of a "type": "llama" model object (validate_llama): Hugging Face LlamaConfig's keys and defaults, its rope
-// scaling and its family's keys (Mistral's and Qwen2's). The rest of the schema is in schema.cc.
+// scaling and its family's keys (Mistral's, Qwen2's and Qwen3's). The rest of the schema is in schema.cc.
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -61,16 +61,17 @@ void validate_rope_scaling(Fields& m) {
 
 // "family": the Hugging Face architecture the model is read as and exported to (spec::LlamaFamily), with that
 // family's own keys. Without it, a model with qkv_bias is Qwen2's (as exports were before the key), any other Llama's.
+// "qwen3" also decides the function: q and k normalised per head (spec::qk_norm).
 void validate_llama_family(Fields& m, int64_t seq_len) {
   const bool qkv_bias = m.raw("qkv_bias").get<bool>();
-  const std::string family = m.choice("family", qkv_bias ? "qwen2" : "llama", {"llama", "mistral", "qwen2"});
+  const std::string family = m.choice("family", qkv_bias ? "qwen2" : "llama", {"llama", "mistral", "qwen2", "qwen3"});
   if (family == "qwen2" && !qkv_bias)
     TANDEM_FAIL("model.family \"qwen2\" with qkv_bias false: Qwen2's attention has biases on q, k and v; set ",
                 "\"qkv_bias\": true, or another family");
   if (family != "qwen2" && qkv_bias)
     TANDEM_FAIL("model.qkv_bias true with model.family \"", family,
                 "\": biases on q, k and v alone are Qwen2's form; set \"family\": \"qwen2\", or use attention_bias "
-                "(biases on q, k, v and o, as Llama's)");
+                "(biases on q, k, v and o, as Llama's and Qwen3's)");
   if (family == "mistral" && m.raw("attention_bias").get<bool>())
     TANDEM_FAIL("model.attention_bias true with model.family \"mistral\": Mistral's projections have no biases; set ",
                 "\"family\": \"llama\" or \"attention_bias\": false");
@@ -78,13 +79,15 @@ void validate_llama_family(Fields& m, int64_t seq_len) {
   if (family == "llama") {
     for (const std::string& k : window_keys)
       if (m.has(k))
-        TANDEM_FAIL("model.", k, " is a key of model.family \"mistral\" or \"qwen2\", not of \"llama\": remove it");
+        TANDEM_FAIL("model.", k,
+                    " is a key of model.family \"mistral\", \"qwen2\" or \"qwen3\", not of \"llama\": ", "remove it");
     return;
   }
   if (family == "mistral" && m.has("use_sliding_window"))
-    TANDEM_FAIL("model.use_sliding_window is Qwen2's key: Mistral applies sliding_window whenever it is not null");
+    TANDEM_FAIL(
+        "model.use_sliding_window is Qwen2's and Qwen3's key: Mistral applies sliding_window whenever it is not null");
   if (family == "mistral" && m.has("max_window_layers"))
-    TANDEM_FAIL("model.max_window_layers is Qwen2's key: remove it for model.family \"mistral\"");
+    TANDEM_FAIL("model.max_window_layers is Qwen2's and Qwen3's key: remove it for model.family \"mistral\"");
   if (!m.has("sliding_window") || m.raw("sliding_window").is_null())
     m.raw("sliding_window") = nullptr;
   else
@@ -98,8 +101,8 @@ void validate_llama_family(Fields& m, int64_t seq_len) {
     return;
   }
   if (m.boolean("use_sliding_window", false))
-    TANDEM_FAIL("model.use_sliding_window is true: Qwen2 would attend within a sliding window and Tandem's attention ",
-                "is full; set it to false");
+    TANDEM_FAIL("model.use_sliding_window is true: ", family == "qwen3" ? "Qwen3" : "Qwen2",
+                " would attend within a sliding window and Tandem's attention is full; set it to false");
   m.integer("max_window_layers", 28, 0);
 }
 

@@ -1,5 +1,6 @@
 // The GPT-2 and Llama name maps (hf_names.h). Sizes come from the model object, the names from transformers'
-// GPT2LMHeadModel and LlamaForCausalLM (Mistral and Qwen2 name their tensors as Llama does).
+// GPT2LMHeadModel and LlamaForCausalLM (Mistral, Qwen2 and Qwen3 name their tensors as Llama does; Qwen3 adds its
+// per-head norms' gains).
 #include "tandem/interchange/hf_names.h"
 
 #include <variant>
@@ -72,6 +73,9 @@ std::vector<HfMapping> llama_map(const spec::LlamaConfig& model) {
           rows_of(t + "qkv." + p, shape,
                   {{a + "q_proj." + p, heads * d}, {a + "k_proj." + p, kv * d}, {a + "v_proj." + p, kv * d}}));
     }
+    if (spec::qk_norm(model))
+      for (const char* n : {"q_norm", "k_norm"})
+        out.push_back(whole(t + n + ".weight", {d}, h + "self_attn." + n + ".weight"));
     out.push_back(whole(t + "o.weight", {c, heads * d}, h + "self_attn.o_proj.weight"));
     if (o_bias) out.push_back(whole(t + "o.bias", {c}, h + "self_attn.o_proj.bias"));
     out.push_back(whole(t + "mlp_norm.weight", {c}, h + "post_attention_layernorm.weight"));

@@ -74,6 +74,7 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
   shape.eps = static_cast<float>(c.rms_norm_eps);
   shape.qkv_bias = qkv_biased(c);
   shape.o_bias = o_biased(c);
+  shape.qk_norm = spec::qk_norm(c);
   Model model;
   LoraSites sites(lora);
   model.add(sites.frozen(std::make_unique<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp)));
@@ -97,7 +98,8 @@ int64_t llama_parameter_count(const LlamaConfig& cfg) {
   const LlamaConfig c = resolve_llama(cfg);
   const int64_t C = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
   const int64_t q = c.num_attention_heads * D, qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * D;
-  const int64_t block = 2 * C + qkv * C + (qkv_biased(c) ? qkv : 0) + q * C + (o_biased(c) ? C : 0) + 3 * F * C;
+  const int64_t block = 2 * C + qkv * C + (qkv_biased(c) ? qkv : 0) + q * C + (o_biased(c) ? C : 0) + 3 * F * C +
+                        (spec::qk_norm(c) ? 2 * D : 0);
   return V * C + c.num_hidden_layers * block + C + (c.tie_word_embeddings ? 0 : V * C);
 }
 

@@ -1,5 +1,6 @@
-// The Llama family of decoders (Llama 2 and 3, Qwen2, Mistral without sliding windows): transformers'
-// LlamaForCausalLM, built from the layers of llama_layers.h through the same public API a user's own model uses.
+// The Llama family of decoders (Llama 2 and 3, Qwen2, Qwen3's dense models, Mistral without sliding windows):
+// transformers' LlamaForCausalLM (and Qwen3ForCausalLM's q_norm and k_norm), built from the layers of llama_layers.h
+// through the same public API a user's own model uses.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,8 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp = 1);
 // blocks. Parameters "embed.weight" (V, C); per block "layers.<i>.attn_norm.weight" (C), "layers.<i>.qkv.weight"
 // ((H + 2 Hkv) D, C) rows q then k then v (and ".bias" when qkv_biased), "layers.<i>.o.weight" (C, H D) (and
 // ".bias" when o_biased), "layers.<i>.mlp_norm.weight" (C), "layers.<i>.gate_up.weight" (2F, C) rows gate then up,
-// "layers.<i>.down.weight" (C, F); "norm.weight" (C), "head.weight" (V, C), or with tie_word_embeddings a replica of
+// "layers.<i>.down.weight" (C, F), with spec::qk_norm "layers.<i>.q_norm.weight" and "layers.<i>.k_norm.weight" (D);
+// "norm.weight" (C), "head.weight" (V, C), or with tie_word_embeddings a replica of
 // "embed.weight" (Parameter::replica: the model lists the table once). Initialised as gpt: N(0, 0.02)
 // matrices and embedding, ones for the norms, zeros for biases, keyed by name and element (any layout alike).
 // Tensor-parallel as llama_layers.h describes; the logits are then vocabulary-parallel.
@@ -43,8 +45,8 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp = 1);
 // `fp8`: the blocks' projections run in FP8 where their shapes allow (Model::fp8_use counts them).
 Model build_llama(const LlamaConfig& cfg, TpSlot tp = {}, const LoraTargets* lora = nullptr,
                   const spec::Fp8Config& fp8 = {});
-// V C + L (2C + (H + 2 Hkv) D C + H D C + 3 F C [+ (H + 2 Hkv) D] [+ C]) + C [+ V C untied], computed without building
-// the model: every logical parameter once (a tied head adds none).
+// V C + L (2C + (H + 2 Hkv) D C + H D C + 3 F C [+ (H + 2 Hkv) D] [+ C] [+ 2 D]) + C [+ V C untied], computed without
+// building the model: every logical parameter once (a tied head adds none).
 int64_t llama_parameter_count(const LlamaConfig& cfg);
 
 }  // namespace tandem::nn

@@ -102,6 +102,8 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
     : Layer("layers." + std::to_string(index)),
       heads_(s.heads / tp.size),
       kv_heads_(s.kv_heads / tp.size),
+      eps_(s.eps),
+      tp_(tp),
       rope_(std::move(rope)),
       attn_norm_(child_name("attn_norm"), s.dim, s.eps),
       qkv_(child_name("qkv"), s.dim, {s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim},
@@ -117,6 +119,10 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
                " kv heads over ", tp.size, " tensor-parallel slots");
   TANDEM_CHECK(rope_ && 2 * rope_->half() == s.head_dim, name(), ": rotary tables for head dim ",
                rope_ ? 2 * rope_->half() : 0, ", not ", s.head_dim);
+  if (s.qk_norm) {
+    q_norm_ = &add_parameter("q_norm.weight", {s.head_dim}, Init::Ones, false);
+    k_norm_ = &add_parameter("k_norm.weight", {s.head_dim}, Init::Ones, false);
+  }
   for (Layer* l : std::initializer_list<Layer*>{&attn_norm_, &qkv_, &o_, &mlp_norm_, &gate_up_, &down_}) add_child(*l);
 }
 
@@ -178,6 +184,13 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   if (cp.active()) qkv = cp.gather_sequence(qkv, qkv_parts(d));
   const int heads = heads_ / cp.size, kv_heads = kv_heads_ / cp.size;
   const int64_t Ta = qkv.dim(1);  // the tokens attention sees
+  Tensor raw, rstd;               // qk_norm's input and its (B Ta, H + Hkv) rstd, kept for its backward
+  if (q_norm_) {
+    raw = qkv;
+    qkv = Tensor::empty(raw.shape(), raw.dtype(), dev, name() + " normed qkv");  // (B, Ta, (H + 2 Hkv) D / tp)
+    rstd = Tensor::empty({B * Ta, heads + kv_heads}, DType::F32, dev, name() + " head norm rstd");
+    ops::head_norm_forward(raw, q_norm_->value, k_norm_->value, heads, kv_heads, qkv, rstd, eps_);
+  }
   // q and k rotated in place, v passed over.
   ops::rotary_forward(qkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, qkv);
   Tensor att = Tensor::empty({B, Ta, heads * d}, x.dtype(), dev, name() + " attention output");  // (B, Ta, H D / tp)
@@ -197,12 +210,12 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
     Tensor h = Tensor::empty({B, T, gate_up.dim(2) / 2}, x.dtype(), dev, name() + " swiglu output");  // (B, T, F / tp)
     ops::swiglu_forward(gate_up, h);
     Tensor y = down_.forward_add(h, x1, batch, saved.children[kDown]);  // (B, T, C): x1 + down(h)
-    saved.tensors = {qkv, att, lse, gate_up};
+    saved.tensors = {qkv, att, lse, gate_up, raw, rstd};
     return y;
   }
   // The MLP in tiles of rows, keeping only its input: the backward recomputes each tile's intermediates before its
   // gradient, so at most one tile's are held (and activation checkpointing's second forward need not run it at all).
-  saved.tensors = {qkv, att, lse, x1};
+  saved.tensors = {qkv, att, lse, x1, raw, rstd};
   if (!output) return Tensor();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), dev, name() + " output");  // (B, T, C)
   const Tensor rows = x1.view({N, C}), out = y.view({N, C});
@@ -256,12 +269,14 @@ Tensor LlamaBlock::mlp_backward(const Tensor& dy, const Batch& batch, Saved& sav
 Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   // qkv, att and lse as attention saw them: every token of this shard's heads under context parallelism.
   const Tensor qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
+  const Tensor raw = saved.tensors.at(4), rstd = saved.tensors.at(5);  // qk_norm's, or undefined
   Device& dev = dy.device();
   const ContextSplit& cp = batch.context;
   const int heads = heads_ / cp.size, kv_heads = kv_heads_ / cp.size;
   const int64_t d = att.dim(2) / heads;
   Tensor dx1 = mlp_backward(dy, batch, saved);  // (B, T, C)
-  // Attention branch: dx = dx1 + attn_norm'(qkv'(rope'(attention'(o'(dx1))))), the rotation undone in place.
+  // Attention branch: dx = dx1 + attn_norm'(qkv'(head_norm'(rope'(attention'(o'(dx1)))))), the rotation and the head
+  // norm (with qk_norm) undone in place.
   Tensor datt = o_.backward(dx1, batch, saved.children[kO]);  // (B, T, H D / tp)
   if (cp.active()) datt = cp.gather_sequence(datt, {heads_ * d});
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, Ta, (H + 2 Hkv) D / tp)
@@ -273,10 +288,28 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   saved.tensors.clear();
   datt = Tensor();
   ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, dqkv);
+  if (q_norm_) head_norm_backward(dqkv, raw, rstd, heads, kv_heads);
   if (cp.active()) dqkv = cp.scatter_sequence(dqkv, qkv_parts(d));  // (B, T, (H + 2 Hkv) D / tp)
   Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, batch, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
   saved.clear();
   return dx;
+}
+
+void LlamaBlock::head_norm_backward(const Tensor& dqkv, const Tensor& raw, const Tensor& rstd, int heads,
+                                    int kv_heads) {
+  Device& dev = dqkv.device();
+  Tensor dq = gradient_or_sink(*q_norm_, dev), dk = gradient_or_sink(*k_norm_, dev);  // (D) f32, accumulate
+  // Each slot normalises its own heads: its gains' gradients are partial sums over tp, joined here before they add to
+  // what the gradients hold (a frozen gain's sink is dropped, so it needs none).
+  const bool join = tp_.active() && q_norm_->trainable;
+  const Tensor dq_part = join ? Tensor::zeros(dq.shape(), DType::F32, dev, name() + " q_norm grad part") : dq;
+  const Tensor dk_part = join ? Tensor::zeros(dk.shape(), DType::F32, dev, name() + " k_norm grad part") : dk;
+  ops::head_norm_backward(dqkv, raw, q_norm_->value, k_norm_->value, heads, kv_heads, rstd, dqkv, dq_part, dk_part);
+  if (!join) return;
+  tp_.sum(dq_part);
+  tp_.sum(dk_part);
+  ops::axpy(1.0f, dq_part, dq);
+  ops::axpy(1.0f, dk_part, dk);
 }
 
 LlamaHead::LlamaHead(int64_t dim, int64_t vocab_size, float eps, TpSlot tp, bool tied)

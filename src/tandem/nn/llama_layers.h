@@ -1,8 +1,7 @@
-// The Llama-family decoder layers (the same function as transformers' LlamaForCausalLM, and Qwen2's and Mistral's
-// with their options): the token embedding, the pre-RMSNorm block with rotary grouped-query attention and a SwiGLU
-// MLP, and the final RMSNorm + vocabulary head.
-// Legend: B batch, T time, C hidden size, H query heads, Hkv key/value heads, D head dim, F intermediate size,
-// V vocabulary.
+// The Llama-family decoder layers (the same function as transformers' LlamaForCausalLM, and Qwen2's, Qwen3's and
+// Mistral's with their options): the token embedding, the pre-RMSNorm block with rotary grouped-query attention and a
+// SwiGLU MLP, and the final RMSNorm + vocabulary head. Legend: B batch, T time, C hidden size, H query heads, Hkv
+// key/value heads, D head dim, F intermediate size, V vocabulary.
 #pragma once
 
 #include <memory>
@@ -78,16 +77,20 @@ struct LlamaBlockShape {
   float eps = 1e-6f;         // RMSNorm's
   bool qkv_bias = false;     // q, k and v projections biased (Qwen2; Llama's attention_bias)
   bool o_bias = false;       // the output projection biased (Llama's attention_bias)
+  bool qk_norm = false;      // q and k normalised per head before the rotation (Qwen3's q_norm and k_norm)
 };
 
 // x + o(attention(rope(qkv(attn_norm(x))))), then + down(swiglu(gate_up(mlp_norm(.)))): q, k, v in one projection
 // (rows q then k then v), rotated in place (ops::rotary_forward over its H + Hkv first heads), grouped-query
 // attention on it (ops::attention_gqa_forward); gate and up in one projection (rows gate then up), SwiGLU on it.
+// With qk_norm, each head of q and of k is first normalised over its D values (ops::head_norm_forward, gains q_norm
+// and k_norm): attention reads rope(head_norm(qkv)), and the projection's output is kept for the norm's gradient.
 // Parameters "layers.<i>.{attn_norm,qkv,o,mlp_norm,gate_up,down}.weight", "layers.<i>.qkv.bias" with qkv_bias,
-// "layers.<i>.o.bias" with o_bias.
+// "layers.<i>.o.bias" with o_bias, "layers.<i>.{q_norm,k_norm}.weight" (D) with qk_norm.
 // Tensor-parallel: qkv column-parallel with its q, k and v parts split separately (slot i owns query heads
 // [i H/tp, (i+1) H/tp) and the kv heads [i Hkv/tp, (i+1) Hkv/tp) they attend with), gate_up column-parallel with
-// gate and up split separately, o and down row-parallel; the norms are replicated.
+// gate and up split separately, o and down row-parallel; the norms are replicated. q_norm and k_norm see only this
+// slot's heads, so their gradients are summed over tp (as transformers' "replicated_with_grad_allreduce").
 class LlamaBlock final : public Layer {
  public:
   LlamaBlock(int index, const LlamaBlockShape& shape, std::shared_ptr<RopeCache> rope, TpSlot tp = {});
@@ -120,9 +123,16 @@ class LlamaBlock final : public Layer {
   Tensor mlp_tile_up(const Tensor& x1, Saved& norm, Saved& up, Tensor& gate_up);
   // dx1 (B, T, C) = dy + the MLP branch's input gradient, whole or tile by tile.
   Tensor mlp_backward(const Tensor& dy, const Batch& batch, Saved& saved);
+  // qk_norm's backward in place on dqkv (B, Ta, (H + 2 Hkv) D / (tp cp)), from the projection's output `raw` and its
+  // rstd; the gains' gradients summed over tp.
+  void head_norm_backward(const Tensor& dqkv, const Tensor& raw, const Tensor& rstd, int heads, int kv_heads);
 
   int heads_, kv_heads_;  // this slot's
+  float eps_;             // the norms'
+  TpSlot tp_;
   std::shared_ptr<RopeCache> rope_;
+  Parameter* q_norm_ = nullptr;  // (D), with qk_norm
+  Parameter* k_norm_ = nullptr;  // (D), with qk_norm
   RmsNorm attn_norm_;
   Linear qkv_;  // C -> (H + 2 Hkv) D
   Linear o_;    // H D -> C

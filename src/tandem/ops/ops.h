@@ -18,7 +18,7 @@
 //   - adamw_step: every tensor f32 (master weights, fp32 gradients, moments).
 //   - sum_squares, sum_squares_total: any float dtype. cast: any float dtype to any float dtype.
 //   - axpy, add, scale, fill: one dtype.
-//   - rmsnorm: rstd, dgamma f32. rotary: cos, sin f32. attention_gqa: lse f32.
+//   - rmsnorm: rstd, dgamma f32. head_norm: rstd, dq_gain, dk_gain f32. rotary: cos, sin f32. attention_gqa: lse f32.
 //   - moe: the router's logits, probabilities, weights and their gradients, and the balance sums f32; expert choices,
 //     rows and offsets i32; only the token rows (x, xg, y, yg and their gradients) are in X.
 #pragma once
@@ -179,7 +179,7 @@ void cast(const Tensor& src, const Tensor& dst);
 // regrouping of heads, nn/context_split.h). src and dst must not overlap.
 void copy_columns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width);
 
-// ---- Llama-family decoders: RMSNorm, rotary position embedding, SwiGLU, grouped-query attention ----
+// ---- Llama-family decoders: RMSNorm (whole rows and per head), rotary embedding, SwiGLU, grouped-query attention ----
 
 // RMSNorm over the last dim, as transformers' LlamaRMSNorm: x (N, C), gamma (C), y (N, C), rstd (N) f32 saved:
 // rstd = 1 / sqrt(mean(x^2) + eps) in fp32, xhat = x * rstd, y = gamma * xhat. Rounding order (16-bit X): xhat is
@@ -211,6 +211,22 @@ void rmsnorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma
 void rotary_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, int heads, const Tensor& y);
 // The transpose of the rotation (the inverse: the same with -sin): dx = R(t)^T dy, the rest copied. dx may be dy.
 void rotary_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, int heads, const Tensor& dx);
+
+// RMSNorm over each head of a fused projection (Qwen3's q_norm and k_norm): x (N, W) read as rows of D-wide heads back
+// to back, as rotary_forward reads them, e.g. a fused qkv (B, T, (H + 2 Hkv) D). The first `heads` heads of each row
+// are normalised with the gain q_gain (D), the next `kv_heads` with k_gain (D), each as rmsnorm_forward normalises a
+// row of D values (the same rounding order: xhat rounded to X, then the product with the gain): rstd (N, H + Hkv)
+// f32 saved, rstd = 1 / sqrt(mean over the head's D of x^2 + eps). Columns from (H + Hkv) D on are copied to y
+// unchanged (not touched when y is x): with H and Hkv the projection's query and key heads, q and k are normalised and
+// v passes through. y has x's shape and may be x (in place).
+void head_norm_forward(const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads, int kv_heads,
+                       const Tensor& y, const Tensor& rstd, float eps);
+// dx (N, W) overwritten: each normalised head as rmsnorm_backward's dx with its gain, the other columns copied from
+// dy. dq_gain and dk_gain (D) f32 accumulate the sums over rows and over their heads of dy * xhat, with xhat rounded
+// to X as forward multiplied it, in a fixed order (the same bits every run). dx may be dy (in place).
+void head_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads,
+                        int kv_heads, const Tensor& rstd, const Tensor& dx, const Tensor& dq_gain,
+                        const Tensor& dk_gain);
 
 // SwiGLU on a fused projection: gate_up (N, 2F) holds gate in columns [0, F) and up in [F, 2F) of each row (the
 // output of one projection by the stacked weight [W_gate; W_up]); y (N, F) = silu(gate) * up with

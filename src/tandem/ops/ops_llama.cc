@@ -1,5 +1,6 @@
-// The op front end of the Llama-family decoders' ops (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention):
-// the checks of ops.h's contract, then the op of the device kind's table, as ops.cc does for the rest.
+// The op front end of the Llama-family decoders' ops (RMSNorm, over rows and per head, rotary embeddings, SwiGLU,
+// grouped-query attention): the checks of ops.h's contract, then the op of the device kind's table, as ops.cc does for
+// the rest.
 #include <climits>
 #include <initializer_list>
 
@@ -112,6 +113,57 @@ void rotary_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, int h
 void rotary_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, int heads, const Tensor& dx) {
   check_rotary("rotary_backward", "dy", dy, cos, sin, heads, "dx", dx);
   return backend_of("rotary_backward", dx).rotary_backward(dy, cos, sin, heads, dx);
+}
+
+namespace {
+// `in` and `out` (N, W), q_gain and k_gain (D), rstd (N, H + Hkv) f32: H + Hkv heads of D fit in a row of W.
+void check_head_norm(const char* op, const char* in_name, const Tensor& in, const Tensor& q_gain, const Tensor& k_gain,
+                     int heads, int kv_heads, const Tensor& rstd, const char* out_name, const Tensor& out) {
+  check_compute(op, {{in_name, in}, {"q_gain", q_gain}, {"k_gain", k_gain}, {out_name, out}});
+  check_f32(op, "rstd", rstd);
+  check_same_shape(op, in_name, in, out_name, out);
+  TANDEM_CHECK(in.rank() >= 2, op, ": ", in_name, " ", shape_str(in.shape()), " is not (N, W) rows of heads");
+  TANDEM_CHECK(q_gain.rank() == 1 && q_gain.dim(0) > 0, op, ": q_gain ", shape_str(q_gain.shape()),
+               " is not a (D) gain");
+  check_same_shape(op, "q_gain", q_gain, "k_gain", k_gain);
+  const int64_t d = q_gain.dim(0), normed = static_cast<int64_t>(heads) + kv_heads;
+  TANDEM_CHECK(heads >= 0 && kv_heads >= 0 && normed * d <= cols_of(in), op, ": ", heads, " query and ", kv_heads,
+               " key heads of D = ", d, " (the gains' size) do not fit the ", cols_of(in), " columns of ", in_name, " ",
+               shape_str(in.shape()));
+  TANDEM_CHECK(rstd.shape() == Shape({rows_of(in), normed}), op, ": rstd ", shape_str(rstd.shape()),
+               " is not (N, H + Hkv) = ", shape_str({rows_of(in), normed}));
+  check_same_or_apart(op, out_name, out, in_name, in);
+  check_apart(op, out_name, out, {{"q_gain", q_gain}, {"k_gain", k_gain}, {"rstd", rstd}});
+}
+}  // namespace
+
+void head_norm_forward(const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads, int kv_heads,
+                       const Tensor& y, const Tensor& rstd, float eps) {
+  const char* op = "head_norm_forward";
+  check_devices(op, y, x, q_gain, k_gain, rstd);
+  check_head_norm(op, "x", x, q_gain, k_gain, heads, kv_heads, rstd, "y", y);
+  TANDEM_CHECK(eps >= 0.0f, op, ": eps ", eps, " is negative");
+  check_apart(op, "rstd", rstd, {{"x", x}, {"q_gain", q_gain}, {"k_gain", k_gain}});
+  return backend_of(op, y).head_norm_forward(x, q_gain, k_gain, heads, kv_heads, y, rstd, eps);
+}
+
+void head_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads,
+                        int kv_heads, const Tensor& rstd, const Tensor& dx, const Tensor& dq_gain,
+                        const Tensor& dk_gain) {
+  const char* op = "head_norm_backward";
+  check_devices(op, dx, dy, x, q_gain, k_gain, rstd, dq_gain, dk_gain);
+  check_head_norm(op, "dy", dy, q_gain, k_gain, heads, kv_heads, rstd, "dx", dx);
+  check_compute(op, {{"dy", dy}, {"x", x}});
+  check_same_shape(op, "x", x, "dy", dy);
+  for (const auto& [name, g] : {Named{"dq_gain", dq_gain}, Named{"dk_gain", dk_gain}}) {
+    check_f32(op, name, g);
+    check_same_shape(op, "q_gain", q_gain, name, g);
+    check_apart(op, name, g,
+                {{"dy", dy}, {"x", x}, {"q_gain", q_gain}, {"k_gain", k_gain}, {"rstd", rstd}, {"dx", dx}});
+  }
+  check_apart(op, "dq_gain", dq_gain, {{"dk_gain", dk_gain}});
+  check_apart(op, "dx", dx, {{"x", x}});
+  return backend_of(op, dx).head_norm_backward(dy, x, q_gain, k_gain, heads, kv_heads, rstd, dx, dq_gain, dk_gain);
 }
 
 namespace {

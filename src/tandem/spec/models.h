@@ -37,11 +37,13 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 // The Hugging Face architecture a llama model was read as, and is exported as (config.json's "architectures" and
-// "model_type"): the three compute the same function on the same weights; their config keys differ.
+// "model_type"): Llama, Mistral and Qwen2 compute the same function on the same weights, their config keys differ;
+// Qwen3 adds an RMSNorm over each head of q and of k (qk_norm below).
 enum class LlamaFamily {
   Llama,    // LlamaForCausalLM, "llama"
   Mistral,  // MistralForCausalLM, "mistral": no biases; sliding_window
   Qwen2,    // Qwen2ForCausalLM, "qwen2": biases on q, k and v (qkv_bias); use_sliding_window, max_window_layers
+  Qwen3,    // Qwen3ForCausalLM, "qwen3": q_norm and k_norm; attention_bias; Qwen2's sliding-window keys
 };
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -59,10 +61,14 @@ struct LlamaConfig {
   bool qkv_bias = false;                    // biases on q, k and v only (Qwen2)
   LlamaFamily family = LlamaFamily::Llama;  // "family"
   // The families' sliding-window keys as read, written back on export. Tandem's attention is full, so a window it
-  // would apply (Mistral's shorter than seq_len, Qwen2's use_sliding_window) is refused by the config.
-  std::optional<int64_t> sliding_window;  // Mistral, Qwen2; none: null
-  bool use_sliding_window = false;        // Qwen2
-  int64_t max_window_layers = 28;         // Qwen2 (transformers' default)
+  // would apply (Mistral's shorter than seq_len, Qwen2's and Qwen3's use_sliding_window) is refused by the config.
+  std::optional<int64_t> sliding_window;  // Mistral, Qwen2, Qwen3; none: null
+  bool use_sliding_window = false;        // Qwen2, Qwen3
+  int64_t max_window_layers = 28;         // Qwen2, Qwen3 (transformers' default)
 };
+
+// Qwen3's q_norm and k_norm: an RMSNorm (eps rms_norm_eps, a gain of head_dim) over each head of q and of k, after
+// the projection and before the rotation.
+inline bool qk_norm(const LlamaConfig& c) { return c.family == LlamaFamily::Qwen3; }
 
 }  // namespace tandem::spec

@@ -27,14 +27,6 @@ inline float gelu_slope(float v) {
   return s + 2.0f * v * s * (1.0f - s) * kGeluK * (1.0f + 3.0f * kGeluA * v * v);
 }
 
-// v rounded to the storage type T and widened again: what a store then a load gives.
-template <class T>
-inline float rounded(float v) {
-  T t[1];
-  store(t, 0, v);
-  return load(t, 0);
-}
-
 template <class T>
 void relu_forward_kernel(const Tensor& x, const Tensor& y) {
   const int64_t n = x.numel();

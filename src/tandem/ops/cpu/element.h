@@ -26,6 +26,14 @@ inline void store(float* p, int64_t i, float v) { p[i] = v; }
 inline void store(Bf16* p, int64_t i, float v) { p[i].bits = f32_to_bf16(v); }
 inline void store(F16* p, int64_t i, float v) { p[i].bits = f32_to_f16(v); }
 
+// v rounded to the storage type T and widened again: what a store then a load gives.
+template <class T>
+inline float rounded(float v) {
+  T t[1];
+  store(t, 0, v);
+  return load(t, 0);
+}
+
 template <class T>
 constexpr DType dtype_of();
 template <>

@@ -15,14 +15,6 @@ namespace {
 // order.
 constexpr int64_t kColumnChunk = 64;
 
-// v rounded to the storage type T and widened again: what a store then a load gives.
-template <class T>
-inline float rounded(float v) {
-  T t[1];
-  store(t, 0, v);
-  return load(t, 0);
-}
-
 template <class T>
 void forward_kernel(const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& rstd, float eps) {
   const int64_t n = rows_of(x), c = cols_of(x);

@@ -87,6 +87,14 @@ int64_t rmsnorm_backward_add_scratch(const ScratchContext&, const Tensor&, const
   return rmsnorm_backward_scratch_bytes(rows_of(x), cols_of(x), static_cast<int64_t>(dtype_size(x.dtype())));
 }
 
+// head_norm.cu: the gains' f32 partials, (slices, 2, D), when any head is normalised.
+int64_t head_norm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor& q_gain,
+                                   const Tensor&, int heads, int kv_heads, const Tensor&, const Tensor&, const Tensor&,
+                                   const Tensor&) {
+  if (heads + kv_heads == 0 || cols_of(x) == 0) return 0;
+  return head_norm_backward_scratch_bytes(rows_of(x), q_gain.dim(0));
+}
+
 }  // namespace
 
 const Scratch& scratch() {
@@ -99,6 +107,7 @@ const Scratch& scratch() {
     s.linear_weight_grad = &linear_weight_grad_scratch;
     s.rmsnorm_backward = &rmsnorm_backward_scratch;
     s.rmsnorm_backward_add = &rmsnorm_backward_add_scratch;
+    s.head_norm_backward = &head_norm_backward_scratch;
     s.attention_gqa_forward = &attention_gqa_forward_scratch;
     s.attention_gqa_backward = &attention_gqa_backward_scratch;
     s.attention_gqa_documents_forward = &attention_gqa_documents_forward_scratch;

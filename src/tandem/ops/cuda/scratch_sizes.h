@@ -1,4 +1,4 @@
-// Scratch sizes of the RMSNorm and grouped-query attention kernels (rmsnorm.cu, attention_gqa.cu,
+// Scratch sizes of the RMSNorm (rmsnorm.cu, head_norm.cu) and grouped-query attention kernels (attention_gqa.cu,
 // attention_flash_*.cu), and which attention kernels run, shared by the kernels and by scratch.cc (which every build
 // compiles, so the planner can plan GPUs without the CUDA toolkit). Plain C++: no CUDA header.
 #pragma once
@@ -28,6 +28,12 @@ inline int64_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols, int64_
   if (p == 0) return rmsnorm_backward_general_scratch_bytes(rows, cols);
   const int64_t per = layernorm_backward_rows_per_block(rows, p);
   return (rows + per - 1) / per * cols * 4;
+}
+
+// head_norm_backward's gains (head_norm.cu): pass 1 sums the same slices of rows per column, for the q and the k gain,
+// into (slices, 2, D) f32 partials; pass 2 adds the slices in order.
+inline int64_t head_norm_backward_scratch_bytes(int64_t rows, int64_t d) {
+  return rows == 0 || d == 0 ? 0 : rmsnorm_slices(rows) * 2 * d * 4;
 }
 
 // attention_gqa_backward's plain kernels and flash kernels (attention_flash.h): rowsum(dO * O) (B, H, T) f32.
