@@ -1,5 +1,6 @@
 // The settings table (config/settings.h): docs/config-keys.md is its generated key list word for word, its rows agree
-// with the DeepSpeed catalogue, and validate() writes each row's default, taken from the spec structs.
+// with the DeepSpeed catalogue, validate() writes each row's default, taken from the spec structs, and every key
+// validate() writes has its row.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -74,6 +75,30 @@ TEST(Settings, ValidateWritesEachRowsDefault) {
   EXPECT_EQ(find_setting("scheduler.params.cos_min_ratio")->def, Json(spec::SchedulerConfig{}.cos_min_ratio));
   EXPECT_EQ(find_setting("zero_optimization.offload_optimizer.upload_piece")->def,
             Json(spec::OffloadConfig{}.upload_piece));
+}
+
+// Each key below `path` in `value` (a validated config's object), with the rows of its objects looked into.
+void expect_rows(const Json& value, const std::string& path) {
+  for (const auto& [key, v] : value.items()) {
+    const std::string at = path.empty() ? key : path + "." + key;
+    if (at == "model") continue;  // the families' own keys
+    const Setting* s = find_setting(at);
+    EXPECT_NE(s, nullptr) << at << " is written by validate() but has no row in the settings table";
+    if (s != nullptr && s->type == SettingType::Object && v.is_object()) expect_rows(v, at);
+  }
+}
+
+TEST(Settings, EveryKeyValidateWritesHasARow) {
+  Json cfg = gpt_cfg();
+  cfg["data"] = {{"type", "tokens"}, {"path", "train.bin"}, {"document_mask", true}, {"eos_token_id", 0}};
+  cfg["eval"] = {{"data", {{"type", "text"}, {"path", "val.txt"}}}};
+  cfg["lora"] = Json::object();
+  cfg["parallel"] = {{"pipeline", 1}, {"stages", {{0, 1}}}, {"timeout_s", 60}};
+  cfg["scheduler"] = {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}}}};
+  cfg["device_memory"] = "1GiB";
+  cfg["host_memory"] = 1 << 30;
+  cfg["gradient_accumulation_steps"] = 2;
+  expect_rows(validate(cfg), "");
 }
 
 }  // namespace

@@ -1,0 +1,382 @@
+// The rows of the settings table (settings.h), each default read from the spec struct that holds it, in the order of
+// DeepSpeed's configuration page where DeepSpeed has the key.
+#include "tandem/config/settings.h"
+#include "tandem/core/dtype.h"
+#include "tandem/spec/schedule.h"
+
+namespace tandem::config {
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A row of `type`; the helpers below add what each type checks. A pair of numbers in [0, 1) (Adam's betas) and a list
+// of [first, last] block ranges are made by this one: their checks are schema.cc's.
+Setting shaped(std::string path, SettingType type, Json def, std::string ds, std::string doc) {
+  Setting s;
+  s.path = std::move(path);
+  s.type = type;
+  s.def = std::move(def);
+  s.deepspeed = std::move(ds);
+  s.doc = std::move(doc);
+  return s;
+}
+Setting object(std::string path, std::string ds, std::string doc) {
+  return shaped(std::move(path), SettingType::Object, Json(), std::move(ds), std::move(doc));
+}
+Setting integer(std::string path, Json def, int64_t min, int64_t max, std::string ds, std::string doc) {
+  Setting s = shaped(std::move(path), SettingType::Integer, std::move(def), std::move(ds), std::move(doc));
+  s.min_int = min, s.max_int = max;
+  return s;
+}
+Setting number(std::string path, Json def, double min, double max, bool min_exclusive, std::string ds,
+               std::string doc) {
+  Setting s = shaped(std::move(path), SettingType::Number, std::move(def), std::move(ds), std::move(doc));
+  s.min = min, s.max = max, s.min_exclusive = min_exclusive;
+  return s;
+}
+Setting boolean(std::string path, Json def, std::string ds, std::string doc) {
+  return shaped(std::move(path), SettingType::Boolean, std::move(def), std::move(ds), std::move(doc));
+}
+Setting choice(std::string path, Json def, std::vector<std::string> choices, std::string ds, std::string doc) {
+  Setting s = shaped(std::move(path), SettingType::Choice, std::move(def), std::move(ds), std::move(doc));
+  s.choices = std::move(choices);
+  return s;
+}
+Setting string(std::string path, std::string ds, std::string doc) {
+  return shaped(std::move(path), SettingType::String, Json(), std::move(ds), std::move(doc));
+}
+// A value of its own shape (`shape` says it for the docs), checked by its rule in schema.cc.
+Setting of_shape(std::string path, Json def, std::string shape, std::string ds, std::string doc) {
+  Setting s = shaped(std::move(path), SettingType::Shaped, std::move(def), std::move(ds), std::move(doc));
+  s.shape = std::move(shape);
+  return s;
+}
+// What the docs say of a key without a default.
+Setting absent(Setting s, std::string what) {
+  s.absent = std::move(what);
+  return s;
+}
+// A key whose default applies only where its object or variant is in use: the row's default moves to when_used.
+Setting when_used(Setting s) {
+  s.when_used = std::move(s.def);
+  s.def = Json();
+  return s;
+}
+
+void append(std::vector<Setting>& rows, std::vector<Setting> more) {
+  for (Setting& s : more) rows.push_back(std::move(s));
+}
+
+// The batch keys: none has a default; batch.cc derives the absent ones from the others.
+std::vector<Setting> batch_rows() {
+  const std::string derived = "derived from the other two";
+  return {
+      absent(integer("train_batch_size", Json(), 1, kIntMax, "=",
+                     "the global batch: train_batch_size = micro x accumulation x data-parallel"),
+             derived),
+      absent(integer("train_micro_batch_size_per_gpu", Json(), 1, kIntMax, "=",
+                     "the batch of one data-parallel replica (a virtual GPU, which may span several devices) per "
+                     "micro-step"),
+             derived),
+      absent(integer("gradient_accumulation_steps", Json(), 1, kIntMax, "=",
+                     "micro-batches per step; in a pipeline, its micro-batches"),
+             derived),
+  };
+}
+
+std::vector<Setting> optimizer_rows(const TrainConfig& run) {
+  const spec::OptimizerConfig& opt = run.optimizer;
+  const spec::SchedulerConfig& sched = run.scheduler;
+  return {
+      object("optimizer", "=", "the optimizer object"),
+      choice("optimizer.type", opt.type == spec::OptimizerType::Adam ? "Adam" : "AdamW", {"AdamW", "Adam"}, "=",
+             "\"Adam\" or \"AdamW\"; DeepSpeed's other optimizers are refused by name"),
+      object("optimizer.params", "=", "the optimizer's parameters"),
+      number("optimizer.params.lr", opt.lr, 0.0, kInf, false, "=",
+             "the learning rate (the schedule's peak when no warmup_max_lr is given)"),
+      shaped("optimizer.params.betas", SettingType::NumberPair, Json::array({opt.beta1, opt.beta2}), "=",
+             "Adam's [beta1, beta2]"),
+      number("optimizer.params.eps", opt.eps, 0.0, kInf, true, "=", "Adam's epsilon"),
+      number("optimizer.params.weight_decay", opt.weight_decay, 0.0, kInf, false, "=",
+             "applied to matrices and embeddings, not to biases or norm gains, for Adam and AdamW alike"),
+      boolean("optimizer.params.adam_w_mode", opt.adam_w_mode, "=",
+              "true (the default): decoupled decay (AdamW); false: L2, the decay added to the gradient; refused with "
+              "type AdamW"),
+      number("gradient_clipping", run.gradient_clipping, 0.0, kInf, false, "=",
+             "global-norm clipping threshold; 0 = off"),
+      // Scheduler
+      object("scheduler", "=", "the learning-rate schedule"),
+      choice("scheduler.type", "Constant", {"Constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}, "=",
+             "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\" (and Tandem's \"Constant\"); OneCycle and "
+             "LRRangeTest are refused by name"),
+      object("scheduler.params", "=", "the schedule's parameters"),
+      number("scheduler.params.warmup_min_lr", sched.warmup_min_lr, 0.0, kInf, false, "=",
+             "WarmupLR, WarmupDecayLR: the rate at step 0"),
+      absent(number("scheduler.params.warmup_max_lr", Json(), 0.0, kInf, false, "=",
+                    "WarmupLR, WarmupDecayLR: the peak; when absent, optimizer.params.lr"),
+             "optimizer.params.lr"),
+      // DeepSpeed's default, where spec::SchedulerConfig's 0 is the Constant schedule's (no warmup).
+      integer("scheduler.params.warmup_num_steps", 1000, 0, kIntMax, "=",
+              "the warmup's length in steps (DeepSpeed's default 1000)"),
+      choice("scheduler.params.warmup_type", sched.warmup_type == spec::WarmupType::Linear ? "linear" : "log",
+             {"log", "linear"}, "=", "\"log\" (DeepSpeed's default) or \"linear\""),
+      absent(integer("scheduler.params.total_num_steps", Json(), 1, kIntMax, "=",
+                     "WarmupDecayLR, WarmupCosineLR: where the decay ends; default steps"),
+             "steps"),
+      number("scheduler.params.warmup_min_ratio", sched.warmup_min_ratio, 0.0, 1.0, false, "=",
+             "WarmupCosineLR: the warmup's start as a fraction of the peak"),
+      number("scheduler.params.cos_min_ratio", sched.cos_min_ratio, 0.0, 1.0, false, "=",
+             "WarmupCosineLR: the floor as a fraction of the peak"),
+  };
+}
+
+std::vector<Setting> precision_rows(const TrainConfig& run) {
+  const spec::Fp16Config& fp16 = run.fp16;
+  return {
+      object("fp16", "=", "16-bit compute in f16 with fp32 master weights, moments and gradient reduction"),
+      boolean("fp16.enabled", fp16.enabled, "=", "compute in f16"),
+      number("fp16.loss_scale", fp16.loss_scale, 0.0, kInf, false, "=",
+             "0: dynamic loss scaling, otherwise a static scale"),
+      // 2^127 would overflow fp32.
+      integer("fp16.initial_scale_power", fp16.initial_scale_power, 0, 126, "=",
+              "the dynamic scale starts at 2^initial_scale_power"),
+      integer("fp16.loss_scale_window", fp16.loss_scale_window, 1, kIntMax, "=",
+              "good steps before the dynamic scale doubles"),
+      integer("fp16.hysteresis", fp16.hysteresis, 1, kIntMax, "=",
+              "overflows tolerated before the scale halves (see docs/deepspeed.md)"),
+      number("fp16.min_loss_scale", fp16.min_loss_scale, 0.0, kInf, true, "=", "the dynamic scale's floor"),
+      object("bf16", "=", "16-bit compute in bf16 with fp32 master weights, moments and gradient reduction"),
+      boolean("bf16.enabled", run.bf16, "=", "compute in bf16"),
+  };
+}
+
+// The offload objects' rows: `key` is "offload_optimizer" or "offload_param".
+std::vector<Setting> offload_rows(const std::string& key, const std::string& doc) {
+  const spec::OffloadConfig d{};  // the defaults' one place
+  const std::string p = "zero_optimization." + key + ".";
+  std::vector<Setting> rows = {
+      object("zero_optimization." + key, "=", doc),
+      choice(p + "device", "none", {"none", "cpu", "nvme"}, "=", "\"none\", \"cpu\" or \"nvme\""),
+      string(p + "nvme_path", "=", "with \"nvme\": the folder each rank's swap file goes in"),
+      boolean(p + "pin_memory", d.pin_memory, "=", "page-locked host buffers (asynchronous copies to a GPU)"),
+      integer(p + "buffer_count", d.buffer_count, 1, 1024, "=", "with \"nvme\": host buffers the swap cycles through"),
+  };
+  if (key != "offload_optimizer") return rows;
+  rows.push_back(number(p + "ratio", d.ratio, 0.0, 1.0, true, "=",
+                        "the share of the optimizer state offloaded, by parameters in layer order; the rest stays on "
+                        "the device"));
+  rows.push_back(choice(p + "update", d.update == spec::OffloadUpdate::AfterBackward ? "after_backward" : "in_backward",
+                        {"in_backward", "after_backward"}, "",
+                        "when the host updates an offloaded layer: as its gradients arrive in backward, or after the "
+                        "whole backward (docs/offload.md)"));
+  rows.push_back(integer(p + "upload_piece", d.upload_piece, 1, kIntMax, "",
+                         "bytes of updated weights uploaded to the device at once (docs/offload.md)"));
+  return rows;
+}
+
+std::vector<Setting> zero_rows(const TrainConfig& run) {
+  std::vector<Setting> rows = {
+      object("zero_optimization", "=", "ZeRO across the data-parallel replicas"),
+      integer("zero_optimization.stage", run.zero_stage, 0, 3, "=",
+              "0-3: 1 shards the optimizer state, 2 also the gradients, 3 also the weights"),
+  };
+  append(rows, offload_rows("offload_param",
+                            "ZeRO-Infinity's parameter offload (stage 3): the weights live in host memory or files, "
+                            "fetched layer by layer ahead of use (docs/offload.md)"));
+  append(rows, offload_rows("offload_optimizer",
+                            "ZeRO-Offload: the fp32 master weights, both moments and the gradients' owned shard live "
+                            "in host memory or files, and AdamW runs on the host (docs/offload.md); Tandem's own "
+                            "update and upload_piece are accepted beside DeepSpeed's keys"));
+  return rows;
+}
+
+// A data object, "data" or "eval.data" (`optional`: its defaults are written only where it is given). Which keys a
+// data type takes is schema.cc's rule.
+std::vector<Setting> data_rows(const std::string& object_path, bool optional) {
+  const spec::DataConfig d{};
+  const std::string p = object_path + ".";
+  const auto in_use = [&](Setting s) { return optional ? when_used(std::move(s)) : s; };
+  return {
+      object(
+          object_path, "",
+          optional ? "the held-out data, as \"data\" is written" : "where the samples come from (docs/huggingface.md)"),
+      in_use(choice(p + "type", spec::data_type_name(d.type), {"synthetic", "text", "tokens"}, "",
+                    "\"synthetic\" (a fixed random teacher's samples), \"text\" (a file's bytes as tokens, vocab 256) "
+                    "or \"tokens\" (a file of token ids)")),
+      in_use(integer(p + "samples", d.samples, 1, kIntMax, "", "synthetic: how many samples")),
+      string(p + "path", "", "text, tokens: the file"),
+      when_used(choice(p + "dtype", d.token_bytes == 4 ? "uint32" : "uint16", {"uint16", "uint32"}, "",
+                       "tokens: the ids' width")),
+      in_use(boolean(p + "document_mask", d.document_mask, "",
+                     "attention kept inside each document packed into a window (docs/long-context.md)")),
+      integer(p + "eos_token_id", Json(), 0, int64_t{1} << 31, "",
+              "with document_mask: the token that ends every document (tools/prepare_data.py prints it)"),
+  };
+}
+
+// "lora": PEFT's LoraConfig keys and defaults; none is written without the object. target_modules' default is the
+// model family's (lora_config.cc).
+std::vector<Setting> lora_rows() {
+  const spec::LoraConfig l{};
+  return {
+      object("lora", "",
+             "Hugging Face PEFT's LoRA adapters on a frozen gpt or llama (docs/huggingface.md); not beside the offload "
+             "keys"),
+      when_used(integer("lora.r", l.r, 1, int64_t{1} << 16, "", "the adapters' rank")),
+      when_used(number("lora.lora_alpha", l.lora_alpha, 0.0, kInf, true, "",
+                       "the scale's numerator: alpha / r (alpha / sqrt(r) with use_rslora)")),
+      when_used(number("lora.lora_dropout", l.lora_dropout, 0.0, 1.0, false, "",
+                       "dropout on each adapter's input while training, below 1")),
+      absent(of_shape("lora.target_modules", Json(), "names, or one string", "",
+                      "module names matched against the end of each Hugging Face module name, \"all-linear\", or a "
+                      "regular expression the whole name must match"),
+             "the family's: q_proj and v_proj (GPT-2: c_attn)"),
+      when_used(boolean("lora.use_rslora", l.use_rslora, "", "scale by alpha / sqrt(r) instead of alpha / r")),
+      when_used(choice("lora.bias", "none", {"none"}, "", "the base's biases stay frozen; PEFT's \"none\" only")),
+      when_used(of_shape("lora.init_lora_weights", l.init == spec::LoraInit::Default, "true, false or \"gaussian\"", "",
+                         "fresh adapters as PEFT starts them: true (A kaiming-uniform, B zeros), false (both as "
+                         "torch's nn.Linear) or \"gaussian\"")),
+      string("lora.from_pretrained", "",
+             "a PEFT adapter folder to continue: its r, lora_alpha, target_modules, use_rslora and bias"),
+      absent(of_shape("lora.task_type", Json(), "\"CAUSAL_LM\"", "", "PEFT's task type: a causal language model's"),
+             "\"CAUSAL_LM\""),
+  };
+}
+
+// One of DeepSpeed's monitors, "tensorboard" or "csv_monitor", with its defaults (output_path "" is the run folder);
+// `files` names what it writes.
+std::vector<Setting> monitor_rows(const std::string& key, const std::string& doc, const std::string& files) {
+  const spec::MonitorConfig m{};
+  return {
+      object(key, "=", doc),
+      boolean(key + ".enabled", m.enabled, "=", "write the " + files + " (rank 0)"),
+      of_shape(key + ".output_path", m.output_path, "string", "=",
+               "their folder's parent; \"\" (the default): the run folder"),
+      shaped(key + ".job_name", SettingType::String, m.job_name, "=",
+             "their folder, inside output_path (default DeepSpeedJobName)"),
+  };
+}
+
+// "fp8", "tiles", the memory budgets and DeepSpeed's monitors.
+std::vector<Setting> run_rows(const TrainConfig& run) {
+  const spec::Fp8Config& fp8 = run.fp8;
+  std::vector<Setting> rows = {
+      object("fp8", "", "the gpt's and the llama's block projections in FP8 (docs/fp8.md); not with fp16"),
+      boolean("fp8.enabled", fp8.enabled, "", "the projections' products in FP8"),
+      choice("fp8.recipe", spec::fp8_recipe_name(fp8.recipe), {"tensorwise", "rowwise", "blockwise"}, "",
+             "the scales: one per tensor, one per row, or 1 x 128 and 128 x 128 tiles"),
+      integer("fp8.min_features", fp8.min_features, 0, kIntMax, "",
+              "a projection with fewer input or output features stays in the compute dtype"),
+      choice("fp8.gradient_format", dtype_name(fp8.gradients), {"e5m2", "e4m3"}, "",
+             "the output gradients' format; \"e4m3\" by default with the blockwise recipe"),
+      object("tiles", "",
+             "tokens the long-sequence passes take at once; 0: their rules' choice (docs/long-context.md)"),
+      integer("tiles.loss_tokens", run.tiles.loss_tokens, 0, kIntMax, "",
+              "tokens of logits the head makes at once; 0: at most 512 MiB of logits"),
+      integer("tiles.mlp_tokens", run.tiles.mlp_tokens, 0, kIntMax, "",
+              "tokens a Llama block's MLP runs at once; 0: whole up to 1 GiB of intermediates"),
+      absent(of_shape("device_memory", Json(), "a size or a byte count", "",
+                      "the per-device budget, e.g. \"512MiB\": exceeding it is an error naming the tensor"),
+             "none"),
+      absent(of_shape("host_memory", Json(), "a size or a byte count", "",
+                      "a node's host memory for its ranks' offloaded state and host checkpoints, e.g. \"120GiB\""),
+             "what the node has free"),
+  };
+  return rows;
+}
+
+std::vector<Setting> build_settings() {
+  const TrainConfig run{};  // the defaults' one place
+  std::vector<Setting> rows = batch_rows();
+  append(rows,
+         {
+             integer("steps", run.steps, 1, kIntMax, "", "optimizer steps of the run"),
+             integer("seed", static_cast<int64_t>(run.seed), 0, kIntMax, "", "the seed of the weights and the data"),
+             integer("steps_per_print", run.steps_per_print, 1, kIntMax, "=", "a progress line every N steps"),
+         });
+  append(rows, optimizer_rows(run));
+  append(rows, precision_rows(run));
+  append(rows, zero_rows(run));
+  // Parallel: only names and types here; the layout (layout::resolve_parallel) derives what is absent.
+  const spec::ParallelConfig& par = run.parallel;
+  const std::string derived = "derived from the world size";
+  append(
+      rows,
+      {
+          object("parallel", "", "the layout: an object, or \"auto\" for the planner's fastest that fits"),
+          absent(integer("parallel.virtual_gpus", Json(), 1, kIntMax, "", "dp: the data-parallel replicas"), derived),
+          absent(integer("parallel.pipeline", Json(), 1, kIntMax, "", "pp: pipeline stages of a virtual GPU"), derived),
+          absent(integer("parallel.tensor", Json(), 1, kIntMax, "", "tp: tensor-parallel slots of a stage"), "1"),
+          absent(integer("parallel.context", Json(), 1, kIntMax, "sequence_parallel_size",
+                         "cp: devices each sequence is split over (docs/long-context.md)"),
+                 "1"),
+          absent(choice("parallel.schedule", Json(), spec::schedule_names(), "",
+                        "the pipeline schedule: gpipe, 1f1b or interleaved"),
+                 spec::schedule_name(par.schedule)),
+          absent(integer("parallel.virtual_stages", Json(), 1, kIntMax, "", "interleaved: stages per device"), "1"),
+          absent(boolean("parallel.activation_checkpointing", Json(), "",
+                         "recompute each block's activations in backward from its input"),
+                 par.activation_checkpointing ? "true" : "false"),
+          absent(shaped("parallel.stages", SettingType::Ranges, Json(), "",
+                        "an explicit stage map: [[first, last], ...], the blocks of each stage"),
+                 "balanced over the stages"),
+          absent(number("parallel.timeout_s", Json(), 0.0, kInf, true, "",
+                        "seconds a collective may wait before the watchdog stops the job"),
+                 number_text(spec::ParallelConfig::kDefaultTimeoutS)),
+          absent(boolean("parallel.cpu_checkpointing", Json(), "activation_checkpointing.cpu_checkpointing",
+                         "the checkpointed layer inputs wait in host memory (needs activation_checkpointing)"),
+                 par.cpu_checkpointing ? "true" : "false"),
+          absent(integer("sequence_parallel_size", Json(), 1, kIntMax, "=",
+                         "Ulysses sequence parallelism: Tandem's parallel.context, each sequence split over "
+                         "that many devices"),
+                 "parallel.context"),
+      });
+  // The model's keys are its family's own (schema.cc, schema_llama.cc): only the object has a row.
+  rows.push_back(object("model", "",
+                        "the model: {\"type\": \"mlp\", \"gpt\" or \"llama\", ...} with its family's keys, or "
+                        "{\"from_pretrained\": DIR, \"seq_len\": N} (docs/huggingface.md); required"));
+  append(rows, data_rows("data", false));
+  rows.push_back(
+      object("eval", "", "the loss on held-out data, no update, every N steps and after the last (val_loss)"));
+  append(rows, data_rows("eval.data", true));
+  append(rows, {
+                   when_used(integer("eval.every", run.eval.every, 0, kIntMax, "",
+                                     "steps between evaluations; 0: only after the last")),
+                   when_used(integer("eval.steps", run.eval.steps, 1, kIntMax, "",
+                                     "global batches of held-out data each evaluation takes, the same ones each time")),
+               });
+  append(rows, lora_rows());
+  append(rows, run_rows(run));
+  append(rows, monitor_rows("tensorboard",
+                            "TensorBoard event files with DeepSpeed's tags (Train/Samples/train_loss, lr, loss_scale; "
+                            "samples as the step) and Tandem's grad norm, val_loss, tokens/s and peak memory",
+                            "event files"));
+  append(rows, monitor_rows("csv_monitor",
+                            "DeepSpeed's CSV files, one per tag (Train_Samples_train_loss.csv: step, train_loss), the "
+                            "same values as tensorboard",
+                            "CSV files"));
+  const spec::CheckpointConfig& ckpt = run.checkpoint;
+  append(rows,
+         {
+             object("checkpoint", "=",
+                    "Tandem's checkpoint object (every, keep, at_end, async); DeepSpeed's keys in it are "
+                    "accepted"),
+             integer("checkpoint.every", ckpt.every, 0, kIntMax, "", "steps between checkpoints; 0: only at the end"),
+             integer("checkpoint.keep", ckpt.keep, 1, kIntMax, "", "how many checkpoints to keep, the newest"),
+             boolean("checkpoint.at_end", ckpt.at_end, "", "also after the last step"),
+             boolean("checkpoint.async", ckpt.async, "",
+                     "written in the background from host memory; false: at the step boundary, training "
+                     "waiting"),
+         });
+  return rows;
+}
+
+}  // namespace
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> rows = build_settings();
+  return rows;
+}
+
+}  // namespace tandem::config
