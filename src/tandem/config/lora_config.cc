@@ -217,13 +217,12 @@ void validate_lora(Json& cfg, const std::string& model_type) {
 }
 
 spec::LoraConfig lora_config(const Json& cfg) {
-  spec::LoraConfig c;
-  if (!cfg.contains("lora")) return c;
+  spec::TrainConfig run;
+  if (!cfg.contains("lora")) return run.lora;
+  write_settings(cfg, "lora", run);  // the keys the settings table binds: r, lora_alpha, lora_dropout, ...
+  spec::LoraConfig& c = run.lora;
   const Json& l = cfg.at("lora");
   c.enabled = true;
-  c.r = l.at("r").get<int64_t>();
-  c.lora_alpha = l.at("lora_alpha").get<double>();
-  c.lora_dropout = l.at("lora_dropout").get<double>();
   const Json& t = l.at("target_modules");
   if (t.is_string() && t.get<std::string>() != kAllLinear)
     c.target_regex = t.get<std::string>();
@@ -231,12 +230,10 @@ spec::LoraConfig lora_config(const Json& cfg) {
     c.target_modules = {kAllLinear};
   else
     c.target_modules = t.get<std::vector<std::string>>();
-  c.use_rslora = l.at("use_rslora").get<bool>();
   const Json& init = l.at("init_lora_weights");
   c.init = init.is_string()   ? spec::LoraInit::Gaussian
            : init.get<bool>() ? spec::LoraInit::Default
                               : spec::LoraInit::Random;
-  c.from_pretrained = l.value("from_pretrained", "");
   return c;
 }
 

@@ -108,6 +108,22 @@ Json read_setting(Fields& f, const std::string& key, const std::optional<Json>& 
   return Json();
 }
 
+void write_settings(const Json& cfg, const std::string& object, spec::TrainConfig& run) {
+  const std::string prefix = object.empty() ? "" : object + ".";
+  for (const Setting& s : settings()) {
+    if (!s.field.write || (s.path != object && s.path.compare(0, prefix.size(), prefix) != 0)) continue;
+    const Json* at = &cfg;
+    for (size_t begin = 0; at != nullptr;) {
+      const size_t dot = s.path.find('.', begin);
+      const auto it = at->is_object() ? at->find(s.path.substr(begin, dot - begin)) : at->end();
+      at = it == at->end() ? nullptr : &*it;
+      if (dot == std::string::npos) break;
+      begin = dot + 1;
+    }
+    if (at != nullptr) s.field.write(run, *at);
+  }
+}
+
 std::string settings_markdown() {
   std::ostringstream os;
   os << "| key | type | default | check | DeepSpeed | meaning |\n|---|---|---|---|---|---|\n";

@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tandem/config/config.h"
+#include "tandem/spec/train_config.h"
 
 namespace tandem::config {
 
@@ -22,6 +24,14 @@ class Fields;
 // NumberPair (Adam's betas), Ranges (parallel.stages) and Shaped (a value of its own shape: a memory size, LoRA's
 // targets) are checked by their own rules in schema.cc.
 enum class SettingType { Object, Integer, Number, Boolean, Choice, String, NumberPair, Ranges, Shaped };
+
+// Where a row's value lives in spec::TrainConfig: `read` gives the field as JSON (a default TrainConfig's is the row's
+// default), `write` puts a validated value there (parse()). Empty where code reads the value: an object, a key that
+// joins others (the schedule's peak, LoRA's targets), the batch keys (batch.cc) and the layout's (parallel_config).
+struct Field {
+  std::function<Json(const spec::TrainConfig&)> read;
+  std::function<void(spec::TrainConfig&, const Json&)> write;
+};
 
 struct Setting {
   std::string path;  // dotted: "optimizer.params.eps"
@@ -41,6 +51,7 @@ struct Setting {
   // DeepSpeed's name for the setting: "=" the same path, "" none (Tandem's own), otherwise DeepSpeed's path.
   std::string deepspeed;
   std::string doc;  // one line for people: the docs' key list, and the DeepSpeed catalogue's note
+  Field field;      // where parse() writes the value
 };
 
 // Every row, objects before their keys, in the order of DeepSpeed's configuration page where DeepSpeed has them.
@@ -57,6 +68,10 @@ std::vector<std::string> setting_keys(const std::string& object);
 // value as written back (null when absent without a default). A row without a default and an absent key: "missing
 // required".
 Json read_setting(Fields& f, const std::string& key, const std::optional<Json>& def = std::nullopt);
+
+// Writes each value of the validated config `cfg` whose row has a field into `run`, for the rows at `object` and under
+// it ("" for all); a key the config does not have leaves its field as it is.
+void write_settings(const Json& cfg, const std::string& object, spec::TrainConfig& run);
 
 // A number as the docs write it: "inf" for infinity, otherwise as the stream writes it ("300", "1e-08").
 std::string number_text(double v);
