@@ -1,10 +1,11 @@
-// One row per setting of Tandem's schema, in one place: its key path, type, default (read
-// from the spec struct that holds it), check, DeepSpeed name and the line the docs give it. The rows drive validate()
-// (which keys an object has, their types, ranges and defaults: read_setting), the DeepSpeed catalogue's entries for the
-// keys Tandem reads itself (deepspeed_keys.cc) and docs/config-keys.md (settings_markdown; a test keeps the file equal
-// to it). Every key of the config has its row but the model's, whose keys are the Hugging Face families' own
-// (schema.cc, schema_llama.cc). Rules that join several keys (a scheduler type's own keys, nvme needing nvme_path, a
-// data type's keys) stay in schema.cc; the rows themselves are in settings_rows.cc.
+// One row per setting of Tandem's schema, in one place: its key path, type, default (read from the spec field its value
+// goes to), check, DeepSpeed name, the line the docs give it and that field. The rows drive validate() (which keys an
+// object has, their types, ranges and defaults: read_setting), parse() (write_settings puts each value in its field),
+// the DeepSpeed catalogue's entries for the keys Tandem reads itself (deepspeed_keys.cc) and docs/config-keys.md
+// (settings_markdown; a test keeps the file equal to it). Every key of the config has its row but the model's, whose
+// keys are the Hugging Face families' own (schema.cc, schema_llama.cc). Rules that join several keys (a scheduler
+// type's own keys, nvme needing nvme_path, a data type's keys) stay in schema.cc; the rows themselves are in
+// settings_rows.cc.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// The rows of the settings table (settings.h), each default read from the spec struct that holds it, in the order of
-// DeepSpeed's configuration page where DeepSpeed has the key.
+// The rows of the settings table (settings.h), in the order of DeepSpeed's configuration page where DeepSpeed has the
+// key. Each row that parse() reads through the table is bound to its spec::TrainConfig field (`bound`, `writes`): the
+// key's path is written here once, and its default is the field's.
 #include "tandem/config/settings.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/units.h"
@@ -67,15 +68,6 @@ Setting when_used(Setting s) {
 
 using Run = spec::TrainConfig;
 
-template <class T>
-Json json_of(const T& v) {
-  return Json(v);
-}
-template <class T>
-void assign(const Json& j, T& v) {
-  v = j.get<T>();
-}
-
 // The member reached from `r` through the member pointers `m`, in order.
 template <class R, class M>
 decltype(auto) member_of(R& r, M m) {
@@ -90,8 +82,11 @@ decltype(auto) member_of(R& r, M m, Rest... rest) {
 // &spec::Fp16Config::hysteresis).
 template <class... M>
 Field field(M... m) {
-  return {[=](const Run& r) { return json_of(member_of(r, m...)); },
-          [=](Run& r, const Json& j) { assign(j, member_of(r, m...)); }};
+  return {[=](const Run& r) { return Json(member_of(r, m...)); },
+          [=](Run& r, const Json& j) {
+            auto& value = member_of(r, m...);
+            value = j.get<std::decay_t<decltype(value)>>();
+          }};
 }
 
 // An enum's spellings in the config, in the order messages list them.
