@@ -1,5 +1,6 @@
 // The settings table (config/settings.h): docs/config-keys.md is its generated key list word for word, its rows agree
-// with the DeepSpeed catalogue, and validate() writes each row's default, taken from the spec structs.
+// with the DeepSpeed catalogue, validate() writes each row's default, taken from the spec structs, and every key
+// validate() writes has its row.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -74,6 +75,82 @@ TEST(Settings, ValidateWritesEachRowsDefault) {
   EXPECT_EQ(find_setting("scheduler.params.cos_min_ratio")->def, Json(spec::SchedulerConfig{}.cos_min_ratio));
   EXPECT_EQ(find_setting("zero_optimization.offload_optimizer.upload_piece")->def,
             Json(spec::OffloadConfig{}.upload_piece));
+}
+
+// Each key below `path` in `value` (a validated config's object), with the rows of its objects looked into.
+void expect_rows(const Json& value, const std::string& path) {
+  for (const auto& [key, v] : value.items()) {
+    const std::string at = path.empty() ? key : path + "." + key;
+    if (at == "model") continue;  // the families' own keys
+    const Setting* s = find_setting(at);
+    EXPECT_NE(s, nullptr) << at << " is written by validate() but has no row in the settings table";
+    if (s != nullptr && s->type == SettingType::Object && v.is_object()) expect_rows(v, at);
+  }
+}
+
+TEST(Settings, EveryKeyValidateWritesHasARow) {
+  Json cfg = gpt_cfg();
+  cfg["data"] = {{"type", "tokens"}, {"path", "train.bin"}, {"document_mask", true}, {"eos_token_id", 0}};
+  cfg["eval"] = {{"data", {{"type", "text"}, {"path", "val.txt"}}}};
+  cfg["lora"] = Json::object();
+  cfg["parallel"] = {{"pipeline", 1}, {"stages", {{0, 1}}}, {"timeout_s", 60}};
+  cfg["scheduler"] = {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}}}};
+  cfg["device_memory"] = "1GiB";
+  cfg["host_memory"] = 1 << 30;
+  cfg["gradient_accumulation_steps"] = 2;
+  expect_rows(validate(cfg), "");
+}
+
+// The validated value at dotted `path` of `cfg`; null when a key on the way is absent.
+Json value_at(const Json& cfg, const std::string& path) {
+  const Json* at = &cfg;
+  for (size_t begin = 0;;) {
+    const size_t dot = path.find('.', begin);
+    const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (!at->is_object() || !at->contains(key)) return Json();
+    at = &at->at(key);
+    if (dot == std::string::npos) return *at;
+    begin = dot + 1;
+  }
+}
+
+TEST(Settings, ParseWritesEachBoundKeyIntoItsField) {
+  // A value other than the default in every section, so that a row bound to the wrong field shows.
+  Json cfg = gpt_cfg();
+  cfg.update(Json::parse(R"({"steps": 7, "seed": 9, "steps_per_print": 3, "gradient_clipping": 1.5,
+    "optimizer": {"type": "Adam", "params": {"lr": 0.01, "betas": [0.8, 0.9], "eps": 1e-6, "weight_decay": 0.1,
+                                             "adam_w_mode": false}},
+    "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5, "total_num_steps": 6,
+                  "warmup_type": "linear", "warmup_min_ratio": 0.1, "cos_min_ratio": 0.2}},
+    "fp16": {"enabled": true, "initial_scale_power": 8, "loss_scale_window": 50, "hysteresis": 3, "min_loss_scale": 2},
+    "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true, "buffer_count": 5, "ratio": 0.5,
+                            "update": "after_backward", "upload_piece": 1000},
+      "offload_param": {"device": "nvme", "nvme_path": "swap", "buffer_count": 6}},
+    "data": {"type": "tokens", "path": "train.bin", "dtype": "uint32", "document_mask": true, "eos_token_id": 3},
+    "eval": {"data": {"type": "synthetic", "samples": 12}, "every": 4, "steps": 2},
+    "fp8": {"recipe": "rowwise", "min_features": 64, "gradient_format": "e4m3"},
+    "tiles": {"loss_tokens": 128, "mlp_tokens": 256}, "device_memory": 1048576, "host_memory": 2097152,
+    "tensorboard": {"enabled": true, "output_path": "tb", "job_name": "j"}, "checkpoint": {"every": 2, "keep": 1,
+    "at_end": false, "async": false}})"));
+  const Json v = validate(cfg);
+  const TrainConfig tc = parse(v);
+  int bound = 0;
+  for (const Setting& s : settings()) {
+    const Json value = value_at(v, s.path);
+    if (!s.field.read || value.is_null()) continue;
+    EXPECT_EQ(s.field.read(tc), value) << s.path;
+    ++bound;
+  }
+  EXPECT_GE(bound, 50);  // the sections above, each key of them bound
+  // LoRA's bound keys, which lora_config() writes the same way.
+  Json lora = gpt_cfg();
+  lora["lora"] = {{"r", 4}, {"lora_alpha", 16}, {"lora_dropout", 0.1}, {"use_rslora", true}};
+  const spec::LoraConfig l = lora_config(validate(lora));
+  EXPECT_EQ(l.r, 4);
+  EXPECT_EQ(l.lora_alpha, 16);
+  EXPECT_EQ(l.lora_dropout, 0.1);
+  EXPECT_TRUE(l.use_rslora);
 }
 
 }  // namespace

@@ -14,8 +14,8 @@
 #include "tandem/config/fields.h"
 #include "tandem/config/hf_config.h"
 #include "tandem/config/lora_config.h"
+#include "tandem/config/settings.h"
 #include "tandem/core/error.h"
-#include "tandem/core/units.h"
 
 namespace tandem::config {
 namespace {
@@ -55,14 +55,6 @@ std::vector<std::string> split_key(const std::string& key, const std::string& as
   return parts;
 }
 
-// The schema's spelling (validate() wrote the canonical one) as the enum.
-SchedulerType scheduler_type(const std::string& name) {
-  if (name == "WarmupLR") return SchedulerType::WarmupLR;
-  if (name == "WarmupDecayLR") return SchedulerType::WarmupDecayLR;
-  if (name == "WarmupCosineLR") return SchedulerType::WarmupCosineLR;
-  return SchedulerType::Constant;
-}
-
 // The validated "model" object as its family's struct.
 LlamaConfig llama_config(const Json& m) {
   LlamaConfig c;
@@ -96,35 +88,6 @@ LlamaConfig llama_config(const Json& m) {
   if (const auto w = m.find("sliding_window"); w != m.end() && !w->is_null()) c.sliding_window = w->get<int64_t>();
   c.use_sliding_window = m.value("use_sliding_window", false);
   c.max_window_layers = m.value("max_window_layers", c.max_window_layers);
-  return c;
-}
-
-// A validated data object ("data" or "eval.data").
-DataConfig data_config(const Json& d) {
-  DataConfig c;
-  const std::string type = d.at("type").get<std::string>();
-  c.type = type == "text" ? DataType::Text : type == "tokens" ? DataType::Tokens : DataType::Synthetic;
-  if (c.type == DataType::Synthetic) c.samples = d.at("samples").get<int64_t>();
-  if (c.type != DataType::Synthetic) c.path = d.at("path").get<std::string>();
-  if (c.type == DataType::Tokens) c.token_bytes = d.at("dtype") == "uint32" ? 4 : 2;
-  c.document_mask = d.value("document_mask", false);
-  if (c.document_mask) c.eos_token_id = d.at("eos_token_id").get<int64_t>();
-  return c;
-}
-
-// A validated zero_optimization.offload_optimizer or offload_param object.
-OffloadConfig offload_config(const Json& o) {
-  OffloadConfig c;
-  const std::string device = o.at("device").get<std::string>();
-  c.device = device == "cpu" ? OffloadDevice::Cpu : device == "nvme" ? OffloadDevice::Nvme : OffloadDevice::None;
-  c.nvme_path = o.value("nvme_path", "");
-  c.pin_memory = o.at("pin_memory").get<bool>();
-  c.buffer_count = o.at("buffer_count").get<int64_t>();
-  // offload_param has none of these three; offload_optimizer has each, written by validate().
-  c.ratio = o.value("ratio", c.ratio);
-  if (o.contains("update"))
-    c.update = o.at("update") == "after_backward" ? OffloadUpdate::AfterBackward : OffloadUpdate::InBackward;
-  c.upload_piece = o.value("upload_piece", c.upload_piece);
   return c;
 }
 
@@ -281,47 +244,14 @@ TrainConfig parse(const Json& validated_cfg) {
   std::vector<std::string> no_effect;
   const Json cfg = validate(validated_cfg, no_effect);
   TrainConfig tc;
+  // Each key the settings table binds to a field (settings_rows.cc); what is left here joins keys or is read by code
+  // of its own: the batch keys (batch.cc), the model, LoRA and the layout.
+  write_settings(cfg, "", tc);
   tc.batch_config = batch_config(cfg);
-  tc.steps = cfg.at("steps").get<int64_t>();
-  tc.seed = cfg.at("seed").get<uint64_t>();
-  tc.steps_per_print = cfg.at("steps_per_print").get<int64_t>();
-
-  const Json& opt = cfg.at("optimizer");
-  const Json& op = opt.at("params");
-  tc.optimizer.type = opt.at("type") == "Adam" ? OptimizerType::Adam : OptimizerType::AdamW;
-  tc.optimizer.lr = op.at("lr").get<double>();
-  tc.optimizer.beta1 = op.at("betas")[0].get<double>();
-  tc.optimizer.beta2 = op.at("betas")[1].get<double>();
-  tc.optimizer.eps = op.at("eps").get<double>();
-  tc.optimizer.weight_decay = op.at("weight_decay").get<double>();
-  tc.optimizer.adam_w_mode = op.at("adam_w_mode").get<bool>();
-
-  // A Constant schedule has no params; the others have every default written by validate().
-  const Json& sch = cfg.at("scheduler");
-  const Json& sp = sch.at("params");
-  tc.scheduler.type = scheduler_type(sch.at("type").get<std::string>());
-  tc.scheduler.peak_lr = sp.value("warmup_max_lr", tc.optimizer.lr);
-  tc.scheduler.warmup_num_steps = sp.value("warmup_num_steps", int64_t{0});
-  tc.scheduler.warmup_type =
-      sp.value("warmup_type", std::string("log")) == "linear" ? WarmupType::Linear : WarmupType::Log;
-  // What validate() leaves out keeps spec::SchedulerConfig's defaults.
-  tc.scheduler.warmup_min_lr = sp.value("warmup_min_lr", tc.scheduler.warmup_min_lr);
-  tc.scheduler.total_num_steps = sp.value("total_num_steps", tc.steps);
-  tc.scheduler.warmup_min_ratio = sp.value("warmup_min_ratio", tc.scheduler.warmup_min_ratio);
-  tc.scheduler.cos_min_ratio = sp.value("cos_min_ratio", tc.scheduler.cos_min_ratio);
-
-  tc.gradient_clipping = cfg.at("gradient_clipping").get<double>();
-  tc.zero_stage = cfg.at("zero_optimization").at("stage").get<int64_t>();
-  tc.offload_optimizer = offload_config(cfg.at("zero_optimization").at("offload_optimizer"));
-  tc.offload_param = offload_config(cfg.at("zero_optimization").at("offload_param"));
-  const Json& h = cfg.at("fp16");
-  tc.fp16.enabled = h.at("enabled").get<bool>();
-  tc.fp16.loss_scale = h.at("loss_scale").get<double>();
-  tc.fp16.initial_scale_power = h.at("initial_scale_power").get<int64_t>();
-  tc.fp16.loss_scale_window = h.at("loss_scale_window").get<int64_t>();
-  tc.fp16.hysteresis = h.at("hysteresis").get<int64_t>();
-  tc.fp16.min_loss_scale = h.at("min_loss_scale").get<double>();
-  tc.bf16 = cfg.at("bf16").at("enabled").get<bool>();
+  // A Constant schedule has no params; without a peak or an end, the optimizer's lr and the run's steps.
+  const Json& sp = cfg.at("scheduler").at("params");
+  if (!sp.contains("warmup_max_lr")) tc.scheduler.peak_lr = tc.optimizer.lr;
+  if (!sp.contains("total_num_steps")) tc.scheduler.total_num_steps = tc.steps;
 
   tc.model = model_config(cfg.at("model"));
   tc.pretrained_dir = cfg.at("model").value("from_pretrained", "");
@@ -330,47 +260,12 @@ TrainConfig parse(const Json& validated_cfg) {
     expand_from_pretrained(pretrained, &tc.pretrained_notices);
   }
   tc.lora = lora_config(cfg);
-  tc.tiles.loss_tokens = cfg.at("tiles").at("loss_tokens").get<int64_t>();
-  tc.tiles.mlp_tokens = cfg.at("tiles").at("mlp_tokens").get<int64_t>();
-  const Json& f8 = cfg.at("fp8");
-  tc.fp8.enabled = f8.at("enabled").get<bool>();
-  const std::string recipe = f8.at("recipe").get<std::string>();
-  tc.fp8.recipe = recipe == "rowwise"     ? spec::Fp8Recipe::Rowwise
-                  : recipe == "blockwise" ? spec::Fp8Recipe::Blockwise
-                                          : spec::Fp8Recipe::Tensorwise;
-  tc.fp8.min_features = f8.at("min_features").get<int64_t>();
-  tc.fp8.gradients = dtype_from_name(f8.at("gradient_format").get<std::string>());
-  tc.data = data_config(cfg.at("data"));
-  if (cfg.contains("eval")) {
-    tc.eval.enabled = true;
-    tc.eval.data = data_config(cfg.at("eval").at("data"));
-    tc.eval.every = cfg.at("eval").at("every").get<int64_t>();
-    tc.eval.steps = cfg.at("eval").at("steps").get<int64_t>();
-  }
+  tc.eval.enabled = cfg.contains("eval");
   tc.parallel = parallel_config(cfg.contains("parallel") ? cfg.at("parallel") : Json());
   // DeepSpeed's spelling of parallel.cpu_checkpointing (schema.cc has checked that the two agree).
   if (cfg.contains("activation_checkpointing") && cfg.at("activation_checkpointing").is_object() &&
       cfg.at("activation_checkpointing").value("cpu_checkpointing", false))
     tc.parallel.cpu_checkpointing = true;
-  tc.checkpoint.every = cfg.at("checkpoint").at("every").get<int64_t>();
-  tc.checkpoint.keep = cfg.at("checkpoint").at("keep").get<int64_t>();
-  tc.checkpoint.at_end = cfg.at("checkpoint").at("at_end").get<bool>();
-  tc.checkpoint.async = cfg.at("checkpoint").at("async").get<bool>();
-  for (auto [key, monitor] :
-       {std::pair<const char*, MonitorConfig*>{"tensorboard", &tc.tensorboard}, {"csv_monitor", &tc.csv_monitor}}) {
-    const Json& m = cfg.at(key);
-    monitor->enabled = m.at("enabled").get<bool>();
-    monitor->output_path = m.at("output_path").get<std::string>();
-    monitor->job_name = m.at("job_name").get<std::string>();
-  }
-
-  const auto memory_size = [&](const char* key) -> uint64_t {
-    if (!cfg.contains(key)) return 0;
-    const Json& v = cfg.at(key);
-    return v.is_string() ? parse_bytes(v.get<std::string>()) : v.get<uint64_t>();
-  };
-  tc.device_memory_bytes = memory_size("device_memory");
-  tc.host_memory_bytes = memory_size("host_memory");
   tc.raw = cfg;
   tc.raw.erase(kAutoRecord);
   if (cfg.contains(kAutoRecord)) tc.auto_resolved = cfg.at(kAutoRecord).get<std::vector<std::string>>();

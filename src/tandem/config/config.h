@@ -7,18 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "tandem/spec/fp8.h"
-#include "tandem/spec/lora.h"
-#include "tandem/spec/model_config.h"
-#include "tandem/spec/tiles.h"
-#include "tandem/spec/train.h"
+#include "tandem/spec/train_config.h"
 
 namespace tandem::config {
 
 using Json = nlohmann::json;
 
-// The plain values parse() produces are spec's (spec/train.h, spec/model_config.h, spec/models.h); config's own code
-// names them unqualified, every other module as spec::.
+// The plain values parse() produces are spec's (spec/train_config.h, spec/train.h, spec/model_config.h,
+// spec/models.h); config's own code names them unqualified, every other module as spec::.
 using spec::BatchConfig;
 using spec::BatchSizes;
 using spec::CheckpointConfig;
@@ -75,34 +71,9 @@ Json validate(Json cfg);
 // resolve_batch (above) on the batch keys of `cfg`, whose types it checks.
 BatchSizes resolve_batch(const Json& cfg, int64_t dp);
 
-struct TrainConfig {
-  BatchConfig batch_config;   // the batch keys as written
-  BatchSizes batch{};         // resolved for data_parallel ranks by set_data_parallel
-  int64_t data_parallel = 0;  // 0 until set_data_parallel
-  // The defaults of the keys (the settings table reads them here).
-  int64_t steps = 100;
-  uint64_t seed = 1234;
-  int64_t steps_per_print = 1;
-  OptimizerConfig optimizer;
-  SchedulerConfig scheduler;
-  double gradient_clipping = 0;  // 0 = off
-  int64_t zero_stage = 0;
-  OffloadConfig offload_optimizer;  // zero_optimization.offload_optimizer (or the older cpu_offload)
-  OffloadConfig offload_param;      // zero_optimization.offload_param (stage 3)
-  Fp16Config fp16;
-  bool bf16 = false;
-  ModelConfig model;
-  spec::LoraConfig lora;  // "lora": adapters on the frozen model (enabled false without it)
-  spec::Fp8Config fp8;    // "fp8": the blocks' projections in FP8
-  spec::Tiles tiles;      // "tiles": the tokens the loss and the MLPs take at once (0: their rules' choice)
-  DataConfig data;
-  EvalConfig eval;
-  ParallelConfig parallel;
-  CheckpointConfig checkpoint;
-  MonitorConfig tensorboard;                // "tensorboard": event files for TensorBoard
-  MonitorConfig csv_monitor;                // "csv_monitor": DeepSpeed's CSV files
-  uint64_t device_memory_bytes;             // 0 = no budget
-  uint64_t host_memory_bytes;               // a node's host memory for offloaded state; 0 = what the node has free
+// spec's TrainConfig as parse() makes it, with the validated config's JSON beside the typed values: saved next to
+// checkpoints, and read for the lines to print once. What needs only the values takes spec::TrainConfig.
+struct TrainConfig : spec::TrainConfig {
   Json raw;                                 // the whole validated config, for saving next to checkpoints
   std::vector<std::string> auto_resolved;   // keys whose "auto" validate() resolved (docs/deepspeed.md)
   std::vector<std::string> no_effect_keys;  // DeepSpeed keys present that change nothing in Tandem, sorted
@@ -111,9 +82,6 @@ struct TrainConfig {
   std::vector<std::string> notices;
   // Warnings about model.from_pretrained's config.json (keys of no effect), kept for `notices`.
   std::vector<std::string> pretrained_notices;
-
-  // model.from_pretrained: the Hugging Face folder the weights start from (a run that does not resume), or "".
-  std::string pretrained_dir;
 };
 
 // The "parallel" value (absent/null, "auto" or an object) as typed values; refuses values of the wrong type with

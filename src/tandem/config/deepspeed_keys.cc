@@ -86,10 +86,9 @@ std::vector<DeepSpeedKey> build_catalogue() {
   const std::string bucket = "Tandem reduces each layer's gradients in one message, with no buckets";
   const std::vector<DeepSpeedKey> keys = {
       // Batch size
-      schema("train_batch_size", "the global batch: train_batch_size = micro x accumulation x data-parallel"),
-      schema("train_micro_batch_size_per_gpu",
-             "the batch of one data-parallel replica (a virtual GPU, which may span several devices) per micro-step"),
-      schema("gradient_accumulation_steps", "micro-batches per step; in a pipeline, its micro-batches"),
+      settings_of("train_batch_size"),
+      settings_of("train_micro_batch_size_per_gpu"),
+      settings_of("gradient_accumulation_steps"),
       honoured_when("managed_gradient_accumulation", true,
                     "Tandem steps the optimizer once per accumulation boundary; false changes only who calls step()"),
       // Optimizer
@@ -263,8 +262,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect_object("aio",
                        "DeepSpeed's libaio settings; Tandem's nvme swap reads and writes each layer's state in one "
                        "request of its own threads"),
-      schema("sequence_parallel_size",
-             "Ulysses sequence parallelism: Tandem's parallel.context, each sequence split over that many devices"),
+      settings_of("sequence_parallel_size"),
       object("tensor_parallel", "DeepSpeed's AutoTP"),
       only_when("tensor_parallel.autotp_size", {0, 1}, "0 or 1: no AutoTP",
                 "Tandem does not use DeepSpeed's AutoTP; remove it and set parallel.tensor instead"),
@@ -335,12 +333,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       refused_object("quantize_training", "Tandem does not do quantization-aware training yet; remove it"),
       no_effect_object("eigenvalue", "Hessian eigenvalues for DeepSpeed's quantization and layer-drop schedules"),
       // Monitoring
-      schema("tensorboard",
-             "TensorBoard event files with DeepSpeed's tags (Train/Samples/train_loss, lr, loss_scale; samples as the "
-             "step) and Tandem's grad norm, val_loss, tokens/s and peak memory"),
-      schema("tensorboard.enabled", "write the event files (rank 0)"),
-      schema("tensorboard.output_path", "their folder's parent; \"\" (the default): the run folder"),
-      schema("tensorboard.job_name", "their folder, inside output_path (default DeepSpeedJobName)"),
+      settings_of("tensorboard"),
       object("wandb", "Weights & Biases logging"),
       honoured_when("wandb.enabled", false, monitor),
       no_effect("wandb.group", monitor),
@@ -356,12 +349,7 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("comet.experiment_key", monitor),
       no_effect("comet.online", monitor),
       no_effect("comet.mode", monitor),
-      schema("csv_monitor",
-             "DeepSpeed's CSV files, one per tag (Train_Samples_train_loss.csv: step, train_loss), the same values "
-             "as tensorboard"),
-      schema("csv_monitor.enabled", "write the CSV files (rank 0)"),
-      schema("csv_monitor.output_path", "their folder's parent; \"\" (the default): the run folder"),
-      schema("csv_monitor.job_name", "their folder, inside output_path (default DeepSpeedJobName)"),
+      settings_of("csv_monitor"),
       object("comms_logger", "a log of every collective"),
       honoured_when("comms_logger.enabled", false, "Tandem does not log collectives; its watchdog names a hung one"),
       no_effect("comms_logger.verbose", "Tandem does not log collectives; its watchdog names a hung one"),

@@ -1,5 +1,6 @@
 // Internal to tandem_config: typed, range-checked access to one JSON object of the config, with defaults
-// written back and "did you mean" suggestions for unknown keys. The schema itself lives in schema.cc.
+// written back and "did you mean" suggestions for unknown keys. The schema itself lives in the settings table
+// (settings.h) and schema.cc.
 #pragma once
 
 #include <cstdint>

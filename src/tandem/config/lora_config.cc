@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tandem/config/fields.h"
+#include "tandem/config/settings.h"
 #include "tandem/core/error.h"
 
 namespace tandem::config {
@@ -148,8 +149,7 @@ void expand_from_adapter(Json& lora) {
 }
 
 void check_targets(Fields& l, const std::string& model_type) {
-  if (!l.has("target_modules")) l.raw("target_modules") = default_lora_targets(model_type);
-  const Json& t = l.raw("target_modules");
+  const Json& t = read_setting(l, "target_modules", Json(default_lora_targets(model_type)));
   if (t.is_string()) {
     const std::string pattern = t.get<std::string>();
     if (pattern.empty())
@@ -187,49 +187,42 @@ void validate_lora(Json& cfg, const std::string& model_type) {
     return;
   }
   Fields l(cfg["lora"], "lora");
-  l.only({"r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "bias", "init_lora_weights",
-          "from_pretrained", "task_type"});
+  l.only(setting_keys("lora"));
   if (model_type != "gpt" && model_type != "llama")
     TANDEM_FAIL("\"lora\" adapts a decoder's projections, which model type '", model_type,
                 "' does not have: use a gpt or llama model, or remove \"lora\"");
   if (l.has("from_pretrained")) expand_from_adapter(cfg["lora"]);
-  l.integer("r", 8, 1, int64_t{1} << 16);
-  l.number("lora_alpha", 8.0, 0.0, std::numeric_limits<double>::infinity(), /*min_exclusive=*/true);
-  const double dropout = l.number("lora_dropout", 0.0, 0.0, 1.0);
+  read_setting(l, "r");
+  read_setting(l, "lora_alpha");
+  const double dropout = read_setting(l, "lora_dropout").get<double>();
   if (dropout >= 1.0)
     TANDEM_FAIL("config key 'lora.lora_dropout' is ", dropout,
                 ": it is the probability of dropping an adapter's input element, below 1 (PEFT's default 0)");
   check_targets(l, model_type);
-  l.boolean("use_rslora", false);
+  read_setting(l, "use_rslora");
   if (l.has("bias") && l.raw("bias").is_string() && l.raw("bias") != "none")
     TANDEM_FAIL("config key 'lora.bias' is ", show(l.raw("bias")),
                 ": Tandem trains the adapters alone and keeps every bias of the base model frozen; set \"bias\": "
                 "\"none\" (PEFT's default)");
-  l.choice("bias", "none", {"none"});
-  if (l.has("init_lora_weights")) {
-    const Json& init = l.raw("init_lora_weights");
-    const bool ok = init.is_boolean() || (init.is_string() && init.get<std::string>() == "gaussian");
-    if (!ok)
-      TANDEM_FAIL("config key 'lora.init_lora_weights' is ", show(init),
-                  ": Tandem initialises adapters as PEFT does for true (A kaiming-uniform, B zeros), false (both as "
-                  "torch's nn.Linear) and \"gaussian\" (A normal with std 1/r, B zeros); start from a PEFT adapter "
-                  "folder (lora.from_pretrained) for other initialisations");
-  } else {
-    l.raw("init_lora_weights") = true;
-  }
+  read_setting(l, "bias");
+  const Json& init = read_setting(l, "init_lora_weights");
+  if (!init.is_boolean() && !(init.is_string() && init.get<std::string>() == "gaussian"))
+    TANDEM_FAIL("config key 'lora.init_lora_weights' is ", show(init),
+                ": Tandem initialises adapters as PEFT does for true (A kaiming-uniform, B zeros), false (both as "
+                "torch's nn.Linear) and \"gaussian\" (A normal with std 1/r, B zeros); start from a PEFT adapter "
+                "folder (lora.from_pretrained) for other initialisations");
   if (l.has("task_type") && l.raw("task_type") != "CAUSAL_LM")
     TANDEM_FAIL("config key 'lora.task_type' is ", show(l.raw("task_type")),
                 ": Tandem trains causal language models; use \"CAUSAL_LM\" or remove it");
 }
 
 spec::LoraConfig lora_config(const Json& cfg) {
-  spec::LoraConfig c;
-  if (!cfg.contains("lora")) return c;
+  spec::TrainConfig run;
+  if (!cfg.contains("lora")) return run.lora;
+  write_settings(cfg, "lora", run);  // the keys the settings table binds: r, lora_alpha, lora_dropout, ...
+  spec::LoraConfig& c = run.lora;
   const Json& l = cfg.at("lora");
   c.enabled = true;
-  c.r = l.at("r").get<int64_t>();
-  c.lora_alpha = l.at("lora_alpha").get<double>();
-  c.lora_dropout = l.at("lora_dropout").get<double>();
   const Json& t = l.at("target_modules");
   if (t.is_string() && t.get<std::string>() != kAllLinear)
     c.target_regex = t.get<std::string>();
@@ -237,12 +230,10 @@ spec::LoraConfig lora_config(const Json& cfg) {
     c.target_modules = {kAllLinear};
   else
     c.target_modules = t.get<std::vector<std::string>>();
-  c.use_rslora = l.at("use_rslora").get<bool>();
   const Json& init = l.at("init_lora_weights");
   c.init = init.is_string()   ? spec::LoraInit::Gaussian
            : init.get<bool>() ? spec::LoraInit::Default
                               : spec::LoraInit::Random;
-  c.from_pretrained = l.value("from_pretrained", "");
   return c;
 }
 

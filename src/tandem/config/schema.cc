@@ -1,7 +1,6 @@
 // The config schema: which keys exist at each level, their types, ranges and defaults (validate()), and the rules that
-// join keys. The sections the settings table holds (settings.h: optimizer, scheduler, precision, ZeRO and offload,
-// parallel, checkpoint) take their keys, checks and defaults from its rows; the llama model's own keys are checked in
-// schema_llama.cc.
+// join keys. Every section but the model's takes its keys, checks and defaults from the settings table's rows
+// (settings.h); the model's keys are its family's own, the llama's checked in schema_llama.cc.
 // DeepSpeed's keys that Tandem does not read are judged by deepspeed_keys.cc, "auto" values by
 // auto_values.cc; batch-size arithmetic is in batch.cc; reading files, overrides and the typed view are in
 // config.cc.
@@ -27,33 +26,6 @@
 namespace tandem::config {
 namespace {
 
-std::vector<std::string> top_keys() {
-  return {"train_batch_size",
-          "train_micro_batch_size_per_gpu",
-          "gradient_accumulation_steps",
-          "steps",
-          "seed",
-          "steps_per_print",
-          "optimizer",
-          "scheduler",
-          "gradient_clipping",
-          "zero_optimization",
-          "fp16",
-          "bf16",
-          "model",
-          "data",
-          "parallel",
-          "checkpoint",
-          "device_memory",
-          "host_memory",
-          "eval",
-          "tensorboard",
-          "csv_monitor",
-          "lora",
-          "fp8",
-          "tiles",
-          "sequence_parallel_size"};
-}
 std::vector<std::string> mlp_keys() { return {"type", "sizes", "activation"}; }
 std::vector<std::string> gpt_keys() {
   return {"type", "vocab_size", "seq_len", "dim", "layers", "heads", "tie_word_embeddings", "from_pretrained"};
@@ -319,26 +291,26 @@ void validate_model(Fields& top) {
 // A data object ("data", or "eval.data") for a model of `model_type`.
 void validate_data_object(Json& object, const std::string& name, const std::string& model_type) {
   Fields d(object, name);
-  const std::string type = d.choice("type", "synthetic", {"synthetic", "text", "tokens"});
+  const std::string type = read_setting(d, "type").get<std::string>();
   const std::string variant = "data type '" + type + "'";
   const std::vector<std::string> documents = {"document_mask", "eos_token_id"};
   if (type == "synthetic") {
     d.only(merged({{"type", "samples"}, documents}), {"path", "dtype"}, variant);
-    d.integer("samples", 65536, 1);
+    read_setting(d, "samples");
   } else if (type == "text") {
     d.only(merged({{"type", "path"}, documents}), {"samples", "dtype"}, variant);
-    d.string("path", std::nullopt);
+    read_setting(d, "path");
   } else {
     d.only(merged({{"type", "path", "dtype"}, documents}), {"samples"}, variant);
-    d.string("path", std::nullopt);
-    d.choice("dtype", "uint16", {"uint16", "uint32"});
+    read_setting(d, "path");
+    read_setting(d, "dtype");
   }
   // Documents packed into windows: attention kept inside each, the documents ending with eos_token_id.
-  if (d.boolean("document_mask", false)) {
+  if (read_setting(d, "document_mask").get<bool>()) {
     if (!d.has("eos_token_id"))
       TANDEM_FAIL("missing required config key '", name, ".eos_token_id' beside ", name,
                   ".document_mask: the token that ends every document (tools/prepare_data.py prints it)");
-    d.integer("eos_token_id", std::nullopt, 0, int64_t{1} << 31);
+    read_setting(d, "eos_token_id");
   } else if (d.has("eos_token_id")) {
     TANDEM_FAIL(
         "config key '", name, ".eos_token_id' has no effect without ", name,
@@ -357,13 +329,13 @@ void validate_data(Fields& top) {
 // bf16 or fp32 compute around them.
 void validate_fp8(Fields& top) {
   Fields f(top.object("fp8"), "fp8");
-  f.only({"enabled", "recipe", "min_features", "gradient_format"});
-  const bool enabled = f.boolean("enabled", false);
-  const std::string recipe = f.choice("recipe", "tensorwise", {"tensorwise", "rowwise", "blockwise"});
-  f.integer("min_features", 0, 0);
+  f.only(setting_keys("fp8"));
+  const bool enabled = read_setting(f, "enabled").get<bool>();
+  const std::string recipe = read_setting(f, "recipe").get<std::string>();
+  read_setting(f, "min_features");
   // Gradients in e5m2 (the range of fp16) where one scale spans a whole tensor or row; the blockwise recipe's small
   // tiles need less range, so it keeps e4m3's extra mantissa bit, as DeepSeek-V3 and Transformer Engine do.
-  f.choice("gradient_format", recipe == "blockwise" ? "e4m3" : "e5m2", {"e5m2", "e4m3"});
+  read_setting(f, "gradient_format", recipe == "blockwise" ? std::optional<Json>("e4m3") : std::nullopt);
   if (!enabled) return;
   if (top.raw("fp16")["enabled"].get<bool>())
     TANDEM_FAIL(
@@ -379,9 +351,8 @@ void validate_fp8(Fields& top) {
 // once; 0 (the default) lets nn/tiles.h's rules choose from the sizes.
 void validate_tiles(Fields& top) {
   Fields t(top.object("tiles"), "tiles");
-  t.only({"loss_tokens", "mlp_tokens"});
-  t.integer("loss_tokens", 0, 0);
-  t.integer("mlp_tokens", 0, 0);
+  t.only(setting_keys("tiles"));
+  for (const std::string& k : setting_keys("tiles")) read_setting(t, k);
 }
 
 // "eval": {"data": {...}, "every": N, "steps": K}: the loss on K global batches of held-out data, with no update,
@@ -389,13 +360,13 @@ void validate_tiles(Fields& top) {
 void validate_eval(Fields& top) {
   if (!top.has("eval")) return;
   Fields e(top.object("eval"), "eval");
-  e.only({"data", "every", "steps"});
+  e.only(setting_keys("eval"));
   if (!e.has("data"))
     TANDEM_FAIL("missing required config key 'eval.data': the held-out data, as \"data\" is written, e.g. ",
                 "{\"type\": \"tokens\", \"path\": \"val.bin\"}");
   validate_data_object(e.object("data"), "eval.data", top.raw("model")["type"].get<std::string>());
-  e.integer("every", 0, 0);
-  e.integer("steps", 10, 1);
+  read_setting(e, "every");
+  read_setting(e, "steps");
 }
 
 // DeepSpeed's activation_checkpointing.cpu_checkpointing is parallel.cpu_checkpointing (config.cc reads either): a
@@ -417,7 +388,7 @@ void validate_cpu_checkpointing(Fields& top) {
 void rewrite_sequence_parallel(Json& cfg) {
   Fields top(cfg, "");
   if (!top.has("sequence_parallel_size")) return;
-  const int64_t size = top.integer("sequence_parallel_size", std::nullopt, 1);
+  const int64_t size = read_setting(top, "sequence_parallel_size").get<int64_t>();
   cfg.erase("sequence_parallel_size");
   if (size == 1) return;
   if (!top.has("parallel")) top.raw("parallel") = Json::object();
@@ -459,15 +430,14 @@ void validate_parallel(Fields& top) {
 }
 
 // DeepSpeed's "tensorboard" and "csv_monitor": {"enabled", "output_path", "job_name"}, with DeepSpeed's defaults
-// (output_path "" here means the run folder).
+// (the rows'; output_path "" here means the run folder).
 void validate_monitor(Fields& top, const std::string& name) {
   Fields m(top.object(name), name);
-  m.only({"enabled", "output_path", "job_name"});
-  m.boolean("enabled", false);
-  if (!m.has("output_path")) m.raw("output_path") = "";
-  if (!m.raw("output_path").is_string()) m.fail_type("output_path", "a folder name, or \"\" for the run folder");
-  m.string("job_name", "DeepSpeedJobName");
-  const std::string job = m.raw("job_name").get<std::string>();
+  m.only(setting_keys(name));
+  read_setting(m, "enabled");
+  if (!read_setting(m, "output_path").is_string())
+    m.fail_type("output_path", "a folder name, or \"\" for the run folder");
+  const std::string job = read_setting(m, "job_name").get<std::string>();
   if (job.find('/') != std::string::npos || job == "." || job == "..")
     TANDEM_FAIL(name, ".job_name '", job, "' must name one folder (inside output_path): use a name without '/'");
 }
@@ -495,9 +465,9 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   no_effect.clear();
   Fields top(cfg, "");
   resolve_auto(cfg);
-  only_with_deepspeed(top, top_keys(), no_effect, {}, "", {kAutoRecord});
+  only_with_deepspeed(top, setting_keys(""), no_effect, {}, "", {kAutoRecord});
   for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"})
-    if (top.has(key)) top.integer(key, std::nullopt, 1);
+    if (top.has(key)) read_setting(top, key);
   const int64_t steps = read_setting(top, "steps").get<int64_t>();
   read_setting(top, "seed");
   read_setting(top, "steps_per_print");

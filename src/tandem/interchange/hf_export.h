@@ -8,8 +8,8 @@
 #include <string>
 
 #include "tandem/checkpoint/progress.h"
-#include "tandem/config/config.h"
 #include "tandem/core/tensor.h"
+#include "tandem/spec/model_config.h"
 
 namespace tandem::interchange {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "tandem/config/config.h"
 #include "tandem/core/tensor.h"
+#include "tandem/spec/model_config.h"
 
 namespace tandem::interchange {
 

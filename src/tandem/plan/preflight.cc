@@ -42,7 +42,7 @@ const RankMemory& fullest_host(const MemoryPrediction& m) {
 
 }  // namespace
 
-PreflightResult preflight(const config::TrainConfig& cfg, const layout::ParallelPlan& plan,
+PreflightResult preflight(const spec::TrainConfig& cfg, const layout::ParallelPlan& plan,
                           const PreflightOptions& options) {
   Setup s;
   s.plan = plan;

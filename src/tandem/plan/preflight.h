@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "tandem/config/config.h"
 #include "tandem/layout/layout.h"
 #include "tandem/plan/memory_model.h"
 #include "tandem/plan/time_model.h"
+#include "tandem/spec/train_config.h"
 
 namespace tandem::plan {
 
@@ -41,7 +41,7 @@ struct PreflightResult {
   std::string message;  // when over budget: the breakdown, and the best layout that fits (or what it needs)
 };
 
-PreflightResult preflight(const config::TrainConfig& cfg, const layout::ParallelPlan& plan,
+PreflightResult preflight(const spec::TrainConfig& cfg, const layout::ParallelPlan& plan,
                           const PreflightOptions& options = {});
 
 }  // namespace tandem::plan

@@ -15,4 +15,16 @@ const char* offload_device_name(OffloadDevice d) {
   return "?";
 }
 
+const char* data_type_name(DataType t) {
+  switch (t) {
+    case DataType::Synthetic:
+      return "synthetic";
+    case DataType::Text:
+      return "text";
+    case DataType::Tokens:
+      return "tokens";
+  }
+  return "?";
+}
+
 }  // namespace tandem::spec

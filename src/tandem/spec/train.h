@@ -61,6 +61,7 @@ enum class DataType {
   Text,       // a file's bytes as tokens (vocab 256)
   Tokens,     // a file of little-endian token ids (raw, or llm.c's format with its header)
 };
+const char* data_type_name(DataType t);  // "synthetic", "text", "tokens"
 
 // data: where the samples come from (data::make_dataset).
 struct DataConfig {
