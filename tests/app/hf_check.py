@@ -75,13 +75,36 @@ def make_model(family):
                 for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
                     norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape))
         return model
+    if family == "mixtral":
+        # Every MLP a mixture of 4 experts, top 2; the balance loss measured but not in the loss (transformers'
+        # default), so the pipeline run applies.
+        cfg = transformers.MixtralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                         num_experts_per_tok=2, max_position_embeddings=SEQ, sliding_window=None,
+                                         bos_token_id=0, eos_token_id=0)
+        return transformers.MixtralForCausalLM(cfg)
+    if family == "qwen3_moe":
+        # Layer 0 sparse (4 experts of 16, top 2, weights renormalised), layer 1 dense (mlp_only_layers); the balance
+        # loss in the loss with a weight large enough to move the losses.
+        cfg = transformers.Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                                          moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                          norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+                                          output_router_logits=True, router_aux_loss_coef=0.05,
+                                          max_position_embeddings=SEQ, bos_token_id=0, eos_token_id=0)
+        return transformers.Qwen3MoeForCausalLM(cfg)
     raise SystemExit("unknown family " + family)
 
 
 # The keys each family's export must carry as the folder Tandem read had them.
 OWN_KEYS = {"gpt2": [], "llama": [], "llama-tied": [], "mistral": ["sliding_window"],
             "qwen2": ["use_sliding_window", "sliding_window", "max_window_layers"],
-            "qwen3": ["use_sliding_window", "sliding_window", "max_window_layers", "attention_bias", "head_dim"]}
+            "qwen3": ["use_sliding_window", "sliding_window", "max_window_layers", "attention_bias", "head_dim"],
+            "mixtral": ["sliding_window", "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                        "output_router_logits"],
+            "qwen3_moe": ["use_sliding_window", "sliding_window", "max_window_layers", "attention_bias", "head_dim",
+                          "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
+                          "mlp_only_layers", "router_aux_loss_coef", "output_router_logits"]}
 
 
 def main():
@@ -107,6 +130,9 @@ def main():
     runs = [("one process", 1, None, 1), ("4 as 2: virtual_gpus 2, pipeline 2", 4,
                                           {"virtual_gpus": 2, "pipeline": 2}, 2),
             ("4 as 2: virtual_gpus 2, tensor 2", 4, {"virtual_gpus": 2, "tensor": 2}, 2)]
+    if getattr(model.config, "output_router_logits", False):
+        # The balance loss in the loss sums every MoE layer of a micro-batch: data parallel in place of the pipeline.
+        runs[1] = ("2 processes: virtual_gpus 2 (data parallel)", 2, {"virtual_gpus": 2}, 2)
     last_run = None
     for name, n, parallel, dp in runs:
         cfg = config(dp)

@@ -8,11 +8,16 @@ import torch
 
 
 def loss_of(model, tokens, seq):
-    """Mean next-token cross-entropy of tokens[:seq] predicting tokens[1:] (seq + 1 tokens)."""
+    """Mean next-token cross-entropy of tokens[:seq] predicting tokens[1:] (seq + 1 tokens), plus a mixture of
+    experts' load-balancing loss times router_aux_loss_coef where the config puts it in the loss
+    (output_router_logits), as transformers' own loss does."""
     x = torch.tensor(tokens[:seq], dtype=torch.long)[None]
     y = torch.tensor(tokens[1:], dtype=torch.long)
-    logits = model(input_ids=x).logits[0].float()
-    return torch.nn.functional.cross_entropy(logits, y)
+    out = model(input_ids=x)
+    loss = torch.nn.functional.cross_entropy(out.logits[0].float(), y)
+    if getattr(model.config, "output_router_logits", False):
+        loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+    return loss
 
 
 def adamw_losses(model, tokens, seq, steps, opt, eval_last=False):

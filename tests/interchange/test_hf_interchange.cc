@@ -312,10 +312,82 @@ TEST_F(HfInterchange, Qwen3KeepsItsKeysAndNormsAndRefusesWindows) {
   qkv_only["qkv_bias"] = true;
   EXPECT_HAS(error_of([&] { typed(qkv_only); }), "biases on q, k and v alone are Qwen2's form");
   Json moe = qwen;
-  moe["architectures"] = {"Qwen3MoeForCausalLM"};
-  moe["model_type"] = "qwen3_moe";
+  moe["architectures"] = {"Qwen2MoeForCausalLM"};
+  moe["model_type"] = "qwen2_moe";
   EXPECT_HAS(error_of([&] { config::model_from_hf_config(moe, "d"); }),
-             "'Qwen3MoeForCausalLM' is not one Tandem trains");
+             "'Qwen2MoeForCausalLM' is not one Tandem trains");
+}
+
+// The mixture-of-experts families: Qwen3-MoE's expert keys with its configuration's defaults (num_local_experts read
+// as num_experts), dense and sparse layers by mlp_only_layers, the experts' stacked weights in the name map in the
+// Hub's per-expert names, the keys written back; Mixtral's always-renormalised top-k and its refusals.
+TEST_F(HfInterchange, MoeFamiliesReadTheirExpertsAndKeepTheirKeys) {
+  Json qwen = llama_hf(false);
+  qwen["architectures"] = {"Qwen3MoeForCausalLM"};
+  qwen["model_type"] = "qwen3_moe";
+  qwen["head_dim"] = 8;
+  qwen["num_local_experts"] = 4;
+  qwen["num_experts_per_tok"] = 2;
+  qwen["moe_intermediate_size"] = 16;
+  qwen["mlp_only_layers"] = {1};
+  std::vector<std::string> warnings;
+  Json q = config::model_from_hf_config(qwen, "d", &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.at(0);
+  EXPECT_EQ(q.at("family"), "qwen3_moe");
+  EXPECT_EQ(q.at("num_experts"), 4);
+  EXPECT_EQ(q.at("norm_topk_prob"), false);
+  EXPECT_EQ(q.at("output_router_logits"), false);
+  q["seq_len"] = 16;
+  const spec::ModelConfig model = typed(q);
+  const auto& l = std::get<spec::LlamaConfig>(model);
+  EXPECT_TRUE(spec::sparse_layer(l, 0));
+  EXPECT_FALSE(spec::sparse_layer(l, 1));
+  std::map<std::string, HfMapping> maps;
+  for (const HfMapping& m : hf_name_map(model)) maps.emplace(m.name, m);
+  const HfMapping& gate_up = maps.at("layers.0.moe.gate_up.weight");
+  EXPECT_EQ(gate_up.shape, Shape({4, 32, 32}));
+  ASSERT_EQ(gate_up.pieces.size(), 8u);
+  EXPECT_EQ(gate_up.pieces[3].hf_name, "model.layers.0.mlp.experts.1.up_proj.weight");
+  EXPECT_EQ(gate_up.pieces[3].row, 48);
+  EXPECT_EQ(maps.at("layers.0.moe.down.weight").pieces[2].hf_name, "model.layers.0.mlp.experts.2.down_proj.weight");
+  EXPECT_EQ(maps.at("layers.0.moe.router.weight").pieces[0].hf_name, "model.layers.0.mlp.gate.weight");
+  EXPECT_TRUE(maps.count("layers.1.gate_up.weight"));
+  EXPECT_TRUE(maps.count("layers.0.q_norm.weight"));
+  const Json hf = config::hf_config_from_model(model, "float32");
+  EXPECT_EQ(hf.at("architectures")[0], "Qwen3MoeForCausalLM");
+  EXPECT_EQ(hf.at("num_experts"), 4);
+  EXPECT_EQ(hf.at("mlp_only_layers"), Json::array({1}));
+  EXPECT_FALSE(hf.contains("max_window_layers"));
+
+  Json mixtral = llama_hf(false);
+  mixtral["architectures"] = {"MixtralForCausalLM"};
+  mixtral["model_type"] = "mixtral";
+  mixtral["num_local_experts"] = 3;
+  mixtral["sliding_window"] = nullptr;
+  Json m = config::model_from_hf_config(mixtral, "d");
+  EXPECT_EQ(m.at("family"), "mixtral");
+  EXPECT_EQ(m.at("num_experts_per_tok"), 2);
+  EXPECT_EQ(m.at("moe_intermediate_size"), 48);
+  EXPECT_EQ(m.at("norm_topk_prob"), true);
+  m["seq_len"] = 16;
+  const spec::ModelConfig mx = typed(m);
+  std::map<std::string, HfMapping> mx_maps;
+  for (const HfMapping& map : hf_name_map(mx)) mx_maps.emplace(map.name, map);
+  EXPECT_EQ(mx_maps.at("layers.1.moe.gate_up.weight").pieces[1].hf_name,
+            "model.layers.1.block_sparse_moe.experts.0.w3.weight");
+  EXPECT_EQ(config::hf_config_from_model(mx, "float32").at("num_local_experts"), 3);
+  Json jitter = mixtral;
+  jitter["router_jitter_noise"] = 0.1;
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(jitter, "d"); }), "router_jitter_noise 0.1");
+  Json unnormalised = m;
+  unnormalised["norm_topk_prob"] = false;
+  EXPECT_HAS(error_of([&] { typed(unnormalised); }), "Mixtral always divides");
+  Json too_many = m;
+  too_many["num_experts_per_tok"] = 4;
+  EXPECT_HAS(error_of([&] { typed(too_many); }), "num_experts_per_tok");
+  Json dense = q;
+  dense["family"] = "qwen3";
+  EXPECT_HAS(error_of([&] { typed(dense); }), "model.num_experts is a key of the mixture-of-experts families");
 }
 
 TEST_F(HfInterchange, ConflictingRopeKeysAreRefusedNamingBoth) {

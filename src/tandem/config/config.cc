@@ -80,14 +80,21 @@ LlamaConfig llama_config(const Json& m) {
   c.attention_bias = m.at("attention_bias").get<bool>();
   c.qkv_bias = m.at("qkv_bias").get<bool>();
   // A model saved before "family" existed (an older checkpoint's config) was Qwen2's when it had qkv_bias.
-  const std::string family = m.value("family", c.qkv_bias ? "qwen2" : "llama");
-  c.family = family == "mistral" ? spec::LlamaFamily::Mistral
-             : family == "qwen2" ? spec::LlamaFamily::Qwen2
-             : family == "qwen3" ? spec::LlamaFamily::Qwen3
-                                 : spec::LlamaFamily::Llama;
+  c.family = spec::family_named(m.value("family", c.qkv_bias ? "qwen2" : "llama")).value_or(spec::LlamaFamily::Llama);
   if (const auto w = m.find("sliding_window"); w != m.end() && !w->is_null()) c.sliding_window = w->get<int64_t>();
   c.use_sliding_window = m.value("use_sliding_window", false);
   c.max_window_layers = m.value("max_window_layers", c.max_window_layers);
+  if (m.contains("num_experts")) {
+    spec::MoeConfig& e = c.moe;
+    e.num_experts = static_cast<int>(m.at("num_experts").get<int64_t>());
+    e.num_experts_per_tok = static_cast<int>(m.at("num_experts_per_tok").get<int64_t>());
+    e.moe_intermediate_size = m.at("moe_intermediate_size").get<int64_t>();
+    e.norm_topk_prob = m.at("norm_topk_prob").get<bool>();
+    e.decoder_sparse_step = m.at("decoder_sparse_step").get<int64_t>();
+    for (const Json& i : m.at("mlp_only_layers")) e.mlp_only_layers.push_back(as_integer(i).value_or(-1));
+    e.router_aux_loss_coef = m.at("router_aux_loss_coef").get<double>();
+    e.output_router_logits = m.at("output_router_logits").get<bool>();
+  }
   return c;
 }
 

@@ -19,8 +19,11 @@ namespace {
 constexpr double kLayerNormEps = 1e-5;
 
 const std::vector<std::string>& supported() {
-  static const std::vector<std::string> names = {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
-                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out = {"GPT2LMHeadModel"};
+    for (const spec::LlamaFamilyNames& f : spec::kLlamaFamilies) out.push_back(f.architecture);
+    return out;
+  }();
   return names;
 }
 
@@ -217,7 +220,32 @@ std::pair<double, Json> rope_of(HfReader& r, int64_t max_positions) {
   return {theta, rope};
 }
 
-Json llama_model(HfReader& r, const std::string& family) {
+// The mixture-of-experts keys of Mixtral's and Qwen3-MoE's configs, with their configuration classes' defaults, into
+// Tandem's (spec::MoeConfig). transformers names the experts num_local_experts in Mixtral's and, in some versions'
+// files, in Qwen3-MoE's too.
+void moe_keys(HfReader& r, const std::string& family, Json& m) {
+  const bool mixtral = family == "mixtral";
+  const char* experts = r.has("num_experts") ? "num_experts" : "num_local_experts";
+  m["num_experts"] = r.integer(experts, mixtral ? 8 : 128);
+  m["num_experts_per_tok"] = r.integer("num_experts_per_tok", mixtral ? 2 : 8);
+  m["moe_intermediate_size"] =
+      mixtral ? m.at("intermediate_size").get<int64_t>() : r.integer("moe_intermediate_size", 768);
+  m["norm_topk_prob"] = mixtral || r.boolean("norm_topk_prob", false);
+  m["router_aux_loss_coef"] = r.number("router_aux_loss_coef", 0.001);
+  m["output_router_logits"] = r.boolean("output_router_logits", false);
+  if (mixtral) {
+    if (r.number("router_jitter_noise", 0.0) != 0.0)
+      r.cannot("router_jitter_noise ", show(r.at("router_jitter_noise")),
+               ": its router takes the logits as they are (0, transformers' default)");
+    return;
+  }
+  m["decoder_sparse_step"] = r.integer("decoder_sparse_step", 1);
+  m["mlp_only_layers"] = r.has("mlp_only_layers") ? r.at("mlp_only_layers") : Json::array();
+}
+
+Json llama_model(HfReader& r, const std::string& named) {
+  // The attention's keys are its attention family's (Mistral's for Mixtral, Qwen3's for Qwen3-MoE).
+  const std::string family = spec::names_of(spec::attention_family(*spec::family_named(named))).name;
   const std::string act = r.string("hidden_act", "silu");
   if (act != "silu") r.cannot("hidden_act \"", act, "\": its gated MLP uses SiLU only");
   if (r.boolean("mlp_bias", false)) r.cannot("mlp_bias is true: its MLP projections have no bias");
@@ -241,7 +269,8 @@ Json llama_model(HfReader& r, const std::string& family) {
   const auto [theta, scaling] = rope_of(r, m.at("max_position_embeddings").get<int64_t>());
   m["rope_theta"] = theta;
   m["rope_scaling"] = scaling;
-  m["family"] = family;
+  m["family"] = named;
+  if (named != family) moe_keys(r, named, m);
   if (family == "qwen2") {
     // Qwen2 has biases on q, k and v but not on o.
     m["qkv_bias"] = true;
@@ -283,17 +312,10 @@ Json model_from_hf_config(const Json& hf, const std::string& dir, std::vector<st
     arch = hf.at("architectures")[0].get<std::string>();
   const std::string type = hf.value("model_type", "");
   std::string family;
-  if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2"))
-    family = "gpt2";
-  else if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama"))
-    family = "llama";
-  else if (arch == "MistralForCausalLM" || (arch.empty() && type == "mistral"))
-    family = "mistral";
-  else if (arch == "Qwen2ForCausalLM" || (arch.empty() && type == "qwen2"))
-    family = "qwen2";
-  else if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3"))
-    family = "qwen3";
-  else
+  if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2")) family = "gpt2";
+  for (const spec::LlamaFamilyNames& f : spec::kLlamaFamilies)
+    if (arch == f.architecture || (arch.empty() && type == f.name)) family = f.name;
+  if (family.empty())
     TANDEM_FAIL("Hugging Face config '", file, "': architecture ",
                 arch.empty() ? "(none; model_type \"" + type + "\")" : "'" + arch + "'",
                 " is not one Tandem trains; supported: ", join(supported()));
@@ -325,18 +347,16 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
   if (const auto* l = std::get_if<LlamaConfig>(&model)) {
     if (l->qkv_bias && l->attention_bias)
       TANDEM_FAIL("model has both qkv_bias and attention_bias: no Hugging Face architecture has that combination");
-    const bool qwen2 = l->family == spec::LlamaFamily::Qwen2;
-    const bool qwen3 = l->family == spec::LlamaFamily::Qwen3;
-    const bool mistral = l->family == spec::LlamaFamily::Mistral;
-    const char* type = qwen2 ? "qwen2" : qwen3 ? "qwen3" : mistral ? "mistral" : "llama";
+    // The attention's keys by its attention family; the names and the experts' keys by the family itself.
+    const spec::LlamaFamily attention = spec::attention_family(l->family);
+    const bool qwen2 = attention == spec::LlamaFamily::Qwen2;
+    const bool qwen3 = attention == spec::LlamaFamily::Qwen3;
+    const bool mistral = attention == spec::LlamaFamily::Mistral;
+    const char* type = spec::names_of(l->family).name;
     if (qwen2 != l->qkv_bias)
       TANDEM_FAIL("a llama model of family ", type, l->qkv_bias ? " with" : " without",
                   " qkv_bias has no Hugging Face architecture: Qwen2's alone has biases on q, k and v only");
-    Json hf = {{"architectures",
-                {qwen2     ? "Qwen2ForCausalLM"
-                 : qwen3   ? "Qwen3ForCausalLM"
-                 : mistral ? "MistralForCausalLM"
-                           : "LlamaForCausalLM"}},
+    Json hf = {{"architectures", {spec::names_of(l->family).architecture}},
                {"model_type", type},
                {"hidden_act", "silu"},
                {"torch_dtype", torch_dtype},
@@ -363,13 +383,29 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
     if (qwen2 || qwen3) {
       hf["use_sliding_window"] = l->use_sliding_window;
       hf["sliding_window"] = window;
-      hf["max_window_layers"] = l->max_window_layers;
+      // Qwen3-MoE's config has no max_window_layers.
+      if (l->family != spec::LlamaFamily::Qwen3Moe) hf["max_window_layers"] = l->max_window_layers;
     }
     if (mistral) hf["sliding_window"] = window;
     if (qwen3) hf["attention_bias"] = l->attention_bias;
     if (!qwen2 && !qwen3 && !mistral) {
       hf["attention_bias"] = l->attention_bias;
       hf["mlp_bias"] = false;
+    }
+    if (const spec::MoeConfig& e = l->moe; e.num_experts > 0) {
+      const bool mixtral = l->family == spec::LlamaFamily::Mixtral;
+      hf[mixtral ? "num_local_experts" : "num_experts"] = e.num_experts;
+      hf["num_experts_per_tok"] = e.num_experts_per_tok;
+      hf["router_aux_loss_coef"] = e.router_aux_loss_coef;
+      hf["output_router_logits"] = e.output_router_logits;
+      if (mixtral) {
+        hf["router_jitter_noise"] = 0.0;
+      } else {
+        hf["moe_intermediate_size"] = e.moe_intermediate_size;
+        hf["norm_topk_prob"] = e.norm_topk_prob;
+        hf["decoder_sparse_step"] = e.decoder_sparse_step;
+        hf["mlp_only_layers"] = e.mlp_only_layers;
+      }
     }
     return hf;
   }
@@ -419,7 +455,8 @@ void expand_from_pretrained(Json& model, std::vector<std::string>* warnings) {
   }
   expanded["seq_len"] = model.at("seq_len");
   expanded["from_pretrained"] = dir;
-  if (expanded.value("family", "") == "mistral" && expanded.contains("sliding_window") &&
+  const auto family = spec::family_named(expanded.value("family", ""));
+  if (family && spec::attention_family(*family) == spec::LlamaFamily::Mistral && expanded.contains("sliding_window") &&
       !expanded.at("sliding_window").is_null()) {
     const std::optional<int64_t> seq = as_integer(expanded.at("seq_len"));
     if (seq && expanded.at("sliding_window").get<int64_t>() < *seq)

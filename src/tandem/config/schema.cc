@@ -54,6 +54,14 @@ std::vector<std::string> llama_keys() {
           "sliding_window",
           "use_sliding_window",
           "max_window_layers",
+          "num_experts",
+          "num_experts_per_tok",
+          "moe_intermediate_size",
+          "norm_topk_prob",
+          "decoder_sparse_step",
+          "mlp_only_layers",
+          "router_aux_loss_coef",
+          "output_router_logits",
           "from_pretrained"};
 }
 

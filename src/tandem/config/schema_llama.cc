@@ -7,6 +7,7 @@
 
 #include "tandem/config/fields.h"
 #include "tandem/core/error.h"
+#include "tandem/spec/models.h"
 
 namespace tandem::config {
 
@@ -59,12 +60,48 @@ void validate_rope_scaling(Fields& m) {
                 "): Llama 3 uses 1 and 4");
 }
 
+// The mixture-of-experts keys (spec::MoeConfig) of "mixtral" and "qwen3_moe"; refused for the dense families.
+void validate_moe(Fields& m, const std::string& family, int64_t layers) {
+  const std::vector<std::string> keys = {"num_experts",          "num_experts_per_tok", "moe_intermediate_size",
+                                         "norm_topk_prob",       "decoder_sparse_step", "mlp_only_layers",
+                                         "router_aux_loss_coef", "output_router_logits"};
+  if (family != "mixtral" && family != "qwen3_moe") {
+    for (const std::string& k : keys)
+      if (m.has(k))
+        TANDEM_FAIL("model.", k, " is a key of the mixture-of-experts families (\"mixtral\", \"qwen3_moe\"), not of \"",
+                    family, "\": remove it");
+    return;
+  }
+  const int64_t experts = m.integer("num_experts", std::nullopt, 1, int64_t{1} << 16);
+  m.integer("num_experts_per_tok", std::nullopt, 1, experts);
+  m.integer("moe_intermediate_size", m.raw("intermediate_size").get<int64_t>(), 1, int64_t{1} << 22);
+  if (!m.boolean("norm_topk_prob", family == "mixtral") && family == "mixtral")
+    TANDEM_FAIL(
+        "model.norm_topk_prob false with model.family \"mixtral\": Mixtral always divides the chosen "
+        "experts' weights by their sum; remove the key");
+  m.integer("decoder_sparse_step", 1, 1, int64_t{1} << 16);
+  if (!m.has("mlp_only_layers")) m.raw("mlp_only_layers") = Json::array();
+  if (!m.raw("mlp_only_layers").is_array()) m.fail_type("mlp_only_layers", "a list of layer indices");
+  for (const Json& i : m.raw("mlp_only_layers")) {
+    const std::optional<int64_t> layer = as_integer(i);
+    if (!layer || *layer < 0 || *layer >= layers)
+      TANDEM_FAIL("model.mlp_only_layers holds ", show(i), ", not a layer index in [0, ", layers, ")");
+  }
+  m.number("router_aux_loss_coef", 0.001, 0.0);
+  m.boolean("output_router_logits", false);
+}
+
 // "family": the Hugging Face architecture the model is read as and exported to (spec::LlamaFamily), with that
 // family's own keys. Without it, a model with qkv_bias is Qwen2's (as exports were before the key), any other Llama's.
-// "qwen3" also decides the function: q and k normalised per head (spec::qk_norm).
+// "qwen3" and "qwen3_moe" also decide the function: q and k normalised per head (spec::qk_norm); "mixtral" and
+// "qwen3_moe" have mixtures of experts (validate_moe). Their attention keys are those of "mistral" and "qwen3".
 void validate_llama_family(Fields& m, int64_t seq_len) {
   const bool qkv_bias = m.raw("qkv_bias").get<bool>();
-  const std::string family = m.choice("family", qkv_bias ? "qwen2" : "llama", {"llama", "mistral", "qwen2", "qwen3"});
+  std::vector<std::string> names;
+  for (const spec::LlamaFamilyNames& f : spec::kLlamaFamilies) names.push_back(f.name);
+  const std::string named = m.choice("family", qkv_bias ? "qwen2" : "llama", names);
+  validate_moe(m, named, m.raw("num_hidden_layers").get<int64_t>());
+  const std::string family = spec::names_of(spec::attention_family(*spec::family_named(named))).name;
   if (family == "qwen2" && !qkv_bias)
     TANDEM_FAIL("model.family \"qwen2\" with qkv_bias false: Qwen2's attention has biases on q, k and v; set ",
                 "\"qkv_bias\": true, or another family");

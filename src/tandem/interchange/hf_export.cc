@@ -42,7 +42,7 @@ int write_hf_folder(const std::string& dir, const spec::ModelConfig& model,
     if (it->second.shape != m.shape)
       TANDEM_FAIL("cannot export: '", m.name, "' is ", shape_str(it->second.shape), ", its model says ",
                   shape_str(m.shape));
-    const int64_t cols = m.shape.size() == 2 ? m.shape[1] : 1;
+    const int64_t cols = hf_columns(m.shape);
     for (const HfPiece& p : m.pieces) {
       HfTensor t{p.hf_name, hf_piece_shape(p, m.shape), {}, {}};
       t.values.resize(static_cast<size_t>(shape_numel(t.shape)));

@@ -12,7 +12,7 @@ namespace {
 
 // A parameter filled by one Hugging Face tensor, whole.
 HfMapping whole(const std::string& name, Shape shape, const std::string& hf, bool transposed = false) {
-  const int64_t rows = shape.at(0);
+  const int64_t rows = shape_numel(shape) / hf_columns(shape);
   return {name, std::move(shape), {{hf, 0, rows, transposed, false}}};
 }
 
@@ -24,7 +24,8 @@ HfMapping rows_of(const std::string& name, Shape shape, const std::vector<std::p
     m.pieces.push_back({hf, row, rows, false, false});
     row += rows;
   }
-  TANDEM_CHECK(row == m.shape.at(0), "pieces of ", name, " cover ", row, " rows of ", shape_str(m.shape));
+  TANDEM_CHECK(row == shape_numel(m.shape) / hf_columns(m.shape), "pieces of ", name, " cover ", row, " rows of ",
+               shape_str(m.shape));
   return m;
 }
 
@@ -50,6 +51,28 @@ std::vector<HfMapping> gpt2_map(const spec::GptConfig& model) {
     out.push_back(whole(std::string("lnf.") + p, {c}, std::string("transformer.ln_f.") + p));
   if (!model.tie_word_embeddings) out.push_back(whole("head.weight", {v, c}, "lm_head.weight"));
   return out;
+}
+
+// A sparse layer's MLP (nn::MoeMlp): the router and the experts' stacked weights, each expert's gate rows then up rows
+// then the next expert's. Mixtral names them block_sparse_moe's gate and experts' w1 (gate), w3 (up) and w2 (down);
+// Qwen3-MoE mlp's gate and experts' gate_proj, up_proj and down_proj. `t` and `h` are the layer's prefixes.
+void moe_map(const spec::LlamaConfig& model, const std::string& t, const std::string& h, std::vector<HfMapping>& out) {
+  const int64_t c = model.hidden_size, f = model.moe.moe_intermediate_size, e = model.moe.num_experts;
+  const bool mixtral = model.family == spec::LlamaFamily::Mixtral;
+  const std::string block = h + (mixtral ? "block_sparse_moe." : "mlp.");
+  const char* gate = mixtral ? "w1" : "gate_proj";
+  const char* up = mixtral ? "w3" : "up_proj";
+  const char* down = mixtral ? "w2" : "down_proj";
+  out.push_back(whole(t + "moe.router.weight", {e, c}, block + "gate.weight"));
+  std::vector<std::pair<std::string, int64_t>> gate_up, downs;
+  for (int64_t j = 0; j < e; ++j) {
+    const std::string x = block + "experts." + std::to_string(j) + ".";
+    gate_up.push_back({x + gate + ".weight", f});
+    gate_up.push_back({x + up + ".weight", f});
+    downs.push_back({x + down + ".weight", c});
+  }
+  out.push_back(rows_of(t + "moe.gate_up.weight", {e, 2 * f, c}, gate_up));
+  out.push_back(rows_of(t + "moe.down.weight", {e, c, f}, downs));
 }
 
 std::vector<HfMapping> llama_map(const spec::LlamaConfig& model) {
@@ -79,6 +102,10 @@ std::vector<HfMapping> llama_map(const spec::LlamaConfig& model) {
     out.push_back(whole(t + "o.weight", {c, heads * d}, h + "self_attn.o_proj.weight"));
     if (o_bias) out.push_back(whole(t + "o.bias", {c}, h + "self_attn.o_proj.bias"));
     out.push_back(whole(t + "mlp_norm.weight", {c}, h + "post_attention_layernorm.weight"));
+    if (spec::sparse_layer(model, i)) {
+      moe_map(model, t, h, out);
+      continue;
+    }
     out.push_back(
         rows_of(t + "gate_up.weight", {2 * f, c}, {{h + "mlp.gate_proj.weight", f}, {h + "mlp.up_proj.weight", f}}));
     out.push_back(whole(t + "down.weight", {c, f}, h + "mlp.down_proj.weight"));
@@ -101,6 +128,8 @@ std::vector<HfMapping> hf_name_map(const spec::ModelConfig& model) {
               "' has no Hugging Face counterpart; gpt (GPT-2) and llama do");
 }
 
+int64_t hf_columns(const Shape& shape) { return shape.size() >= 2 ? shape.back() : 1; }
+
 const char* hf_tied_head_name() { return "lm_head.weight"; }
 
 bool is_hf_buffer(const std::string& n) {
@@ -109,19 +138,18 @@ bool is_hf_buffer(const std::string& n) {
 
 Shape hf_piece_shape(const HfPiece& p, const Shape& shape) {
   if (shape.size() == 1) return {p.rows};
-  return p.transposed ? Shape{shape.at(1), p.rows} : Shape{p.rows, shape.at(1)};
+  return p.transposed ? Shape{hf_columns(shape), p.rows} : Shape{p.rows, hf_columns(shape)};
 }
 
 int64_t hf_index(const HfPiece& p, const Shape& shape, const Shape& hf_shape, int64_t index) {
-  const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  const int64_t cols = hf_columns(shape);
   const int64_t row = index / cols - p.row, col = index % cols;
   if (p.transposed) return col * hf_shape.at(1) + row;
   return row * cols + col;
 }
 
 const HfPiece& piece_of(const HfMapping& m, int64_t index) {
-  const int64_t cols = m.shape.size() == 2 ? m.shape[1] : 1;
-  const int64_t row = index / cols;
+  const int64_t row = index / hf_columns(m.shape);
   for (const HfPiece& p : m.pieces)
     if (row >= p.row && row < p.row + p.rows) return p;
   TANDEM_FAIL("element ", index, " of '", m.name, "' lies in no Hugging Face tensor");

@@ -11,7 +11,7 @@
 
 namespace tandem::interchange {
 
-// One Hugging Face tensor filling rows [row, row + rows) of a Tandem parameter.
+// One Hugging Face tensor filling rows [row, row + rows) of a Tandem parameter (hf_columns gives its rows).
 struct HfPiece {
   std::string hf_name;
   int64_t row = 0;
@@ -28,6 +28,10 @@ struct HfMapping {
   Shape shape;       // its logical shape
   std::vector<HfPiece> pieces;
 };
+
+// The columns of a parameter's rows: its last dim, 1 for a vector. Its rows are the rest, flattened: an (E, R, C)
+// stack of experts' matrices has E R rows, expert e's R rows after the first e's.
+int64_t hf_columns(const Shape& shape);
 
 // Every parameter of `model` (gpt or llama) with its Hugging Face sources, in the order the model lists them; a
 // tied head has no entry (it is the embedding).

@@ -105,8 +105,7 @@ class HfFolder final : public WeightSource {
       const checkpoint::SafetensorsFile& file = *file_of_.at(p.hf_name);
       const Elements e(file, p.hf_name);
       const Shape hf_shape = file.shape(p.hf_name);
-      const int64_t cols = m.shape.size() == 2 ? m.shape[1] : 1;
-      const int64_t piece_end = std::min(end, (p.row + p.rows) * cols);
+      const int64_t piece_end = std::min(end, (p.row + p.rows) * hf_columns(m.shape));
       for (; i < piece_end; ++i) out[i - begin] = e[hf_index(p, m.shape, hf_shape, i)];
     }
   }

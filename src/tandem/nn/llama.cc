@@ -56,6 +56,11 @@ LlamaConfig resolve_llama(const LlamaConfig& cfg, int tp) {
       TANDEM_FAIL("llama: tensor parallelism over ", tp, " slots splits intermediate_size ", c.intermediate_size,
                   " and vocab_size ", c.vocab_size, "; both must be multiples of it (pad the vocabulary or change tp)");
   }
+  if (c.moe.num_experts > 0 && (c.moe.num_experts_per_tok <= 0 || c.moe.num_experts_per_tok > c.moe.num_experts ||
+                                c.moe.moe_intermediate_size <= 0))
+    TANDEM_FAIL("llama: ", c.moe.num_experts_per_tok, " experts per token of ", c.moe.num_experts,
+                ", each of moe_intermediate_size ", c.moe.moe_intermediate_size,
+                ": choose 1 to num_experts experts per token and a positive width");
   // The tables' own checks (theta, the llama3 numbers) say what is wrong with the rope fields.
   (void)ops::rope_inverse_frequencies(c.head_dim, c.rope_theta, rope_scaling_of(c));
   return c;
@@ -79,13 +84,22 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
   LoraSites sites(lora);
   model.add(sites.frozen(std::make_unique<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp)));
   Model::Fp8Use fp8_use;
+  const MoeShape experts{c.hidden_size, c.moe.moe_intermediate_size, c.moe.num_experts, c.moe.num_experts_per_tok,
+                         c.moe.norm_topk_prob};
+  int sparse = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    auto block = std::make_unique<LlamaBlock>(static_cast<int>(i), shape, rope, tp);
+    LlamaBlockShape layer = shape;
+    if (spec::sparse_layer(c, i)) {
+      layer.moe = experts;
+      ++sparse;
+    }
+    auto block = std::make_unique<LlamaBlock>(static_cast<int>(i), layer, rope, tp);
     fp8_use.fp8 += block->use_fp8(fp8);
-    fp8_use.projections += 4;
+    fp8_use.projections += layer.moe.experts > 0 ? 2 : 4;  // the experts' products stay in the compute dtype
     model.add(sites.adapted(std::move(block)));
   }
   model.set_fp8_use(fp8_use);
+  if (sparse > 0) model.set_moe_routing({c.moe.num_experts, sparse, static_cast<float>(spec::balance_coef(c))});
   model.add(
       sites.frozen(std::make_unique<LlamaHead>(c.hidden_size, c.vocab_size, shape.eps, tp, c.tie_word_embeddings)));
   model.set_vocab_parallel_logits(tp.active());
@@ -98,9 +112,14 @@ int64_t llama_parameter_count(const LlamaConfig& cfg) {
   const LlamaConfig c = resolve_llama(cfg);
   const int64_t C = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
   const int64_t q = c.num_attention_heads * D, qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * D;
-  const int64_t block = 2 * C + qkv * C + (qkv_biased(c) ? qkv : 0) + q * C + (o_biased(c) ? C : 0) + 3 * F * C +
-                        (spec::qk_norm(c) ? 2 * D : 0);
-  return V * C + c.num_hidden_layers * block + C + (c.tie_word_embeddings ? 0 : V * C);
+  const int64_t attention =
+      2 * C + qkv * C + (qkv_biased(c) ? qkv : 0) + q * C + (o_biased(c) ? C : 0) + (spec::qk_norm(c) ? 2 * D : 0);
+  // A sparse layer's MLP: the router (E, C) and E experts of 3 F_e C.
+  const int64_t E = c.moe.num_experts, experts = E * C + E * 3 * c.moe.moe_intermediate_size * C;
+  int64_t blocks = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    blocks += attention + (spec::sparse_layer(c, i) ? experts : 3 * F * C);
+  return V * C + blocks + C + (c.tie_word_embeddings ? 0 : V * C);
 }
 
 }  // namespace tandem::nn

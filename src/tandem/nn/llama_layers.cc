@@ -109,9 +109,7 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
       qkv_(child_name("qkv"), s.dim, {s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim},
            s.qkv_bias, Split::Column, tp),
       o_(child_name("o"), s.heads * s.head_dim, s.dim, s.o_bias, Split::Row, tp),
-      mlp_norm_(child_name("mlp_norm"), s.dim, s.eps),
-      gate_up_(child_name("gate_up"), s.dim, 2 * s.intermediate, false, Split::Column, tp, 2),
-      down_(child_name("down"), s.intermediate, s.dim, false, Split::Row, tp) {
+      mlp_norm_(child_name("mlp_norm"), s.dim, s.eps) {
   // build_llama refuses these with what to change; here they guard a block built directly.
   TANDEM_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0, name(), ": ", s.heads, " heads over ",
                s.kv_heads, " kv heads");
@@ -123,10 +121,21 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
     q_norm_ = &add_parameter("q_norm.weight", {s.head_dim}, Init::Ones, false);
     k_norm_ = &add_parameter("k_norm.weight", {s.head_dim}, Init::Ones, false);
   }
-  for (Layer* l : std::initializer_list<Layer*>{&attn_norm_, &qkv_, &o_, &mlp_norm_, &gate_up_, &down_}) add_child(*l);
+  for (Layer* l : std::initializer_list<Layer*>{&attn_norm_, &qkv_, &o_, &mlp_norm_}) add_child(*l);
+  if (s.moe.experts > 0) {
+    // Replicated over tp: every slot routes the same tokens through every expert.
+    moe_ = std::make_unique<MoeMlp>(child_name("moe"), s.moe);
+    add_child(*moe_);
+    return;
+  }
+  gate_up_ = std::make_unique<Linear>(child_name("gate_up"), s.dim, 2 * s.intermediate, false, Split::Column, tp, 2);
+  down_ = std::make_unique<Linear>(child_name("down"), s.intermediate, s.dim, false, Split::Row, tp);
+  add_child(*gate_up_);
+  add_child(*down_);
 }
 
 namespace {
+// A sparse block's MoE MLP keeps what it saves in kGateUp's place.
 enum BlockChild { kAttnNorm, kQkv, kO, kMlpNorm, kGateUp, kDown, kNumChildren };
 
 // Adds the adapter at `site` (part -1: every output) when `targets` names it; returns 1 if it did.
@@ -144,22 +153,24 @@ int LlamaBlock::add_lora(const LoraTargets& targets) {
   const char* qkv[] = {"q", "k", "v"};
   for (int p = 0; p < 3; ++p) added += adapt(qkv_, p, qkv[p], targets);
   added += adapt(o_, -1, "", targets);
-  added += adapt(gate_up_, 0, "gate", targets) + adapt(gate_up_, 1, "up", targets);
-  added += adapt(down_, -1, "", targets);
+  if (moe_) return added;  // the experts take no adapters
+  added += adapt(*gate_up_, 0, "gate", targets) + adapt(*gate_up_, 1, "up", targets);
+  added += adapt(*down_, -1, "", targets);
   return added;
 }
 
 int LlamaBlock::use_fp8(const spec::Fp8Config& config) {
   int used = 0;
-  for (Linear* l : {&qkv_, &o_, &gate_up_, &down_}) used += l->use_fp8(config) ? 1 : 0;
+  for (Linear* l : {&qkv_, &o_, gate_up_.get(), down_.get()}) used += l && l->use_fp8(config) ? 1 : 0;
   return used;
 }
 
 int64_t LlamaBlock::mlp_tile(const Batch& batch, int64_t rows, DType dtype) const {
   // An adapter's dropout mask is keyed by its row's place in the micro-batch, which a tile's rows do not carry: such an
   // MLP runs whole.
-  if (gate_up_.has_dropout() || down_.has_dropout()) return rows;
-  return mlp_tile_rows(batch.tiles.mlp_tokens, rows, down_.in_features(), dtype);
+  // A mixture of experts runs whole too.
+  if (moe_ || gate_up_->has_dropout() || down_->has_dropout()) return rows;
+  return mlp_tile_rows(batch.tiles.mlp_tokens, rows, down_->in_features(), dtype);
 }
 
 Tensor LlamaBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) { return run(x, batch, saved, true); }
@@ -203,13 +214,20 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   // (B, T, H D / tp): this shard's tokens of every head again
   const Tensor att_rows = cp.active() ? cp.scatter_sequence(att, {heads_ * d}) : att;
   Tensor x1 = o_.forward_add(att_rows, x, batch, saved.children[kO]);  // (B, T, C): x + o(att), one pass
+  if (moe_) {
+    // Only a first forward adds to the balance sums; activation checkpointing's second keeps what backward reads.
+    Tensor y = moe_->forward_add(mlp_norm_.forward(x1, saved.children[kMlpNorm]), x1, batch, saved.children[kGateUp],
+                                 output);  // (B, T, C)
+    saved.tensors = {qkv, att, lse, Tensor(), raw, rstd};
+    return y;
+  }
   const int64_t tile = mlp_tile(batch, N, x.dtype());
   if (tile >= N) {
     // (B, T, 2F / tp): gate | up of this slot's F / tp columns
-    Tensor gate_up = gate_up_.forward(mlp_norm_.forward(x1, saved.children[kMlpNorm]), batch, saved.children[kGateUp]);
+    Tensor gate_up = gate_up_->forward(mlp_norm_.forward(x1, saved.children[kMlpNorm]), batch, saved.children[kGateUp]);
     Tensor h = Tensor::empty({B, T, gate_up.dim(2) / 2}, x.dtype(), dev, name() + " swiglu output");  // (B, T, F / tp)
     ops::swiglu_forward(gate_up, h);
-    Tensor y = down_.forward_add(h, x1, batch, saved.children[kDown]);  // (B, T, C): x1 + down(h)
+    Tensor y = down_->forward_add(h, x1, batch, saved.children[kDown]);  // (B, T, C): x1 + down(h)
     saved.tensors = {qkv, att, lse, gate_up, raw, rstd};
     return y;
   }
@@ -224,13 +242,13 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
     Saved norm, up, down;
     Tensor gate_up;  // (n, 2F / tp)
     const Tensor h = mlp_tile_up(rows.rows(r0, n), norm, up, gate_up);
-    out.rows(r0, n).copy_from(down_.forward_add(h, rows.rows(r0, n), down));  // x1 + down(h)
+    out.rows(r0, n).copy_from(down_->forward_add(h, rows.rows(r0, n), down));  // x1 + down(h)
   }
   return y;
 }
 
 Tensor LlamaBlock::mlp_tile_up(const Tensor& x1, Saved& norm, Saved& up, Tensor& gate_up) {
-  gate_up = gate_up_.forward(mlp_norm_.forward(x1, norm), up);  // (n, 2F / tp)
+  gate_up = gate_up_->forward(mlp_norm_.forward(x1, norm), up);  // (n, 2F / tp)
   Tensor h = Tensor::empty({x1.dim(0), gate_up.dim(1) / 2}, x1.dtype(), x1.device(), name() + " swiglu output");
   ops::swiglu_forward(gate_up, h);
   return h;  // (n, F / tp)
@@ -238,15 +256,17 @@ Tensor LlamaBlock::mlp_tile_up(const Tensor& x1, Saved& norm, Saved& up, Tensor&
 
 Tensor LlamaBlock::mlp_backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   const int64_t C = dy.dim(-1), N = dy.numel() / C;
+  if (moe_)  // (B, T, C): dy + mlp_norm'(moe'(dy))
+    return mlp_norm_.backward_add(moe_->backward(dy, batch, saved.children[kGateUp]), dy, saved.children[kMlpNorm]);
   const int64_t tile = mlp_tile(batch, N, dy.dtype());
   if (tile >= N) {
     // dx1 = dy + mlp_norm'(gate_up'(swiglu'(down'(dy)))); the SwiGLU gradient overwrites gate_up, which nothing
     // reads after it.
     const Tensor gate_up = saved.tensors.at(3);
-    Tensor dh = down_.backward(dy, batch, saved.children[kDown]);
+    Tensor dh = down_->backward(dy, batch, saved.children[kDown]);
     ops::swiglu_backward(gate_up, dh, gate_up);
     // (B, T, C): dy + mlp_norm'(g), one pass
-    return mlp_norm_.backward_add(gate_up_.backward(gate_up, batch, saved.children[kGateUp]), dy,
+    return mlp_norm_.backward_add(gate_up_->backward(gate_up, batch, saved.children[kGateUp]), dy,
                                   saved.children[kMlpNorm]);
   }
   const Tensor x1 = saved.tensors.at(3);  // (B, T, C)
@@ -257,11 +277,11 @@ Tensor LlamaBlock::mlp_backward(const Tensor& dy, const Batch& batch, Saved& sav
     const int64_t n = std::min(tile, N - r0);
     Saved norm, up, down;
     Tensor gate_up;  // (n, 2F / tp)
-    down_.forward(mlp_tile_up(rows.rows(r0, n), norm, up, gate_up),
-                  down);                                        // what down's backward needs, not its output
-    const Tensor dh = down_.backward(grads.rows(r0, n), down);  // (n, F / tp)
+    down_->forward(mlp_tile_up(rows.rows(r0, n), norm, up, gate_up),
+                   down);                                        // what down's backward needs, not its output
+    const Tensor dh = down_->backward(grads.rows(r0, n), down);  // (n, F / tp)
     ops::swiglu_backward(gate_up, dh, gate_up);
-    out.rows(r0, n).copy_from(mlp_norm_.backward_add(gate_up_.backward(gate_up, up), grads.rows(r0, n), norm));
+    out.rows(r0, n).copy_from(mlp_norm_.backward_add(gate_up_->backward(gate_up, up), grads.rows(r0, n), norm));
   }
   return dx1;
 }

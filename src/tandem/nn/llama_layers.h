@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tandem/nn/linear.h"
+#include "tandem/nn/moe.h"
 #include "tandem/ops/rope_tables.h"
 
 namespace tandem::nn {
@@ -78,6 +79,7 @@ struct LlamaBlockShape {
   bool qkv_bias = false;     // q, k and v projections biased (Qwen2; Llama's attention_bias)
   bool o_bias = false;       // the output projection biased (Llama's attention_bias)
   bool qk_norm = false;      // q and k normalised per head before the rotation (Qwen3's q_norm and k_norm)
+  MoeShape moe;              // experts > 0: the MLP is a mixture of experts (moe.h) in place of gate_up and down
 };
 
 // x + o(attention(rope(qkv(attn_norm(x))))), then + down(swiglu(gate_up(mlp_norm(.)))): q, k, v in one projection
@@ -86,7 +88,9 @@ struct LlamaBlockShape {
 // With qk_norm, each head of q and of k is first normalised over its D values (ops::head_norm_forward, gains q_norm
 // and k_norm): attention reads rope(head_norm(qkv)), and the projection's output is kept for the norm's gradient.
 // Parameters "layers.<i>.{attn_norm,qkv,o,mlp_norm,gate_up,down}.weight", "layers.<i>.qkv.bias" with qkv_bias,
-// "layers.<i>.o.bias" with o_bias, "layers.<i>.{q_norm,k_norm}.weight" (D) with qk_norm.
+// "layers.<i>.o.bias" with o_bias, "layers.<i>.{q_norm,k_norm}.weight" (D) with qk_norm; a sparse block (moe) has
+// "layers.<i>.moe.{router,gate_up,down}.weight" (MoeMlp) in place of gate_up and down, replicated over tp, and runs
+// whole (no tiles).
 // Tensor-parallel: qkv column-parallel with its q, k and v parts split separately (slot i owns query heads
 // [i H/tp, (i+1) H/tp) and the kv heads [i Hkv/tp, (i+1) Hkv/tp) they attend with), gate_up column-parallel with
 // gate and up split separately, o and down row-parallel; the norms are replicated. q_norm and k_norm see only this
@@ -137,8 +141,9 @@ class LlamaBlock final : public Layer {
   Linear qkv_;  // C -> (H + 2 Hkv) D
   Linear o_;    // H D -> C
   RmsNorm mlp_norm_;
-  Linear gate_up_;  // C -> 2F
-  Linear down_;     // F -> C
+  std::unique_ptr<Linear> gate_up_;  // C -> 2F; null in a sparse block
+  std::unique_ptr<Linear> down_;     // F -> C; null in a sparse block
+  std::unique_ptr<MoeMlp> moe_;      // a sparse block's MLP; null in a dense one
 };
 
 // logits (B, T, V) = head(norm(x)); "norm.weight" (C), "head.weight" (V, C), no bias. Tensor-parallel: the head is

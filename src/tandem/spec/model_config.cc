@@ -68,6 +68,10 @@ void check_llama_layout(const LlamaConfig& c, int pp, int tp, int virtual_stages
                 c.intermediate_size);
   check_vocab(c.vocab_size, tp);
   check_decoder_stages(c.num_hidden_layers, "model.num_hidden_layers", "decoder layers", pp, virtual_stages, stages);
+  if (pp > 1 && balance_coef(c) > 0)
+    TANDEM_FAIL("model.output_router_logits is true, so the load-balancing loss is in the training loss, and it ",
+                "sums every MoE layer's routing of a micro-batch before any layer's gradient; across pipeline "
+                "stages that is not built yet: use parallel.pipeline 1, or set \"output_router_logits\": false");
 }
 
 void check_mlp_layout(const MlpConfig& m, int pp, int tp, int virtual_stages, const Stages& stages) {
@@ -84,6 +88,10 @@ void check_mlp_layout(const MlpConfig& m, int pp, int tp, int virtual_stages, co
 }
 
 void check_llama_context(const LlamaConfig& c, int cp, int tp) {
+  if (balance_coef(c) > 0)
+    TANDEM_FAIL("model.output_router_logits is true, so the load-balancing loss is in the training loss, and it ",
+                "counts every token of a sequence; across context-parallel shards that is not built yet: remove "
+                "parallel.context, or set \"output_router_logits\": false");
   if (c.seq_len % (2 * cp) != 0)
     TANDEM_FAIL("model.seq_len ", c.seq_len, " is not divisible by 2 x parallel.context = ", 2 * cp,
                 ": each sequence is cut into that many equal chunks, an early and a late one on each device (which "

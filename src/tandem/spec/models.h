@@ -38,12 +38,60 @@ struct RopeScaling {
 };
 // The Hugging Face architecture a llama model was read as, and is exported as (config.json's "architectures" and
 // "model_type"): Llama, Mistral and Qwen2 compute the same function on the same weights, their config keys differ;
-// Qwen3 adds an RMSNorm over each head of q and of k (qk_norm below).
+// Qwen3 adds an RMSNorm over each head of q and of k (qk_norm below); Mixtral and Qwen3-MoE are Mistral's and Qwen3's
+// attention with mixture-of-experts MLPs (MoeConfig).
 enum class LlamaFamily {
-  Llama,    // LlamaForCausalLM, "llama"
-  Mistral,  // MistralForCausalLM, "mistral": no biases; sliding_window
-  Qwen2,    // Qwen2ForCausalLM, "qwen2": biases on q, k and v (qkv_bias); use_sliding_window, max_window_layers
-  Qwen3,    // Qwen3ForCausalLM, "qwen3": q_norm and k_norm; attention_bias; Qwen2's sliding-window keys
+  Llama,     // LlamaForCausalLM, "llama"
+  Mistral,   // MistralForCausalLM, "mistral": no biases; sliding_window
+  Qwen2,     // Qwen2ForCausalLM, "qwen2": biases on q, k and v (qkv_bias); use_sliding_window, max_window_layers
+  Qwen3,     // Qwen3ForCausalLM, "qwen3": q_norm and k_norm; attention_bias; Qwen2's sliding-window keys
+  Mixtral,   // MixtralForCausalLM, "mixtral": Mistral's attention, every MLP a mixture of experts
+  Qwen3Moe,  // Qwen3MoeForCausalLM, "qwen3_moe": Qwen3's attention, MLPs mixtures of experts or dense by layer
+};
+// A family's names: "family" in Tandem's config (the Hugging Face model_type) and the architecture it is exported as.
+struct LlamaFamilyNames {
+  LlamaFamily family;
+  const char* name;
+  const char* architecture;
+};
+inline constexpr LlamaFamilyNames kLlamaFamilies[] = {
+    {LlamaFamily::Llama, "llama", "LlamaForCausalLM"},
+    {LlamaFamily::Mistral, "mistral", "MistralForCausalLM"},
+    {LlamaFamily::Qwen2, "qwen2", "Qwen2ForCausalLM"},
+    {LlamaFamily::Qwen3, "qwen3", "Qwen3ForCausalLM"},
+    {LlamaFamily::Mixtral, "mixtral", "MixtralForCausalLM"},
+    {LlamaFamily::Qwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM"},
+};
+inline const LlamaFamilyNames& names_of(LlamaFamily f) {
+  for (const LlamaFamilyNames& n : kLlamaFamilies)
+    if (n.family == f) return n;
+  return kLlamaFamilies[0];
+}
+// The family named `name` ("llama", ..., "qwen3_moe"); nullopt for no family.
+inline std::optional<LlamaFamily> family_named(const std::string& name) {
+  for (const LlamaFamilyNames& n : kLlamaFamilies)
+    if (name == n.name) return n.family;
+  return std::nullopt;
+}
+// The family whose attention a family has (Mistral's for Mixtral, Qwen3's for Qwen3-MoE; itself otherwise): its
+// biases, norms and sliding-window keys.
+inline LlamaFamily attention_family(LlamaFamily f) {
+  return f == LlamaFamily::Mixtral ? LlamaFamily::Mistral : f == LlamaFamily::Qwen3Moe ? LlamaFamily::Qwen3 : f;
+}
+
+// The mixture-of-experts MLPs of Mixtral and Qwen3-MoE (nn/moe.h), with transformers' key names. A sparse layer's MLP
+// routes each token to num_experts_per_tok of num_experts SwiGLU experts of moe_intermediate_size; the others keep the
+// dense MLP of intermediate_size.
+struct MoeConfig {
+  int num_experts = 0;                   // E ("num_experts"; Mixtral's "num_local_experts"); 0: no sparse layer
+  int num_experts_per_tok = 0;           // k
+  int64_t moe_intermediate_size = 0;     // an expert's F (Mixtral: its intermediate_size)
+  bool norm_topk_prob = false;           // the k weights divided by their sum (Mixtral: always)
+  int64_t decoder_sparse_step = 1;       // Qwen3-MoE: layer i is sparse when (i + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers;  // ... and i is not listed here
+  double router_aux_loss_coef = 0.001;   // the load-balancing loss's weight
+  // transformers adds coef x the load-balancing loss to the training loss only when this is true (its default false).
+  bool output_router_logits = false;
 };
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -65,10 +113,24 @@ struct LlamaConfig {
   std::optional<int64_t> sliding_window;  // Mistral, Qwen2, Qwen3; none: null
   bool use_sliding_window = false;        // Qwen2, Qwen3
   int64_t max_window_layers = 28;         // Qwen2, Qwen3 (transformers' default)
+  MoeConfig moe;                          // Mixtral, Qwen3-MoE
 };
 
 // Qwen3's q_norm and k_norm: an RMSNorm (eps rms_norm_eps, a gain of head_dim) over each head of q and of k, after
 // the projection and before the rotation.
-inline bool qk_norm(const LlamaConfig& c) { return c.family == LlamaFamily::Qwen3; }
+inline bool qk_norm(const LlamaConfig& c) { return attention_family(c.family) == LlamaFamily::Qwen3; }
+
+// Whether decoder layer i's MLP is a mixture of experts.
+inline bool sparse_layer(const LlamaConfig& c, int64_t i) {
+  const MoeConfig& m = c.moe;
+  if (m.num_experts <= 0 || m.decoder_sparse_step <= 0 || (i + 1) % m.decoder_sparse_step != 0) return false;
+  for (int64_t dense : m.mlp_only_layers)
+    if (dense == i) return false;
+  return true;
+}
+// The weight of the load-balancing loss in the training loss: router_aux_loss_coef with output_router_logits, else 0.
+inline double balance_coef(const LlamaConfig& c) {
+  return c.moe.num_experts > 0 && c.moe.output_router_logits ? c.moe.router_aux_loss_coef : 0.0;
+}
 
 }  // namespace tandem::spec
