@@ -418,6 +418,35 @@ TEST(TimeModel, OpOverheadIsPaidPerOpRun) {
   }
 }
 
+TEST(Search, LoraRunsAreNeverOffloaded) {
+  // The config refuses offload with "lora", so the search tries none, and --explain refuses to predict one: a Qwen3
+  // with adapters on q and v in 64 KiB, where only offloaded state would fit, has no candidate that fits.
+  const Json model = {{"type", "llama"},          {"vocab_size", 64},        {"seq_len", 16},  {"hidden_size", 32},
+                      {"intermediate_size", 48},  {"num_hidden_layers", 2},  {"head_dim", 16}, {"family", "qwen3"},
+                      {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
+  const config::TrainConfig t = config::parse(config::validate(
+      {{"model", model}, {"lora", {{"r", 4}, {"target_modules", {"q_proj", "v_proj"}}}}, {"train_batch_size", 4}}));
+  const plan::PlannedModel lora = plan::planned_model(t.model, t.lora);
+  EXPECT_FALSE(lora.offloadable);
+  plan::SearchOptions o = options(1, 64 << 10, 4);
+  o.offload = true;
+  o.host_memory = 1ull << 30;
+  const plan::SearchResult r = plan::search_layouts(lora, o);
+  EXPECT_TRUE(r.fit.empty());
+  ASSERT_FALSE(r.no_fit.empty());
+  for (const auto& c : r.no_fit)
+    EXPECT_FALSE(c.setup.offload_optimizer.enabled() || c.setup.offload_param.enabled()) << c.name();
+  plan::MemoryModel memory(lora);
+  plan::Setup offloaded = r.no_fit.front().setup;
+  offloaded.offload_optimizer.device = spec::OffloadDevice::Cpu;
+  try {
+    plan::evaluate(memory, offloaded, o);
+    ADD_FAILURE() << "an offloaded LoRA layout was predicted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a LoRA run offloads nothing"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Rates, BuiltInsAndFilesRoundTrip) {
   const plan::Rates h = plan::builtin_rates("h200");
   EXPECT_EQ(h.gemm_flops, 650e12);

@@ -18,6 +18,7 @@ PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfi
   m.type = spec::model_type(model);
   m.rows_per_sample = spec::rows_per_sample(model);
   m.extra_flops_per_row = spec::extra_flops_per_row(model);
+  m.offloadable = !lora.enabled;
   if (io.tokens) {
     m.sample_shape = {io.seq_len};
     m.input_dtype = DType::I32;

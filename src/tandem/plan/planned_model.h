@@ -27,6 +27,9 @@ struct PlannedModel {
   // Throws Error (with what to change) when the layout cannot hold the model: heads, vocabulary or widths not
   // divisible by tp, a stage map that does not cover the layers. Null: only what building the model checks.
   std::function<void(const layout::ParallelPlan& plan, int64_t micro_batches)> validate;
+  // Whether its optimizer state and parameters may be offloaded: not under LoRA, which the config refuses with
+  // offload (only the adapters train; the frozen base stays on the device).
+  bool offloadable = true;
 
   // One micro-batch of `micro` samples: (micro, sample_shape...).
   Shape input_shape(int64_t micro) const;

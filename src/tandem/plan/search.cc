@@ -151,6 +151,9 @@ std::string why_not_fits(const MemoryPrediction& memory, uint64_t budget) {
 }
 
 Candidate evaluate(MemoryModel& memory, const Setup& setup, const SearchOptions& opt) {
+  if (!memory.model().offloadable && (setup.offload_optimizer.enabled() || setup.offload_param.enabled()))
+    TANDEM_FAIL("a LoRA run offloads nothing (the config refuses offload with \"lora\": only the adapters train); ",
+                "leave offload and offload_param out of the layout");
   Candidate c;
   c.setup = setup;
   c.memory = memory.predict(setup, false, opt.device_memory);
@@ -229,7 +232,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
                   (hc.fits ? result.fit : result.no_fit).push_back(std::move(hc));
                 }
                 // Offload costs copies and host time: tried only where the state does not fit on the devices.
-                if (fits || !opt.offload) continue;
+                if (fits || !opt.offload || !model.offloadable) continue;
                 const bool optimizer = dp * cp == 1 || zero >= 1, param = dp * cp == 1 || zero == 3;
                 for (bool with_param : {false, true}) {
                   if (!optimizer || (with_param && !param) || (opt.first_fit_only && !result.fit.empty())) continue;
