@@ -30,6 +30,30 @@ Tensor device_copy(Suite& s, const Tensor& cpu_i32) {
 }  // namespace
 
 void check_moe(Suite& s) {
+  // The experts' products in groups of uneven rows (one empty), both forms of the stack, and the weight gradients.
+  for (DType t : kFloatTypes) {
+    const std::vector<int64_t> rows = {700, 0, 1, 333, 1024};
+    const int64_t m = 2058, n = 1536, k = 2048;
+    const std::string shape = "5 groups (" + std::to_string(m) + ", " + std::to_string(k) + ") x " + dims({5, n, k});
+    s.run("grouped_matmul", dtype_name(t), shape, [&] {
+      auto a = s.make({m, k}, t, 630), b = s.make({5, n, k}, t, 631, 0.02f);
+      auto c = s.output({m, n}, t);
+      cpu::grouped_matmul(a.cpu, b.cpu, c.cpu, rows, true, 0.0f);
+      gpu::grouped_matmul(a.gpu, b.gpu, c.gpu, rows, true, 0.0f);
+      s.compare("grouped_matmul", t, shape, c.gpu, c.cpu);
+      auto back = s.output({m, k}, t);
+      cpu::grouped_matmul(c.cpu, b.cpu, back.cpu, rows, false, 0.0f);
+      gpu::grouped_matmul(s.upload(c.cpu, t), b.gpu, back.gpu, rows, false, 0.0f);
+      s.compare("grouped_matmul (b not transposed)", t, shape, back.gpu, back.cpu);
+    });
+    s.run("grouped_weight_grad", dtype_name(t), shape, [&] {
+      auto dy = s.make({m, n}, t, 632), x = s.make({m, k}, t, 633);
+      auto dw = s.make({5, n, k}, DType::F32, 634);
+      cpu::grouped_weight_grad(dy.cpu, x.cpu, dw.cpu, rows);
+      gpu::grouped_weight_grad(dy.gpu, x.gpu, dw.gpu, rows);
+      s.compare("grouped_weight_grad", t, shape, dw.gpu, dw.cpu);
+    });
+  }
   for (const auto& [n, e, k, c] : std::vector<std::array<int64_t, 4>>{{37, 6, 2, 13}, {2048, 128, 8, 256}}) {
     const std::string route_shape = dims({n, e}) + " k " + std::to_string(k);
     for (const bool normalize : {true, false}) {

@@ -235,6 +235,43 @@ TEST_P(MoeRows, CombineBackwardMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, MoeRows, ::testing::ValuesIn(testing::compute_dtypes()), testing::dtype_label);
 
+TEST(MoeOps, GroupedProductsAreEachGroupsProduct) {
+  // Groups of 3, 0 and 2 rows against a stack of 3 matrices, both forms of b, and the weight gradients accumulating.
+  CpuDevice dev;
+  const std::vector<int64_t> rows = {3, 0, 2};
+  const int64_t m = 5, n = 4, k = 6;
+  const Tensor a = randn(dev, {m, k}, 71), b = randn(dev, {3, n, k}, 72), bt = randn(dev, {3, k, n}, 73);
+  const std::vector<double> av = to_double(a), bv = to_double(b), btv = to_double(bt);
+  for (const bool trans_b : {true, false}) {
+    Tensor c = Tensor::empty({m, n}, DType::F32, dev, "c");
+    grouped_matmul(a, trans_b ? b : bt, c, rows, trans_b);
+    std::vector<double> want(static_cast<size_t>(m * n), 0.0);
+    for (int64_t i = 0, g = 0, left = rows[0]; i < m; ++i, --left) {
+      while (left == 0) left = rows[++g];
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t q = 0; q < k; ++q)
+          want[i * n + j] += av[i * k + q] * (trans_b ? bv[(g * n + j) * k + q] : btv[(g * k + q) * n + j]);
+    }
+    EXPECT_LT(rel_error(to_double(c), want), 1e-6);
+  }
+  const Tensor dy = randn(dev, {m, n}, 74);
+  Tensor dw = randn(dev, {3, n, k}, 75);
+  std::vector<double> want = to_double(dw);
+  const std::vector<double> dyv = to_double(dy);
+  grouped_weight_grad(dy, a, dw, rows);
+  for (int64_t i = 0, g = 0, left = rows[0]; i < m; ++i, --left) {
+    while (left == 0) left = rows[++g];
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t q = 0; q < k; ++q) want[(g * n + j) * k + q] += dyv[i * n + j] * av[i * k + q];
+  }
+  EXPECT_LT(rel_error(to_double(dw), want), 1e-6);
+  Tensor c = Tensor::empty({m, n}, DType::F32, dev, "c");
+  EXPECT_NE(testing::error_of([&] {
+              grouped_matmul(a, b, c, {3, 1, 2}, true);
+            }).find("the groups hold 6 rows"),
+            std::string::npos);
+}
+
 TEST(MoeOps, RefusesMismatchedShapes) {
   CpuDevice dev;
   const Tensor logits = randn(dev, {3, 4}, 61);

@@ -15,11 +15,6 @@ MoeMlp::MoeMlp(std::string name, const MoeShape& s) : Layer(std::move(name)), sh
   down_ = &add_parameter("down.weight", {s.experts, s.dim, s.intermediate}, Init::Normal, true);
 }
 
-Tensor MoeMlp::expert(const Tensor& stacked, int e) {
-  const int64_t rows = stacked.dim(1), cols = stacked.dim(2);
-  return stacked.flat_slice(e * rows * cols, rows * cols, {rows, cols});
-}
-
 namespace {
 // What forward keeps for backward, in Saved::tensors.
 enum SavedAt { kInput, kProbs, kChoices, kWeights, kRows, kOffsets, kRouted, kGateUp, kHidden, kOutputs, kCount };
@@ -52,19 +47,9 @@ Tensor MoeMlp::forward_add(const Tensor& x, const Tensor& residual, const Batch&
   Tensor gate_up = Tensor::empty({M, 2 * F}, x.dtype(), dev, name() + " expert gate_up");  // (M, 2F)
   Tensor hidden = Tensor::empty({M, F}, x.dtype(), dev, name() + " expert hidden");        // (M, F)
   Tensor outputs = Tensor::empty({M, C}, x.dtype(), dev, name() + " expert outputs");      // (M, C)
-  int64_t r0 = 0;
-  for (int e = 0; e < E; ++e) {
-    const int64_t n = per_expert[static_cast<size_t>(e)];
-    if (n > 0) ops::matmul(routed.rows(r0, n), expert(gate_up_->value, e), gate_up.rows(r0, n), false, true);
-    r0 += n;
-  }
+  ops::grouped_matmul(routed, gate_up_->value, gate_up, per_expert, true);
   ops::swiglu_forward(gate_up, hidden);
-  r0 = 0;
-  for (int e = 0; e < E; ++e) {
-    const int64_t n = per_expert[static_cast<size_t>(e)];
-    if (n > 0) ops::matmul(hidden.rows(r0, n), expert(down_->value, e), outputs.rows(r0, n), false, true);
-    r0 += n;
-  }
+  ops::grouped_matmul(hidden, down_->value, outputs, per_expert, true);
   Tensor y = Tensor::empty(residual.shape(), residual.dtype(), dev, name() + " output");  // (..., C)
   y.copy_from(residual);
   ops::moe_combine(outputs, rows, weights, y.view({N, C}));
@@ -98,28 +83,12 @@ Tensor MoeMlp::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   ops::moe_combine_backward(dy.view({N, C}), outputs, rows, weights, doutputs, dweights);
   // The experts, each over its rows: down, SwiGLU (in place over gate_up), gate_up.
   Tensor dhidden = Tensor::empty({M, F}, dy.dtype(), dev, name() + " expert hidden grad");  // (M, F)
-  int64_t r0 = 0;
-  for (int e = 0; e < E; ++e) {
-    const int64_t n = per_expert[static_cast<size_t>(e)];
-    if (n > 0) {
-      ops::matmul(doutputs.rows(r0, n), expert(down_->value, e), dhidden.rows(r0, n), false, false);
-      if (down_->trainable)
-        ops::linear_weight_grad(doutputs.rows(r0, n), hidden.rows(r0, n), expert(down_->grad, e), Tensor());
-    }
-    r0 += n;
-  }
+  ops::grouped_matmul(doutputs, down_->value, dhidden, per_expert, false);
+  if (down_->trainable) ops::grouped_weight_grad(doutputs, hidden, down_->grad, per_expert);
   ops::swiglu_backward(gate_up, dhidden, gate_up);
   Tensor drouted = Tensor::empty({M, C}, dy.dtype(), dev, name() + " routed inputs grad");  // (M, C)
-  r0 = 0;
-  for (int e = 0; e < E; ++e) {
-    const int64_t n = per_expert[static_cast<size_t>(e)];
-    if (n > 0) {
-      ops::matmul(gate_up.rows(r0, n), expert(gate_up_->value, e), drouted.rows(r0, n), false, false);
-      if (gate_up_->trainable)
-        ops::linear_weight_grad(gate_up.rows(r0, n), routed.rows(r0, n), expert(gate_up_->grad, e), Tensor());
-    }
-    r0 += n;
-  }
+  ops::grouped_matmul(gate_up, gate_up_->value, drouted, per_expert, false);
+  if (gate_up_->trainable) ops::grouped_weight_grad(gate_up, routed, gate_up_->grad, per_expert);
   Tensor dx = Tensor::zeros({N, C}, dy.dtype(), dev, name() + " input grad");  // (N, C)
   ops::moe_combine(drouted, rows, Tensor(), dx);
   // The router: the weights' gradient and the balance loss's, through the top-k and the softmax.

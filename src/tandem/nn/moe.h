@@ -21,11 +21,11 @@ struct MoeShape {
 
 // y = residual + sum over the k chosen experts of weight x down_e(swiglu(gate_up_e(x))) for each token of x (N, C):
 // the router's logits x router^T in fp32, their softmax and top-k (ops::moe_route), the tokens grouped by expert
-// (ops::moe_order, moe_gather), one product per expert over its rows, and the rows weighted back to their tokens
-// (ops::moe_combine). Parameters "<name>.router.weight" (E, C), "<name>.gate_up.weight" (E, 2F, C) with each expert's
-// gate rows then up rows, "<name>.down.weight" (E, C, F).
-// The experts' products need the rows per expert on the host (ops::moe_expert_rows: a wait for the device per layer
-// and pass; the planner's counting device assumes balanced routing).
+// (ops::moe_order, moe_gather), the experts' products over their rows (ops::grouped_matmul), and the rows weighted
+// back to their tokens (ops::moe_combine). Parameters "<name>.router.weight" (E, C), "<name>.gate_up.weight" (E, 2F, C)
+// with each expert's gate rows then up rows, "<name>.down.weight" (E, C, F). The experts' products need the rows per
+// expert on the host (ops::moe_expert_rows: a wait for the device per layer and pass; the planner's counting device
+// assumes balanced routing).
 class MoeMlp final : public Layer {
  public:
   MoeMlp(std::string name, const MoeShape& shape);
@@ -40,9 +40,6 @@ class MoeMlp final : public Layer {
   const MoeShape& shape() const { return shape_; }
 
  private:
-  // Expert e's block of a stacked (E, rows, cols) weight or gradient, as (rows, cols).
-  static Tensor expert(const Tensor& stacked, int e);
-
   MoeShape shape_;
   Parameter* router_;   // (E, C)
   Parameter* gate_up_;  // (E, 2F, C)

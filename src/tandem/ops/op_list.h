@@ -150,6 +150,12 @@ using tandem::kIgnoreTarget;
     (idx, experts, pos, offsets))                                                                                  \
   X(std::vector<int64_t>, moe_expert_rows, (const Tensor& offsets, int64_t rows), (offsets, rows))                \
   X(void, moe_gather, (const Tensor& x, const Tensor& pos, const Tensor& xg), (x, pos, xg))                       \
+  X(void, grouped_matmul, (const Tensor& a, const Tensor& b, const Tensor& c, const std::vector<int64_t>& rows,     \
+                           bool trans_b, float beta),                                                              \
+    (a, b, c, rows, trans_b, beta))                                                                                \
+  X(void, grouped_weight_grad, (const Tensor& dy, const Tensor& x, const Tensor& dw,                               \
+                                const std::vector<int64_t>& rows),                                                 \
+    (dy, x, dw, rows))                                                                                             \
   X(void, moe_combine, (const Tensor& yg, const Tensor& pos, const Tensor& weights, const Tensor& y),              \
     (yg, pos, weights, y))                                                                                         \
   X(void, moe_combine_backward, (const Tensor& dy, const Tensor& yg, const Tensor& pos, const Tensor& weights,     \

@@ -335,6 +335,16 @@ void moe_order(const Tensor& idx, int experts, const Tensor& pos, const Tensor& 
 std::vector<int64_t> moe_expert_rows(const Tensor& offsets, int64_t rows);
 // Tokens to their routed rows: xg[pos[t, s]] = x[t] for each choice, x (N, C), xg (M, C).
 void moe_gather(const Tensor& x, const Tensor& pos, const Tensor& xg);
+// The experts' products over their rows, one per group g of rows[g] consecutive rows (rows on the host, summing to
+// a's rows; an empty group does nothing): c rows of g = a rows of g @ op(b[g]) + beta c rows of g, with b the stacked
+// (G, N, K) weights (op: b[g] transposed with trans_b, then (N, K); else (K, N)), a (M, K), c (M, N). Each group is one
+// product as matmul computes it (c X or f32), but a group's row count changes every step: on CUDA it is not timed
+// against cuBLASLt's other candidates (the heuristic's first choice runs).
+void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const std::vector<int64_t>& rows, bool trans_b,
+                    float beta = 0.0f);
+// The experts' weight gradients: dw[g] (G, N, K) += dy rows of g ^T @ x rows of g, dy (M, N), x (M, K), the groups as
+// grouped_matmul's; linear_weight_grad per group, untimed as grouped_matmul. Accumulates.
+void grouped_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const std::vector<int64_t>& rows);
 // The routed rows back to their tokens: y[t] += sum over s of weights[t, s] yg[pos[t, s]], yg (M, C), y (N, C),
 // weights (N, k) or undefined (each 1: the gather's backward). The sum over s is in order, in fp32 with y's value,
 // rounded once. Accumulates.

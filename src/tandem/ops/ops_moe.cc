@@ -108,6 +108,52 @@ std::vector<int64_t> moe_expert_rows(const Tensor& offsets, int64_t rows) {
   return backend_of(op, offsets).moe_expert_rows(offsets, rows);
 }
 
+namespace {
+
+// a (M, K) or dy (M, N) split into groups of `rows` (summing to M) against a stack of G matrices: each (N, K).
+void check_groups(const char* op, const char* rows_name, const Tensor& grouped, const char* stack_name,
+                  const Tensor& stack, const std::vector<int64_t>& rows) {
+  TANDEM_CHECK(grouped.rank() == 2, op, ": ", rows_name, " ", shape_str(grouped.shape()), " is not (M, ...)");
+  TANDEM_CHECK(stack.rank() == 3 && stack.dim(0) == static_cast<int64_t>(rows.size()), op, ": ", stack_name, " ",
+               shape_str(stack.shape()), " is not a stack of ", rows.size(), " matrices, one per group");
+  int64_t sum = 0;
+  for (int64_t r : rows) {
+    TANDEM_CHECK(r >= 0, op, ": a group of ", r, " rows");
+    sum += r;
+  }
+  TANDEM_CHECK(sum == grouped.dim(0), op, ": the groups hold ", sum, " rows, ", rows_name, " ",
+               shape_str(grouped.shape()), " has ", grouped.dim(0));
+}
+
+}  // namespace
+
+void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const std::vector<int64_t>& rows, bool trans_b,
+                    float beta) {
+  const char* op = "grouped_matmul";
+  check_devices(op, c, a, b);
+  check_compute(op, {{"a", a}, {"b", b}});
+  TANDEM_CHECK(c.dtype() == a.dtype() || c.dtype() == DType::F32, op, ": c holds ", dtype_name(c.dtype()),
+               ", expected ", dtype_name(a.dtype()), " or f32");
+  check_groups(op, "a", a, "b", b, rows);
+  const int64_t n = trans_b ? b.dim(1) : b.dim(2), k = trans_b ? b.dim(2) : b.dim(1);
+  TANDEM_CHECK(a.dim(1) == k && c.rank() == 2 && c.dim(0) == a.dim(0) && c.dim(1) == n, op, ": a ",
+               shape_str(a.shape()), ", b ", shape_str(b.shape()), (trans_b ? " transposed" : ""), " and c ",
+               shape_str(c.shape()), " do not chain");
+  return backend_of(op, c).grouped_matmul(a, b, c, rows, trans_b, beta);
+}
+
+void grouped_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const std::vector<int64_t>& rows) {
+  const char* op = "grouped_weight_grad";
+  check_devices(op, dw, dy, x);
+  check_compute(op, {{"dy", dy}, {"x", x}});
+  TANDEM_CHECK(dw.dtype() == dy.dtype() || dw.dtype() == DType::F32, op, ": dw holds ", dtype_name(dw.dtype()),
+               ", expected ", dtype_name(dy.dtype()), " or f32");
+  check_groups(op, "dy", dy, "dw", dw, rows);
+  TANDEM_CHECK(x.rank() == 2 && x.dim(0) == dy.dim(0) && dw.dim(1) == dy.dim(1) && dw.dim(2) == x.dim(1), op, ": dy ",
+               shape_str(dy.shape()), " and x ", shape_str(x.shape()), " do not make dw ", shape_str(dw.shape()));
+  return backend_of(op, dw).grouped_weight_grad(dy, x, dw, rows);
+}
+
 void moe_gather(const Tensor& x, const Tensor& pos, const Tensor& xg) {
   const char* op = "moe_gather";
   check_devices(op, xg, x, pos);

@@ -41,6 +41,13 @@ inline double attention_gqa_forward_flops(const Tensor& y) {
   return 2.0 * b * t * t * static_cast<double>(y.dim(2));
 }
 
+// The grouped products' FLOPs: 2 x each group's rows x its stacked (N, K) matrix.
+inline double grouped_flops(const std::vector<int64_t>& rows, const Tensor& stack) {
+  double r = 0;
+  for (int64_t n : rows) r += static_cast<double>(n);
+  return 2.0 * r * static_cast<double>(stack.dim(1)) * static_cast<double>(stack.dim(2));
+}
+
 }  // namespace work_detail
 
 // The first tensor among an op's arguments (the first element of a tensor list counts), or null.
@@ -71,6 +78,13 @@ OpWork work_of(const A&... a) {
     const double m = static_cast<double>(rows_of(c)), n = static_cast<double>(cols_of(c));
     const double k = static_cast<double>(trans_a ? rows_of(x) : cols_of(x));
     (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = 2.0 * m * n * k;
+  } else if constexpr (id == OpId::grouped_matmul) {
+    // Every group's product: 2 x its rows x the stack's matrix.
+    const auto& [x, stack, c, rows, trans_b, beta] = std::tie(a...);
+    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = work_detail::grouped_flops(rows, stack);
+  } else if constexpr (id == OpId::grouped_weight_grad) {
+    const auto& [dy, x, stack, rows] = std::tie(a...);
+    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = work_detail::grouped_flops(rows, stack);
   } else if constexpr (id == OpId::linear_forward) {
     // The product's FLOPs; the epilogue's reads of bias and residual as bytes.
     const auto& [x, weight, bias, residual, y] = std::tie(a...);

@@ -127,6 +127,29 @@ std::vector<int64_t> moe_expert_rows(const Tensor& offsets, int64_t rows) {
   return out;
 }
 
+void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const std::vector<int64_t>& rows, bool trans_b,
+                    float beta) {
+  const int64_t per = b.dim(1) * b.dim(2);
+  int64_t r0 = 0;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    const int64_t n = rows[g];
+    const Tensor w = b.flat_slice(static_cast<int64_t>(g) * per, per, {b.dim(1), b.dim(2)});
+    if (n > 0) matmul(a.rows(r0, n), w, c.rows(r0, n), false, trans_b, beta);
+    r0 += n;
+  }
+}
+
+void grouped_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const std::vector<int64_t>& rows) {
+  const int64_t per = dw.dim(1) * dw.dim(2);
+  int64_t r0 = 0;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    const int64_t n = rows[g];
+    const Tensor w = dw.flat_slice(static_cast<int64_t>(g) * per, per, {dw.dim(1), dw.dim(2)});
+    if (n > 0) linear_weight_grad(dy.rows(r0, n), x.rows(r0, n), w, Tensor());
+    r0 += n;
+  }
+}
+
 namespace {
 
 template <class T>

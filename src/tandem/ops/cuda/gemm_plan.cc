@@ -374,6 +374,7 @@ bool queue_product(device::CudaDevice& dev, const Product& p) {
   Plan& plan = it->second;
   if (!plan.supported) return false;
   set_pointers(plan, key, p);
+  if (!p.time_candidates) plan.untimed.clear();
   if (!plan.untimed.empty()) {
     const bool writes_bias = p.epilogue == Epilogue::BiasGradB;  // then `bias` is the (m) f32 gradient it writes
     choose_fastest(ctx, dev, plan, p, writes_bias ? p.bias : nullptr,

@@ -47,6 +47,10 @@ struct Product {
   bool fast_accum = false;
   ScaleMode a_mode = ScaleMode::Scalar;
   ScaleMode b_mode = ScaleMode::Scalar;
+  // Time cuBLASLt's candidates at the plan's first call (gemm_plan.cc); false: the heuristic's first choice runs, for
+  // shapes seen once or twice (the experts' products, whose rows change every step), where timing costs more than
+  // it could win.
+  bool time_candidates = true;
 };
 
 // Queues the product on the device's compute stream. m, n, k > 0. Returns false, queuing nothing, when cuBLASLt has no
