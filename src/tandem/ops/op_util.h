@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tandem/core/tensor.h"
 
@@ -28,5 +29,18 @@ inline constexpr int64_t kTranscendentalCost = 16;  // an exp or tanh per elemen
 
 // Whether `elements` items of `cost` element operations each are worth a parallel loop.
 inline bool worth_parallel(int64_t elements, int64_t cost = 1) { return elements * cost >= kParallelMinWork; }
+
+// The grouped products' walk (grouped_matmul, grouped_weight_grad): fn(matrix, first_row, rows) for each group g with
+// rows[g] > 0, matrix the g-th (N, K) of the stacked (G, N, K) `stack`, first_row where its rows begin.
+template <class Fn>
+void for_each_group(const Tensor& stack, const std::vector<int64_t>& rows, Fn&& fn) {
+  const int64_t per = stack.dim(1) * stack.dim(2);
+  int64_t first = 0;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    if (rows[g] > 0)
+      fn(stack.flat_slice(static_cast<int64_t>(g) * per, per, {stack.dim(1), stack.dim(2)}), first, rows[g]);
+    first += rows[g];
+  }
+}
 
 }  // namespace tandem::ops

@@ -129,25 +129,15 @@ std::vector<int64_t> moe_expert_rows(const Tensor& offsets, int64_t rows) {
 
 void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const std::vector<int64_t>& rows, bool trans_b,
                     float beta) {
-  const int64_t per = b.dim(1) * b.dim(2);
-  int64_t r0 = 0;
-  for (size_t g = 0; g < rows.size(); ++g) {
-    const int64_t n = rows[g];
-    const Tensor w = b.flat_slice(static_cast<int64_t>(g) * per, per, {b.dim(1), b.dim(2)});
-    if (n > 0) matmul(a.rows(r0, n), w, c.rows(r0, n), false, trans_b, beta);
-    r0 += n;
-  }
+  for_each_group(b, rows, [&](const Tensor& w, int64_t first, int64_t n) {
+    matmul(a.rows(first, n), w, c.rows(first, n), false, trans_b, beta);
+  });
 }
 
 void grouped_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const std::vector<int64_t>& rows) {
-  const int64_t per = dw.dim(1) * dw.dim(2);
-  int64_t r0 = 0;
-  for (size_t g = 0; g < rows.size(); ++g) {
-    const int64_t n = rows[g];
-    const Tensor w = dw.flat_slice(static_cast<int64_t>(g) * per, per, {dw.dim(1), dw.dim(2)});
-    if (n > 0) linear_weight_grad(dy.rows(r0, n), x.rows(r0, n), w, Tensor());
-    r0 += n;
-  }
+  for_each_group(dw, rows, [&](const Tensor& w, int64_t first, int64_t n) {
+    linear_weight_grad(dy.rows(first, n), x.rows(first, n), w, Tensor());
+  });
 }
 
 namespace {

@@ -56,46 +56,32 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
 void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const std::vector<int64_t>& rows, bool trans_b,
                     float beta) {
   device::CudaDevice& dev = cuda_device(c);
-  const int64_t per = b.dim(1) * b.dim(2);
-  int64_t r0 = 0;
-  for (size_t g = 0; g < rows.size(); ++g) {
-    const int64_t n = rows[g];
-    if (n > 0) {
-      const Tensor w = b.flat_slice(static_cast<int64_t>(g) * per, per, {b.dim(1), b.dim(2)});
-      const Tensor ag = a.rows(r0, n), cg = c.rows(r0, n);
-      queue_product(dev, {.op = "grouped_matmul",
-                          .a = ag,
-                          .b = w,
-                          .c_in = cg,
-                          .d = cg,
-                          .trans_b = trans_b,
-                          .beta = beta,
-                          .time_candidates = false});
-    }
-    r0 += n;
-  }
+  for_each_group(b, rows, [&](const Tensor& w, int64_t first, int64_t n) {
+    const Tensor ag = a.rows(first, n), cg = c.rows(first, n);
+    queue_product(dev, {.op = "grouped_matmul",
+                        .a = ag,
+                        .b = w,
+                        .c_in = cg,
+                        .d = cg,
+                        .trans_b = trans_b,
+                        .beta = beta,
+                        .time_candidates = false});
+  });
 }
 
 void grouped_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const std::vector<int64_t>& rows) {
   device::CudaDevice& dev = cuda_device(dw);
-  const int64_t per = dw.dim(1) * dw.dim(2);
-  int64_t r0 = 0;
-  for (size_t g = 0; g < rows.size(); ++g) {
-    const int64_t n = rows[g];
-    if (n > 0) {
-      const Tensor w = dw.flat_slice(static_cast<int64_t>(g) * per, per, {dw.dim(1), dw.dim(2)});
-      const Tensor dyg = dy.rows(r0, n), xg = x.rows(r0, n);
-      queue_product(dev, {.op = "grouped_weight_grad",
-                          .a = dyg,
-                          .b = xg,
-                          .c_in = w,
-                          .d = w,
-                          .trans_a = true,
-                          .beta = 1.0f,
-                          .time_candidates = false});
-    }
-    r0 += n;
-  }
+  for_each_group(dw, rows, [&](const Tensor& w, int64_t first, int64_t n) {
+    const Tensor dyg = dy.rows(first, n), xg = x.rows(first, n);
+    queue_product(dev, {.op = "grouped_weight_grad",
+                        .a = dyg,
+                        .b = xg,
+                        .c_in = w,
+                        .d = w,
+                        .trans_a = true,
+                        .beta = 1.0f,
+                        .time_candidates = false});
+  });
 }
 
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
