@@ -26,7 +26,8 @@ struct MemCase {
   // "gpt" | "mlp" | "llama" | "llama_lora" (LoRA on every projection of a frozen llama) | "llama_docs" (a llama whose
   // attention stays inside documents: data.document_mask) | "llama_fp8" (its block projections in FP8) |
   // "llama_fp8_rowwise" | "llama_fp8_blockwise" (the other recipes) | "llama_qwen3" (Qwen3's per-head norms of q and
-  // k, on heads of 32 where hidden / heads is 16)
+  // k, on heads of 32 where hidden / heads is 16) | "llama_qwen3_moe" (its mixture of experts: layers 0 and 2 of 8
+  // experts of 48, top 2, the balance loss in the loss; the measured routing is the model's, the prediction balanced)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   int cp = 1;  // parallel.context: each sequence over cp processes
@@ -73,6 +74,23 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
+  if (model == "llama_qwen3_moe")
+    return {{"type", "llama"},
+            {"vocab_size", 512},
+            {"seq_len", 64},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", 4},
+            {"head_dim", 32},
+            {"family", "qwen3_moe"},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"num_experts", 8},
+            {"num_experts_per_tok", 2},
+            {"moe_intermediate_size", 48},
+            {"norm_topk_prob", true},
+            {"decoder_sparse_step", 2},
+            {"output_router_logits", true}};
   if (model == "llama_qwen3")
     return {{"type", "llama"},          {"vocab_size", 512},       {"seq_len", 64},  {"hidden_size", 64},
             {"intermediate_size", 96},  {"num_hidden_layers", 4},  {"head_dim", 32}, {"family", "qwen3"},

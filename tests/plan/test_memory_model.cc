@@ -103,6 +103,16 @@ std::vector<MemCase> grid() {
       out.push_back(c);
     }
   }
+  // Qwen3-MoE: the experts' routed rows and their products, the balance sums each micro-batch carries; one device,
+  // tp2 x dp2 at ZeRO-3, with recomputation and in bf16.
+  for (MemCase c : {mem_case(1, 1, 1), mem_case(2, 1, 2, 3, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_qwen3_moe";
+    c.steps = 1;
+    for (bool ckpt : {false, true}) {
+      c.ckpt = ckpt;
+      out.push_back(c);
+    }
+  }
   // Documents (data.document_mask): every stage fetches each micro-batch's.
   for (MemCase c : {mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1), mem_case(2, 1, 1, 3)}) {
     c.model = "llama_docs";
