@@ -118,6 +118,12 @@ def main():
     rng = np.random.default_rng(7)
     tokens = [int(t) for t in rng.integers(0, VOCAB, SEQ + 1)]
     np.array(tokens, dtype=np.uint16).tofile(os.path.join(work, "window.bin"))  # exactly one window of SEQ + 1
+    moe = hasattr(model.config, "num_experts_per_tok")
+    if moe:
+        # The load-balancing loss at the first step's weights, unweighted, as transformers computes it.
+        with torch.no_grad():
+            x = torch.tensor(tokens[:SEQ], dtype=torch.long)[None]
+            want_balance = model(input_ids=x, output_router_logits=True).aux_loss.item()
     want = adamw_losses(model, tokens, SEQ, STEPS, OPT)
 
     def config(dp):
@@ -152,6 +158,11 @@ def main():
               % (name, got[0], want[0], d1, got[1], want[1], d2))
         check(family + " step-1 loss equals transformers' on " + name, d1 <= TOL)
         check(family + " step-2 loss equals torch's after one AdamW step on " + name, d2 <= TOL)
+        if moe and not (parallel or {}).get("pipeline"):
+            with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+                balance = json.loads(f.readline()).get("moe_balance_loss")
+            check(family + " step-1 moe_balance_loss equals transformers' aux_loss on " + name,
+                  balance is not None and abs(balance - want_balance) <= TOL, "%r vs %r" % (balance, want_balance))
         last_run = last_run or run_dir
 
     if last_run is None:

@@ -1,5 +1,6 @@
 #include "tandem/parallel/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -98,6 +99,7 @@ pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatc
     balance->coef = r.coef;
     balance->share = static_cast<double>(cfg_.micro_batch) / static_cast<double>(per_replica * groups_.layout.dp);
     b.balance = std::move(balance);
+    balances_.push_back(b.balance);
   }
   if (context_.active()) {
     // This shard's tokens and targets; the documents stay whole for attention, which sees every token.
@@ -138,6 +140,33 @@ double Engine::run_schedule(const std::function<pipeline::MicroBatch(int64_t, in
   return groups_.world->all_reduce_scalar(local_loss);
 }
 
+void Engine::balance_metrics(StepResult& r) {
+  if (balances_.empty() || groups_.layout.pp > 1) return balances_.clear();
+  std::vector<double> counts;
+  double aux = 0;
+  for (const auto& b : balances_) {
+    const std::vector<float> c = b->counts.to_host_floats(), p = b->probsum.to_host_floats();
+    counts.resize(c.size(), 0.0);
+    double dot = 0;
+    for (size_t e = 0; e < c.size(); ++e) {
+      dot += static_cast<double>(c[e]) * p[e];
+      counts[e] += c[e];
+    }
+    const double rows = static_cast<double>(b->rows);
+    aux += static_cast<double>(c.size()) * dot / (rows * rows) / static_cast<double>(balances_.size());
+  }
+  double total = 0, most = 0;
+  for (double c : counts) {
+    total += c;
+    most = std::max(most, c);
+  }
+  const double ranks = groups_.world->size();
+  r.moe = true;
+  r.moe_balance_loss = groups_.world->all_reduce_scalar(aux) / ranks;
+  r.moe_max_load = groups_.world->all_reduce_scalar(total > 0 ? most * counts.size() / total : 0.0) / ranks;
+  balances_.clear();
+}
+
 double Engine::evaluate(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer) {
   return run_schedule(batch, loss_normalizer, true, 0);
 }
@@ -153,7 +182,9 @@ StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_
   store_->begin_step(in_backward ? std::optional<ParameterStore::UpdateInBackward>({lr, 1.0f}) : std::nullopt);
   StepResult r;
   r.loss_scale = loss_scale_;
+  balances_.clear();
   r.loss_sum = run_schedule(batch, loss_normalizer, false, step_index);
+  balance_metrics(r);
   r.grad_norm = std::sqrt(groups_.world->all_reduce_scalar(store_->grad_sum_of_squares(c.tp == 0))) / loss_scale_;
   if (cfg_.fp16.enabled && !std::isfinite(r.grad_norm)) {
     r.skipped = true;  // the same verdict on every rank: the norm was reduced over the world

@@ -43,6 +43,11 @@ struct StepResult {
   double grad_norm = 0;   // global, before clipping (inf or NaN when an fp16 step overflowed)
   bool skipped = false;   // fp16 overflow: no update this step
   double loss_scale = 1;  // the scale used in this step
+  // A mixture-of-experts model without a pipeline (where each rank's sums cover every MoE layer), averaged over the
+  // ranks: the load-balancing loss (unweighted, the mean over micro-batches) and the most-chosen expert's choices over
+  // the mean expert's, summed over the step's MoE layers and micro-batches (1: balanced). moe false: none.
+  bool moe = false;
+  double moe_balance_loss = 0, moe_max_load = 0;
 };
 
 class Engine {
@@ -95,6 +100,8 @@ class Engine {
  private:
   pipeline::MicroBatch micro_batch(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, int mb,
                                    int64_t step_index);
+  // The step's balance figures (StepResult::moe_*) from the micro-batches' sums, which it then drops.
+  void balance_metrics(StepResult& r);
   // Runs the schedule over one global batch and returns the loss sum; with `forward_only` nothing is kept.
   double run_schedule(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer,
                       bool forward_only, int64_t step_index);
@@ -112,6 +119,7 @@ class Engine {
   std::vector<pipeline::LayerRange> chunks_;      // this rank's, by chunk index
   std::unique_ptr<ParameterStore> store_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
+  std::vector<std::shared_ptr<const nn::MoeBalance>> balances_;  // this step's micro-batches', for its metrics
   // Loss scaling state (fp16).
   double loss_scale_ = 1;
   int good_steps_ = 0;

@@ -417,6 +417,7 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
       if (m.evaluated) line["val_loss"] = m.val_loss;
       if (m.checkpoint_s > 0) line["checkpoint_s"] = m.checkpoint_s;
       if (m.checkpoint_writing) line["checkpoint_writing"] = true;
+      if (m.moe) line.update({{"moe_balance_loss", m.moe_balance_loss}, {"moe_max_load", m.moe_max_load}});
       metrics << line.dump() << "\n";
       metrics.flush();
     }
@@ -443,6 +444,9 @@ std::vector<MonitorEvent> Trainer::monitor_events(const StepMetrics& m) const {
   e.push_back({spec::model_io(cfg_.model).tokens ? "Train/Samples/tokens_per_s" : "Train/Samples/samples_per_s",
                m.tokens_per_s});
   e.push_back({"Train/Samples/peak_memory_bytes", static_cast<double>(m.peak_bytes)});
+  if (m.moe)
+    e.insert(e.end(),
+             {{"Train/Samples/moe_balance_loss", m.moe_balance_loss}, {"Train/Samples/moe_max_load", m.moe_max_load}});
   return e;
 }
 
@@ -550,6 +554,9 @@ StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   m.loss = r.loss_sum / counted;
   m.lr = lr;
   m.grad_norm = r.grad_norm;
+  m.moe = r.moe;
+  m.moe_balance_loss = r.moe_balance_loss;
+  m.moe_max_load = r.moe_max_load;
   m.skipped = r.skipped;
   m.loss_scale = engine_->loss_scale();
   m.step_seconds = groups_->world->all_reduce_scalar(seconds, comm::ReduceOp::Max);

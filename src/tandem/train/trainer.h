@@ -54,6 +54,9 @@ struct StepMetrics {
   double val_loss = 0;      // then: the mean loss over its batches, after this step's update
   double checkpoint_s = 0;  // seconds the loop was held at this step's boundary by checkpointing (0: none taken)
   bool checkpoint_writing = false;  // a checkpoint was being written in the background during this step
+  // A mixture of experts' balance (parallel::StepResult::moe_*), when the step measured it.
+  bool moe = false;
+  double moe_balance_loss = 0, moe_max_load = 0;
 };
 
 // Builds the whole model for one tensor-parallel slot (layers hold only their slot's part).
