@@ -138,12 +138,14 @@ def main():
             ("4 as 2: virtual_gpus 2, tensor 2", 4, {"virtual_gpus": 2, "tensor": 2}, 2)]
     if getattr(model.config, "output_router_logits", False):
         # The balance loss in the loss sums every MoE layer of a micro-batch: data parallel in place of the pipeline.
-        runs[1] = ("2 processes: virtual_gpus 2 (data parallel)", 2, {"virtual_gpus": 2}, 2)
+        runs[1] = ("2 processes: virtual_gpus 2 (data parallel, ZeRO-3)", 2, {"virtual_gpus": 2}, 2)
     last_run = None
     for name, n, parallel, dp in runs:
         cfg = config(dp)
         if parallel:
             cfg["parallel"] = parallel
+        if "ZeRO-3" in name:
+            cfg["zero_optimization"] = {"stage": 3}
         cfg_path = os.path.join(work, "train.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)

@@ -271,7 +271,8 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect_object("tensor_parallel.partition_config", "used only with AutoTP"),
       object("expert_parallel", "DeepSpeed's AutoEP for mixture-of-experts models"),
       only_when("expert_parallel.enabled", {false}, "false: no expert parallelism",
-                "Tandem has no mixture-of-experts layers yet; remove it"),
+                "Tandem trains mixture-of-experts models (Mixtral, Qwen3-MoE) with every expert on each device, "
+                "sharded by ZeRO like the rest; expert parallelism is not built yet: remove it"),
       no_effect("expert_parallel.*", "used only with expert_parallel.enabled"),
       no_effect_object("hybrid_engine", "switches to DeepSpeed's inference kernels for generation; Tandem only trains"),
       // Logging
