@@ -11,6 +11,7 @@
 #   MOE_BENCH_SHAPE=tiny MOE_BENCH_DEVICE=cpu: the same runs on a tiny shape (hidden 64, 2 layers, 8 experts of 32,
 #   top 2, V 512, T 64) on the CPU: the dry run that shows the script works end to end without a GPU.
 #   MOE_BENCH_STEPS (default 6): Tandem's steps (its speed is the median of those after the second).
+#   MOE_BENCH_COMPILE=1: transformers' decoder layers under torch.compile (hf_moe.py --compile).
 set -u
 bin="$1"
 out="$2"
@@ -70,6 +71,7 @@ done
 
 echo "== transformers Qwen3MoeForCausalLM ($mode): ${hf_extra[*]}"
 hf_args=(--layers "$layers" --seq "$seq" --steps 3 "${hf_extra[@]}")
+[ "${MOE_BENCH_COMPILE:-0}" = 1 ] && hf_args+=(--compile)
 if [ "$device" = cuda ]; then
   timeout 500 "$python" "$anchors/hf_moe.py" "${hf_args[@]}" </dev/null >"$out/hf_moe.log" 2>&1
   rc=$?
@@ -104,7 +106,8 @@ try:
 except OSError:
     pass
 if hf.get("tokens_per_s"):
-    print(f"transformers grouped_mm micro {hf['micro']} x {hf['accum']}: {hf['tokens_per_s']:.0f} tok/s, peak "
+    print(f"transformers grouped_mm{' compiled' if hf.get('compile') else ''} micro {hf['micro']} x {hf['accum']}: "
+          f"{hf['tokens_per_s']:.0f} tok/s, peak "
           f"{hf['peak_mem_GiB']:.2f} GiB")
 elif hf:
     print("transformers:", json.dumps(hf))

@@ -168,7 +168,9 @@ void Engine::balance_metrics(StepResult& r) {
 }
 
 double Engine::evaluate(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer) {
-  return run_schedule(batch, loss_normalizer, true, 0);
+  const double loss = run_schedule(batch, loss_normalizer, true, 0);
+  balances_.clear();  // an evaluation's sums are not the step's
+  return loss;
 }
 
 StepResult Engine::step(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, float lr,
