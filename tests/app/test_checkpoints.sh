@@ -88,6 +88,40 @@ losses "$work/r2/metrics.jsonl" 6 10 >"$work/got"
 check "a one-device checkpoint resumed with each sequence over 2 processes: steps 6-10 match" $? "$(tail -2 "$work/out")"
 rm -rf "$work/cp" "$work/r" "$work/one" "$work/r2"
 
+# --- expert parallelism: a Qwen3-MoE's experts spread over 2 of 4 replicas under ZeRO-3 (each unit of experts sharded
+# over the 2 ranks holding it), its step-5 checkpoint resumed on one device, and one device's resumed with the experts
+# over 4: steps 6-10 as if never stopped (every layout's micro-batch 2 sequences, so the balance loss is the same)
+cat >"$work/moe.json" <<'JSON'
+{
+  "model": { "type": "llama", "family": "qwen3_moe", "vocab_size": 64, "seq_len": 16, "hidden_size": 32,
+             "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+             "norm_topk_prob": true, "mlp_only_layers": [1], "output_router_logits": true },
+  "data": { "type": "synthetic" },
+  "train_batch_size": 8, "gradient_accumulation_steps": 4, "steps": 10, "seed": 5,
+  "optimizer": { "type": "AdamW", "params": { "lr": 1e-2, "weight_decay": 0.1, "eps": 1e-6 } },
+  "checkpoint": { "every": 5, "keep": 5 }
+}
+JSON
+run 300 "$tandem" train -n 4 "$work/moe.json" --out "$work/ep" --set 'parallel={"virtual_gpus": 4, "expert": 2}' \
+  --set zero_optimization.stage=3 --set gradient_accumulation_steps=1
+check "10 steps of a Qwen3-MoE on dp4 with its experts over 2, ZeRO-3, with checkpoints" $rc "$(tail -3 "$work/out")"
+losses "$work/ep/metrics.jsonl" 6 10 >"$work/want_ep"
+run 300 "$tandem" train "$work/moe.json" --out "$work/r" --resume "$work/ep/checkpoints/step_00000005"
+losses "$work/r/metrics.jsonl" 6 10 >"$work/got"
+[ $rc -eq 0 ] && same_losses "$work/got" "$work/want_ep"
+check "the experts-over-2 checkpoint resumed on one device: steps 6-10 match" $? "$(tail -2 "$work/out")"
+run 300 "$tandem" train "$work/moe.json" --out "$work/one" --set steps=5
+check "5 steps of the Qwen3-MoE on one device" $rc "$(tail -2 "$work/out")"
+run 300 "$tandem" train -n 4 "$work/moe.json" --out "$work/r2" --resume "$work/one/checkpoints/step_00000005" \
+  --set 'expert_parallel={"enabled": true, "autoep_size": 4}' --set zero_optimization.stage=1 \
+  --set gradient_accumulation_steps=1
+losses "$work/r2/metrics.jsonl" 6 10 >"$work/got"
+[ $rc -eq 0 ] && same_losses "$work/got" "$work/want_ep"
+check "a one-device checkpoint resumed with the experts over 4 (DeepSpeed's autoep_size): steps 6-10 match" $? \
+  "$(tail -2 "$work/out")"
+rm -rf "$work/ep" "$work/r" "$work/one" "$work/r2"
+
 # --- export, read by Python; a file written by Python loads
 run 300 "$tandem" train "$work/gpt.json" --out "$work/one" --resume "$ck5" --set steps=10
 run 60 "$tandem" export "$work/one" --to "$work/model.safetensors"

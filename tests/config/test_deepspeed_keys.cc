@@ -319,6 +319,30 @@ TEST(DeepSpeedKeys, SequenceParallelSizeIsTheContextAxis) {
   EXPECT_HAS(error_of([&] { validate(c); }), "sequence_parallel_size");
 }
 
+// DeepSpeed's AutoEP (expert_parallel.enabled with autoep_size) is Tandem's parallel.expert: written there, its other
+// keys without effect, refused where the two disagree, where the size is missing, or with offload.
+TEST(DeepSpeedKeys, AutoEpSizeIsTheExpertSetting) {
+  Json c = base_cfg();
+  c["expert_parallel"] = {{"enabled", true}, {"autoep_size", 2}, {"preset_model", "mixtral"}};
+  TrainConfig tc = parse(validate(c), 1);
+  EXPECT_EQ(tc.parallel.expert, 2);
+  EXPECT_EQ(tc.no_effect_keys, std::vector<std::string>{"expert_parallel.preset_model"});
+  c["expert_parallel"]["enabled"] = false;
+  EXPECT_FALSE(parse(validate(c), 1).parallel.expert.has_value());
+  c["expert_parallel"] = {{"enabled", true}};
+  EXPECT_HAS(error_of([&] { validate(c); }), "expert_parallel.enabled needs expert_parallel.autoep_size");
+  c["expert_parallel"]["autoep_size"] = 2;
+  c["parallel"] = {{"expert", 4}};
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "expert_parallel.autoep_size 2 and parallel.expert 4 disagree: they are one setting");
+  c.erase("expert_parallel");
+  c["parallel"] = {{"expert", 2}};
+  EXPECT_EQ(parse(validate(c), 1).parallel.expert, 2);
+  c["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};
+  EXPECT_HAS(error_of([&] { validate(c); }),
+             "parallel.expert 2 with zero_optimization.offload_optimizer or offload_param is not built yet");
+}
+
 TEST(DeepSpeedKeys, MisspeltKeysGetTheNearestOfBothSets) {
   Json c = tutorial_cfg();
   c["zero_optimization"]["overlap_com"] = true;

@@ -428,5 +428,37 @@ TEST(ContextLayout, TheModelMustSplitBySequenceAndHeads) {
   EXPECT_HAS(model_error(cp2, mlp({4, 8, 3})), "an mlp model reads feature vectors: remove parallel.context");
 }
 
+// ---- expert parallelism ----
+
+// Expert slots cut each ZeRO group into neighbouring replicas: replica q is slot q % ep of expert group q / ep.
+TEST(ExpertLayout, SlotsAreNeighbouringReplicas) {
+  const Layout l = layout_for(R"({"virtual_gpus": 2, "context": 2, "expert": 2})", 4);
+  EXPECT_EQ(l.ep, 2);
+  EXPECT_EQ(l.expert_replicas(), 2);
+  EXPECT_EQ(l.str(), "dp 2 x pp 1 x tp 1 x cp 2 (ep 2)");
+  for (int r = 0; r < 4; ++r) {
+    const Coord c = coord_of(l, r);
+    EXPECT_EQ(expert_slot_of(l, c), r % 2) << r;
+    EXPECT_EQ(expert_replica_of(l, c), r / 2) << r;
+  }
+  EXPECT_EQ(layout_for("{}", 4).ep, 1);
+  EXPECT_HAS(error_of([] { layout_for(R"({"virtual_gpus": 2, "tensor": 2, "expert": 4})", 4); }),
+             "parallel.expert 4 does not divide the 2 ranks that hold the same layers (virtual_gpus 2)");
+}
+
+TEST(ExpertLayout, TheModelMustHaveExpertsTheSlotsDivide) {
+  spec::ModelConfig moe = llama(16, 4, 2);
+  std::get<spec::LlamaConfig>(moe).moe.num_experts = 6;
+  std::get<spec::LlamaConfig>(moe).moe.num_experts_per_tok = 2;
+  std::get<spec::LlamaConfig>(moe).moe.moe_intermediate_size = 8;
+  const auto plan = [](const char* par) { return resolve_parallel(config::parallel_config(Json::parse(par)), 4); };
+  EXPECT_NO_THROW(validate_for_model(plan(R"({"virtual_gpus": 4, "expert": 2})"), moe, 1));
+  EXPECT_EQ(model_error(plan(R"({"virtual_gpus": 4, "expert": 4})"), moe),
+            "parallel.expert 4 does not divide the model's 6 experts: each expert slot holds an equal share; choose "
+            "a divisor of 6");
+  EXPECT_HAS(model_error(plan(R"({"virtual_gpus": 4, "expert": 2})"), llama(16, 4, 2)),
+             "this llama model has none: remove parallel.expert");
+}
+
 }  // namespace
 }  // namespace tandem::layout

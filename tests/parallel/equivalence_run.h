@@ -44,6 +44,21 @@ inline Result run_training(const config::Json& cfg_json, layout::Groups* groups)
   return r;
 }
 
+// Trains cfg_json twice in the layout of `groups` and returns how many of the two runs' losses, gradient norms and
+// final parameters differ (compared on rank 0, with gtest expectations there), the same number on every rank.
+inline int runs_differ(const config::Json& cfg_json, layout::Groups& groups) {
+  const Result first = run_training(cfg_json, &groups), second = run_training(cfg_json, &groups);
+  int differ = 0;
+  if (groups.world->rank() == 0) {
+    EXPECT_EQ(first.losses, second.losses);
+    EXPECT_EQ(first.grad_norms, second.grad_norms);
+    EXPECT_EQ(first.params, second.params);
+    differ =
+        (first.losses != second.losses) + (first.grad_norms != second.grad_norms) + (first.params != second.params);
+  }
+  return static_cast<int>(groups.world->all_reduce_scalar(differ));
+}
+
 // |a - b| / |b| over the two vectors.
 inline double rel(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;

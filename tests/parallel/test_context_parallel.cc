@@ -221,16 +221,7 @@ TEST(ContextParallelRuns, TheSameBitsTwice) {
   cfg["zero_optimization"] = {{"stage", c.zero}};
   cfg["parallel"] = {{"virtual_gpus", c.dp}, {"context", c.cp}, {"timeout_s", 120}};
   layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
-  const Result first = run_training(cfg, &groups), second = run_training(cfg, &groups);
-  int differ = 0;
-  if (testing::mpi_world().rank() == 0) {
-    EXPECT_EQ(first.losses, second.losses);
-    EXPECT_EQ(first.grad_norms, second.grad_norms);
-    EXPECT_EQ(first.params, second.params);
-    differ =
-        (first.losses != second.losses) + (first.grad_norms != second.grad_norms) + (first.params != second.params);
-  }
-  EXPECT_EQ(groups.world->all_reduce_scalar(differ), 0);
+  EXPECT_EQ(runs_differ(cfg, groups), 0);
 }
 #endif
 

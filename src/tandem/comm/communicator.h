@@ -41,6 +41,13 @@ class Communicator {
   // out (size*n): its slice j is rank j's in slice [rank*n, (rank+1)*n) of in (size*n), the personalised exchange
   // (MPI_Alltoall). in and out are distinct.
   virtual std::unique_ptr<Request> all_to_all_async(const Tensor& in, const Tensor& out) = 0;
+  // The uneven form (MPI_Alltoallv): `in` holds the slices for ranks 0, 1, ... back to back, send[j] elements for rank
+  // j; `out` gets the slices from ranks 0, 1, ... back to back, recv[j] elements from rank j (which rank j gives as
+  // its send[rank]). Both lists have size() entries; in and out are distinct. By default made of send_async and
+  // recv_async on channel 0 (empty slices skipped, this rank's own copied); a backend whose point-to-point operations
+  // must be grouped to run together overrides it.
+  virtual std::unique_ptr<Request> all_to_all_v_async(const Tensor& in, const std::vector<int64_t>& send,
+                                                      const Tensor& out, const std::vector<int64_t>& recv);
   // Point-to-point: `tag & 1` names a channel; messages between two ranks keep their order per channel.
   virtual std::unique_ptr<Request> send_async(const Tensor& t, int peer, int tag) = 0;
   virtual std::unique_ptr<Request> recv_async(const Tensor& t, int peer, int tag) = 0;
@@ -54,6 +61,10 @@ class Communicator {
   void all_gather(const Tensor& in, const Tensor& out) { all_gather_async(in, out)->wait(); }
   void broadcast(const Tensor& t, int root) { broadcast_async(t, root)->wait(); }
   void all_to_all(const Tensor& in, const Tensor& out) { all_to_all_async(in, out)->wait(); }
+  void all_to_all_v(const Tensor& in, const std::vector<int64_t>& send, const Tensor& out,
+                    const std::vector<int64_t>& recv) {
+    all_to_all_v_async(in, send, out, recv)->wait();
+  }
   void send(const Tensor& t, int peer, int tag) { send_async(t, peer, tag)->wait(); }
   void recv(const Tensor& t, int peer, int tag) { recv_async(t, peer, tag)->wait(); }
 

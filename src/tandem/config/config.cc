@@ -138,6 +138,7 @@ ParallelConfig parallel_config(const Json& parallel) {
   c.pipeline = positive("pipeline");
   c.tensor = positive("tensor");
   c.context = positive("context");
+  c.expert = positive("expert");
   if (parallel.contains("schedule")) c.schedule = spec::schedule_from_name(parallel.at("schedule").get<std::string>());
   c.virtual_stages = positive("virtual_stages");
   c.activation_checkpointing = parallel.value("activation_checkpointing", false);

@@ -270,10 +270,9 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("tensor_parallel.tp_overlap_comm", "used only with AutoTP"),
       no_effect_object("tensor_parallel.partition_config", "used only with AutoTP"),
       object("expert_parallel", "DeepSpeed's AutoEP for mixture-of-experts models"),
-      only_when("expert_parallel.enabled", {false}, "false: no expert parallelism",
-                "Tandem trains mixture-of-experts models (Mixtral, Qwen3-MoE) with every expert on each device, "
-                "sharded by ZeRO like the rest; expert parallelism is not built yet: remove it"),
-      no_effect("expert_parallel.*", "used only with expert_parallel.enabled"),
+      schema("expert_parallel.enabled", "true: the experts spread over autoep_size ranks (Tandem's parallel.expert)"),
+      schema("expert_parallel.autoep_size", "Tandem's parallel.expert: the ranks each layer's experts are spread over"),
+      no_effect("expert_parallel.*", "DeepSpeed's model presets and kernels: Tandem finds the experts by the model"),
       no_effect_object("hybrid_engine", "switches to DeepSpeed's inference kernels for generation; Tandem only trains"),
       // Logging
       settings_of("steps_per_print"),
@@ -399,7 +398,8 @@ std::vector<DeepSpeedKey> build_catalogue() {
       no_effect("dataloader_drop_last", "Tandem's sampler draws every batch whole"),
       no_effect("vocabulary_size", "Tandem takes the vocabulary from model.vocab_size"),
       no_effect("graph_harvesting", "CUDA graph capture in DeepSpeed's optimizer"),
-      no_effect("use_data_before_expert_parallelism", "the rank order of expert parallelism, which Tandem lacks"),
+      no_effect("use_data_before_expert_parallelism",
+                "the rank order of expert parallelism: Tandem's expert groups are neighbouring replicas"),
       no_effect("log_level", "DeepSpeed's logger"),
       no_effect_object("timers", "DeepSpeed's internal timers"),
       no_effect_object("compile", "DeepSpeed's torch.compile passes (DeepCompile)"),

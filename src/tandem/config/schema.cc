@@ -411,6 +411,32 @@ void rewrite_sequence_parallel(Json& cfg) {
   par["context"] = size;
 }
 
+// DeepSpeed's AutoEP (expert_parallel.enabled with autoep_size) is parallel.expert: written there. Both given must
+// agree.
+void rewrite_expert_parallel(Json& cfg) {
+  if (!cfg.contains("expert_parallel") || !cfg.at("expert_parallel").is_object()) return;
+  const Json& ep = cfg.at("expert_parallel");
+  if (ep.contains("enabled") && !ep.at("enabled").is_boolean())
+    TANDEM_FAIL("expert_parallel.enabled must be true or false, got ", show(ep.at("enabled")));
+  if (!ep.value("enabled", false)) return;
+  const std::optional<int64_t> size = ep.contains("autoep_size") ? as_integer(ep.at("autoep_size")) : std::nullopt;
+  if (!size || *size < 1)
+    TANDEM_FAIL(
+        "expert_parallel.enabled needs expert_parallel.autoep_size, a positive integer (the ranks each "
+        "layer's experts are spread over; Tandem's parallel.expert), got ",
+        ep.contains("autoep_size") ? show(ep.at("autoep_size")) : std::string("none"));
+  if (!cfg.contains("parallel")) cfg["parallel"] = Json::object();
+  Json& par = cfg["parallel"];
+  if (!par.is_object())
+    TANDEM_FAIL(
+        "expert_parallel.autoep_size ", *size, " with \"parallel\": ", par.dump(),
+        ": the planner does not choose expert parallelism yet; give the layout as an object with \"expert\": ", *size);
+  if (par.contains("expert") && par["expert"] != Json(*size))
+    TANDEM_FAIL("expert_parallel.autoep_size ", *size, " and parallel.expert ", par["expert"].dump(),
+                " disagree: they are one setting (DeepSpeed's name and Tandem's); keep one");
+  par["expert"] = *size;
+}
+
 void validate_parallel(Fields& top) {
   if (!top.has("parallel")) return;
   Json& par = top.raw("parallel");
@@ -498,8 +524,17 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   validate_data(top);
   validate_eval(top);
   rewrite_sequence_parallel(cfg);
+  rewrite_expert_parallel(cfg);
   validate_parallel(top);
   validate_cpu_checkpointing(top);
+  const bool expert_parallel =
+      cfg.contains("parallel") && cfg.at("parallel").is_object() && cfg.at("parallel").value("expert", 1) > 1;
+  if (expert_parallel &&
+      (zero.at("offload_optimizer").at("device") != "none" || zero.at("offload_param").at("device") != "none"))
+    TANDEM_FAIL("parallel.expert ", cfg.at("parallel").at("expert").dump(),
+                " with zero_optimization.offload_optimizer or offload_param is not built yet: the experts of an expert "
+                "slot keep their state on the device; remove the offload keys, or parallel.expert (every expert on "
+                "each device, sharded by ZeRO, then offloads)");
   Fields c(top.object("checkpoint"), "checkpoint");
   only_with_deepspeed(c, setting_keys("checkpoint"), no_effect);
   for (const std::string& k : setting_keys("checkpoint")) read_setting(c, k);

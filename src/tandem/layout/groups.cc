@@ -26,6 +26,13 @@ Groups make_groups(comm::mpi::MpiWorld& world, const Layout& layout) {
   const bool end_stage = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
   g.tied = world.split(end_stage ? (c.dp * layout.tp + c.tp) * L + c.cp : -1, c.pp,
                        "tied(" + at_dp + "," + at_tp + at_cp + ")");
+  if (layout.ep > 1) {
+    const int slot = expert_slot_of(layout, c), group = expert_replica_of(layout, c);
+    g.ep = world.split((group * layout.pp + c.pp) * layout.tp + c.tp, slot,
+                       "ep(" + at_pp + "," + at_tp + ",expert group=" + std::to_string(group) + ")");
+    g.edp = world.split((slot * layout.pp + c.pp) * layout.tp + c.tp, group,
+                        "edp(" + at_pp + "," + at_tp + ",expert slot=" + std::to_string(slot) + ")");
+  }
   return g;
 }
 
@@ -42,6 +49,11 @@ Groups make_stand_in_groups(const Layout& l, int rank) {
   g.tp = std::make_unique<comm::StandInCommunicator>("tp", CommAxis::Tp, g.coord.tp, l.tp);
   if (l.pp > 1 && (g.coord.pp == 0 || g.coord.pp == l.pp - 1))
     g.tied = std::make_unique<comm::StandInCommunicator>("tied", CommAxis::Pp, g.coord.pp == 0 ? 0 : 1, 2);
+  if (l.ep > 1) {  // both inside the dp group, and counted as its traffic
+    g.ep = std::make_unique<comm::StandInCommunicator>("ep", CommAxis::Dp, expert_slot_of(l, g.coord), l.ep);
+    g.edp = std::make_unique<comm::StandInCommunicator>("edp", CommAxis::Dp, expert_replica_of(l, g.coord),
+                                                        l.expert_replicas());
+  }
   return g;
 }
 

@@ -5,6 +5,10 @@
 //   dp: the same (stage, tp slot) in every virtual GPU and every context shard: the ZeRO / gradient-reduction group
 //       (Layout::replicas() ranks; its rank is dp_rank * cp + cp_rank)
 //   tied: the first and last stage of one virtual GPU at one tp slot (tied embedding and head)
+//   ep: with expert parallelism (Layout::ep > 1), the ep neighbouring members of a dp group that share out the experts
+//       (the tokens' all-to-all; its rank is the expert slot)
+//   edp: with expert parallelism, the members of a dp group at the same expert slot, which hold the same experts (their
+//        ZeRO / gradient-reduction group)
 #pragma once
 
 #include <memory>
@@ -27,6 +31,8 @@ struct Groups {
   // The first and the last pipeline stage of one virtual GPU at one tp slot and context shard, which both hold a tied
   // parameter's uses (embedding and head): null unless pp > 1 and this rank is on one of them.
   std::unique_ptr<comm::Communicator> tied;
+  // The expert-parallel group and the expert slot's replicas: null unless Layout::ep > 1.
+  std::unique_ptr<comm::Communicator> ep, edp;
 };
 
 // Every rank of the MPI world calls this with the same layout.

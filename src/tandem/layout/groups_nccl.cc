@@ -16,6 +16,8 @@ Groups make_nccl_groups(comm::mpi::MpiWorld& world, const Layout& layout, device
   wrap(g.dp);
   wrap(g.cp);
   if (g.tied) wrap(g.tied);
+  if (g.ep) wrap(g.ep);
+  if (g.edp) wrap(g.edp);
   return g;
 }
 

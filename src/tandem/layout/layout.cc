@@ -11,6 +11,7 @@ std::string Layout::str() const {
   std::ostringstream os;
   os << "dp " << dp << " x pp " << pp << " x tp " << tp;
   if (cp > 1) os << " x cp " << cp;
+  if (ep > 1) os << " (ep " << ep << ")";
   return os.str();
 }
 
@@ -55,6 +56,12 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
                 cp > 1 ? " or change parallel.virtual_gpus, parallel.pipeline, parallel.tensor or parallel.context"
                        : " or change parallel.virtual_gpus, parallel.pipeline or parallel.tensor");
 
+  plan.layout.ep = p.expert.value_or(1);
+  if (plan.layout.replicas() % plan.layout.ep != 0)
+    TANDEM_FAIL("parallel.expert ", plan.layout.ep, " does not divide the ", plan.layout.replicas(),
+                " ranks that hold the same layers (virtual_gpus ", dp, cp > 1 ? " x context " + std::to_string(cp) : "",
+                "): experts are spread over ranks of one ZeRO group; make virtual_gpus a multiple of ", plan.layout.ep,
+                " or change parallel.expert");
   plan.schedule = p.schedule;
   const bool interleaved = plan.schedule == spec::ScheduleKind::Interleaved;
   plan.virtual_stages = p.virtual_stages.value_or(interleaved ? 2 : 1);
@@ -77,6 +84,7 @@ void validate_for_model(const ParallelPlan& plan, const spec::ModelConfig& model
   const Layout& l = plan.layout;
   spec::check_layout(model, l.pp, l.tp, plan.virtual_stages, plan.stages);
   spec::check_context(model, l.cp, l.tp);
+  spec::check_experts(model, l.ep);
   if (plan.schedule == spec::ScheduleKind::Interleaved && l.pp > 1 && micro_batches % l.pp != 0)
     TANDEM_FAIL("the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here ",
                 micro_batches, ") to be a multiple of parallel.pipeline ", l.pp);

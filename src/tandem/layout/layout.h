@@ -21,14 +21,20 @@
 
 namespace tandem::layout {
 
+// Expert parallelism (ep) is not an axis of its own: it cuts each ZeRO group (the replicas() ranks of one stage and tp
+// slot) into groups of ep neighbours, each holding 1/ep of every mixture-of-experts layer's experts and exchanging
+// tokens with the others (nn/moe.h); replica q is expert slot q % ep of the expert group q / ep.
 struct Layout {
   int dp = 1, pp = 1, tp = 1, cp = 1;
+  int ep = 1;  // expert-parallel slots inside the replicas; divides replicas()
   int world() const { return dp * pp * cp * tp; }
   int vgpu_size() const { return pp * cp * tp; }
   // The ranks that hold the same parameters and reduce their gradients together (ZeRO's group): the virtual GPUs'
   // replicas times the context shards of one sequence, each of which computes gradients from its own tokens.
   int replicas() const { return dp * cp; }
-  std::string str() const;  // "dp 2 x pp 2 x tp 1", then " x cp 2" when context-parallel
+  // Ranks that hold the same experts and reduce their gradients together: replicas() / ep.
+  int expert_replicas() const { return replicas() / ep; }
+  std::string str() const;  // "dp 2 x pp 2 x tp 1", then " x cp 2" when context-parallel, " (ep 2)" with experts
 };
 
 struct Coord {
@@ -38,6 +44,9 @@ struct Coord {
 Coord coord_of(const Layout& layout, int rank);
 // The rank's place among the replicas that hold the same parameters (ZeRO's dp group): dp * cp + its context shard.
 inline int replica_of(const Layout& l, const Coord& c) { return c.dp * l.cp + c.cp; }
+// Its expert slot (the rank in its expert-parallel group) and its rank among the ranks holding the same experts.
+inline int expert_slot_of(const Layout& l, const Coord& c) { return replica_of(l, c) % l.ep; }
+inline int expert_replica_of(const Layout& l, const Coord& c) { return replica_of(l, c) / l.ep; }
 int rank_of(const Layout& layout, const Coord& c);
 
 // Everything the "parallel" config object says, resolved against the world size.

@@ -50,4 +50,9 @@ Parameter& Layer::add_replica_parameter(const std::string& logical_name, Shape g
   return p;
 }
 
+void Layer::place_experts(const ExpertSlot& slot) {
+  keep_experts(slot);
+  for (Layer* child : children_) child->place_experts(slot);
+}
+
 }  // namespace tandem::nn

@@ -9,6 +9,7 @@
 
 #include "tandem/core/tensor.h"
 #include "tandem/nn/batch.h"
+#include "tandem/nn/expert_parallel.h"
 #include "tandem/nn/tensor_parallel.h"
 
 namespace tandem::nn {
@@ -37,9 +38,15 @@ struct Parameter {
   // the two are one buffer; when they sit on two pipeline stages, each stage keeps a copy and the gradients are
   // summed between them every step (parallel::ParameterStore). Checkpoints and exports hold the original only.
   bool replica = false;
+  // An expert's weights under expert parallelism: `shard` is this expert slot's part (its experts, rows of dim 0),
+  // every tp slot holds it whole, and the ranks holding it are the expert slot's replicas (layout/groups.h, edp).
+  bool expert = false;
   Tensor value;
   Tensor grad;
 };
+
+// Whether each tensor-parallel slot holds a part of the parameter (not all of it).
+inline bool tp_sharded(const Parameter& p) { return p.shard.sharded() && !p.expert; }
 
 // What a layer's forward keeps for its backward; nested for composite layers.
 struct Saved {
@@ -82,6 +89,9 @@ class Layer {
   }
   // The output's shape for an input of shape `in` (pipelines size their receive buffers with it).
   virtual Shape output_shape(const Shape& in) const { return in; }
+  // Expert parallelism: this layer and its children keep only `slot`'s experts (their parameters become its parts).
+  // Before the parameters are materialised.
+  void place_experts(const ExpertSlot& slot);
 
  protected:
   // Declares a parameter named "<layer name>.<local>" holding all of a logical tensor of `shape`.
@@ -94,6 +104,8 @@ class Layer {
   // layer's), holding part `shard` of its `global_shape` as the original does.
   Parameter& add_replica_parameter(const std::string& logical_name, Shape global_shape, Shape local_shape, Shard shard,
                                    bool decay);
+  // A layer with experts keeps `slot`'s (place_experts); by default there are none.
+  virtual void keep_experts(const ExpertSlot&) {}
   // Registers a member layer so its parameters are listed after this layer's own.
   void add_child(Layer& child) { children_.push_back(&child); }
   // A child's name under this layer: "<layer name>.<local>".

@@ -92,6 +92,10 @@ class Model {
   };
   MoeRouting moe_routing() const { return moe_routing_; }
   void set_moe_routing(MoeRouting routing) { moe_routing_ = routing; }
+  // Expert parallelism: every layer keeps only `slot`'s experts (Layer::place_experts). Before materialising.
+  void place_experts(const ExpertSlot& slot) {
+    for (auto& l : layers_) l->place_experts(slot);
+  }
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;

@@ -1,8 +1,10 @@
-// The mixture-of-experts MLP (moe.h): route, group by expert, one product pair per expert, combine; and back.
+// The mixture-of-experts MLP (moe.h): route, group by expert, one product pair per expert, combine; and back. Under
+// expert parallelism the grouped rows travel to their experts' slots and back in between.
 #include "tandem/nn/moe.h"
 
 #include <vector>
 
+#include "tandem/nn/expert_route.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::nn {
@@ -15,9 +17,56 @@ MoeMlp::MoeMlp(std::string name, const MoeShape& s) : Layer(std::move(name)), sh
   down_ = &add_parameter("down.weight", {s.experts, s.dim, s.intermediate}, Init::Normal, true);
 }
 
+void MoeMlp::keep_experts(const ExpertSlot& slot) {
+  TANDEM_CHECK(!gate_up_->value.defined(), name(), ": experts placed after the parameters were materialised");
+  TANDEM_CHECK(slot.size >= 1 && shape_.experts % slot.size == 0 && (slot.size == 1 || slot.exchange), name(), ": ",
+               shape_.experts, " experts over ", slot.size, " expert slots");
+  slot_ = slot;
+  if (!slot.active()) return;
+  const int64_t L = shape_.experts / slot.size;
+  for (Parameter* p : {gate_up_, down_}) {
+    const int64_t per_expert = shape_numel(p->global_shape) / shape_.experts;
+    p->shard = Shard{1, shape_.experts, per_expert, slot.rank, slot.size};
+    p->shape = {L, p->global_shape[1], p->global_shape[2]};
+    p->expert = true;
+  }
+}
+
 namespace {
-// What forward keeps for backward, in Saved::tensors.
-enum SavedAt { kInput, kProbs, kChoices, kWeights, kRows, kOffsets, kRouted, kGateUp, kHidden, kOutputs, kCount };
+// What forward keeps for backward, in Saved::tensors. Expert-parallel: kRouted holds the rows this slot's experts
+// received (expert-major), and kSlotOffsets, kOrder and kInverse the route.
+enum SavedAt {
+  kInput,
+  kProbs,
+  kChoices,
+  kWeights,
+  kRows,
+  kOffsets,
+  kRouted,
+  kGateUp,
+  kHidden,
+  kOutputs,
+  kSlotOffsets,
+  kOrder,
+  kInverse,
+  kCount
+};
+
+// The route from every slot's expert offsets (P (E + 1)), each slot's M rows.
+ExpertRoute route_of(const Tensor& slot_offsets, int slots, int slot, int64_t experts, int64_t rows) {
+  std::vector<std::vector<int64_t>> counts;
+  for (int s = 0; s < slots; ++s)
+    counts.push_back(
+        ops::moe_expert_rows(slot_offsets.flat_slice(s * (experts + 1), experts + 1, {experts + 1}), rows));
+  return plan_expert_route(counts, slot);
+}
+
+// (R, 1) int32 on `dev` from the host.
+Tensor index_tensor(const std::vector<int32_t>& index, Device& dev, const std::string& what) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(index.size()), 1}, DType::I32, dev, what);
+  t.copy_from_host(index.data());
+  return t;
+}
 }  // namespace
 
 Tensor MoeMlp::forward(const Tensor& x, Saved& saved) {
@@ -25,7 +74,7 @@ Tensor MoeMlp::forward(const Tensor& x, Saved& saved) {
 }
 
 Tensor MoeMlp::forward_add(const Tensor& x, const Tensor& residual, const Batch& batch, Saved& saved, bool count) {
-  const int64_t C = x.dim(-1), N = x.numel() / C, E = shape_.experts, F = shape_.intermediate;
+  const int64_t C = x.dim(-1), N = x.numel() / C, E = shape_.experts;
   const int k = shape_.top_k;
   const int64_t M = N * k;
   Device& dev = x.device();
@@ -44,51 +93,113 @@ Tensor MoeMlp::forward_add(const Tensor& x, const Tensor& residual, const Batch&
   const std::vector<int64_t> per_expert = ops::moe_expert_rows(offsets, M);
   Tensor routed = Tensor::empty({M, C}, x.dtype(), dev, name() + " routed inputs");  // (M, C)
   ops::moe_gather(x2, rows, routed);
-  Tensor gate_up = Tensor::empty({M, 2 * F}, x.dtype(), dev, name() + " expert gate_up");  // (M, 2F)
-  Tensor hidden = Tensor::empty({M, F}, x.dtype(), dev, name() + " expert hidden");        // (M, F)
-  Tensor outputs = Tensor::empty({M, C}, x.dtype(), dev, name() + " expert outputs");      // (M, C)
-  ops::grouped_matmul(routed, gate_up_->value, gate_up, per_expert, true);
-  ops::swiglu_forward(gate_up, hidden);
-  ops::grouped_matmul(hidden, down_->value, outputs, per_expert, true);
+  saved.tensors.assign(kCount, Tensor());
+  const Tensor outputs = experts_forward(routed, offsets, per_expert, saved);             // (M, C)
   Tensor y = Tensor::empty(residual.shape(), residual.dtype(), dev, name() + " output");  // (..., C)
   y.copy_from(residual);
   ops::moe_combine(outputs, rows, weights, y.view({N, C}));
-  saved.tensors.assign(kCount, Tensor());
   saved.tensors[kInput] = x2;
   saved.tensors[kProbs] = probs;
   saved.tensors[kChoices] = choices;
   saved.tensors[kWeights] = weights;
   saved.tensors[kRows] = rows;
   saved.tensors[kOffsets] = offsets;
-  saved.tensors[kRouted] = routed;
-  saved.tensors[kGateUp] = gate_up;
-  saved.tensors[kHidden] = hidden;
   saved.tensors[kOutputs] = outputs;
   return y;
+}
+
+Tensor MoeMlp::experts_forward(const Tensor& routed, const Tensor& offsets, const std::vector<int64_t>& per_expert,
+                               Saved& saved) {
+  if (!slot_.active())
+    return products(saved.tensors[kRouted] = routed, per_expert, saved.tensors[kGateUp], saved.tensors[kHidden]);
+  const int64_t M = routed.dim(0), C = routed.dim(1), E = shape_.experts;
+  Device& dev = routed.device();
+  // Every slot's rows per expert, then this slot's rows to their experts' slots and the rows of its own experts in.
+  Tensor slot_offsets = Tensor::empty({slot_.size * (E + 1)}, DType::I32, dev, name() + " every slot's offsets");
+  slot_.exchange->gather(offsets, slot_offsets);
+  const ExpertRoute route = route_of(slot_offsets, slot_.size, slot_.rank, E, M);
+  const int64_t R = route.received();
+  Tensor arrived = Tensor::empty({R, C}, routed.dtype(), dev, name() + " rows from the slots");  // (R, C) slot-major
+  slot_.exchange->rows(routed, route.send, arrived, route.recv);
+  Tensor order = index_tensor(route.order, dev, name() + " expert-major order");
+  Tensor inverse = index_tensor(route.inverse, dev, name() + " slot-major order");
+  Tensor expert_in = Tensor::empty({R, C}, routed.dtype(), dev, name() + " this slot's expert inputs");  // (R, C)
+  ops::moe_gather(arrived, order, expert_in);
+  arrived = Tensor();
+  const Tensor expert_out = products(expert_in, route.per_expert, saved.tensors[kGateUp], saved.tensors[kHidden]);
+  Tensor leaving = Tensor::empty({R, C}, routed.dtype(), dev, name() + " outputs to the slots");  // (R, C) slot-major
+  ops::moe_gather(expert_out, inverse, leaving);
+  Tensor outputs = Tensor::empty({M, C}, routed.dtype(), dev, name() + " expert outputs");  // (M, C)
+  slot_.exchange->rows(leaving, route.recv, outputs, route.send);
+  saved.tensors[kRouted] = expert_in;
+  saved.tensors[kSlotOffsets] = slot_offsets;
+  saved.tensors[kOrder] = order;
+  saved.tensors[kInverse] = inverse;
+  return outputs;
+}
+
+Tensor MoeMlp::products(const Tensor& x, const std::vector<int64_t>& rows, Tensor& gate_up, Tensor& hidden) {
+  const int64_t R = x.dim(0), C = x.dim(1), F = shape_.intermediate;
+  Device& dev = x.device();
+  gate_up = Tensor::empty({R, 2 * F}, x.dtype(), dev, name() + " expert gate_up");  // (R, 2F)
+  hidden = Tensor::empty({R, F}, x.dtype(), dev, name() + " expert hidden");        // (R, F)
+  Tensor out = Tensor::empty({R, C}, x.dtype(), dev, name() + " expert outputs");   // (R, C)
+  ops::grouped_matmul(x, gate_up_->value, gate_up, rows, true);
+  ops::swiglu_forward(gate_up, hidden);
+  ops::grouped_matmul(hidden, down_->value, out, rows, true);
+  return out;
+}
+
+Tensor MoeMlp::products_backward(const Tensor& dy, const std::vector<int64_t>& rows, const Tensor& x,
+                                 const Tensor& gate_up, const Tensor& hidden) {
+  const int64_t R = dy.dim(0), C = dy.dim(1), F = shape_.intermediate;
+  Device& dev = dy.device();
+  // down, SwiGLU (in place over gate_up), gate_up.
+  Tensor dhidden = Tensor::empty({R, F}, dy.dtype(), dev, name() + " expert hidden grad");  // (R, F)
+  ops::grouped_matmul(dy, down_->value, dhidden, rows, false);
+  if (down_->trainable) ops::grouped_weight_grad(dy, hidden, down_->grad, rows);
+  ops::swiglu_backward(gate_up, dhidden, gate_up);
+  Tensor dx = Tensor::empty({R, C}, dy.dtype(), dev, name() + " routed inputs grad");  // (R, C)
+  ops::grouped_matmul(gate_up, gate_up_->value, dx, rows, false);
+  if (gate_up_->trainable) ops::grouped_weight_grad(gate_up, x, gate_up_->grad, rows);
+  return dx;
+}
+
+Tensor MoeMlp::experts_backward(const Tensor& doutputs, Saved& saved) {
+  const Tensor x = saved.tensors.at(kRouted), gate_up = saved.tensors.at(kGateUp), hidden = saved.tensors.at(kHidden);
+  const int64_t M = doutputs.dim(0), C = doutputs.dim(1), E = shape_.experts;
+  if (!slot_.active())
+    return products_backward(doutputs, ops::moe_expert_rows(saved.tensors.at(kOffsets), M), x, gate_up, hidden);
+  Device& dev = doutputs.device();
+  const ExpertRoute route = route_of(saved.tensors.at(kSlotOffsets), slot_.size, slot_.rank, E, M);
+  const int64_t R = route.received();
+  Tensor arrived = Tensor::empty({R, C}, doutputs.dtype(), dev, name() + " output grads from the slots");
+  slot_.exchange->rows(doutputs, route.send, arrived, route.recv);
+  Tensor dy = Tensor::empty({R, C}, doutputs.dtype(), dev, name() + " this slot's expert output grads");
+  ops::moe_gather(arrived, saved.tensors.at(kOrder), dy);
+  arrived = Tensor();
+  const Tensor dx = products_backward(dy, route.per_expert, x, gate_up, hidden);
+  Tensor leaving = Tensor::empty({R, C}, doutputs.dtype(), dev, name() + " input grads to the slots");
+  ops::moe_gather(dx, saved.tensors.at(kInverse), leaving);
+  Tensor drouted = Tensor::empty({M, C}, doutputs.dtype(), dev, name() + " routed inputs grad");  // (M, C)
+  slot_.exchange->rows(leaving, route.recv, drouted, route.send);
+  return drouted;
 }
 
 Tensor MoeMlp::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   const Tensor x = saved.tensors.at(kInput), probs = saved.tensors.at(kProbs), choices = saved.tensors.at(kChoices);
   const Tensor weights = saved.tensors.at(kWeights), rows = saved.tensors.at(kRows);
-  const Tensor routed = saved.tensors.at(kRouted), gate_up = saved.tensors.at(kGateUp);
-  const Tensor hidden = saved.tensors.at(kHidden), outputs = saved.tensors.at(kOutputs);
-  const int64_t N = x.dim(0), C = x.dim(1), E = shape_.experts, F = shape_.intermediate;
+  const Tensor outputs = saved.tensors.at(kOutputs);
+  const int64_t N = x.dim(0), C = x.dim(1), E = shape_.experts;
   const int k = shape_.top_k;
   const int64_t M = N * k;
   Device& dev = dy.device();
-  const std::vector<int64_t> per_expert = ops::moe_expert_rows(saved.tensors.at(kOffsets), M);
   // The combine: each routed row's gradient and each weight's.
   Tensor doutputs = Tensor::empty({M, C}, dy.dtype(), dev, name() + " expert outputs grad");  // (M, C)
   Tensor dweights = Tensor::empty({N, k}, DType::F32, dev, name() + " expert weights grad");  // (N, k)
   ops::moe_combine_backward(dy.view({N, C}), outputs, rows, weights, doutputs, dweights);
-  // The experts, each over its rows: down, SwiGLU (in place over gate_up), gate_up.
-  Tensor dhidden = Tensor::empty({M, F}, dy.dtype(), dev, name() + " expert hidden grad");  // (M, F)
-  ops::grouped_matmul(doutputs, down_->value, dhidden, per_expert, false);
-  if (down_->trainable) ops::grouped_weight_grad(doutputs, hidden, down_->grad, per_expert);
-  ops::swiglu_backward(gate_up, dhidden, gate_up);
-  Tensor drouted = Tensor::empty({M, C}, dy.dtype(), dev, name() + " routed inputs grad");  // (M, C)
-  ops::grouped_matmul(gate_up, gate_up_->value, drouted, per_expert, false);
-  if (gate_up_->trainable) ops::grouped_weight_grad(gate_up, routed, gate_up_->grad, per_expert);
+  const Tensor drouted = experts_backward(doutputs, saved);  // (M, C)
+  doutputs = Tensor();
   Tensor dx = Tensor::zeros({N, C}, dy.dtype(), dev, name() + " input grad");  // (N, C)
   ops::moe_combine(drouted, rows, Tensor(), dx);
   // The router: the weights' gradient and the balance loss's, through the top-k and the softmax.

@@ -26,6 +26,11 @@ struct MoeShape {
 // with each expert's gate rows then up rows, "<name>.down.weight" (E, C, F). The experts' products need the rows per
 // expert on the host (ops::moe_expert_rows: a wait for the device per layer and pass; the planner's counting device
 // assumes balanced routing).
+// Expert parallelism (place_experts with a slot of P): the slot keeps experts [slot L, (slot + 1) L) of E, L = E / P
+// ("gate_up" (L, 2F, C), "down" (L, C, F), each a part of the whole; the router stays whole). Each slot routes its own
+// tokens; their rows go to the slots of their experts (ExpertExchange::rows, after the slots' rows per expert were
+// gathered), are regrouped expert by expert (expert_route.h), computed, and come back the same way; the backward
+// sends the outputs' gradients along the same route and the inputs' gradients back.
 class MoeMlp final : public Layer {
  public:
   MoeMlp(std::string name, const MoeShape& shape);
@@ -39,8 +44,24 @@ class MoeMlp final : public Layer {
   Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
   const MoeShape& shape() const { return shape_; }
 
+ protected:
+  void keep_experts(const ExpertSlot& slot) override;
+
  private:
+  // The experts' part of the forward: routed (M, C), grouped by expert with `per_expert` rows each (E), to each row's
+  // expert output (M, C); keeps what experts_backward needs in `saved` (from the slots' offsets when expert-parallel).
+  Tensor experts_forward(const Tensor& routed, const Tensor& offsets, const std::vector<int64_t>& per_expert,
+                         Saved& saved);
+  // doutputs (M, C) -> the routed rows' gradients (M, C); accumulates the experts' weight gradients.
+  Tensor experts_backward(const Tensor& doutputs, Saved& saved);
+  // The experts' products over `rows` (this slot's experts'): x (R, C) -> (R, C), gate_up (R, 2F) and hidden (R, F)
+  // kept; and back.
+  Tensor products(const Tensor& x, const std::vector<int64_t>& rows, Tensor& gate_up, Tensor& hidden);
+  Tensor products_backward(const Tensor& dy, const std::vector<int64_t>& rows, const Tensor& x, const Tensor& gate_up,
+                           const Tensor& hidden);
+
   MoeShape shape_;
+  ExpertSlot slot_;
   Parameter* router_;   // (E, C)
   Parameter* gate_up_;  // (E, 2F, C)
   Parameter* down_;     // (E, C, F)

@@ -22,6 +22,11 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     context_ = nn::ContextSplit{groups.coord.cp, l.cp, context_exchange_.get()};
   }
   model_ = build(nn::TpSlot{groups.coord.tp, l.tp, tp_reducer_.get()});
+  if (l.ep > 1) {
+    TANDEM_CHECK(groups.ep && groups.edp, "expert parallelism ", l.ep, " without its groups");
+    expert_exchange_ = std::make_unique<CommExpertExchange>(*groups.ep);
+    model_.place_experts(nn::ExpertSlot{groups.ep->rank(), l.ep, expert_exchange_.get()});
+  }
 
   const int v = cfg.plan.virtual_stages;
   const int S = l.pp * v;
@@ -44,7 +49,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     if (cfg.offload_optimizer.enabled()) offload.host = host_.get();
   }
   store_ = std::make_unique<ParameterStore>(model_, held, cfg.zero_stage, *groups.dp, device, cfg.seed, cfg.optimizer,
-                                            cfg.compute, groups.tied.get(), offload);
+                                            cfg.compute, groups.tied.get(), offload, groups.edp.get());
   if (cfg.fp16.enabled) {
     loss_scale_ =
         cfg.fp16.loss_scale > 0 ? cfg.fp16.loss_scale : std::ldexp(1.0, static_cast<int>(cfg.fp16.initial_scale_power));
@@ -220,7 +225,7 @@ std::map<std::string, std::vector<float>> Engine::collect_parameters() {
   const auto& c = groups_.coord;
   // One rank writes each element: replica 0, and tp slot 0 for parameters every slot holds whole.
   store_->visit_full_values([&](const nn::Parameter& p, const Tensor& value) {
-    if (layout::replica_of(groups_.layout, c) != 0 || (!p.shard.sharded() && c.tp != 0)) return;
+    if (store_->replica_rank(p) != 0 || (!nn::tp_sharded(p) && c.tp != 0)) return;
     const std::vector<float> local = value.to_host_floats();
     std::vector<float> global(static_cast<size_t>(shape_numel(p.global_shape)), 0.0f);
     for (size_t i = 0; i < local.size(); ++i)

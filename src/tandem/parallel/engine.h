@@ -16,6 +16,7 @@
 #include "tandem/optim/adamw.h"
 #include "tandem/parallel/pipeline/executor.h"
 #include "tandem/parallel/tensor/context_exchange.h"
+#include "tandem/parallel/tensor/expert_exchange.h"
 #include "tandem/parallel/tensor/tp_reducer.h"
 #include "tandem/parallel/zero/parameter_store.h"
 #include "tandem/parallel/zero/timeline_recorder.h"
@@ -113,6 +114,7 @@ class Engine {
   std::unique_ptr<device::AccountedDevice> host_;  // with offload, made before the store that fills it
   std::unique_ptr<CommTpReducer> tp_reducer_;
   std::unique_ptr<CommContextExchange> context_exchange_;  // with context parallelism
+  std::unique_ptr<CommExpertExchange> expert_exchange_;    // with expert parallelism
   nn::ContextSplit context_;                               // this rank's shard of each sequence
   nn::Model model_;
   std::vector<pipeline::LayerRange> all_chunks_;  // by global stage

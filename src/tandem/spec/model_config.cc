@@ -124,6 +124,17 @@ void check_context(const ModelConfig& model, int cp, int tp) {
              model);
 }
 
+void check_experts(const ModelConfig& model, int ep) {
+  if (ep == 1) return;
+  const auto* llama = std::get_if<LlamaConfig>(&model);
+  if (!llama || llama->moe.num_experts == 0)
+    TANDEM_FAIL("parallel.expert ", ep, " spreads a mixture of experts' experts over ranks; this ", model_type(model),
+                " model has none: remove parallel.expert");
+  if (llama->moe.num_experts % ep != 0)
+    TANDEM_FAIL("parallel.expert ", ep, " does not divide the model's ", llama->moe.num_experts,
+                " experts: each expert slot holds an equal share; choose a divisor of ", llama->moe.num_experts);
+}
+
 std::string model_type(const ModelConfig& model) {
   return std::visit(Cases{[](const MlpConfig&) { return "mlp"; }, [](const GptConfig&) { return "gpt"; },
                           [](const LlamaConfig&) { return "llama"; }},

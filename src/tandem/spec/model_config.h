@@ -51,4 +51,8 @@ void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
 // all-to-all regroups by heads). The Llama family only.
 void check_context(const ModelConfig& model, int cp, int tp);
 
+// Throws Error, saying what to change, when the experts cannot be spread over `ep` expert-parallel slots: the model
+// must have mixture-of-experts layers and ep must divide their number of experts.
+void check_experts(const ModelConfig& model, int ep);
+
 }  // namespace tandem::spec

@@ -30,18 +30,16 @@ constexpr size_t kWriteChunk = size_t{64} << 20;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The pieces this rank saves: what it updates, once per logical element (dp rank 0 at ZeRO stage 0, where every
-// replica holds everything; tp slot 0 for parameters every slot holds whole; not a tied replica, whose original is
-// saved where it lives).
+// The pieces this rank saves: what it updates, once per logical element (at ZeRO stage 0, where every replica holds
+// everything, the first of the ranks holding it: ParameterStore::saves_state; tp slot 0 for parameters every slot holds
+// whole; not a tied replica, whose original is saved where it lives).
 void visit_saved(parallel::Engine& engine, const layout::Coord& coord,
                  const std::function<void(const nn::Parameter&, const std::string& key, int64_t offset,
                                           const Tensor& value, const Tensor& m, const Tensor& v)>& fn) {
-  const bool replicated_state = engine.store().zero_stage() == 0;
+  const parallel::ParameterStore& store = engine.store();
   engine.store().visit_owned(
       [&](const nn::Parameter& p, int64_t offset, const Tensor& value, const Tensor& m, const Tensor& v) {
-        if (p.replica || (replicated_state && layout::replica_of(engine.layout(), coord) != 0) ||
-            (!p.shard.sharded() && coord.tp != 0))
-          return;
+        if (p.replica || !store.saves_state(p) || (!nn::tp_sharded(p) && coord.tp != 0)) return;
         fn(p, p.name + "@" + std::to_string(p.shard.part) + ":" + std::to_string(offset), offset, value, m, v);
       });
 }

@@ -210,6 +210,39 @@ std::unique_ptr<Request> NcclCommunicator::all_to_all_async(const Tensor& in, co
   });
 }
 
+// The uneven form: the same group of sends and receives, each peer's slice of its own size (empty ones left out).
+std::unique_ptr<Request> NcclCommunicator::all_to_all_v_async(const Tensor& in, const std::vector<int64_t>& send,
+                                                              const Tensor& out, const std::vector<int64_t>& recv) {
+  const auto n = static_cast<size_t>(size());
+  TANDEM_CHECK(send.size() == n && recv.size() == n && in.dtype() == out.dtype(), "all_to_all_v over ", n, " ranks");
+  int64_t sent = 0, received = 0;
+  for (size_t j = 0; j < n; ++j) {
+    sent += send[j];
+    received += recv[j];
+  }
+  TANDEM_CHECK(sent <= in.numel() && received <= out.numel(), "all_to_all_v of ", sent, " elements from ", in.numel(),
+               " into ", received, " of ", out.numel());
+  return enqueue(mpi::kAllToAll, 0, {}, device_.comm_stream(), {in, out}, [&] {
+    const size_t width = dtype_size(in.dtype());
+    size_t from = 0, to = 0;
+    check_nccl(ncclGroupStart(), "ncclGroupStart", name());
+    for (size_t peer = 0; peer < n; ++peer) {
+      const auto s = static_cast<size_t>(send[peer]), r = static_cast<size_t>(recv[peer]);
+      if (s > 0)
+        check_nccl(ncclSend(static_cast<const char*>(in.raw()) + from * width, s, nccl_type(in.dtype()),
+                            static_cast<int>(peer), comm_, device_.comm_stream()),
+                   "ncclSend", name());
+      if (r > 0)
+        check_nccl(ncclRecv(static_cast<char*>(out.raw()) + to * width, r, nccl_type(in.dtype()),
+                            static_cast<int>(peer), comm_, device_.comm_stream()),
+                   "ncclRecv", name());
+      from += s;
+      to += r;
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd", name());
+  });
+}
+
 // Point-to-point: NCCL pairs a rank's sends to a peer with that peer's receives in posting order per
 // communicator; the pipeline schedules post both sides of each channel in the same order.
 std::unique_ptr<Request> NcclCommunicator::send_async(const Tensor& t, int peer, int tag) {

@@ -52,6 +52,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Request> all_gather_async(const Tensor& in, const Tensor& out) override;
   std::unique_ptr<Request> broadcast_async(const Tensor& t, int root) override;
   std::unique_ptr<Request> all_to_all_async(const Tensor& in, const Tensor& out) override;
+  std::unique_ptr<Request> all_to_all_v_async(const Tensor& in, const std::vector<int64_t>& send, const Tensor& out,
+                                              const std::vector<int64_t>& recv) override;
   std::unique_ptr<Request> send_async(const Tensor& t, int peer, int tag) override;
   std::unique_ptr<Request> recv_async(const Tensor& t, int peer, int tag) override;
   void barrier() override;

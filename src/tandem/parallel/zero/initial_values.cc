@@ -15,7 +15,7 @@
 namespace tandem::parallel {
 
 void UnitBuilder::add_frozen_values(Unit& u) {
-  const ZeroSharding& zero = s_.zero;
+  const ZeroSharding& zero = *u.zero;
   PurposeScope as_parameters(s_.device, MemoryPurpose::Parameters);
   // The whole buffer at stages 0-2, drawn on every rank alike (nothing to gather); the owned shard at stage 3.
   const bool sharded = zero.stage() == 3;
@@ -37,7 +37,7 @@ void UnitBuilder::add_frozen_values(Unit& u) {
 void UnitBuilder::draw_swapped(const std::vector<std::unique_ptr<Unit>>& units) {
   for (const auto& u : units) {
     if (u->state != Where::SwapFile) continue;
-    const int64_t mn = u->owned_grads.numel(), m0 = s_.zero.master_begin(*u);
+    const int64_t mn = u->owned_grads.numel(), m0 = u->zero->master_begin(*u);
     s_.swap.write_initial(*u, [&](const Tensor& master) {  // (mn) fp32, zeroed
       for (size_t i = 0; i < u->params.size(); ++i) {
         const int64_t a = std::max(u->offsets[i], m0),
@@ -107,11 +107,12 @@ void ParameterStore::write_frozen(const std::function<void(const nn::Parameter&,
   ZeroSharding::Pending pending;
   for (auto& u : units_) {
     if (!u->frozen) continue;
-    const bool sharded = zero_.stage() >= 1;
-    const int64_t begin = sharded ? zero_.owned_begin(*u) : 0, count = sharded ? u->shard : zero_.padded(*u);
-    const Tensor held = zero_.stage() == 3 ? u->owned_values_device : u->full_values.flat_slice(begin, count, {count});
+    ZeroSharding& zero = *u->zero;
+    const bool sharded = zero.stage() >= 1;
+    const int64_t begin = sharded ? zero.owned_begin(*u) : 0, count = sharded ? u->shard : zero.padded(*u);
+    const Tensor held = zero.stage() == 3 ? u->owned_values_device : u->full_values.flat_slice(begin, count, {count});
     if (device_.holds_data()) fill_frozen(*u, begin, held, fill);  // a counting device: nothing to write
-    if (zero_.stage() == 1 || zero_.stage() == 2) zero_.regather(*u, &pending);
+    if (zero.stage() == 1 || zero.stage() == 2) zero.regather(*u, &pending);
   }
   for (auto& r : pending) r->wait();
 }

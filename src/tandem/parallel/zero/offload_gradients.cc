@@ -14,14 +14,14 @@ void ParameterStore::make_current(Unit& u) {
   wait_updated(u);
   device_.device_waits(u.upload);
   if (!u.stale) return;
-  zero_.regather(u);
+  u.zero->regather(u);
   u.stale = false;
 }
 
 void ParameterStore::prepare_gradient(Unit& u) {
   PurposeScope scope(device_, MemoryPurpose::ZeroBuffers);
-  const Shape full{zero_.padded(u)};
-  if (zero_.grads_transient() || u.arrived == 0) {
+  const Shape full{u.zero->padded(u)};
+  if (u.zero->grads_transient() || u.arrived == 0) {
     u.full_grads = Tensor::zeros(full, DType::F32, device_, u.label + " gradients");
   } else {
     // The sum of the step's earlier micro-batches, back up for this backward to add into.
@@ -43,12 +43,12 @@ void ParameterStore::download_gradient(Unit& u) {
   d.last = last;
   d.source = u.full_grads;         // the full sum so far; with one replica also the owned shard
   Tensor dst = u.full_grads_host;  // where the copy lands on the host
-  if (zero_.grads_transient() || last) {
-    if (zero_.size() > 1) d.source = zero_.reduced(u);
+  if (u.zero->grads_transient() || last) {
+    if (u.zero->size() > 1) d.source = u.zero->reduced(u);
     // At stages 0-1 the step's one reduced sum; at 2-3 the step's first micro-batch goes straight into the host
     // shard and the later ones land beside it, to be added.
     dst = u.owned_grads;
-    if (zero_.grads_transient() && u.arrived > 1) {
+    if (u.zero->grads_transient() && u.arrived > 1) {
       PurposeScope host_scope(host(), MemoryPurpose::ZeroBuffers);
       d.staging = dst = Tensor::empty({u.shard}, DType::F32, host(), u.label + " gradient from the device");
     }

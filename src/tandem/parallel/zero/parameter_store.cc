@@ -11,10 +11,13 @@ namespace tandem::parallel {
 
 ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp,
                                Device& device, uint64_t seed, const spec::OptimizerConfig& adamw, DType compute,
-                               comm::Communicator* tied, const OffloadOptions& offload)
+                               comm::Communicator* tied, const OffloadOptions& offload, comm::Communicator* experts)
     : model_(model),
       compute_(compute),
       zero_(zero_stage, dp, device, compute, offload.param.enabled()),
+      expert_zero_(experts
+                       ? std::make_unique<ZeroSharding>(zero_stage, *experts, device, compute, offload.param.enabled())
+                       : nullptr),
       tied_(tied),
       device_(device),
       host_(offload.host),
@@ -27,7 +30,8 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
   TANDEM_CHECK(!param_offload_ || offload.optimizer.enabled(), "offload_param needs offload_optimizer");
   held_.assign(model.layers().size(), false);
   for (size_t layer : layers) held_.at(layer) = true;
-  UnitBuilder builder({model, zero_, device_, host_, swap_, compute_, seed, offload, tied_ != nullptr});
+  UnitBuilder builder(
+      {model, zero_, expert_zero_.get(), device_, host_, swap_, compute_, seed, offload, tied_ != nullptr});
   Units units = builder.build(layers);
   units_ = std::move(units.all);
   units_of_layer_ = std::move(units.of_layer);
@@ -73,8 +77,18 @@ const std::vector<int>& ParameterStore::units_of(size_t layer) const {
   return units_of_layer_[layer];
 }
 
+const Unit& ParameterStore::unit_of(const nn::Parameter& p) const {
+  for (const auto& u : units_) {
+    for (const nn::Parameter* q : u->params)
+      if (q == &p) return *u;
+    for (const nn::Parameter* q : u->aliases)
+      if (q == &p) return *u;
+  }
+  TANDEM_FAIL("'", p.name, "' is not held here");
+}
+
 void ParameterStore::gather_values(Unit& u) {
-  zero_.gather(u, [&](const Tensor& own) {
+  u.zero->gather(u, [&](const Tensor& own) {
     if (!u.offloaded()) {
       ops::cast(u.master, own);
     } else if (param_offload_) {
@@ -101,8 +115,8 @@ void ParameterStore::refresh_values(bool offloaded_too) {
     if (u->frozen) continue;  // never updated (write_frozen gathers what it writes)
     if (u->offloaded()) {
       if (offloaded_too) updater_->upload_current(*u, fence);
-    } else if (!zero_.values_transient()) {  // else gathered from the master when needed
-      zero_.refresh(*u, pending);
+    } else if (!u->zero->values_transient()) {  // else gathered from the master when needed
+      u->zero->refresh(*u, pending);
     }
   }
   for (auto& r : pending) r->wait();
@@ -133,15 +147,17 @@ void ParameterStore::before_forward(size_t layer) {
 }
 
 void ParameterStore::use_values(Unit& u) {
-  if (zero_.values_transient())
+  if (u.zero->values_transient())
     gather_values(u);
   else if (u.offloaded())
     make_current(u);
 }
 
 void ParameterStore::after_forward(size_t layer) {
-  if (zero_.values_transient())
-    for (int i : units_of(layer)) zero_.release(*units_[static_cast<size_t>(i)]);
+  for (int i : units_of(layer)) {
+    Unit& u = *units_[static_cast<size_t>(i)];
+    if (u.zero->values_transient()) u.zero->release(u);
+  }
   if (observer_) observer_->layer_ended(layer, StepObserver::Pass::Forward, model_.layers()[layer]->name());
 }
 
@@ -152,8 +168,8 @@ void ParameterStore::before_backward(size_t layer) {
     use_values(u);
     if (u.offloaded()) {
       prepare_gradient(u);
-    } else if (zero_.grads_transient() && !u.frozen) {
-      zero_.open_gradients(u);
+    } else if (u.zero->grads_transient() && !u.frozen) {
+      u.zero->open_gradients(u);
     }
   }
 }
@@ -163,10 +179,10 @@ void ParameterStore::after_backward(size_t layer) {
     Unit& u = *units_[static_cast<size_t>(i)];
     if (u.offloaded()) {
       download_gradient(u);
-    } else if (zero_.grads_transient() && !u.frozen) {
-      zero_.close_gradients(u);
+    } else if (u.zero->grads_transient() && !u.frozen) {
+      u.zero->close_gradients(u);
     }
-    if (zero_.values_transient()) zero_.release(u);
+    if (u.zero->values_transient()) u.zero->release(u);
   }
   if (observer_) observer_->layer_ended(layer, StepObserver::Pass::Backward, model_.layers()[layer]->name());
 }
@@ -174,26 +190,33 @@ void ParameterStore::after_backward(size_t layer) {
 void ParameterStore::reduce_gradients() {
   finish_download();
   // Offloaded units reduced theirs as their backward ended.
-  std::vector<Unit*> resident;
-  for (auto& u : units_)
-    if (!u->offloaded() && !u->frozen) resident.push_back(u.get());
-  zero_.reduce(resident);
+  // Each group's resident units together: the dp group's, then the expert units' over theirs.
+  for (ZeroSharding* zero : {&zero_, expert_zero_.get()}) {
+    std::vector<Unit*> resident;
+    for (auto& u : units_)
+      if (u->zero == zero && !u->offloaded() && !u->frozen) resident.push_back(u.get());
+    if (!resident.empty()) zero->reduce(resident);
+  }
 }
 
 void ParameterStore::tie_gradients() {
   for (auto& u : units_)
-    if (u->tied_remote && !u->frozen) tied_->all_reduce(zero_.update_grads(*u), comm::ReduceOp::Sum);
+    if (u->tied_remote && !u->frozen) tied_->all_reduce(u->zero->update_grads(*u), comm::ReduceOp::Sum);
 }
 
 double ParameterStore::grad_sum_of_squares(bool count_replicated) const {
-  if (!zero_.counts_gradients()) return 0.0;
   std::vector<Tensor> counted;
   const auto& segments = adamw_->segments();
-  // A replica's gradient is its original's (summed between them): counted once, where the original is.
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const nn::Parameter& p = *segment_param_[i];
-    if (!p.replica && (count_replicated || p.shard.sharded())) counted.push_back(segments[i].grad);
+  // A replica's gradient is its original's (summed between them): counted once, where the original is. A unit's
+  // gradients are counted by the ranks its sharding says (all of them for their shards, or the group's first).
+  for (const auto& u : units_) {
+    if (!u->zero->counts_gradients()) continue;
+    for (size_t i = u->first_segment; i < u->end_segment; ++i) {
+      const nn::Parameter& p = *segment_param_[i];
+      if (!p.replica && (count_replicated || nn::tp_sharded(p))) counted.push_back(segments[i].grad);
+    }
   }
+  if (counted.empty()) return 0.0;
   // One wait for the device, not one per segment; the segments' sums are added in this order. With part of the
   // state offloaded the segments sit on two devices: a run on a host is added segment by segment (no wait, and the
   // same additions in the same order as one call over everything, so offload keeps the CPU backend's bits); a run on
@@ -263,7 +286,7 @@ void ParameterStore::visit_full_values(const std::function<void(const nn::Parame
     use_values(*u);
     for (nn::Parameter* p : u->params)
       if (!p->replica) fn(*p, p->value);
-    if (zero_.values_transient()) zero_.release(*u);
+    if (u->zero->values_transient()) u->zero->release(*u);
   }
 }
 

@@ -1,13 +1,14 @@
 // ParameterStore: where the parameters, gradients and optimizer state of the layers this rank holds live, and what
 // happens to them in a step, under ZeRO stage 0-3 across the data-parallel group (the same pipeline stage and tp slot
-// in every virtual GPU). Each layer is a unit (unit.h) with its own flat buffers of P_u elements, padded to a multiple
-// of dp and cut into dp equal shards; rank d owns shard d. Its parts, one job each: UnitBuilder (unit_builder.h) makes
-// the units, places them and draws their initial values; ZeroSharding (zero_sharding.h) is the stage, what the rank
-// owns, gathers and reduces; OffloadUpdater (offload_updater.h) the host's side of offload; SwapFiles (swap_files.h)
-// the swap files; a StepObserver (step_observer.h) is told of each step and hook.
-// Mixed precision: the values layers read are in the compute dtype (f32, bf16 or f16); the optimizer
-// updates fp32 master values (the same memory as the values when computing in fp32, a separate fp32 copy of
-// the owned part otherwise); gradients are accumulated and reduced in fp32.
+// in every virtual GPU); under expert parallelism an expert slot's experts are units of their own, sharded alike over
+// the ranks that hold the same experts (the edp group, layout/groups.h), each unit taking its group's ZeroSharding.
+// Each layer is a unit (unit.h) with its own flat buffers of P_u elements, padded to a multiple of dp and cut into dp
+// equal shards; rank d owns shard d. Its parts, one job each: UnitBuilder (unit_builder.h) makes the units, places them
+// and draws their initial values; ZeroSharding (zero_sharding.h) is the stage, what the rank owns, gathers and reduces;
+// OffloadUpdater (offload_updater.h) the host's side of offload; SwapFiles (swap_files.h) the swap files; a
+// StepObserver (step_observer.h) is told of each step and hook. Mixed precision: the values layers read are in the
+// compute dtype (f32, bf16 or f16); the optimizer updates fp32 master values (the same memory as the values when
+// computing in fp32, a separate fp32 copy of the owned part otherwise); gradients are accumulated and reduced in fp32.
 // Frozen parameters (nn::Parameter::trainable false: the base model under LoRA): a layer's frozen parameters form a
 // unit of their own that holds only compute-dtype values (the whole buffer at stages 0-2, the owned shard at stage 3,
 // gathered around forward and backward as any unit's): no gradients, no fp32 master, no optimizer segments, so the
@@ -55,13 +56,19 @@ class ParameterStore final : public nn::Model::LayerHooks {
   // `layers`: the model layers this rank holds, in order. Initialises every parameter from the seed
   // (each rank draws only what it keeps, so the values equal the single-device run's).
   // `tied`: the group of the first and last pipeline stages (layout::Groups::tied), needed when a tied parameter's
-  // uses sit on both.
+  // uses sit on both. `experts`: with expert parallelism, the ranks holding this rank's experts (layout::Groups::edp).
   ParameterStore(nn::Model& model, std::vector<size_t> layers, int zero_stage, comm::Communicator& dp, Device& device,
                  uint64_t seed, const spec::OptimizerConfig& adamw, DType compute = DType::F32,
-                 comm::Communicator* tied = nullptr, const OffloadOptions& offload = {});
+                 comm::Communicator* tied = nullptr, const OffloadOptions& offload = {},
+                 comm::Communicator* experts = nullptr);
   ~ParameterStore() override;
 
   int zero_stage() const { return zero_.stage(); }
+  // The rank among the ranks that hold the same values of `p` (the dp group, or an expert's edp group); 0 on the first.
+  int replica_rank(const nn::Parameter& p) const { return unit_of(p).zero->rank(); }
+  // Whether the optimizer state of `p` this rank updates is its alone to save: its owned shard at stages 1-3; at stage
+  // 0, where every rank of the group holds it whole, on the group's first rank only.
+  bool saves_state(const nn::Parameter& p) const { return unit_of(p).zero->counts_gradients(); }
   DType compute_dtype() const { return compute_; }
   // Whether any unit's optimizer state lives in host memory (or a swap file).
   bool offloaded() const { return offloaded_units_ > 0; }
@@ -139,6 +146,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   };
 
   const std::vector<int>& units_of(size_t layer) const;
+  const Unit& unit_of(const nn::Parameter& p) const;
   // A transient unit's full values gathered (zero_sharding.h), this rank's shard taken from where the unit keeps it.
   void gather_values(Unit& u);
   // The owned compute-dtype values from the fp32 master (stages 0-2), then the shards gathered (1, 2); with
@@ -173,6 +181,7 @@ class ParameterStore final : public nn::Model::LayerHooks {
   nn::Model& model_;
   DType compute_;
   ZeroSharding zero_;  // the units' stage over the dp group: what this rank owns, gathers and reduces
+  std::unique_ptr<ZeroSharding> expert_zero_;  // the expert units' over the edp group; null without expert parallelism
   comm::Communicator* tied_;
   Device& device_;
   device::AccountedDevice* host_ = nullptr;  // with offload: host memory

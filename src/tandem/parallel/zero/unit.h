@@ -17,11 +17,16 @@ namespace tandem::parallel {
 // nvme), paged into a host buffer for each use.
 enum class Where { Device, Host, SwapFile };
 
+class ZeroSharding;
+
 struct Unit {
   std::vector<nn::Parameter*> params;
+  // Its sharding over the ranks that hold the same parameters: the dp group's, or for an expert slot's experts (under
+  // expert parallelism) the edp group's. Not owned.
+  ZeroSharding* zero = nullptr;
   std::vector<int64_t> offsets;  // of each parameter in the unit's flat buffer
   int64_t numel = 0;             // P_u
-  int64_t shard = 0;             // ceil(P_u / dp): the padded buffer is shard * dp
+  int64_t shard = 0;             // ceil(P_u / dp): the padded buffer is shard * dp (dp: its group's size)
   std::string label;             // "layer 3 (blocks.2)" for allocation names
 
   // Placements, fixed when the unit is built.

@@ -49,10 +49,13 @@ Units UnitBuilder::build(const std::vector<size_t>& layers) {
   for (size_t layer : layers) {
     const std::string& name = s_.model.layers()[layer]->name();
     const std::string label = "layer " + std::to_string(layer) + (name.empty() ? "" : " (" + name + ")");
-    std::vector<nn::Parameter*> plain, frozen;
+    // An expert slot's experts are units of their own, sharded over the ranks that hold the same experts.
+    std::vector<nn::Parameter*> plain, frozen, experts, frozen_experts;
     for (nn::Parameter* p : s_.model.layers()[layer]->parameters()) {
       if (!uses_held.count(p->name)) {
-        (p->trainable ? plain : frozen).push_back(p);
+        TANDEM_CHECK(!p->expert || s_.experts, "'", p->name, "' holds an expert slot's experts but the store has no ",
+                     "group of that slot's replicas");
+        (p->expert ? (p->trainable ? experts : frozen_experts) : (p->trainable ? plain : frozen)).push_back(p);
         continue;
       }
       // A tied parameter is a unit of its own, so the copies on two stages shard alike; one unit when this rank
@@ -70,26 +73,32 @@ Units UnitBuilder::build(const std::vector<size_t>& layers) {
       TANDEM_CHECK(!tied_remote || s_.has_tied_group, "'", p->name,
                    "' is tied across pipeline stages but the engine gave the store no tied group");
       tied_unit[p->name] =
-          add(layer, {p}, label + " '" + p->name + "'", offload_next({p}, tied_remote), uses_held.at(p->name));
+          add(layer, {p}, label + " '" + p->name + "'", offload_next({p}, tied_remote), uses_held.at(p->name), s_.zero);
       units_.all.back()->tied_remote = tied_remote;
     }
-    if (!plain.empty()) add(layer, plain, label, offload_next(plain, false), 1);
+    if (!plain.empty()) add(layer, plain, label, offload_next(plain, false), 1, s_.zero);
+    if (!experts.empty()) add(layer, experts, label + " experts", offload_next(experts, false), 1, *s_.experts);
     if (!frozen.empty()) {
       for (const nn::Parameter* p : frozen) seen_parameters += shape_numel(p->shape);
-      add(layer, frozen, label + " frozen", /*offload=*/false, 1);
+      add(layer, frozen, label + " frozen", /*offload=*/false, 1, s_.zero);
+    }
+    if (!frozen_experts.empty()) {
+      for (const nn::Parameter* p : frozen_experts) seen_parameters += shape_numel(p->shape);
+      add(layer, frozen_experts, label + " frozen experts", /*offload=*/false, 1, *s_.experts);
     }
   }
   return std::move(units_);
 }
 
-int UnitBuilder::add(size_t layer, std::vector<nn::Parameter*> params, std::string label, bool offload, int uses) {
-  const ZeroSharding& zero = s_.zero;
+int UnitBuilder::add(size_t layer, std::vector<nn::Parameter*> params, std::string label, bool offload, int uses,
+                     ZeroSharding& zero) {
   const DType compute = s_.compute;
   Device& device = s_.device;
   const bool param_offload = s_.offload.param.enabled();
   const bool swap_state = s_.offload.optimizer.device == spec::OffloadDevice::Nvme;
   const bool swap_values = s_.offload.param.device == spec::OffloadDevice::Nvme;
   auto u = std::make_unique<Unit>();
+  u->zero = &zero;
   u->params = std::move(params);
   u->uses = uses;
   u->label = std::move(label);

@@ -48,12 +48,13 @@ class UnitBuilder {
  public:
   struct Setup {
     nn::Model& model;
-    const ZeroSharding& zero;  // the units' sharding: what this rank owns of each
-    Device& device;            // where the step runs
-    Device* host;              // offloaded state's memory; null without offload
-    SwapFiles& swap;           // nvme: the regions of swapped state and values, placed here
-    DType compute;             // the values' dtype
-    uint64_t seed;             // initial values
+    ZeroSharding& zero;     // the units' sharding over dp: what this rank owns of each
+    ZeroSharding* experts;  // an expert slot's experts' sharding (over edp); null without expert parallelism
+    Device& device;         // where the step runs
+    Device* host;           // offloaded state's memory; null without offload
+    SwapFiles& swap;        // nvme: the regions of swapped state and values, placed here
+    DType compute;          // the values' dtype
+    uint64_t seed;          // initial values
     const OffloadOptions& offload;
     bool has_tied_group;  // a tied parameter's uses may sit on two pipeline stages
   };
@@ -68,8 +69,9 @@ class UnitBuilder {
  private:
   // The unit of `params` (used by `layer`), its buffers and its optimizer segments; returns its index. `offload`: its
   // optimizer state goes to host memory; `uses`: the layers of this rank that use it (2 for a tied parameter both of
-  // whose uses it holds).
-  int add(size_t layer, std::vector<nn::Parameter*> params, std::string label, bool offload, int uses);
+  // whose uses it holds); `zero`: its sharding.
+  int add(size_t layer, std::vector<nn::Parameter*> params, std::string label, bool offload, int uses,
+          ZeroSharding& zero);
   // A frozen unit's compute-dtype values, initialised from the seed (add's part for frozen parameters).
   void add_frozen_values(Unit& u);
   // dst (elements [first, first + numel) of p's initial values; any float dtype, on the device or in host memory) =
