@@ -2,7 +2,8 @@
 // the routed rows exchanged with uneven all-to-alls. First the exchange itself (the uneven all-to-all and the route's
 // regrouping), then equivalence: a Qwen3-MoE (a sparse and a dense layer, the balance loss in the loss) trained with
 // its experts spread, at every ZeRO stage, beside tp, pp and cp, with LoRA on a frozen base (the frozen experts sharded
-// over their own replicas), must match the one-device run within the fp32 bounds of equivalence_bounds.h; and a run
+// over their own replicas) and with the optimizer state (and the parameters) offloaded to host memory, must match the
+// one-device run within the fp32 bounds of equivalence_bounds.h; and a run
 // gives the same bits twice. Each rank's micro-batch is one of the one-device run's (train_batch_size 8, 4
 // micro-batches of 2), so the balance loss, which is per micro-batch as in transformers, is the same. Run under mpirun
 // -np 4.
@@ -75,22 +76,36 @@ struct Case {
   std::string model;
   int dp, pp, tp, cp, ep, zero;
   bool checkpointing = false;
+  // "": none; "offload": the optimizer state in host memory (the experts' units too); "offload_param": the parameters
+  // as well
+  std::string extra = "";
 };
 
 std::string case_name(const Case& c) {
   std::ostringstream os;
   os << c.model << "_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_cp" << c.cp << "_ep" << c.ep << "_zero"
-     << c.zero << (c.checkpointing ? "_recompute" : "");
+     << c.zero << (c.checkpointing ? "_recompute" : "") << (c.extra.empty() ? "" : "_" + c.extra);
   return os.str();
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
 std::vector<Case> cases() {
-  return {{"moe", 4, 1, 1, 1, 2, 0},       {"moe", 4, 1, 1, 1, 2, 1},       {"moe", 4, 1, 1, 1, 2, 2},
-          {"moe", 4, 1, 1, 1, 2, 3},       {"moe", 4, 1, 1, 1, 4, 0},       {"moe", 4, 1, 1, 1, 4, 3, true},
-          {"moe", 2, 1, 2, 1, 2, 0},       {"moe", 2, 1, 2, 1, 2, 3},       {"moe_quiet", 2, 2, 1, 1, 2, 1},
-          {"moe_quiet", 2, 1, 1, 2, 2, 1}, {"moe_quiet", 2, 1, 1, 2, 4, 3}, {"moe_lora", 4, 1, 1, 1, 2, 3},
-          {"moe_lora", 2, 1, 2, 1, 2, 1}};
+  return {{"moe", 4, 1, 1, 1, 2, 0},
+          {"moe", 4, 1, 1, 1, 2, 1},
+          {"moe", 4, 1, 1, 1, 2, 2},
+          {"moe", 4, 1, 1, 1, 2, 3},
+          {"moe", 4, 1, 1, 1, 4, 0},
+          {"moe", 4, 1, 1, 1, 4, 3, true},
+          {"moe", 2, 1, 2, 1, 2, 0},
+          {"moe", 2, 1, 2, 1, 2, 3},
+          {"moe_quiet", 2, 2, 1, 1, 2, 1},
+          {"moe_quiet", 2, 1, 1, 2, 2, 1},
+          {"moe_quiet", 2, 1, 1, 2, 4, 3},
+          {"moe_lora", 4, 1, 1, 1, 2, 3},
+          {"moe_lora", 2, 1, 2, 1, 2, 1},
+          {"moe", 4, 1, 1, 1, 2, 2, false, "offload"},
+          {"moe", 4, 1, 1, 1, 2, 3, false, "offload_param"},
+          {"moe_quiet", 2, 2, 1, 1, 2, 1, false, "offload"}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the exchange at ZeRO-3 with its experts' own
@@ -145,6 +160,8 @@ Json layout_config(const Case& c) {
   cfg["parallel"] = {{"virtual_gpus", c.dp}, {"pipeline", c.pp}, {"tensor", c.tp},
                      {"context", c.cp},      {"expert", c.ep},   {"activation_checkpointing", c.checkpointing},
                      {"timeout_s", 120}};
+  if (!c.extra.empty()) cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  if (c.extra == "offload_param") cfg["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
   return cfg;
 }
 

@@ -527,14 +527,6 @@ Json validate(Json cfg, std::vector<std::string>& no_effect) {
   rewrite_expert_parallel(cfg);
   validate_parallel(top);
   validate_cpu_checkpointing(top);
-  const bool expert_parallel =
-      cfg.contains("parallel") && cfg.at("parallel").is_object() && cfg.at("parallel").value("expert", 1) > 1;
-  if (expert_parallel &&
-      (zero.at("offload_optimizer").at("device") != "none" || zero.at("offload_param").at("device") != "none"))
-    TANDEM_FAIL("parallel.expert ", cfg.at("parallel").at("expert").dump(),
-                " with zero_optimization.offload_optimizer or offload_param is not built yet: the experts of an expert "
-                "slot keep their state on the device; remove the offload keys, or parallel.expert (every expert on "
-                "each device, sharded by ZeRO, then offloads)");
   Fields c(top.object("checkpoint"), "checkpoint");
   only_with_deepspeed(c, setting_keys("checkpoint"), no_effect);
   for (const std::string& k : setting_keys("checkpoint")) read_setting(c, k);

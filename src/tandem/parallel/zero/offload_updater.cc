@@ -6,6 +6,7 @@
 
 #include "tandem/ops/ops.h"
 #include "tandem/ops/profile.h"
+#include "tandem/parallel/zero/zero_sharding.h"
 
 namespace tandem::parallel {
 
@@ -146,15 +147,15 @@ Tensor OffloadUpdater::values_for_upload(Unit& u, int64_t n) {
 
 void OffloadUpdater::upload(Unit& u, const Tensor& source, int64_t at, uint64_t after, StepObserver* watcher) {
   if (s_.param_offload) return;  // the device takes the host shard just before each gather
-  const Tensor& own =
-      s_.values_transient ? u.owned_values_device : u.full_values.flat_slice(s_.dp_rank * u.shard, u.shard, {u.shard});
+  // The owned shard's place: its unit's sharding says whether the full values stay, and where this rank's part is.
+  const Tensor& own = u.zero->values_transient() ? u.owned_values_device : u.zero->owned(u, u.full_values);
   const Tensor dst = own.flat_slice(at, source.numel(), {source.numel()});
   // Uploads leave in order on their stream: the last piece's ticket stands for the unit's whole upload.
   const auto copy = [&] { return s_.device.copy_from_host_async(dst.raw(), source.raw(), dst.nbytes(), after); };
   u.upload = watcher ? watcher->values_up(u.label, after, copy) : copy();
   if (u.staged()) upload_tickets_[u.upload_buffer] = u.upload;
   // With one replica the owned slice is the whole buffer; otherwise the replicas' slices are gathered again.
-  u.stale = !s_.values_transient && s_.dp_size > 1;
+  u.stale = !u.zero->values_transient() && u.zero->size() > 1;
 }
 
 }  // namespace tandem::parallel

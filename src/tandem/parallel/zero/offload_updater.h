@@ -50,8 +50,6 @@ class OffloadUpdater {
     SwapFiles& swap;                            // nvme: the swapped units' state and values
     DType compute;                              // the values' dtype
     int64_t upload_piece;                       // offload_optimizer.upload_piece: a staged unit's pieces, elements
-    int dp_rank, dp_size;                       // the owned shard's place in the full values
-    bool values_transient;                      // the full values exist only around forward and backward
     bool param_offload;                         // offload_param: the device takes the host values at each gather
   };
   // `largest_staged`: the largest owned shard of a staged unit (0: none), which with upload_piece sizes the buffers.

@@ -53,8 +53,7 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
   for (const auto& u : units_)
     if (u->staged()) largest_staged = std::max(largest_staged, u->owned_grads.numel());
   updater_ = std::make_unique<OffloadUpdater>(
-      OffloadUpdater::Setup{device_, host_, *adamw_, segment_start_, swap_, compute_, upload_piece_, zero_.rank(),
-                            zero_.size(), zero_.values_transient(), param_offload_},
+      OffloadUpdater::Setup{device_, host_, *adamw_, segment_start_, swap_, compute_, upload_piece_, param_offload_},
       largest_staged);
   refresh_values();
 }
