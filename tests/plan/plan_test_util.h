@@ -27,10 +27,13 @@ struct MemCase {
   // attention stays inside documents: data.document_mask) | "llama_fp8" (its block projections in FP8) |
   // "llama_fp8_rowwise" | "llama_fp8_blockwise" (the other recipes) | "llama_qwen3" (Qwen3's per-head norms of q and
   // k, on heads of 32 where hidden / heads is 16) | "llama_qwen3_moe" (its mixture of experts: layers 0 and 2 of 8
-  // experts of 48, top 2, the balance loss in the loss; the measured routing is the model's, the prediction balanced)
+  // experts of 48, top 2, the balance loss in the loss; the measured routing is the model's, the prediction balanced) |
+  // "llama_qwen3_moe_every" (the same with every token routed to each of 4 experts: balanced whatever the router says,
+  // so the rows an expert slot receives under expert parallelism are the prediction's)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   int cp = 1;  // parallel.context: each sequence over cp processes
+  int ep = 1;  // parallel.expert: the experts over ep replicas
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool ckpt = false;
@@ -45,8 +48,8 @@ struct MemCase {
 
   std::string name() const {
     std::ostringstream os;
-    os << model << " dp" << dp << " pp" << pp << " tp" << tp << (cp > 1 ? " cp" + std::to_string(cp) : "") << " zero"
-       << zero;
+    os << model << " dp" << dp << " pp" << pp << " tp" << tp << (cp > 1 ? " cp" + std::to_string(cp) : "")
+       << (ep > 1 ? " ep" + std::to_string(ep) : "") << " zero" << zero;
     if (pp > 1 || virtual_stages > 1)
       os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
     os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (cpu_ckpt ? " host" : "")
@@ -74,6 +77,12 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
+  if (model == "llama_qwen3_moe_every") {
+    Json m = model_config("llama_qwen3_moe");
+    m["num_experts"] = 4;
+    m["num_experts_per_tok"] = 4;
+    return m;
+  }
   if (model == "llama_qwen3_moe")
     return {{"type", "llama"},
             {"vocab_size", 512},
@@ -153,6 +162,7 @@ inline Json case_config(const MemCase& c) {
                 {"timeout_s", 120}}}};
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;
   if (c.cp > 1) cfg["parallel"]["context"] = c.cp;
+  if (c.ep > 1) cfg["parallel"]["expert"] = c.ep;
   if (c.cpu_ckpt) cfg["parallel"]["cpu_checkpointing"] = true;
   if (c.bf16) cfg["bf16"] = {{"enabled", true}};
   if (!lora_config(c.model).is_null()) cfg["lora"] = lora_config(c.model);
@@ -191,7 +201,9 @@ inline plan::Setup case_setup(const MemCase& c) {
 // Trains case `c` for its steps as `rank` of its layout (stand-in groups), then hands the trainer to `inspect`.
 inline void run_case(const MemCase& c, int rank, const std::function<void(train::Trainer&)>& inspect) {
   const config::TrainConfig cfg = config::parse(config::validate(case_config(c)), c.dp);
-  layout::Groups groups = layout::make_stand_in_groups(layout::Layout{c.dp, c.pp, c.tp, c.cp}, rank);
+  layout::Layout l{c.dp, c.pp, c.tp, c.cp};
+  l.ep = c.ep;
+  layout::Groups groups = layout::make_stand_in_groups(l, rank);
   train::TrainOptions opt;
   opt.print = false;
   train::Trainer trainer =

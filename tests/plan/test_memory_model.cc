@@ -113,6 +113,17 @@ std::vector<MemCase> grid() {
       out.push_back(c);
     }
   }
+  // Expert parallelism: each rank keeps its slot's experts (their units sharded over the slot's replicas) and computes
+  // the rows it receives; every token routed to every expert, so they are the balanced prediction's. dp4 with the
+  // experts over 2 at ZeRO-3 and over 4 at ZeRO-1 with recomputation; tp2 x dp2 over 2 in bf16.
+  for (MemCase c :
+       {mem_case(4, 1, 1, 3), mem_case(4, 1, 1, 1), mem_case(2, 1, 2, 2, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_qwen3_moe_every";
+    c.steps = 1;
+    c.ep = c.zero == 1 ? 4 : 2;
+    c.ckpt = c.zero == 1;
+    out.push_back(c);
+  }
   // Documents (data.document_mask): every stage fetches each micro-batch's.
   for (MemCase c : {mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1), mem_case(2, 1, 1, 3)}) {
     c.model = "llama_docs";
@@ -467,6 +478,29 @@ TEST(Preflight, SaysThePeakAndWhatFitsWhenOverBudget) {
   EXPECT_NE(over.message.find("activations"), std::string::npos) << over.message;
   EXPECT_NE(over.message.find("fits (predicted peak"), std::string::npos) << over.message;
   std::printf("[preflight over budget] %s\n%s\n", over.line.c_str(), over.message.c_str());
+}
+
+// A mixture of experts is predicted under balanced routing, and the preflight says so; with its experts spread over
+// ranks it also says that the received rows follow the routing.
+TEST(Preflight, StatesTheRoutingAMixtureOfExpertsIsPredictedUnder) {
+  MemCase c = mem_case(2, 1, 1, 3);
+  c.model = "llama_qwen3_moe";
+  Json json = testing::case_config(c);
+  const config::TrainConfig tc = config::parse(config::validate(json), 2);
+  const plan::PreflightResult all = plan::preflight(tc, layout::resolve_parallel(tc.parallel, 2));
+  EXPECT_NE(all.line.find("mixture of experts: predicted under balanced routing (each of the 8 experts takes 1/8 of "
+                          "the routed rows)"),
+            std::string::npos)
+      << all.line;
+  EXPECT_EQ(all.line.find("actual routing"), std::string::npos) << all.line;
+  json["parallel"]["expert"] = 2;
+  const config::TrainConfig ep = config::parse(config::validate(json), 2);
+  const plan::PreflightResult spread = plan::preflight(ep, layout::resolve_parallel(ep.parallel, 2));
+  EXPECT_NE(spread.line.find("with the experts over 2 ranks, the rows a rank receives follow the actual routing"),
+            std::string::npos)
+      << spread.line;
+  // Each rank keeps half of the experts' weights and their state: less than with every expert on each.
+  EXPECT_LT(spread.peak, all.peak);
 }
 
 // Without "device_memory" the GPU's free memory is the budget; with it, the config's budget wins.

@@ -79,6 +79,12 @@ std::vector<MemCase> grid() {
     c.ckpt = ckpt;
     out.push_back(c);
   }
+  // Expert parallelism over real exchanges: the experts over 2 of 4 replicas at ZeRO-3, every token routed to every
+  // expert (so each slot receives the balanced prediction's rows).
+  MemCase moe = mem_case(4, 1, 1, 3);
+  moe.model = "llama_qwen3_moe_every";
+  moe.ep = 2;
+  out.push_back(moe);
   return out;
 }
 
@@ -86,7 +92,8 @@ TEST(MemoryModelMpi, PredictsEveryRanksMeasuredPeakExactly) {
   std::vector<testing::MemRow> rows;
   const int me = testing::mpi_world().rank();
   for (const MemCase& c : grid()) {
-    const layout::Layout l{c.dp, c.pp, c.tp, c.cp};
+    layout::Layout l{c.dp, c.pp, c.tp, c.cp};
+    l.ep = c.ep;
     const Json json = testing::case_config(c);
     const config::TrainConfig cfg = config::parse(config::validate(json), c.dp);
     layout::Groups groups = layout::make_groups(testing::mpi_world(), l);

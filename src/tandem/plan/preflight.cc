@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "tandem/checkpoint/disk_space.h"
@@ -76,6 +77,16 @@ PreflightResult preflight(const spec::TrainConfig& cfg, const layout::ParallelPl
   std::snprintf(speed, sizeof speed, "; predicted step %.1f ms (%.4g %s)", r.time.step_s * 1e3, r.time.tokens_per_s,
                 r.time.unit);
   r.line += speed;
+  // A mixture of experts' rows per expert are the routing's: the prediction states what it assumed.
+  if (const auto* llama = std::get_if<spec::LlamaConfig>(&cfg.model); llama && llama->moe.num_experts > 0) {
+    r.line += "\nmixture of experts: predicted under balanced routing (each of the " +
+              std::to_string(llama->moe.num_experts) + " experts takes 1/" + std::to_string(llama->moe.num_experts) +
+              " of the routed rows)";
+    if (plan.layout.ep > 1)
+      r.line += "; with the experts over " + std::to_string(plan.layout.ep) +
+                " ranks, the rows a rank receives follow the actual routing, so its peak differs from this by the "
+                "imbalance";
+  }
   r.host_peak = r.memory.host_peak();
   r.host_per_node = r.memory.host_per_node(options.ranks_per_node);
   if (r.host_peak > 0) {
