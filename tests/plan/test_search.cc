@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "tandem/config/config.h"
 #include "tandem/core/units.h"
@@ -150,6 +151,55 @@ TEST(Search, LongSequencesOnlyFitSplitOverContextShards) {
   const plan::Candidate& best = r.fit.front();
   EXPECT_EQ(best.config().at("parallel").at("context"), best.setup.plan.layout.cp);
   EXPECT_NE(best.name().find(",cp"), std::string::npos) << best.name();
+}
+
+// A mixture of experts whose experts are most of its state: spreading them over replicas (ep) is what fits.
+TEST(Search, ExpertsThatOnlyFitSpreadNeedExpertParallelism) {
+  spec::LlamaConfig m;
+  m.vocab_size = 256;
+  m.seq_len = 64;
+  m.hidden_size = 64;
+  m.intermediate_size = 128;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.family = spec::LlamaFamily::Qwen3Moe;
+  m.head_dim = 16;
+  m.moe.num_experts = 16;
+  m.moe.num_experts_per_tok = 2;
+  m.moe.moe_intermediate_size = 256;
+  m.moe.norm_topk_prob = true;
+  auto o = options(4, 0, 8);
+  const plan::SearchResult all = plan::search_layouts(plan::planned_model(m), o);
+  int64_t least_whole = INT64_MAX, least_spread = INT64_MAX;
+  std::set<int> eps;
+  for (const auto& c : all.fit) {
+    const auto& l = c.setup.plan.layout;
+    eps.insert(l.ep);
+    EXPECT_EQ(l.replicas() % l.ep, 0) << c.name();
+    // Without ZeRO sharding the experts' state, spreading them is what divides it.
+    if (c.setup.zero_stage == 0 && l.dp == 4)
+      (l.ep > 1 ? least_spread : least_whole) = std::min(l.ep > 1 ? least_spread : least_whole, c.memory.peak());
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  ASSERT_LT(least_spread, least_whole);
+  o.device_memory = static_cast<uint64_t>(least_spread + least_whole) / 2;
+  const plan::SearchResult r = plan::search_layouts(plan::planned_model(m), o);
+  print("a mixture of experts on 4 devices", r, o);
+  ASSERT_FALSE(r.fit.empty());
+  const auto spread = std::find_if(r.fit.begin(), r.fit.end(), [](const plan::Candidate& c) {
+    return c.setup.plan.layout.ep > 1 && c.setup.zero_stage == 0;
+  });
+  ASSERT_NE(spread, r.fit.end());
+  EXPECT_EQ(spread->config().at("parallel").at("expert"), spread->setup.plan.layout.ep);
+  EXPECT_NE(spread->name().find(",ep"), std::string::npos) << spread->name();
+  for (const auto& c : r.fit)
+    EXPECT_FALSE(c.setup.plan.layout.dp == 4 && c.setup.plan.layout.ep == 1 && c.setup.zero_stage == 0) << c.name();
+  // A dense model is never given expert slots.
+  m.family = spec::LlamaFamily::Qwen3;
+  m.moe = {};
+  for (const auto& c : plan::search_layouts(plan::planned_model(m), options(4, 0, 8)).fit)
+    EXPECT_EQ(c.setup.plan.layout.ep, 1) << c.name();
 }
 
 TEST(Search, NothingFitsSaysHowMuchMemoryItWouldNeed) {
@@ -303,6 +353,10 @@ TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
   plan::Candidate c;
   c.setup = s;
   EXPECT_EQ(c.name(), "dp2,pp1,tp1,cp2,zero3,micro8");
+  s = plan::parse_candidate("dp4,ep2,zero1,micro8", o);
+  EXPECT_EQ(s.plan.layout.ep, 2);
+  c.setup = s;
+  EXPECT_EQ(c.name(), "dp4,pp1,tp1,ep2,zero1,micro8");
   s = plan::parse_candidate("dp1,cp2,cpu_ckpt,micro16", o);
   EXPECT_EQ(s.plan.layout.pp, 2);
   EXPECT_EQ(s.plan.layout.cp, 2);

@@ -86,6 +86,7 @@ std::string Candidate::name() const {
   std::ostringstream os;
   os << "dp" << l.dp << ",pp" << l.pp << ",tp" << l.tp;
   if (l.cp > 1) os << ",cp" << l.cp;
+  if (l.ep > 1) os << ",ep" << l.ep;
   os << ",zero" << (l.replicas() > 1 ? setup.zero_stage : 0) << ",micro" << setup.micro_batch;
   if (setup.plan.activation_checkpointing) os << ",ckpt";
   if (setup.plan.activation_checkpointing && setup.plan.cpu_checkpointing) os << ",cpu_ckpt";
@@ -105,6 +106,7 @@ config::Json Candidate::config() const {
   const auto& p = setup.plan;
   config::Json parallel = {{"virtual_gpus", p.layout.dp}, {"pipeline", p.layout.pp}, {"tensor", p.layout.tp}};
   if (p.layout.cp > 1) parallel["context"] = p.layout.cp;
+  if (p.layout.ep > 1) parallel["expert"] = p.layout.ep;
   if (p.layout.pp > 1) parallel["schedule"] = spec::schedule_name(p.schedule);
   if (p.virtual_stages > 1) parallel["virtual_stages"] = p.virtual_stages;
   if (p.activation_checkpointing) parallel["activation_checkpointing"] = true;
@@ -204,56 +206,59 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
         ++result.layouts;
         for (int micro : divisors(opt.global_batch / dp)) {
           const int64_t m = opt.global_batch / dp / micro;
-          for (int v : {1, 2}) {
-            if (v == 2 && (pp == 1 || m % pp != 0)) continue;
-            layout::ParallelPlan plan;
-            plan.layout = layout::Layout{dp, pp, tp, cp};
-            plan.schedule = v > 1 ? spec::ScheduleKind::Interleaved : spec::ScheduleKind::OneFOneB;
-            plan.virtual_stages = v;
-            if (!valid_for_model(plan, model, m)) continue;
-            for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero)
-              for (bool ckpt : {false, true}) {
-                // Answered (opt.first_fit_only): the rest of the loops run through without predicting anything.
-                if (opt.first_fit_only && !result.fit.empty()) continue;
-                Setup s = base;
-                s.plan = plan;
-                s.plan.activation_checkpointing = ckpt;
-                s.zero_stage = zero;
-                s.micro_batch = micro;
-                s.micro_batches = m;
-                Candidate c = evaluate(memory, s, opt);
-                const bool fits = c.fits;
-                (fits ? result.fit : result.no_fit).push_back(std::move(c));
-                // So do checkpoints in host memory: tried only where checkpointing on the devices does not fit.
-                if (!fits && ckpt && opt.offload) {
-                  Setup h = s;
-                  h.plan.cpu_checkpointing = true;
-                  Candidate hc = evaluate(memory, h, opt);
-                  (hc.fits ? result.fit : result.no_fit).push_back(std::move(hc));
+          // Expert slots (ep > 1) where the model has experts they divide (valid_for_model refuses the rest).
+          for (int v : {1, 2})
+            for (int ep : divisors(dp * cp)) {
+              if (v == 2 && (pp == 1 || m % pp != 0)) continue;
+              layout::ParallelPlan plan;
+              plan.layout = layout::Layout{dp, pp, tp, cp};
+              plan.layout.ep = ep;
+              plan.schedule = v > 1 ? spec::ScheduleKind::Interleaved : spec::ScheduleKind::OneFOneB;
+              plan.virtual_stages = v;
+              if (!valid_for_model(plan, model, m)) continue;
+              for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero)
+                for (bool ckpt : {false, true}) {
+                  // Answered (opt.first_fit_only): the rest of the loops run through without predicting anything.
+                  if (opt.first_fit_only && !result.fit.empty()) continue;
+                  Setup s = base;
+                  s.plan = plan;
+                  s.plan.activation_checkpointing = ckpt;
+                  s.zero_stage = zero;
+                  s.micro_batch = micro;
+                  s.micro_batches = m;
+                  Candidate c = evaluate(memory, s, opt);
+                  const bool fits = c.fits;
+                  (fits ? result.fit : result.no_fit).push_back(std::move(c));
+                  // So do checkpoints in host memory: tried only where checkpointing on the devices does not fit.
+                  if (!fits && ckpt && opt.offload) {
+                    Setup h = s;
+                    h.plan.cpu_checkpointing = true;
+                    Candidate hc = evaluate(memory, h, opt);
+                    (hc.fits ? result.fit : result.no_fit).push_back(std::move(hc));
+                  }
+                  // Offload costs copies and host time: tried only where the state does not fit on the devices.
+                  if (fits || !opt.offload || !model.offloadable) continue;
+                  const bool optimizer = dp * cp == 1 || zero >= 1, param = dp * cp == 1 || zero == 3;
+                  for (bool with_param : {false, true}) {
+                    if (!optimizer || (with_param && !param) || (opt.first_fit_only && !result.fit.empty())) continue;
+                    Setup o = s;
+                    o.offload_optimizer.device = spec::OffloadDevice::Cpu;
+                    o.offload_optimizer.pin_memory = true;
+                    if (with_param) o.offload_param = o.offload_optimizer;
+                    Candidate oc = evaluate(memory, o, opt);
+                    const bool offloaded_fits = oc.fits;
+                    (oc.fits ? result.fit : result.no_fit).push_back(std::move(oc));
+                    // With room left on one device (no pipeline, no tp split), the first layer's optimizer kept there
+                    // too: its update then waits for no host after the backward. Shown only where it fits.
+                    if (!offloaded_fits || with_param || pp > 1 || tp > 1 || keep_first >= 1 || opt.first_fit_only)
+                      continue;
+                    Setup k = o;
+                    k.offload_optimizer.ratio = keep_first;
+                    Candidate kc = evaluate(memory, k, opt);
+                    if (kc.fits) result.fit.push_back(std::move(kc));
+                  }
                 }
-                // Offload costs copies and host time: tried only where the state does not fit on the devices.
-                if (fits || !opt.offload || !model.offloadable) continue;
-                const bool optimizer = dp * cp == 1 || zero >= 1, param = dp * cp == 1 || zero == 3;
-                for (bool with_param : {false, true}) {
-                  if (!optimizer || (with_param && !param) || (opt.first_fit_only && !result.fit.empty())) continue;
-                  Setup o = s;
-                  o.offload_optimizer.device = spec::OffloadDevice::Cpu;
-                  o.offload_optimizer.pin_memory = true;
-                  if (with_param) o.offload_param = o.offload_optimizer;
-                  Candidate oc = evaluate(memory, o, opt);
-                  const bool offloaded_fits = oc.fits;
-                  (oc.fits ? result.fit : result.no_fit).push_back(std::move(oc));
-                  // With room left on one device (no pipeline, no tp split), the first layer's optimizer kept there
-                  // too: its update then waits for no host after the backward. Shown only where it fits.
-                  if (!offloaded_fits || with_param || pp > 1 || tp > 1 || keep_first >= 1 || opt.first_fit_only)
-                    continue;
-                  Setup k = o;
-                  k.offload_optimizer.ratio = keep_first;
-                  Candidate kc = evaluate(memory, k, opt);
-                  if (kc.fits) result.fit.push_back(std::move(kc));
-                }
-              }
-          }
+            }
         }
       }
   std::stable_sort(result.fit.begin(), result.fit.end(), [](const Candidate& a, const Candidate& b) {
@@ -278,7 +283,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
   s.plan.schedule = opt.default_schedule;
   s.plan.activation_checkpointing = opt.default_checkpointing;
   if (opt.default_schedule == spec::ScheduleKind::Interleaved) s.plan.virtual_stages = 2;
-  int dp = 0, pp = 0, tp = 0, cp = 1;
+  int dp = 0, pp = 0, tp = 0, cp = 1, ep = 1;
   std::stringstream in(spec);
   for (std::string tok; std::getline(in, tok, ',');) {
     tok.erase(std::remove(tok.begin(), tok.end(), ' '), tok.end());
@@ -299,6 +304,8 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       pp = static_cast<int>(number("pp"));
     } else if (starts("tp")) {
       tp = static_cast<int>(number("tp"));
+    } else if (starts("ep")) {
+      ep = std::max(1, static_cast<int>(number("ep")));
     } else if (starts("zero")) {
       s.zero_stage = static_cast<int>(number("zero"));
     } else if (starts("micro")) {
@@ -339,7 +346,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.plan.virtual_stages = 1;
     } else {
       TANDEM_FAIL("--explain: unknown part '", tok,
-                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: cp2, ckpt, ckpt0 or cpu_ckpt, v2, "
+                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: cp2, ep2, ckpt, ckpt0 or cpu_ckpt, v2, "
                   "gpipe or 1f1b, offload or offload_param, ratio0.8)");
     }
   }
@@ -355,6 +362,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
     if (!dp) dp = opt.devices / (pp * tp * cp);
   }
   s.plan.layout = layout::Layout{dp, pp, tp, cp};
+  s.plan.layout.ep = ep;
   if (s.plan.layout.world() != opt.devices)
     TANDEM_FAIL("--explain: ", s.plan.layout.str(), " is ", s.plan.layout.world(), " devices, not ", opt.devices);
   if (s.plan.virtual_stages > 1) s.plan.schedule = spec::ScheduleKind::Interleaved;
@@ -382,7 +390,8 @@ std::string format_table(const SearchResult& r, const SearchOptions& opt, size_t
   auto row = [&](size_t i, const Candidate& c) {
     const auto& l = c.setup.plan.layout;
     const std::string lay = "dp" + std::to_string(l.dp) + " pp" + std::to_string(l.pp) + " tp" + std::to_string(l.tp) +
-                            (l.cp > 1 ? " cp" + std::to_string(l.cp) : "");
+                            (l.cp > 1 ? " cp" + std::to_string(l.cp) : "") +
+                            (l.ep > 1 ? " ep" + std::to_string(l.ep) : "");
     const std::string mb = std::to_string(c.setup.micro_batch) + " x " + std::to_string(c.setup.micro_batches);
     const char* offload = c.setup.offload_param.enabled()        ? "all"
                           : !c.setup.offload_optimizer.enabled() ? "-"
