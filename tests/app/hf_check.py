@@ -93,6 +93,17 @@ def make_model(family):
                                           output_router_logits=True, router_aux_loss_coef=0.05,
                                           max_position_embeddings=SEQ, bos_token_id=0, eos_token_id=0)
         return transformers.Qwen3MoeForCausalLM(cfg)
+    if family == "qwen2_moe":
+        # Qwen2's attention (biases on q, k and v); layer 0 sparse (4 experts of 16, top 2, weights not renormalised,
+        # and the shared expert of 24 with its sigmoid gate), layer 1 dense; the balance loss in the loss.
+        cfg = transformers.Qwen2MoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                                          moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                          num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                                          decoder_sparse_step=1, mlp_only_layers=[1], output_router_logits=True,
+                                          router_aux_loss_coef=0.05, max_position_embeddings=SEQ, bos_token_id=0,
+                                          eos_token_id=0)
+        return transformers.Qwen2MoeForCausalLM(cfg)
     raise SystemExit("unknown family " + family)
 
 
@@ -104,7 +115,12 @@ OWN_KEYS = {"gpt2": [], "llama": [], "llama-tied": [], "mistral": ["sliding_wind
                         "output_router_logits"],
             "qwen3_moe": ["use_sliding_window", "sliding_window", "max_window_layers", "attention_bias", "head_dim",
                           "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
-                          "mlp_only_layers", "router_aux_loss_coef", "output_router_logits"]}
+                          "mlp_only_layers", "router_aux_loss_coef", "output_router_logits"],
+            # Qwen2-MoE's configuration writes sliding_window 0 without use_sliding_window: read as none, written null.
+            "qwen2_moe": ["use_sliding_window", "max_window_layers", "num_experts_per_tok",
+                          "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
+                          "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "output_router_logits",
+                          "qkv_bias"]}
 
 
 def main():

@@ -312,10 +312,9 @@ TEST_F(HfInterchange, Qwen3KeepsItsKeysAndNormsAndRefusesWindows) {
   qkv_only["qkv_bias"] = true;
   EXPECT_HAS(error_of([&] { typed(qkv_only); }), "biases on q, k and v alone are Qwen2's form");
   Json moe = qwen;
-  moe["architectures"] = {"Qwen2MoeForCausalLM"};
-  moe["model_type"] = "qwen2_moe";
-  EXPECT_HAS(error_of([&] { config::model_from_hf_config(moe, "d"); }),
-             "'Qwen2MoeForCausalLM' is not one Tandem trains");
+  moe["architectures"] = {"OlmoeForCausalLM"};
+  moe["model_type"] = "olmoe";
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(moe, "d"); }), "'OlmoeForCausalLM' is not one Tandem trains");
 }
 
 // The mixture-of-experts families: Qwen3-MoE's expert keys with its configuration's defaults (num_local_experts read
@@ -388,6 +387,43 @@ TEST_F(HfInterchange, MoeFamiliesReadTheirExpertsAndKeepTheirKeys) {
   Json dense = q;
   dense["family"] = "qwen3";
   EXPECT_HAS(error_of([&] { typed(dense); }), "model.num_experts is a key of the mixture-of-experts families");
+  Json shared_in_qwen3 = q;
+  shared_in_qwen3["shared_expert_intermediate_size"] = 16;
+  EXPECT_HAS(error_of([&] { typed(shared_in_qwen3); }), "model.shared_expert_intermediate_size is Qwen2-MoE's key");
+
+  // Qwen2-MoE: Qwen2's attention (biases on q, k and v), its configuration's expert defaults, the shared expert and its
+  // gate in the name map, the keys written back.
+  Json qwen2 = llama_hf(false);
+  qwen2["architectures"] = {"Qwen2MoeForCausalLM"};
+  qwen2["model_type"] = "qwen2_moe";
+  qwen2["num_experts"] = 4;
+  qwen2["moe_intermediate_size"] = 16;
+  qwen2["shared_expert_intermediate_size"] = 24;
+  Json w = config::model_from_hf_config(qwen2, "d");
+  EXPECT_EQ(w.at("family"), "qwen2_moe");
+  EXPECT_EQ(w.at("qkv_bias"), true);
+  EXPECT_EQ(w.at("num_experts_per_tok"), 4);
+  EXPECT_EQ(w.at("norm_topk_prob"), false);
+  EXPECT_EQ(w.at("shared_expert_intermediate_size"), 24);
+  w["seq_len"] = 16;
+  const spec::ModelConfig q2 = typed(w);
+  std::map<std::string, HfMapping> q2_maps;
+  for (const HfMapping& map : hf_name_map(q2)) q2_maps.emplace(map.name, map);
+  EXPECT_EQ(q2_maps.at("layers.0.moe.shared_expert_gate.weight").pieces[0].hf_name,
+            "model.layers.0.mlp.shared_expert_gate.weight");
+  const HfMapping& shared = q2_maps.at("layers.1.moe.shared_gate_up.weight");
+  EXPECT_EQ(shared.shape, Shape({48, 32}));
+  EXPECT_EQ(shared.pieces[1].hf_name, "model.layers.1.mlp.shared_expert.up_proj.weight");
+  EXPECT_EQ(q2_maps.at("layers.1.moe.shared_down.weight").pieces[0].hf_name,
+            "model.layers.1.mlp.shared_expert.down_proj.weight");
+  EXPECT_TRUE(q2_maps.count("layers.0.qkv.bias"));
+  const Json q2_hf = config::hf_config_from_model(q2, "float32");
+  EXPECT_EQ(q2_hf.at("architectures")[0], "Qwen2MoeForCausalLM");
+  EXPECT_EQ(q2_hf.at("shared_expert_intermediate_size"), 24);
+  EXPECT_EQ(q2_hf.at("qkv_bias"), true);
+  Json unbiased = qwen2;
+  unbiased["qkv_bias"] = false;
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(unbiased, "d"); }), "qkv_bias false");
 }
 
 TEST_F(HfInterchange, ConflictingRopeKeysAreRefusedNamingBoth) {

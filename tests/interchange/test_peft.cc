@@ -95,6 +95,26 @@ TEST(PeftNames, TheHeadAndTheEmbeddingsAreRefusedByName) {
   EXPECT_HAS(error_of([&] { lora_targets(llama(), all); }), "narrow the expression");
 }
 
+// Qwen2-MoE's shared expert takes no adapters yet: a target PEFT would match there (its gate_proj, all-linear, a regex)
+// is refused rather than trained differently; the attention's are not.
+TEST(PeftNames, Qwen2MoeSharedExpertTargetsAreRefused) {
+  spec::LlamaConfig m = llama();
+  m.family = spec::LlamaFamily::Qwen2Moe;
+  m.qkv_bias = true;
+  m.moe.num_experts = 4;
+  m.moe.num_experts_per_tok = 2;
+  m.moe.moe_intermediate_size = 16;
+  m.moe.shared_expert_intermediate_size = 24;
+  m.moe.mlp_only_layers = {1};
+  EXPECT_EQ(lora_targets(m, targeting({"q_proj", "o_proj"})).size(), 4u);
+  for (const char* t : {"gate_proj", "all-linear", "shared_expert_gate"})
+    EXPECT_HAS(error_of([&] { lora_targets(m, targeting({t})); }),
+               "lora.target_modules reaches 'model.layers.0.mlp.shared_expert");
+  spec::LoraConfig regex = targeting({});
+  regex.target_regex = R"(.*shared_expert\.down_proj)";
+  EXPECT_HAS(error_of([&] { lora_targets(m, regex); }), "adapters on Qwen2-MoE's shared expert are not built yet");
+}
+
 class TempDir {
  public:
   TempDir() {

@@ -142,6 +142,30 @@ TEST(OpsRelu, ForwardAndBackward) {
 
 TEST(OpsGelu, ForwardAndBackward) { check_activation(gelu_forward, gelu_backward, gelu_ref); }
 
+// The logistic sigmoid; its backward takes the forward's output, and works in place (Qwen2-MoE's shared-expert gate).
+TEST(OpsSigmoid, ForwardAndBackwardFromTheOutput) {
+  device::CpuDevice dev;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Tensor x = randn_as(dev, {kN, kC}, 11, dtype, 3.0f);  // (N, C)
+    Tensor dy = randn_as(dev, {kN, kC}, 12, dtype);       // (N, C)
+    auto f = [](const std::vector<double>& in) {
+      std::vector<double> out(in.size());
+      for (size_t i = 0; i < in.size(); ++i) out[i] = 1.0 / (1.0 + std::exp(-in[i]));
+      return out;
+    };
+    Tensor y = Tensor::empty(x.shape(), dtype, dev, "y");
+    sigmoid_forward(x, y);
+    EXPECT_LT(rel_error(values(y), f(values(x))), tolerance(dtype, 1e-6)) << dtype_name(dtype);
+    Tensor dx = Tensor::empty(x.shape(), dtype, dev, "dx");
+    sigmoid_backward(y, dy, dx);
+    EXPECT_LT(rel_error(values(dx), numeric_grad(f, values(x), values(dy))), tolerance(dtype, 1e-5))
+        << dtype_name(dtype);
+    sigmoid_backward(y, dy, dy);  // in place over dy
+    EXPECT_EQ(values(dy), values(dx)) << dtype_name(dtype);
+  }
+  EXPECT_THROW(sigmoid_forward(randn(dev, {kN, kC}, 1), randn(dev, {kC, kN}, 2)), Error);
+}
+
 TEST(OpsCast, Bf16RoundTripWithinHalfUlp) {
   device::CpuDevice dev;
   Tensor x = randn(dev, {kN, kC}, 13, 100.0f);

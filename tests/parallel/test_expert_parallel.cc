@@ -72,7 +72,8 @@ TEST(ExpertRoute, RegroupsTheSlotsRowsExpertByExpert) {
 
 struct Case {
   // "moe" (the balance loss in the loss); "moe_quiet" (without it, as pp and cp need); "moe_lora" (LoRA on the
-  // attention of a frozen base: the experts frozen, sharded over their own replicas)
+  // attention of a frozen base: the experts frozen, sharded over their own replicas); "moe_shared" (Qwen2-MoE: its
+  // shared expert, whole on every expert slot and split over tp)
   std::string model;
   int dp, pp, tp, cp, ep, zero;
   bool checkpointing = false;
@@ -105,7 +106,9 @@ std::vector<Case> cases() {
           {"moe_lora", 2, 1, 2, 1, 2, 1},
           {"moe", 4, 1, 1, 1, 2, 2, false, "offload"},
           {"moe", 4, 1, 1, 1, 2, 3, false, "offload_param"},
-          {"moe_quiet", 2, 2, 1, 1, 2, 1, false, "offload"}};
+          {"moe_quiet", 2, 2, 1, 1, 2, 1, false, "offload"},
+          {"moe_shared", 4, 1, 1, 1, 2, 3},
+          {"moe_shared", 2, 1, 2, 1, 2, 1}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the exchange at ZeRO-3 with its experts' own
@@ -141,6 +144,13 @@ Json base_config(const std::string& model, int dp) {
                   {"mlp_only_layers", {1}},
                   {"output_router_logits", model == "moe"},
                   {"router_aux_loss_coef", 0.05}};
+  if (model == "moe_shared") {
+    cfg["model"]["family"] = "qwen2_moe";
+    cfg["model"]["qkv_bias"] = true;
+    cfg["model"]["norm_topk_prob"] = false;
+    cfg["model"]["shared_expert_intermediate_size"] = 24;
+    cfg["model"]["output_router_logits"] = true;
+  }
   if (model == "moe_lora")
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", {"q_proj", "v_proj"}}, {"init_lora_weights", false}};
   return cfg;

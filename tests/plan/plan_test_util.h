@@ -28,6 +28,7 @@ struct MemCase {
   // "llama_fp8_rowwise" | "llama_fp8_blockwise" (the other recipes) | "llama_qwen3" (Qwen3's per-head norms of q and
   // k, on heads of 32 where hidden / heads is 16) | "llama_qwen3_moe" (its mixture of experts: layers 0 and 2 of 8
   // experts of 48, top 2, the balance loss in the loss; the measured routing is the model's, the prediction balanced) |
+  // "llama_qwen2_moe" (Qwen2-MoE's: the same experts with a shared expert of 32 and biases on q, k, v) |
   // "llama_qwen3_moe_every" (the same with every token routed to each of 4 experts: balanced whatever the router says,
   // so the rows an expert slot receives under expert parallelism are the prediction's)
   std::string model;
@@ -77,6 +78,13 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
+  if (model == "llama_qwen2_moe") {
+    Json m = model_config("llama_qwen3_moe");
+    m["family"] = "qwen2_moe";
+    m["qkv_bias"] = true;
+    m["shared_expert_intermediate_size"] = 32;
+    return m;
+  }
   if (model == "llama_qwen3_moe_every") {
     Json m = model_config("llama_qwen3_moe");
     m["num_experts"] = 4;

@@ -113,6 +113,14 @@ std::vector<MemCase> grid() {
       out.push_back(c);
     }
   }
+  // Qwen2-MoE: the shared expert's gate, SwiGLU and gated output beside the experts; one device and tp2 x dp2 at ZeRO-3
+  // in bf16 with recomputation.
+  for (MemCase c : {mem_case(1, 1, 1), mem_case(2, 1, 2, 3, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_qwen2_moe";
+    c.steps = 1;
+    c.ckpt = c.dp > 1;
+    out.push_back(c);
+  }
   // Expert parallelism: each rank keeps its slot's experts (their units sharded over the slot's replicas) and computes
   // the rows it receives; every token routed to every expert, so they are the balanced prediction's. dp4 with the
   // experts over 2 at ZeRO-3 and over 4 at ZeRO-1 with recomputation; tp2 x dp2 over 2 in bf16.

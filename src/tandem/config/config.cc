@@ -94,6 +94,7 @@ LlamaConfig llama_config(const Json& m) {
     for (const Json& i : m.at("mlp_only_layers")) e.mlp_only_layers.push_back(as_integer(i).value_or(-1));
     e.router_aux_loss_coef = m.at("router_aux_loss_coef").get<double>();
     e.output_router_logits = m.at("output_router_logits").get<bool>();
+    e.shared_expert_intermediate_size = m.value("shared_expert_intermediate_size", int64_t{0});
   }
   return c;
 }

@@ -220,16 +220,17 @@ std::pair<double, Json> rope_of(HfReader& r, int64_t max_positions) {
   return {theta, rope};
 }
 
-// The mixture-of-experts keys of Mixtral's and Qwen3-MoE's configs, with their configuration classes' defaults, into
-// Tandem's (spec::MoeConfig). transformers names the experts num_local_experts in Mixtral's and, in some versions'
-// files, in Qwen3-MoE's too.
+// The mixture-of-experts keys of Mixtral's, Qwen3-MoE's and Qwen2-MoE's configs, with their configuration classes'
+// defaults, into Tandem's (spec::MoeConfig). transformers names the experts num_local_experts in Mixtral's and, in some
+// versions' files, in Qwen3-MoE's too.
 void moe_keys(HfReader& r, const std::string& family, Json& m) {
-  const bool mixtral = family == "mixtral";
+  const bool mixtral = family == "mixtral", qwen2 = family == "qwen2_moe";
   const char* experts = r.has("num_experts") ? "num_experts" : "num_local_experts";
-  m["num_experts"] = r.integer(experts, mixtral ? 8 : 128);
-  m["num_experts_per_tok"] = r.integer("num_experts_per_tok", mixtral ? 2 : 8);
+  m["num_experts"] = r.integer(experts, mixtral ? 8 : qwen2 ? 60 : 128);
+  m["num_experts_per_tok"] = r.integer("num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8);
   m["moe_intermediate_size"] =
-      mixtral ? m.at("intermediate_size").get<int64_t>() : r.integer("moe_intermediate_size", 768);
+      mixtral ? m.at("intermediate_size").get<int64_t>() : r.integer("moe_intermediate_size", qwen2 ? 1408 : 768);
+  if (qwen2) m["shared_expert_intermediate_size"] = r.integer("shared_expert_intermediate_size", 5632);
   m["norm_topk_prob"] = mixtral || r.boolean("norm_topk_prob", false);
   m["router_aux_loss_coef"] = r.number("router_aux_loss_coef", 0.001);
   m["output_router_logits"] = r.boolean("output_router_logits", false);
@@ -272,15 +273,19 @@ Json llama_model(HfReader& r, const std::string& named) {
   m["family"] = named;
   if (named != family) moe_keys(r, named, m);
   if (family == "qwen2") {
-    // Qwen2 has biases on q, k and v but not on o.
+    // Qwen2 has biases on q, k and v but not on o (Qwen2-MoE's config names them, true by default).
+    if (named == "qwen2_moe" && !r.boolean("qkv_bias", true))
+      r.cannot("qkv_bias false: its attention has Qwen2's biases on q, k and v");
     m["qkv_bias"] = true;
     m["attention_bias"] = false;
   }
   if (family == "qwen2" || family == "qwen3") {
     if (r.boolean("use_sliding_window", false)) r.cannot("use_sliding_window is true: its attention is full");
     m["use_sliding_window"] = false;
-    // transformers keeps sliding_window only with use_sliding_window; it is written back as read.
-    m["sliding_window"] = r.has("sliding_window") ? Json(r.integer("sliding_window")) : Json();
+    // transformers keeps sliding_window only with use_sliding_window; it is written back as read. Qwen2-MoE's
+    // configuration writes 0 for no window: read as none.
+    const bool no_window = !r.has("sliding_window") || r.at("sliding_window") == Json(0);
+    m["sliding_window"] = no_window ? Json() : Json(r.integer("sliding_window"));
     m["max_window_layers"] = r.has("max_window_layers") ? r.integer("max_window_layers") : 28;
     // Written by transformers from the keys above: every layer "full_attention" without use_sliding_window. A layer
     // named otherwise would attend within a window.
@@ -405,6 +410,10 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
         hf["norm_topk_prob"] = e.norm_topk_prob;
         hf["decoder_sparse_step"] = e.decoder_sparse_step;
         hf["mlp_only_layers"] = e.mlp_only_layers;
+      }
+      if (l->family == spec::LlamaFamily::Qwen2Moe) {
+        hf["shared_expert_intermediate_size"] = e.shared_expert_intermediate_size;
+        hf["qkv_bias"] = true;
       }
     }
     return hf;

@@ -62,6 +62,7 @@ std::vector<std::string> llama_keys() {
           "mlp_only_layers",
           "router_aux_loss_coef",
           "output_router_logits",
+          "shared_expert_intermediate_size",
           "from_pretrained"};
 }
 

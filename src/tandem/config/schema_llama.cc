@@ -60,18 +60,27 @@ void validate_rope_scaling(Fields& m) {
                 "): Llama 3 uses 1 and 4");
 }
 
-// The mixture-of-experts keys (spec::MoeConfig) of "mixtral" and "qwen3_moe"; refused for the dense families.
+// The mixture-of-experts keys (spec::MoeConfig) of "mixtral", "qwen3_moe" and "qwen2_moe" (with its shared expert);
+// refused for the dense families.
 void validate_moe(Fields& m, const std::string& family, int64_t layers) {
-  const std::vector<std::string> keys = {"num_experts",          "num_experts_per_tok", "moe_intermediate_size",
-                                         "norm_topk_prob",       "decoder_sparse_step", "mlp_only_layers",
-                                         "router_aux_loss_coef", "output_router_logits"};
-  if (family != "mixtral" && family != "qwen3_moe") {
+  const std::vector<std::string> keys = {
+      "num_experts",          "num_experts_per_tok",  "moe_intermediate_size",
+      "norm_topk_prob",       "decoder_sparse_step",  "mlp_only_layers",
+      "router_aux_loss_coef", "output_router_logits", "shared_expert_intermediate_size"};
+  if (family != "mixtral" && family != "qwen3_moe" && family != "qwen2_moe") {
     for (const std::string& k : keys)
       if (m.has(k))
-        TANDEM_FAIL("model.", k, " is a key of the mixture-of-experts families (\"mixtral\", \"qwen3_moe\"), not of \"",
+        TANDEM_FAIL("model.", k,
+                    " is a key of the mixture-of-experts families (\"mixtral\", \"qwen3_moe\", \"qwen2_moe\"), not "
+                    "of \"",
                     family, "\": remove it");
     return;
   }
+  if (family == "qwen2_moe")
+    m.integer("shared_expert_intermediate_size", std::nullopt, 1, int64_t{1} << 22);
+  else if (m.has("shared_expert_intermediate_size"))
+    TANDEM_FAIL("model.shared_expert_intermediate_size is Qwen2-MoE's key (\"qwen2_moe\"): \"", family,
+                "\" has no shared expert; remove it");
   const int64_t experts = m.integer("num_experts", std::nullopt, 1, int64_t{1} << 16);
   m.integer("num_experts_per_tok", std::nullopt, 1, experts);
   m.integer("moe_intermediate_size", m.raw("intermediate_size").get<int64_t>(), 1, int64_t{1} << 22);
@@ -93,8 +102,9 @@ void validate_moe(Fields& m, const std::string& family, int64_t layers) {
 
 // "family": the Hugging Face architecture the model is read as and exported to (spec::LlamaFamily), with that
 // family's own keys. Without it, a model with qkv_bias is Qwen2's (as exports were before the key), any other Llama's.
-// "qwen3" and "qwen3_moe" also decide the function: q and k normalised per head (spec::qk_norm); "mixtral" and
-// "qwen3_moe" have mixtures of experts (validate_moe). Their attention keys are those of "mistral" and "qwen3".
+// "qwen3" and "qwen3_moe" also decide the function: q and k normalised per head (spec::qk_norm); "mixtral",
+// "qwen3_moe" and "qwen2_moe" have mixtures of experts (validate_moe). Their attention keys are those of "mistral",
+// "qwen3" and "qwen2".
 void validate_llama_family(Fields& m, int64_t seq_len) {
   const bool qkv_bias = m.raw("qkv_bias").get<bool>();
   std::vector<std::string> names;

@@ -55,7 +55,8 @@ std::vector<HfMapping> gpt2_map(const spec::GptConfig& model) {
 
 // A sparse layer's MLP (nn::MoeMlp): the router and the experts' stacked weights, each expert's gate rows then up rows
 // then the next expert's. Mixtral names them block_sparse_moe's gate and experts' w1 (gate), w3 (up) and w2 (down);
-// Qwen3-MoE mlp's gate and experts' gate_proj, up_proj and down_proj. `t` and `h` are the layer's prefixes.
+// Qwen3-MoE and Qwen2-MoE mlp's gate and experts' gate_proj, up_proj and down_proj; Qwen2-MoE's shared expert is mlp's
+// shared_expert (gate_proj, up_proj, down_proj) and shared_expert_gate. `t` and `h` are the layer's prefixes.
 void moe_map(const spec::LlamaConfig& model, const std::string& t, const std::string& h, std::vector<HfMapping>& out) {
   const int64_t c = model.hidden_size, f = model.moe.moe_intermediate_size, e = model.moe.num_experts;
   const bool mixtral = model.family == spec::LlamaFamily::Mixtral;
@@ -73,6 +74,13 @@ void moe_map(const spec::LlamaConfig& model, const std::string& t, const std::st
   }
   out.push_back(rows_of(t + "moe.gate_up.weight", {e, 2 * f, c}, gate_up));
   out.push_back(rows_of(t + "moe.down.weight", {e, c, f}, downs));
+  if (const int64_t fs = model.moe.shared_expert_intermediate_size; fs > 0) {
+    const std::string x = block + "shared_expert.";
+    out.push_back(whole(t + "moe.shared_expert_gate.weight", {1, c}, block + "shared_expert_gate.weight"));
+    out.push_back(rows_of(t + "moe.shared_gate_up.weight", {2 * fs, c},
+                          {{x + "gate_proj.weight", fs}, {x + "up_proj.weight", fs}}));
+    out.push_back(whole(t + "moe.shared_down.weight", {c, fs}, x + "down_proj.weight"));
+  }
 }
 
 std::vector<HfMapping> llama_map(const spec::LlamaConfig& model) {

@@ -52,6 +52,21 @@ std::vector<std::string> unadaptable(const spec::ModelConfig& model) {
   return {"model.embed_tokens", "lm_head"};
 }
 
+// Modules PEFT could adapt that Tandem does not adapt yet: Qwen2-MoE's shared expert in each sparse layer.
+std::vector<std::string> not_yet_adapted(const spec::ModelConfig& model) {
+  std::vector<std::string> out;
+  const auto* l = std::get_if<spec::LlamaConfig>(&model);
+  if (!l || l->moe.shared_expert_intermediate_size == 0) return out;
+  for (int64_t i = 0; i < l->num_hidden_layers; ++i) {
+    if (!spec::sparse_layer(*l, i)) continue;
+    const std::string h = "model.layers." + std::to_string(i) + ".mlp.";
+    for (const char* m :
+         {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj", "shared_expert_gate"})
+      out.push_back(h + m);
+  }
+  return out;
+}
+
 // PEFT's rule for a list entry: the whole name, or its end after a dot.
 bool name_matches(const std::string& target, const std::string& module) {
   if (module == target) return true;
@@ -81,6 +96,16 @@ std::vector<LoraSite> lora_sites(const spec::ModelConfig& model) {
 
 std::vector<LoraSite> lora_targets(const spec::ModelConfig& model, const spec::LoraConfig& lora) {
   const std::vector<LoraSite> all = lora_sites(model);
+  // Where PEFT would put an adapter that Tandem would not, the two would train different models: refused.
+  for (const std::string& m : not_yet_adapted(model)) {
+    bool matched = lora.target_modules.size() == 1 && lora.target_modules[0] == "all-linear";
+    if (!lora.target_regex.empty()) matched = std::regex_match(m, std::regex(lora.target_regex));
+    for (const std::string& t : lora.target_modules) matched = matched || name_matches(t, m);
+    if (matched)
+      TANDEM_FAIL("lora.target_modules reaches '", m,
+                  "': adapters on Qwen2-MoE's shared expert are not built yet, and PEFT would put one there; target "
+                  "the attention projections (q_proj, k_proj, v_proj, o_proj)");
+  }
   if (!lora.target_regex.empty()) {
     const std::regex pattern(lora.target_regex);
     std::vector<LoraSite> out;

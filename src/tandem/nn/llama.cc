@@ -84,8 +84,9 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
   LoraSites sites(lora);
   model.add(sites.frozen(std::make_unique<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp)));
   Model::Fp8Use fp8_use;
-  const MoeShape experts{c.hidden_size, c.moe.moe_intermediate_size, c.moe.num_experts, c.moe.num_experts_per_tok,
-                         c.moe.norm_topk_prob};
+  const MoeShape experts{c.hidden_size,        c.moe.moe_intermediate_size,
+                         c.moe.num_experts,    c.moe.num_experts_per_tok,
+                         c.moe.norm_topk_prob, c.moe.shared_expert_intermediate_size};
   int sparse = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     LlamaBlockShape layer = shape;
@@ -114,8 +115,9 @@ int64_t llama_parameter_count(const LlamaConfig& cfg) {
   const int64_t q = c.num_attention_heads * D, qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * D;
   const int64_t attention =
       2 * C + qkv * C + (qkv_biased(c) ? qkv : 0) + q * C + (o_biased(c) ? C : 0) + (spec::qk_norm(c) ? 2 * D : 0);
-  // A sparse layer's MLP: the router (E, C) and E experts of 3 F_e C.
-  const int64_t E = c.moe.num_experts, experts = E * C + E * 3 * c.moe.moe_intermediate_size * C;
+  // A sparse layer's MLP: the router (E, C), E experts of 3 F_e C, and a shared expert's 3 Fs C with its gate (C).
+  const int64_t E = c.moe.num_experts, Fs = c.moe.shared_expert_intermediate_size;
+  const int64_t experts = E * C + E * 3 * c.moe.moe_intermediate_size * C + (Fs > 0 ? 3 * Fs * C + C : 0);
   int64_t blocks = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     blocks += attention + (spec::sparse_layer(c, i) ? experts : 3 * F * C);

@@ -123,8 +123,9 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
   }
   for (Layer* l : std::initializer_list<Layer*>{&attn_norm_, &qkv_, &o_, &mlp_norm_}) add_child(*l);
   if (s.moe.experts > 0) {
-    // Replicated over tp: every slot routes the same tokens through every expert.
-    moe_ = std::make_unique<MoeMlp>(child_name("moe"), s.moe);
+    // The experts replicated over tp: every slot routes the same tokens through every expert (a shared expert is split
+    // as a dense MLP).
+    moe_ = std::make_unique<MoeMlp>(child_name("moe"), s.moe, tp);
     add_child(*moe_);
     return;
   }

@@ -9,12 +9,20 @@
 
 namespace tandem::nn {
 
-MoeMlp::MoeMlp(std::string name, const MoeShape& s) : Layer(std::move(name)), shape_(s) {
+MoeMlp::MoeMlp(std::string name, const MoeShape& s, TpSlot tp) : Layer(std::move(name)), shape_(s) {
   TANDEM_CHECK(s.experts > 0 && s.top_k > 0 && s.top_k <= s.experts && s.dim > 0 && s.intermediate > 0, this->name(),
                ": ", s.top_k, " of ", s.experts, " experts of width ", s.intermediate, " over ", s.dim, " channels");
   router_ = &add_parameter("router.weight", {s.experts, s.dim}, Init::Normal, true);
   gate_up_ = &add_parameter("gate_up.weight", {s.experts, 2 * s.intermediate, s.dim}, Init::Normal, true);
   down_ = &add_parameter("down.weight", {s.experts, s.dim, s.intermediate}, Init::Normal, true);
+  if (s.shared > 0) {
+    shared_gate_ = &add_parameter("shared_expert_gate.weight", {1, s.dim}, Init::Normal, true);
+    shared_gate_up_ =
+        std::make_unique<Linear>(child_name("shared_gate_up"), s.dim, 2 * s.shared, false, Split::Column, tp, 2);
+    shared_down_ = std::make_unique<Linear>(child_name("shared_down"), s.shared, s.dim, false, Split::Row, tp);
+    add_child(*shared_gate_up_);
+    add_child(*shared_down_);
+  }
 }
 
 void MoeMlp::keep_experts(const ExpertSlot& slot) {
@@ -49,8 +57,14 @@ enum SavedAt {
   kSlotOffsets,
   kOrder,
   kInverse,
+  kSharedGateUp,
+  kSharedOut,
+  kSharedGate,
+  kIdentity,
   kCount
 };
+// The shared expert's linears keep theirs in Saved::children.
+enum SavedChild { kSharedUpChild, kSharedDownChild, kChildren };
 
 // The route from every slot's expert offsets (P (E + 1)), each slot's M rows.
 ExpertRoute route_of(const Tensor& slot_offsets, int slots, int slot, int64_t experts, int64_t rows) {
@@ -98,6 +112,7 @@ Tensor MoeMlp::forward_add(const Tensor& x, const Tensor& residual, const Batch&
   Tensor y = Tensor::empty(residual.shape(), residual.dtype(), dev, name() + " output");  // (..., C)
   y.copy_from(residual);
   ops::moe_combine(outputs, rows, weights, y.view({N, C}));
+  if (shared_gate_) shared_forward(x2, y.view({N, C}), saved);
   saved.tensors[kInput] = x2;
   saved.tensors[kProbs] = probs;
   saved.tensors[kChoices] = choices;
@@ -136,6 +151,53 @@ Tensor MoeMlp::experts_forward(const Tensor& routed, const Tensor& offsets, cons
   saved.tensors[kOrder] = order;
   saved.tensors[kInverse] = inverse;
   return outputs;
+}
+
+void MoeMlp::shared_forward(const Tensor& x, const Tensor& y, Saved& saved) {
+  const int64_t N = x.dim(0);
+  Device& dev = x.device();
+  saved.children.resize(kChildren);
+  Tensor gate_up = shared_gate_up_->forward(x, saved.children[kSharedUpChild]);                       // (N, 2Fs / tp)
+  Tensor hidden = Tensor::empty({N, gate_up.dim(1) / 2}, x.dtype(), dev, name() + " shared hidden");  // (N, Fs / tp)
+  ops::swiglu_forward(gate_up, hidden);
+  const Tensor out = shared_down_->forward(hidden, saved.children[kSharedDownChild]);    // (N, C), summed over tp
+  Tensor gate = Tensor::empty({N, 1}, DType::F32, dev, name() + " shared expert gate");  // (N, 1)
+  ops::matmul(x, shared_gate_->value, gate, false, true);
+  ops::sigmoid_forward(gate, gate);
+  // Each token's row weighted by its gate: the combine of one choice per token, the token's own row.
+  std::vector<int32_t> own(static_cast<size_t>(N));
+  for (int64_t t = 0; t < N; ++t) own[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  Tensor identity = index_tensor(own, dev, name() + " shared expert rows");  // (N, 1)
+  ops::moe_combine(out, identity, gate, y);
+  saved.tensors[kSharedGateUp] = gate_up;
+  saved.tensors[kSharedOut] = out;
+  saved.tensors[kSharedGate] = gate;
+  saved.tensors[kIdentity] = identity;
+}
+
+void MoeMlp::shared_backward(const Tensor& dy, const Tensor& dx, Saved& saved) {
+  const Tensor gate_up = saved.tensors.at(kSharedGateUp), out = saved.tensors.at(kSharedOut);
+  const Tensor gate = saved.tensors.at(kSharedGate), identity = saved.tensors.at(kIdentity);
+  const Tensor x = saved.tensors.at(kInput);
+  const int64_t N = dy.dim(0), C = dy.dim(1);
+  Device& dev = dy.device();
+  // dout = gate dy; dgate = dy . out, then through the sigmoid.
+  Tensor dout = Tensor::empty({N, C}, dy.dtype(), dev, name() + " shared output grad");        // (N, C)
+  Tensor dgate = Tensor::empty({N, 1}, DType::F32, dev, name() + " shared expert gate grad");  // (N, 1)
+  ops::moe_combine_backward(dy, out, identity, gate, dout, dgate);
+  ops::sigmoid_backward(gate, dgate, dgate);
+  Tensor dhidden = shared_down_->backward(dout, saved.children.at(kSharedDownChild));  // (N, Fs / tp)
+  dout = Tensor();
+  ops::swiglu_backward(gate_up, dhidden, gate_up);
+  const Tensor dx_shared = shared_gate_up_->backward(gate_up, saved.children.at(kSharedUpChild));  // (N, C)
+  ops::add(dx, dx_shared, dx);
+  Tensor dgate_x = dgate;  // (N, 1) in the compute dtype, as the gate's products take it
+  if (dy.dtype() != DType::F32) {
+    dgate_x = Tensor::empty({N, 1}, dy.dtype(), dev, name() + " shared expert gate grad (compute dtype)");
+    ops::cast(dgate, dgate_x);
+  }
+  ops::matmul(dgate_x, shared_gate_->value, dx, false, false, 1.0f);
+  if (shared_gate_->trainable) ops::linear_weight_grad(dgate_x, x, shared_gate_->grad, Tensor());
 }
 
 Tensor MoeMlp::products(const Tensor& x, const std::vector<int64_t>& rows, Tensor& gate_up, Tensor& hidden) {
@@ -202,6 +264,7 @@ Tensor MoeMlp::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   doutputs = Tensor();
   Tensor dx = Tensor::zeros({N, C}, dy.dtype(), dev, name() + " input grad");  // (N, C)
   ops::moe_combine(drouted, rows, Tensor(), dx);
+  if (shared_gate_) shared_backward(dy.view({N, C}), dx, saved);
   // The router: the weights' gradient and the balance loss's, through the top-k and the softmax.
   Tensor aux;  // (E): coef share E C_e / R^2, scaled as the loss's gradient is
   const MoeBalance* balance = batch.balance;

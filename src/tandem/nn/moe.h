@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tandem/nn/layer.h"
+#include "tandem/nn/linear.h"
 
 namespace tandem::nn {
 
@@ -17,6 +18,7 @@ struct MoeShape {
   int experts = 0;           // E
   int top_k = 0;             // k
   bool normalize = false;    // the k weights divided by their sum (norm_topk_prob; Mixtral always)
+  int64_t shared = 0;        // Fs: Qwen2-MoE's shared expert's width; 0: none
 };
 
 // y = residual + sum over the k chosen experts of weight x down_e(swiglu(gate_up_e(x))) for each token of x (N, C):
@@ -31,9 +33,13 @@ struct MoeShape {
 // tokens; their rows go to the slots of their experts (ExpertExchange::rows, after the slots' rows per expert were
 // gathered), are regrouped expert by expert (expert_route.h), computed, and come back the same way; the backward
 // sends the outputs' gradients along the same route and the inputs' gradients back.
+// A shared expert (Qwen2-MoE, shape.shared > 0): every token also goes through a dense SwiGLU MLP of width Fs, its
+// output weighted by sigmoid(x . gate): "<name>.shared_gate_up.weight" (2Fs, C) gate rows then up rows and
+// "<name>.shared_down.weight" (C, Fs), split over tp as a dense MLP's, and "<name>.shared_expert_gate.weight" (1, C),
+// whole on every slot. It is no expert: every expert slot holds it whole.
 class MoeMlp final : public Layer {
  public:
-  MoeMlp(std::string name, const MoeShape& shape);
+  MoeMlp(std::string name, const MoeShape& shape, TpSlot tp = {});
   // x (N, C), residual (N, C) -> y (N, C). With `count` and a balance in the batch, adds this layer's rows to its
   // sums (the first forward of a micro-batch does; activation checkpointing's second does not).
   Tensor forward_add(const Tensor& x, const Tensor& residual, const Batch& batch, Saved& saved, bool count);
@@ -59,12 +65,20 @@ class MoeMlp final : public Layer {
   Tensor products(const Tensor& x, const std::vector<int64_t>& rows, Tensor& gate_up, Tensor& hidden);
   Tensor products_backward(const Tensor& dy, const std::vector<int64_t>& rows, const Tensor& x, const Tensor& gate_up,
                            const Tensor& hidden);
+  // The shared expert: y (N, C) += sigmoid(x gate^T) down(swiglu(gate_up(x))) for x (N, C); and back, dx (N, C) += its
+  // input's gradient (the gate's included).
+  void shared_forward(const Tensor& x, const Tensor& y, Saved& saved);
+  void shared_backward(const Tensor& dy, const Tensor& dx, Saved& saved);
 
   MoeShape shape_;
   ExpertSlot slot_;
   Parameter* router_;   // (E, C)
   Parameter* gate_up_;  // (E, 2F, C)
   Parameter* down_;     // (E, C, F)
+  // The shared expert (shape.shared > 0), else null.
+  std::unique_ptr<Linear> shared_gate_up_;  // (2Fs / tp, C)
+  std::unique_ptr<Linear> shared_down_;     // (C, Fs / tp)
+  Parameter* shared_gate_ = nullptr;        // (1, C)
 };
 
 }  // namespace tandem::nn

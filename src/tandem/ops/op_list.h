@@ -44,6 +44,8 @@ using tandem::kIgnoreTarget;
   X(void, relu_forward, (const Tensor& x, const Tensor& y), (x, y))                                                \
   X(void, relu_backward, (const Tensor& x, const Tensor& dy, const Tensor& dx), (x, dy, dx))                       \
   X(void, gelu_forward, (const Tensor& x, const Tensor& y), (x, y))                                                \
+  X(void, sigmoid_forward, (const Tensor& x, const Tensor& y), (x, y))                                             \
+  X(void, sigmoid_backward, (const Tensor& y, const Tensor& dy, const Tensor& dx), (y, dy, dx))                    \
   X(void, gelu_backward, (const Tensor& x, const Tensor& dy, const Tensor& dx), (x, dy, dx))                       \
   X(void, bias_gelu_forward, (const Tensor& x, const Tensor& bias, const Tensor& y), (x, bias, y))                 \
   X(void, bias_gelu_backward, (const Tensor& x, const Tensor& bias, const Tensor& dy, const Tensor& dx),           \

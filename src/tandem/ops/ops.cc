@@ -160,6 +160,21 @@ void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   return backend_of("relu_backward", dx).relu_backward(x, dy, dx);
 }
 
+void sigmoid_forward(const Tensor& x, const Tensor& y) {
+  check_devices("sigmoid_forward", y, x);
+  check_compute("sigmoid_forward", {{"x", x}, {"y", y}});
+  check_same_shape("sigmoid_forward", "x", x, "y", y);
+  return backend_of("sigmoid_forward", y).sigmoid_forward(x, y);
+}
+
+void sigmoid_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  check_devices("sigmoid_backward", dx, y, dy);
+  check_compute("sigmoid_backward", {{"y", y}, {"dy", dy}, {"dx", dx}});
+  check_same_shape("sigmoid_backward", "y", y, "dy", dy);
+  check_same_shape("sigmoid_backward", "y", y, "dx", dx);
+  return backend_of("sigmoid_backward", dx).sigmoid_backward(y, dy, dx);
+}
+
 void gelu_forward(const Tensor& x, const Tensor& y) {
   check_devices("gelu_forward", y, x);
   check_compute("gelu_forward", {{"x", x}, {"y", y}});

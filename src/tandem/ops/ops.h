@@ -63,6 +63,10 @@ void scale(const Tensor& x, float alpha);
 // ReLU: y = max(x, 0); dx = dy * (x > 0).
 void relu_forward(const Tensor& x, const Tensor& y);
 void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
+// y = 1 / (1 + exp(-x)), elementwise (Qwen2-MoE's shared-expert gate); in place allowed.
+void sigmoid_forward(const Tensor& x, const Tensor& y);
+// dx = dy y (1 - y), from the forward's output y; in place allowed.
+void sigmoid_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
 
 // GELU, tanh approximation (as PyTorch's approximate="tanh"):
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

@@ -66,6 +66,11 @@ void check_llama_layout(const LlamaConfig& c, int pp, int tp, int virtual_stages
     TANDEM_FAIL("model.intermediate_size ", c.intermediate_size, " is not divisible by parallel.tensor ", tp,
                 ": each tensor-parallel slot holds an equal slice of the MLP; choose a tensor width that divides ",
                 c.intermediate_size);
+  if (const int64_t fs = c.moe.shared_expert_intermediate_size; fs > 0 && fs % tp != 0)
+    TANDEM_FAIL("model.shared_expert_intermediate_size ", fs, " is not divisible by parallel.tensor ", tp,
+                ": each tensor-parallel slot holds an equal slice of the shared expert; choose a tensor width that "
+                "divides ",
+                fs);
   check_vocab(c.vocab_size, tp);
   check_decoder_stages(c.num_hidden_layers, "model.num_hidden_layers", "decoder layers", pp, virtual_stages, stages);
   if (pp > 1 && balance_coef(c) > 0)

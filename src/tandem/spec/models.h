@@ -39,7 +39,7 @@ struct RopeScaling {
 // The Hugging Face architecture a llama model was read as, and is exported as (config.json's "architectures" and
 // "model_type"): Llama, Mistral and Qwen2 compute the same function on the same weights, their config keys differ;
 // Qwen3 adds an RMSNorm over each head of q and of k (qk_norm below); Mixtral and Qwen3-MoE are Mistral's and Qwen3's
-// attention with mixture-of-experts MLPs (MoeConfig).
+// attention with mixture-of-experts MLPs (MoeConfig); Qwen2-MoE is Qwen2's attention with them and a shared expert.
 enum class LlamaFamily {
   Llama,     // LlamaForCausalLM, "llama"
   Mistral,   // MistralForCausalLM, "mistral": no biases; sliding_window
@@ -47,6 +47,7 @@ enum class LlamaFamily {
   Qwen3,     // Qwen3ForCausalLM, "qwen3": q_norm and k_norm; attention_bias; Qwen2's sliding-window keys
   Mixtral,   // MixtralForCausalLM, "mixtral": Mistral's attention, every MLP a mixture of experts
   Qwen3Moe,  // Qwen3MoeForCausalLM, "qwen3_moe": Qwen3's attention, MLPs mixtures of experts or dense by layer
+  Qwen2Moe,  // Qwen2MoeForCausalLM, "qwen2_moe": Qwen2's attention, as Qwen3-MoE's MLPs with a gated shared expert
 };
 // A family's names: "family" in Tandem's config (the Hugging Face model_type) and the architecture it is exported as.
 struct LlamaFamilyNames {
@@ -61,6 +62,7 @@ inline constexpr LlamaFamilyNames kLlamaFamilies[] = {
     {LlamaFamily::Qwen3, "qwen3", "Qwen3ForCausalLM"},
     {LlamaFamily::Mixtral, "mixtral", "MixtralForCausalLM"},
     {LlamaFamily::Qwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM"},
+    {LlamaFamily::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM"},
 };
 inline const LlamaFamilyNames& names_of(LlamaFamily f) {
   for (const LlamaFamilyNames& n : kLlamaFamilies)
@@ -73,15 +75,24 @@ inline std::optional<LlamaFamily> family_named(const std::string& name) {
     if (name == n.name) return n.family;
   return std::nullopt;
 }
-// The family whose attention a family has (Mistral's for Mixtral, Qwen3's for Qwen3-MoE; itself otherwise): its
-// biases, norms and sliding-window keys.
+// The family whose attention a family has (Mistral's for Mixtral, Qwen3's for Qwen3-MoE, Qwen2's for Qwen2-MoE;
+// itself otherwise): its biases, norms and sliding-window keys.
 inline LlamaFamily attention_family(LlamaFamily f) {
-  return f == LlamaFamily::Mixtral ? LlamaFamily::Mistral : f == LlamaFamily::Qwen3Moe ? LlamaFamily::Qwen3 : f;
+  switch (f) {
+    case LlamaFamily::Mixtral:
+      return LlamaFamily::Mistral;
+    case LlamaFamily::Qwen3Moe:
+      return LlamaFamily::Qwen3;
+    case LlamaFamily::Qwen2Moe:
+      return LlamaFamily::Qwen2;
+    default:
+      return f;
+  }
 }
 
-// The mixture-of-experts MLPs of Mixtral and Qwen3-MoE (nn/moe.h), with transformers' key names. A sparse layer's MLP
-// routes each token to num_experts_per_tok of num_experts SwiGLU experts of moe_intermediate_size; the others keep the
-// dense MLP of intermediate_size.
+// The mixture-of-experts MLPs of Mixtral, Qwen3-MoE and Qwen2-MoE (nn/moe.h), with transformers' key names. A sparse
+// layer's MLP routes each token to num_experts_per_tok of num_experts SwiGLU experts of moe_intermediate_size (and in
+// Qwen2-MoE adds a shared expert's output, gated per token); the others keep the dense MLP of intermediate_size.
 struct MoeConfig {
   int num_experts = 0;                   // E ("num_experts"; Mixtral's "num_local_experts"); 0: no sparse layer
   int num_experts_per_tok = 0;           // k
@@ -92,6 +103,9 @@ struct MoeConfig {
   double router_aux_loss_coef = 0.001;   // the load-balancing loss's weight
   // transformers adds coef x the load-balancing loss to the training loss only when this is true (its default false).
   bool output_router_logits = false;
+  // Qwen2-MoE: every token also goes through a dense SwiGLU MLP of this width, its output weighted by
+  // sigmoid(x . shared_expert_gate); 0: none.
+  int64_t shared_expert_intermediate_size = 0;
 };
 struct LlamaConfig {
   int64_t vocab_size = 0;

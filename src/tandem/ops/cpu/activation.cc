@@ -1,6 +1,6 @@
-// CPU activations: ReLU and tanh-approximated GELU, forward and backward, and GELU of a biased input, over f32, bf16
-// and f16 storage with fp32 math. Elementwise, so any split over threads gives the same bits, and in-place use is
-// safe.
+// CPU activations: ReLU, the logistic sigmoid and tanh-approximated GELU, forward and backward, and GELU of a biased
+// input, over f32, bf16 and f16 storage with fp32 math. Elementwise, so any split over threads gives the same bits, and
+// in-place use is safe.
 #include <cmath>
 
 #include "tandem/ops/cpu/cpu_ops.h"
@@ -47,6 +47,28 @@ void relu_backward_kernel(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   T* out = elems<T>(dx);      // (n)
 #pragma omp parallel for schedule(static) if (worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) store(out, i, load(in, i) > 0.0f ? load(g, i) : 0.0f);
+}
+
+template <class T>
+void sigmoid_forward_kernel(const Tensor& x, const Tensor& y) {
+  const int64_t n = x.numel();
+  const T* in = elems<T>(x);  // (n)
+  T* out = elems<T>(y);       // (n)
+#pragma omp parallel for schedule(static) if (worth_parallel(n, kTranscendentalCost))
+  for (int64_t i = 0; i < n; ++i) store(out, i, 1.0f / (1.0f + std::exp(-load(in, i))));
+}
+
+template <class T>
+void sigmoid_backward_kernel(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const int64_t n = y.numel();
+  const T* s = elems<T>(y);   // (n)
+  const T* g = elems<T>(dy);  // (n)
+  T* out = elems<T>(dx);      // (n)
+#pragma omp parallel for schedule(static) if (worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = load(s, i);
+    store(out, i, load(g, i) * v * (1.0f - v));
+  }
 }
 
 template <class T>
@@ -112,6 +134,14 @@ void relu_forward(const Tensor& x, const Tensor& y) {
 
 void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   visit_float(x.dtype(), [&](auto t) { relu_backward_kernel<decltype(t)>(x, dy, dx); });
+}
+
+void sigmoid_forward(const Tensor& x, const Tensor& y) {
+  visit_float(x.dtype(), [&](auto t) { sigmoid_forward_kernel<decltype(t)>(x, y); });
+}
+
+void sigmoid_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  visit_float(y.dtype(), [&](auto t) { sigmoid_backward_kernel<decltype(t)>(y, dy, dx); });
 }
 
 void gelu_forward(const Tensor& x, const Tensor& y) {

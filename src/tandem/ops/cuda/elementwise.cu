@@ -32,6 +32,12 @@ struct ReluOp {
 struct ReluBackwardOp {  // a = x, b = dy
   __device__ float operator()(float x, float dy) const { return x > 0.0f ? dy : 0.0f; }
 };
+struct SigmoidOp {
+  __device__ float operator()(float x, float) const { return 1.0f / (1.0f + expf(-x)); }
+};
+struct SigmoidBackwardOp {  // a = y (the forward's output), b = dy
+  __device__ float operator()(float y, float dy) const { return dy * y * (1.0f - y); }
+};
 struct GeluOp {
   __device__ float operator()(float x, float) const {
     return 0.5f * x * (1.0f + tanhf(kGeluK * (x + kGeluA * x * x * x)));
@@ -247,6 +253,12 @@ void relu_forward(const Tensor& x, const Tensor& y) { unary("relu_forward", x, y
 
 void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   binary("relu_backward", x, dy, dx, ReluBackwardOp{});
+}
+
+void sigmoid_forward(const Tensor& x, const Tensor& y) { unary("sigmoid_forward", x, y, SigmoidOp{}); }
+
+void sigmoid_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  binary("sigmoid_backward", y, dy, dx, SigmoidBackwardOp{});
 }
 
 void gelu_forward(const Tensor& x, const Tensor& y) { unary("gelu_forward", x, y, GeluOp{}); }
