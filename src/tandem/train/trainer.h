@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "tandem/config/config.h"
-#include "tandem/core/diagnostics.h"
 #include "tandem/data/dataset.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/layout/groups.h"
@@ -17,47 +16,10 @@
 #include "tandem/train/checkpoint_writer.h"
 #include "tandem/train/monitor.h"
 #include "tandem/train/run_lock.h"
+#include "tandem/train/step_metrics.h"
+#include "tandem/train/train_options.h"
 
 namespace tandem::train {
-
-struct TrainOptions {
-  // metrics.jsonl and checkpoints/ go here; empty: nothing is written. It must not hold another run's files
-  // (train/run_folder.h: prepare_run_folder chooses, clears and creates one).
-  std::string out_dir;
-  std::string resume;  // a checkpoint or run folder to continue from; empty: start fresh
-  std::string init;    // a consolidated safetensors file of weights to start from (not with resume)
-  bool print = true;   // progress lines on stdout (rank 0 only)
-  // The device to train on (a GPU, made before the communicators that use it); null: a CPU device of this
-  // process. Its budget is set from "device_memory" when the config has one.
-  device::AccountedDevice* device = nullptr;
-  // The caller holds out_dir's lock (prepare_run_folder, run_lock.h); otherwise run() takes it on rank 0 for its
-  // own duration, refusing a folder another job holds.
-  bool out_dir_locked = false;
-  // The preflight's predicted peak of the fullest device, written beside the measured one in metrics.jsonl
-  // (predicted_peak_bytes); 0: not known (then not written).
-  int64_t predicted_peak_bytes = 0;
-  // The diagnosis variables the app read (Diagnostics::from_environment): profile, timeline, faults, progress pace.
-  Diagnostics diagnostics;
-};
-
-struct StepMetrics {
-  int64_t step = 0;  // 1-based: the number of updates done
-  double loss = 0;   // mean over the global batch
-  double lr = 0;
-  double grad_norm = 0;  // before clipping
-  double step_seconds = 0;
-  double tokens_per_s = 0;  // tokens (gpt) or samples (mlp) per second, whole job
-  uint64_t peak_bytes = 0;  // the largest per-device peak so far
-  bool skipped = false;     // fp16 overflow: no update
-  double loss_scale = 1;    // fp16: the scale after this step
-  bool evaluated = false;   // "eval" ran after this step
-  double val_loss = 0;      // then: the mean loss over its batches, after this step's update
-  double checkpoint_s = 0;  // seconds the loop was held at this step's boundary by checkpointing (0: none taken)
-  bool checkpoint_writing = false;  // a checkpoint was being written in the background during this step
-  // A mixture of experts' balance (parallel::StepResult::moe_*), when the step measured it.
-  bool moe = false;
-  double moe_balance_loss = 0, moe_max_load = 0;
-};
 
 // Builds the whole model for one tensor-parallel slot (layers hold only their slot's part).
 using ModelBuilder = std::function<nn::Model(nn::TpSlot)>;
