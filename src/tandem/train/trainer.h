@@ -47,13 +47,8 @@ class Trainer {
   device::AccountedDevice& device() { return *device_; }
 
  private:
-  // The parts of run(), in order. check_start returns the step to start from (the checkpoint's, or 0).
-  int64_t check_start(const std::string& checkpoint);
-  void check_data();
-  void check_dataset(const data::Dataset& dataset, const char* what);
+  // The parts of run() after its checks (run_checks.h), in order.
   void setup();
-  // Before step 1: the free space where the checkpoints go against what this run can hold there at once.
-  void check_disk(int64_t start);
   void restore(const std::string& checkpoint);
   std::vector<StepMetrics> loop(int64_t start);
   void report(int64_t last_step);
