@@ -14,6 +14,7 @@
 #include "tandem/optim/schedule.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/compute_dtype.h"
+#include "tandem/train/evaluate.h"
 #include "tandem/train/lora_weights.h"
 #include "tandem/train/model_factory.h"
 #include "tandem/train/run_checks.h"
@@ -160,6 +161,7 @@ void Trainer::setup() {
     own_device_ = std::make_unique<device::CpuDevice>(cfg_.device_memory_bytes, groups_->rank);
     device_ = own_device_.get();
   }
+  batches_ = std::make_unique<BatchMaker>(*device_, host_);
 
   parallel::EngineConfig ec;
   ec.plan = plan_;
@@ -268,7 +270,7 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
     if (writer_) writer_->poll();  // a background write done on every rank becomes a complete checkpoint
     elapsed += m.step_seconds;
     if (eval_dataset_ && ((cfg_.eval.every > 0 && m.step % cfg_.eval.every == 0) || m.step == cfg_.steps)) {
-      m.val_loss = evaluate();
+      m.val_loss = evaluate(*engine_, cfg_.eval, *eval_dataset_, *batches_, cfg_.batch.global, rows_per_sample_);
       m.evaluated = true;
     }
     history.push_back(m);
@@ -371,38 +373,6 @@ void Trainer::report(int64_t last_step) {
   std::fflush(stdout);
 }
 
-parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset, int64_t step, int64_t first,
-                                                    int64_t count) {
-  const spec::DataConfig& d = &dataset == eval_dataset_.get() ? cfg_.eval.data : cfg_.data;
-  Device& host = device_->kind() == DeviceKind::Cpu ? static_cast<Device&>(*device_) : host_;
-  data::Batch batch = dataset.batch(step, first, count, host);
-  const Tensor docs = d.document_mask ? data::document_ids(batch.inputs, d.eos_token_id, host) : Tensor();
-  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets, docs, {}};
-  const auto on_device = [&](const Tensor& t, const char* name) {
-    if (!t.defined()) return Tensor();
-    Tensor d = Tensor::empty(t.shape(), t.dtype(), *device_, name);
-    d.copy_from(t);
-    return d;
-  };
-  return parallel::pipeline::MicroBatch{on_device(batch.inputs, "batch inputs"),
-                                        on_device(batch.targets, "batch targets"),
-                                        on_device(docs, "batch documents"),
-                                        {}};
-}
-
-double Trainer::evaluate() {
-  // Batch k of the held-out data is its "step" k: the same samples at every evaluation, in every layout. The mean
-  // over the targets that count (all of them without a loss mask) of every batch.
-  const double rows = static_cast<double>(cfg_.batch.global * rows_per_sample_);
-  double sum = 0, counted = 0;
-  for (int64_t k = 0; k < cfg_.eval.steps; ++k) {
-    sum += engine_->evaluate([&](int64_t first, int64_t count) { return micro_batch(*eval_dataset_, k, first, count); },
-                             rows);
-    counted += static_cast<double>(eval_dataset_->counted_targets(k, 0, cfg_.batch.global).value_or(rows));
-  }
-  return sum / std::max(counted, 1.0);
-}
-
 void Trainer::write_timeline(bool at_end) {
   std::unique_ptr<parallel::Timeline> t = engine_->take_timeline(at_end);
   if (!t) return;
@@ -427,9 +397,9 @@ StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   const double counted =
       std::max(1.0, static_cast<double>(dataset_->counted_targets(step, 0, b.global).value_or(rows)));
   const double lr = optim::learning_rate(cfg_.scheduler, step);
-  const parallel::StepResult r =
-      engine_->step([&](int64_t first, int64_t count) { return micro_batch(*dataset_, step, first, count); },
-                    static_cast<float>(lr), counted, step);
+  const parallel::StepResult r = engine_->step(
+      [&](int64_t first, int64_t count) { return batches_->make(*dataset_, cfg_.data, step, first, count); },
+      static_cast<float>(lr), counted, step);
   // The profile waits here for the step's queued op timings, so this step's time includes its last kernels.
   if (ops::profile::enabled()) ops::profile::end_step(t0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

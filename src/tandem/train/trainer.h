@@ -13,6 +13,7 @@
 #include "tandem/layout/groups.h"
 #include "tandem/nn/model.h"
 #include "tandem/parallel/engine.h"
+#include "tandem/train/batch_maker.h"
 #include "tandem/train/checkpoint_writer.h"
 #include "tandem/train/monitor.h"
 #include "tandem/train/run_lock.h"
@@ -53,9 +54,6 @@ class Trainer {
   std::vector<StepMetrics> loop(int64_t start);
   void report(int64_t last_step);
   StepMetrics train_step(int64_t step, bool first_of_run);
-  // Samples [first, first + count) of `dataset`'s step `step`, on the device the engine runs on.
-  parallel::pipeline::MicroBatch micro_batch(const data::Dataset& dataset, int64_t step, int64_t first, int64_t count);
-  double evaluate();  // the mean loss over cfg.eval.steps global batches of the eval data
   std::string describe_lora() const;
   std::string describe_fp8() const;  // "  lora: r 8, ..., 1.2M trainable parameters (0.9%) on a frozen base of ..."
   // The offload timeline (diagnostics.timeline_step) once recorded: OUT/timeline_rank<r>.json and a summary line.
@@ -75,6 +73,7 @@ class Trainer {
   device::AccountedDevice* device_ = nullptr;
   device::CpuDevice host_;  // where batches are made before they go to a GPU
   std::unique_ptr<parallel::Engine> engine_;
+  std::unique_ptr<BatchMaker> batches_;  // on device_, from setup()
   int64_t rows_per_sample_;
   RunFolderLock lock_;                        // rank 0, while run() runs, unless the caller holds the folder's lock
   std::unique_ptr<CheckpointWriter> writer_;  // with out_dir
