@@ -1,3 +1,4 @@
+// The Trainer (trainer.h): its construction, then run(): the checks, setup, restore and the loop of steps.
 #include "tandem/train/trainer.h"
 
 #include <chrono>
@@ -6,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "tandem/core/units.h"
@@ -16,40 +16,20 @@
 #include "tandem/train/compute_dtype.h"
 #include "tandem/train/evaluate.h"
 #include "tandem/train/lora_weights.h"
+#include "tandem/train/metrics_file.h"
 #include "tandem/train/model_factory.h"
 #include "tandem/train/run_checks.h"
+#include "tandem/train/run_description.h"
+#include "tandem/train/run_report.h"
+#include "tandem/train/step_report.h"
 #include "tandem/train/stop_signal.h"
+#include "tandem/train/timeline_file.h"
 
 namespace tandem::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Keeps the lines of an earlier metrics.jsonl up to `last_step`, so a resumed run continues the same file.
-void truncate_metrics(const fs::path& path, int64_t last_step) {
-  std::vector<std::string> kept;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    try {
-      if (config::Json::parse(line).at("step").get<int64_t>() <= last_step) kept.push_back(line);
-    } catch (const std::exception&) {
-      // A torn last line from a killed run: drop it.
-    }
-  }
-  in.close();
-  std::ofstream out(path, std::ios::trunc);
-  for (const auto& l : kept) out << l << "\n";
-}
-
-void print_progress(const StepMetrics& m, int64_t total, double eta_s, const char* unit) {
-  char val[48] = "";
-  if (m.evaluated) std::snprintf(val, sizeof val, " | val_loss %.4f", m.val_loss);
-  std::printf("step %lld/%lld | loss %.4f%s | lr %.2e | grad norm %.3f | %.0f %s/s | peak %s | ETA %s\n",
-              static_cast<long long>(m.step), static_cast<long long>(total), m.loss, val, m.lr, m.grad_norm,
-              m.tokens_per_s, unit, format_bytes(m.peak_bytes).c_str(), format_duration(eta_s).c_str());
-  std::fflush(stdout);
-}
 
 ModelBuilder single_use_builder(std::shared_ptr<nn::Model> model) {
   return [model](nn::TpSlot tp) {
@@ -142,18 +122,7 @@ void Trainer::setup() {
   const auto& b = cfg_.batch;
   const layout::Layout& l = groups_->layout;
   if (options_.diagnostics.profile) ops::profile::set_enabled(true);
-  if (is_printer()) {
-    std::printf("data: %s\n", dataset_->describe().c_str());
-    if (eval_dataset_)
-      std::printf("eval: %s; %lld batches every %s\n", eval_dataset_->describe().c_str(),
-                  static_cast<long long>(cfg_.eval.steps),
-                  cfg_.eval.every > 0 ? (std::to_string(cfg_.eval.every) + " steps and after the last").c_str()
-                                      : "run, after the last step");
-    std::printf("batch: %lld = micro %lld x accumulation %lld x virtual GPUs %lld; %lld steps\n",
-                static_cast<long long>(b.global), static_cast<long long>(b.micro), static_cast<long long>(b.accum),
-                static_cast<long long>(l.dp), static_cast<long long>(cfg_.steps));
-    std::fflush(stdout);
-  }
+  if (is_printer()) print_data(cfg_, *dataset_, eval_dataset_.get(), l);
   if (options_.device) {
     device_ = options_.device;
     if (cfg_.device_memory_bytes) device_->set_budget(cfg_.device_memory_bytes);
@@ -178,7 +147,7 @@ void Trainer::setup() {
   ec.offload_param = cfg_.offload_param;
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
-  // The device's peak says in which action it came (report(): "rank 0 at its peak").
+  // The device's peak says in which action it came (report_run(): "rank 0 at its peak").
   parallel::pipeline::PipelineExecutor& executor = engine_->executor();
   executor.observe(std::make_unique<parallel::pipeline::ActionLabels>(*device_, executor.virtual_stages()));
   if (!options_.out_dir.empty()) {
@@ -195,40 +164,7 @@ void Trainer::setup() {
   }
   if (groups_->rank == 0 && (cfg_.tensorboard.enabled || cfg_.csv_monitor.enabled))
     monitor_ = std::make_unique<Monitor>(cfg_.tensorboard, cfg_.csv_monitor, options_.out_dir);
-  if (is_printer()) {
-    std::printf("model: %s; layout %s (%d device%s as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
-                spec::model_type(cfg_.model).c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
-                l.dp == 1 ? "" : "s", l.vgpu_size(), static_cast<long long>(cfg_.zero_stage),
-                dtype_name(ec.compute).c_str(),
-                !plan_.activation_checkpointing ? ""
-                : plan_.cpu_checkpointing       ? ", activation checkpointing (the inputs in host memory)"
-                                                : ", activation checkpointing");
-    if (cfg_.offload_optimizer.enabled()) {
-      const bool gpu = device_->kind() == DeviceKind::Cuda;  // a CPU device's host memory is plain either way
-      const auto where = [gpu](const spec::OffloadConfig& o) {
-        return o.device == spec::OffloadDevice::Cpu
-                   ? std::string(o.pin_memory && gpu ? "page-locked host memory" : "host memory")
-                   : "swap files in " + o.nvme_path;
-      };
-      std::printf("offload: the optimizer state%s and its AdamW in %s",
-                  cfg_.offload_optimizer.ratio < 1 ? " (part)" : "", where(cfg_.offload_optimizer).c_str());
-      if (cfg_.offload_param.enabled()) std::printf("; the parameters in %s", where(cfg_.offload_param).c_str());
-      std::printf("\n");
-    }
-    std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
-    std::printf("%s", engine_->describe_stages().c_str());
-    if (cfg_.lora.enabled) std::printf("%s", describe_lora().c_str());
-    if (cfg_.fp8.enabled) std::printf("%s", describe_fp8().c_str());
-    if (l.pp > 1)
-      std::printf("  schedule: %s, %lld micro-batches per step\n", spec::schedule_name(plan_.schedule).c_str(),
-                  static_cast<long long>(b.accum));
-    if (monitor_) std::printf("%s", monitor_->describe().c_str());
-    if (ops::profile::enabled())
-      std::printf(
-          "op profile on (TANDEM_PROFILE): every op is timed, the table follows the run; the timing slows "
-          "the steps, so take speeds from a run without it\n");
-    std::fflush(stdout);
-  }
+  if (is_printer()) print_setup(cfg_, plan_, l, *engine_, device_->kind(), monitor_.get());
 }
 
 void Trainer::restore(const std::string& checkpoint) {
@@ -252,14 +188,10 @@ void Trainer::restore(const std::string& checkpoint) {
 }
 
 std::vector<StepMetrics> Trainer::loop(int64_t start) {
-  std::ofstream metrics;
-  const fs::path out(options_.out_dir);
-  if (!options_.out_dir.empty() && groups_->rank == 0) {
-    fs::create_directories(out);
-    if (start > 0) truncate_metrics(out / "metrics.jsonl", start);
-    metrics.open(out / "metrics.jsonl", start > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics) TANDEM_FAIL("cannot write '", (out / "metrics.jsonl").string(), "'");
-  }
+  MetricsFile metrics = !options_.out_dir.empty() && groups_->rank == 0
+                            ? MetricsFile(options_.out_dir, start, options_.predicted_peak_bytes)
+                            : MetricsFile();
+  const bool tokens = spec::model_io(cfg_.model).tokens;
 
   std::vector<StepMetrics> history;
   double elapsed = 0;
@@ -274,14 +206,14 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
       m.evaluated = true;
     }
     history.push_back(m);
-    write_timeline(m.step == cfg_.steps);
+    write_timeline(*engine_, m.step == cfg_.steps, options_.out_dir, groups_->rank, options_.diagnostics.timeline_step,
+                   is_printer());
     const double eta = elapsed / static_cast<double>(history.size()) * static_cast<double>(cfg_.steps - m.step);
     if (is_printer() && m.skipped)
-      std::printf("step %lld/%lld | fp16 overflow (grad norm %g): update skipped, loss scale now %g\n",
-                  static_cast<long long>(m.step), static_cast<long long>(cfg_.steps), m.grad_norm, m.loss_scale);
+      print_skipped(m, cfg_.steps);
     else if (is_printer() &&
              (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1 || m.evaluated))
-      print_progress(m, cfg_.steps, eta, spec::model_io(cfg_.model).tokens ? "tok" : "samples");
+      print_progress(m, cfg_.steps, eta, tokens ? "tok" : "samples");
     // A stop signal on any rank stops every rank after this step.
     const bool stop = groups_->world->all_reduce_scalar(stop_requested() ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
     const bool due = cfg_.checkpoint.every > 0 && m.step % cfg_.checkpoint.every == 0;
@@ -289,25 +221,8 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
       m.checkpoint_s = writer_->save(m.step);
       if (stop) m.checkpoint_s += writer_->finish();  // the job ends with its checkpoint complete
     }
-    if (monitor_) monitor_->write(monitor_events(m), m.step * cfg_.batch.global);
-    if (metrics.is_open()) {
-      config::Json line = {{"step", m.step},
-                           {"loss", m.loss},
-                           {"lr", m.lr},
-                           {"grad_norm", m.grad_norm},
-                           {"step_s", m.step_seconds},
-                           {"tokens_per_s", m.tokens_per_s},
-                           {"peak_bytes", m.peak_bytes},
-                           {"loss_scale", m.loss_scale},
-                           {"skipped", m.skipped}};
-      if (options_.predicted_peak_bytes > 0) line["predicted_peak_bytes"] = options_.predicted_peak_bytes;
-      if (m.evaluated) line["val_loss"] = m.val_loss;
-      if (m.checkpoint_s > 0) line["checkpoint_s"] = m.checkpoint_s;
-      if (m.checkpoint_writing) line["checkpoint_writing"] = true;
-      if (m.moe) line.update({{"moe_balance_loss", m.moe_balance_loss}, {"moe_max_load", m.moe_max_load}});
-      metrics << line.dump() << "\n";
-      metrics.flush();
-    }
+    if (monitor_) monitor_->write(monitor_events(m, cfg_.fp16.enabled, tokens), m.step * cfg_.batch.global);
+    metrics.write(m);
     if (stop) {
       if (is_printer()) std::printf("stopped by a signal after step %lld\n", static_cast<long long>(m.step));
       break;
@@ -318,71 +233,8 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
     if (is_printer() && waited > 0.05)
       std::printf("waited %s for the last checkpoint's background write\n", format_duration(waited).c_str());
   }
-  report(history.empty() ? start : history.back().step);
+  report_run(history.empty() ? start : history.back().step, cfg_, plan_, *engine_, *device_, *groups_, is_printer());
   return history;
-}
-
-std::vector<MonitorEvent> Trainer::monitor_events(const StepMetrics& m) const {
-  // DeepSpeed's tags where it has them (train_loss, lr, loss_scale with fp16), then Tandem's under the same prefix.
-  std::vector<MonitorEvent> e = {{"Train/Samples/train_loss", m.loss}, {"Train/Samples/lr", m.lr}};
-  if (cfg_.fp16.enabled) e.push_back({"Train/Samples/loss_scale", m.loss_scale});
-  e.push_back({"Train/Samples/grad_norm", m.grad_norm});
-  if (m.evaluated) e.push_back({"Train/Samples/val_loss", m.val_loss});
-  e.push_back({spec::model_io(cfg_.model).tokens ? "Train/Samples/tokens_per_s" : "Train/Samples/samples_per_s",
-               m.tokens_per_s});
-  e.push_back({"Train/Samples/peak_memory_bytes", static_cast<double>(m.peak_bytes)});
-  if (m.moe)
-    e.insert(e.end(),
-             {{"Train/Samples/moe_balance_loss", m.moe_balance_loss}, {"Train/Samples/moe_max_load", m.moe_max_load}});
-  return e;
-}
-
-void Trainer::report(int64_t last_step) {
-  const layout::Layout& l = groups_->layout;
-  // Each device's peak, gathered to rank 0 one rank at a time (a handful of scalars).
-  std::vector<double> peaks, host_peaks;
-  for (int r = 0; r < l.world(); ++r)
-    peaks.push_back(groups_->world->all_reduce_scalar(
-        r == groups_->rank ? static_cast<double>(device_->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
-  if (const device::AccountedDevice* host = engine_->host_memory())
-    for (int r = 0; r < l.world(); ++r)
-      host_peaks.push_back(groups_->world->all_reduce_scalar(
-          r == groups_->rank ? static_cast<double>(host->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
-  if (!is_printer()) return;
-  std::printf("done: %lld steps. Peak memory per device:", static_cast<long long>(last_step));
-  for (int r = 0; r < l.world(); ++r)
-    std::printf(" %s%d %s%s", device_->kind() == DeviceKind::Cpu ? "cpu:" : "rank ", r,
-                format_bytes(static_cast<uint64_t>(peaks[r])).c_str(), r + 1 < l.world() ? "," : "");
-  if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
-  std::printf("\n");
-  if (!host_peaks.empty()) {
-    const bool inputs = plan_.activation_checkpointing && plan_.cpu_checkpointing;
-    const bool state = cfg_.offload_optimizer.enabled();
-    std::printf("%s in host memory, peak per rank:", !inputs ? "offloaded state"
-                                                     : state ? "offloaded state and checkpointed layer inputs"
-                                                             : "checkpointed layer inputs");
-    for (int r = 0; r < l.world(); ++r)
-      std::printf(" %d %s%s", r, format_bytes(static_cast<uint64_t>(host_peaks[r])).c_str(),
-                  r + 1 < l.world() ? "," : "");
-    std::printf("\n");
-  }
-  // What rank 0 held at its peak and when, in the planner's terms (`tandem plan --explain` gives the prediction).
-  std::printf("rank 0 at its peak (%s): %s\n", device_->peak_label().empty() ? "setup" : device_->peak_label().c_str(),
-              device_->at_peak().describe().c_str());
-  if (ops::profile::enabled()) std::printf("%s", ops::profile::table(ops::profile::summary(), "rank 0").c_str());
-  std::fflush(stdout);
-}
-
-void Trainer::write_timeline(bool at_end) {
-  std::unique_ptr<parallel::Timeline> t = engine_->take_timeline(at_end);
-  if (!t) return;
-  const fs::path dir = options_.out_dir.empty() ? fs::path(".") : fs::path(options_.out_dir);
-  const fs::path file = dir / ("timeline_rank" + std::to_string(groups_->rank) + ".json");
-  std::ofstream(file) << t->chrome_trace(groups_->rank);
-  if (is_printer())
-    std::printf("offload timeline of step %lld (rank 0, %s; chrome://tracing reads it): %s\n",
-                static_cast<long long>(options_.diagnostics.timeline_step), file.string().c_str(),
-                t->summary().c_str());
 }
 
 StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {

@@ -1,5 +1,8 @@
 // Trainer: the training loop on any layout. Config -> layout -> model -> data -> steps (the Engine does the
-// parallel work: pipeline, tensor slots, ZeRO), a progress line, metrics.jsonl and checkpoints.
+// parallel work: pipeline, tensor slots, ZeRO), a progress line, metrics.jsonl and checkpoints. Its parts hold one
+// job each: the checks before step 1 (run_checks.h), the micro-batches (batch_maker.h), the evaluation
+// (evaluate.h), the lines printed once (run_description.h), each step's line and monitor events (step_report.h),
+// metrics.jsonl (metrics_file.h), the offload timeline (timeline_file.h) and the report at the end (run_report.h).
 #pragma once
 
 #include <functional>
@@ -52,13 +55,7 @@ class Trainer {
   void setup();
   void restore(const std::string& checkpoint);
   std::vector<StepMetrics> loop(int64_t start);
-  void report(int64_t last_step);
   StepMetrics train_step(int64_t step, bool first_of_run);
-  std::string describe_lora() const;
-  std::string describe_fp8() const;  // "  lora: r 8, ..., 1.2M trainable parameters (0.9%) on a frozen base of ..."
-  // The offload timeline (diagnostics.timeline_step) once recorded: OUT/timeline_rank<r>.json and a summary line.
-  void write_timeline(bool at_end);
-  std::vector<MonitorEvent> monitor_events(const StepMetrics& m) const;  // the tags and values of one step
   bool is_printer() const { return options_.print && groups_->rank == 0; }
 
   config::TrainConfig cfg_;
