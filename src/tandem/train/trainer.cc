@@ -1,3 +1,4 @@
+// The Trainer (trainer.h): its construction, then run(): the checks, setup, restore and the loop of steps.
 #include "tandem/train/trainer.h"
 
 #include <chrono>
@@ -6,51 +7,29 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
-#include "tandem/checkpoint/disk_space.h"
 #include "tandem/core/units.h"
-#include "tandem/ops/cuda/scratch_sizes.h"
 #include "tandem/ops/profile.h"
 #include "tandem/optim/schedule.h"
-#include "tandem/train/agreed_error.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/compute_dtype.h"
+#include "tandem/train/evaluate.h"
 #include "tandem/train/lora_weights.h"
+#include "tandem/train/metrics_file.h"
 #include "tandem/train/model_factory.h"
-#include "tandem/train/run_folder.h"
+#include "tandem/train/run_checks.h"
+#include "tandem/train/run_description.h"
+#include "tandem/train/run_report.h"
+#include "tandem/train/step_report.h"
 #include "tandem/train/stop_signal.h"
+#include "tandem/train/timeline_file.h"
 
 namespace tandem::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Keeps the lines of an earlier metrics.jsonl up to `last_step`, so a resumed run continues the same file.
-void truncate_metrics(const fs::path& path, int64_t last_step) {
-  std::vector<std::string> kept;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    try {
-      if (config::Json::parse(line).at("step").get<int64_t>() <= last_step) kept.push_back(line);
-    } catch (const std::exception&) {
-      // A torn last line from a killed run: drop it.
-    }
-  }
-  in.close();
-  std::ofstream out(path, std::ios::trunc);
-  for (const auto& l : kept) out << l << "\n";
-}
-
-void print_progress(const StepMetrics& m, int64_t total, double eta_s, const char* unit) {
-  char val[48] = "";
-  if (m.evaluated) std::snprintf(val, sizeof val, " | val_loss %.4f", m.val_loss);
-  std::printf("step %lld/%lld | loss %.4f%s | lr %.2e | grad norm %.3f | %.0f %s/s | peak %s | ETA %s\n",
-              static_cast<long long>(m.step), static_cast<long long>(total), m.loss, val, m.lr, m.grad_norm,
-              m.tokens_per_s, unit, format_bytes(m.peak_bytes).c_str(), format_duration(eta_s).c_str());
-  std::fflush(stdout);
-}
 
 ModelBuilder single_use_builder(std::shared_ptr<nn::Model> model) {
   return [model](nn::TpSlot tp) {
@@ -118,40 +97,20 @@ Trainer Trainer::from_config(const config::TrainConfig& cfg, const layout::Paral
 }
 
 std::vector<StepMetrics> Trainer::run() {
-  if (!options_.resume.empty() && !options_.init.empty())
-    TANDEM_FAIL("--resume and --init both given: --resume continues a run (weights and optimizer state), ",
-                "--init starts a new one from weights; choose one");
-  if ((cfg_.data.document_mask || (cfg_.eval.enabled && cfg_.eval.data.document_mask)) && options_.device &&
-      options_.device->kind() == DeviceKind::Cuda) {
-    // The CUDA backend keeps attention inside documents with its flash kernels (ops/cuda/attention_flash.h), which
-    // take 16-bit data and a head dim of 64 or 128.
-    const DType compute = cfg_.bf16 ? DType::BF16 : cfg_.fp16.enabled ? DType::F16 : DType::F32;
-    int64_t head_dim = 0;
-    if (const auto* g = std::get_if<spec::GptConfig>(&cfg_.model)) head_dim = g->heads ? g->dim / g->heads : 0;
-    if (const auto* l = std::get_if<spec::LlamaConfig>(&cfg_.model))
-      head_dim = l->head_dim ? l->head_dim : l->num_attention_heads ? l->hidden_size / l->num_attention_heads : 0;
-    if (!ops::cuda::flash_attention_shape(compute, head_dim))
-      TANDEM_FAIL(
-          "data.document_mask on the CUDA backend keeps attention inside documents in bf16 or fp16 compute "
-          "with a head dim of 64 or 128; this run computes in ",
-          dtype_name(compute), " with head dim ", head_dim,
-          ": set \"bf16\": {\"enabled\": true}, remove \"document_mask\", or train on the CPU (--device cpu)");
-  }
-  if (cfg_.lora.enabled && !options_.init.empty())
-    TANDEM_FAIL("--init with \"lora\": a LoRA run's checkpoints hold the adapters alone, and resuming or exporting ",
-                "one reads its frozen base again from the config; name the base as model.from_pretrained instead of ",
-                "--init");
+  const RunChecks checks(cfg_, options_, *groups_, is_printer());
+  checks.options();
   const std::string checkpoint = options_.resume.empty() ? "" : find_checkpoint(options_.resume);
-  const int64_t start = check_start(checkpoint);
+  const int64_t start = checks.start(checkpoint, lock_);
   if (start >= cfg_.steps) {
     if (is_printer())
       std::printf("the checkpoint is at step %lld of %lld: nothing to train\n", static_cast<long long>(start),
                   static_cast<long long>(cfg_.steps));
     return {};
   }
-  check_data();
+  checks.data(*dataset_, "data");
+  if (eval_dataset_) checks.data(*eval_dataset_, "eval data");
   setup();
-  check_disk(start);
+  if (writer_) checks.disk(*writer_, start);
   restore(checkpoint);
   install_stop_handlers();
   std::vector<StepMetrics> history = loop(start);
@@ -159,73 +118,11 @@ std::vector<StepMetrics> Trainer::run() {
   return history;
 }
 
-int64_t Trainer::check_start(const std::string& checkpoint) {
-  // The run folder first, before anything is allocated or written. Rank 0 looks and says; every rank agrees, so
-  // no rank can see a file another has just created.
-  std::string refusal;
-  if (!options_.out_dir.empty() && groups_->rank == 0) {
-    try {
-      if (!options_.out_dir_locked && !lock_.held()) lock_ = RunFolderLock::acquire(options_.out_dir);
-      check_run_folder(options_.out_dir, checkpoint);
-    } catch (const Error& e) {
-      refusal = e.what();
-    }
-  }
-  if (groups_->world->all_reduce_scalar(refusal.empty() ? 0.0 : 1.0, comm::ReduceOp::Max) > 0)
-    throw AgreedError(refusal.empty() ? "rank 0 refused the run folder '" + options_.out_dir + "'" : refusal);
-  if (checkpoint.empty()) return 0;
-  const CheckpointSummary saved = read_checkpoint_summary(checkpoint);
-  if (saved.step > cfg_.steps)
-    TANDEM_FAIL("the checkpoint '", checkpoint, "' is at step ", saved.step, ", past this run's steps (", cfg_.steps,
-                "): raise steps (e.g. --set steps=", 2 * saved.step, ") to train on from it");
-  const int64_t saved_batch = saved.config.value("train_batch_size", int64_t{0});
-  if (saved_batch > 0 && saved_batch != cfg_.batch.global && is_printer())
-    std::printf(
-        "warning: resuming with train_batch_size %lld where the checkpoint was trained with %lld: from step "
-        "%lld on each step takes %lld samples, so the samples seen differ from an uninterrupted run's\n",
-        static_cast<long long>(cfg_.batch.global), static_cast<long long>(saved_batch),
-        static_cast<long long>(saved.step + 1), static_cast<long long>(cfg_.batch.global));
-  return saved.step;
-}
-
-void Trainer::check_data() {
-  check_dataset(*dataset_, "data");
-  if (eval_dataset_) check_dataset(*eval_dataset_, "eval data");
-}
-
-void Trainer::check_dataset(const data::Dataset& dataset, const char* what) {
-  // Each rank scans its part of the data once; the first bad element of all is reported by every rank.
-  const uint64_t bytes = dataset.scanned_bytes();
-  if (bytes == 0) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t mine = dataset.first_invalid(groups_->rank, groups_->layout.world());
-  // -1 (none) becomes the lowest value under Max; indices below 2^53 are exact in a double.
-  const double first =
-      -groups_->world->all_reduce_scalar(mine < 0 ? -1e300 : -static_cast<double>(mine), comm::ReduceOp::Max);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (first < 1e300) TANDEM_FAIL(dataset.describe_invalid(static_cast<int64_t>(first)));
-  if (is_printer())
-    std::printf("%s: token ids checked against the vocabulary: %s in %.2f s (%s/s)\n", what,
-                format_bytes(bytes).c_str(), seconds,
-                format_bytes(static_cast<uint64_t>(static_cast<double>(bytes) / std::max(seconds, 1e-9))).c_str());
-}
-
 void Trainer::setup() {
   const auto& b = cfg_.batch;
   const layout::Layout& l = groups_->layout;
   if (options_.diagnostics.profile) ops::profile::set_enabled(true);
-  if (is_printer()) {
-    std::printf("data: %s\n", dataset_->describe().c_str());
-    if (eval_dataset_)
-      std::printf("eval: %s; %lld batches every %s\n", eval_dataset_->describe().c_str(),
-                  static_cast<long long>(cfg_.eval.steps),
-                  cfg_.eval.every > 0 ? (std::to_string(cfg_.eval.every) + " steps and after the last").c_str()
-                                      : "run, after the last step");
-    std::printf("batch: %lld = micro %lld x accumulation %lld x virtual GPUs %lld; %lld steps\n",
-                static_cast<long long>(b.global), static_cast<long long>(b.micro), static_cast<long long>(b.accum),
-                static_cast<long long>(l.dp), static_cast<long long>(cfg_.steps));
-    std::fflush(stdout);
-  }
+  if (is_printer()) print_data(cfg_, *dataset_, eval_dataset_.get(), l);
   if (options_.device) {
     device_ = options_.device;
     if (cfg_.device_memory_bytes) device_->set_budget(cfg_.device_memory_bytes);
@@ -233,6 +130,7 @@ void Trainer::setup() {
     own_device_ = std::make_unique<device::CpuDevice>(cfg_.device_memory_bytes, groups_->rank);
     device_ = own_device_.get();
   }
+  batches_ = std::make_unique<BatchMaker>(*device_, host_);
 
   parallel::EngineConfig ec;
   ec.plan = plan_;
@@ -242,14 +140,14 @@ void Trainer::setup() {
   ec.micro_batch = b.micro;
   ec.micro_batches = b.accum;
   ec.gradient_clipping = cfg_.gradient_clipping;
-  ec.compute = cfg_.bf16 ? DType::BF16 : cfg_.fp16.enabled ? DType::F16 : DType::F32;
+  ec.compute = compute_dtype(cfg_);
   ec.tiles = cfg_.tiles;
   ec.fp16 = cfg_.fp16;
   ec.offload_optimizer = cfg_.offload_optimizer;
   ec.offload_param = cfg_.offload_param;
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
-  // The device's peak says in which action it came (report(): "rank 0 at its peak").
+  // The device's peak says in which action it came (report_run(): "rank 0 at its peak").
   parallel::pipeline::PipelineExecutor& executor = engine_->executor();
   executor.observe(std::make_unique<parallel::pipeline::ActionLabels>(*device_, executor.virtual_stages()));
   if (!options_.out_dir.empty()) {
@@ -266,82 +164,7 @@ void Trainer::setup() {
   }
   if (groups_->rank == 0 && (cfg_.tensorboard.enabled || cfg_.csv_monitor.enabled))
     monitor_ = std::make_unique<Monitor>(cfg_.tensorboard, cfg_.csv_monitor, options_.out_dir);
-  if (is_printer()) {
-    std::printf("model: %s; layout %s (%d device%s as %d virtual GPU%s of %d), ZeRO stage %lld, %s compute%s\n",
-                spec::model_type(cfg_.model).c_str(), l.str().c_str(), l.world(), l.world() == 1 ? "" : "s", l.dp,
-                l.dp == 1 ? "" : "s", l.vgpu_size(), static_cast<long long>(cfg_.zero_stage),
-                dtype_name(ec.compute).c_str(),
-                !plan_.activation_checkpointing ? ""
-                : plan_.cpu_checkpointing       ? ", activation checkpointing (the inputs in host memory)"
-                                                : ", activation checkpointing");
-    if (cfg_.offload_optimizer.enabled()) {
-      const bool gpu = device_->kind() == DeviceKind::Cuda;  // a CPU device's host memory is plain either way
-      const auto where = [gpu](const spec::OffloadConfig& o) {
-        return o.device == spec::OffloadDevice::Cpu
-                   ? std::string(o.pin_memory && gpu ? "page-locked host memory" : "host memory")
-                   : "swap files in " + o.nvme_path;
-      };
-      std::printf("offload: the optimizer state%s and its AdamW in %s",
-                  cfg_.offload_optimizer.ratio < 1 ? " (part)" : "", where(cfg_.offload_optimizer).c_str());
-      if (cfg_.offload_param.enabled()) std::printf("; the parameters in %s", where(cfg_.offload_param).c_str());
-      std::printf("\n");
-    }
-    std::printf("%s", layout::describe_rank_map(l, device_->kind() == DeviceKind::Cpu ? "cpu:" : "cuda:").c_str());
-    std::printf("%s", engine_->describe_stages().c_str());
-    if (cfg_.lora.enabled) std::printf("%s", describe_lora().c_str());
-    if (cfg_.fp8.enabled) std::printf("%s", describe_fp8().c_str());
-    if (l.pp > 1)
-      std::printf("  schedule: %s, %lld micro-batches per step\n", spec::schedule_name(plan_.schedule).c_str(),
-                  static_cast<long long>(b.accum));
-    if (monitor_) std::printf("%s", monitor_->describe().c_str());
-    if (ops::profile::enabled())
-      std::printf(
-          "op profile on (TANDEM_PROFILE): every op is timed, the table follows the run; the timing slows "
-          "the steps, so take speeds from a run without it\n");
-    std::fflush(stdout);
-  }
-}
-
-void Trainer::check_disk(int64_t start) {
-  if (!writer_) return;
-  const uint64_t one = writer_->checkpoint_bytes();
-  // The most checkpoints this run holds there at once: checkpoint.keep complete ones and the one being written, or
-  // fewer when it writes fewer (the due ones, and one at the end), beside the complete ones already there.
-  const auto& c = cfg_.checkpoint;
-  const fs::path root = fs::path(options_.out_dir) / "checkpoints";
-  const int64_t writes = (c.every > 0 ? (cfg_.steps - start) / c.every : 0) + (c.at_end ? 1 : 0);
-  // A run that plans no checkpoint reserves no space: one at a stop signal is written if it fits, and a write that
-  // does not fit ends the job as any failed write does.
-  if (writes == 0) return;
-  const auto existing = static_cast<int64_t>(complete_checkpoints(root.string()).size());
-  const int64_t copies = std::max<int64_t>(1, std::min(c.keep + 1, existing + writes) - existing);
-  checkpoint::SpaceNeed need;
-  need.bytes = static_cast<uint64_t>(copies) * one;
-  need.what = std::to_string(copies) + " checkpoint" + (copies > 1 ? "s" : "") + " of " + format_bytes(one) +
-              (copies == c.keep + 1 ? " (checkpoint.keep " + std::to_string(c.keep) + ", and 1 being written)"
-                                    : " (the most this run holds at once)");
-  const std::string where = root.string();
-  const uint64_t free = checkpoint::free_bytes(where);
-  const int64_t fit = static_cast<int64_t>(free / std::max<uint64_t>(one, 1));
-  need.advice = (fit >= 2 ? "set checkpoint.keep to " + std::to_string(fit - 1) +
-                                " or less (--set checkpoint.keep=" + std::to_string(fit - 1) + "), "
-                          : std::string()) +
-                "write the run elsewhere with --out DIR, or free space there";
-  const std::string mine = checkpoint::space_refusal(where, need, free);
-  // Each rank looks at the file system it writes through; every rank agrees, so all stop or none.
-  if (groups_->world->all_reduce_scalar(mine.empty() ? 0.0 : 1.0, comm::ReduceOp::Max) > 0) {
-    const int first = static_cast<int>(-groups_->world->all_reduce_scalar(
-        mine.empty() ? -static_cast<double>(groups_->layout.world()) : -groups_->rank, comm::ReduceOp::Max));
-    if (first != 0 && groups_->rank == first) {
-      std::fprintf(stderr, "error on rank %d: %s\n", groups_->rank, mine.c_str());
-      std::fflush(stderr);
-    }
-    groups_->world->barrier();
-    throw AgreedError(groups_->rank == 0 && !mine.empty()
-                          ? mine
-                          : "rank " + std::to_string(first) + " has not enough disk space for the checkpoints in '" +
-                                where + "': its message is above");
-  }
+  if (is_printer()) print_setup(cfg_, plan_, l, *engine_, device_->kind(), monitor_.get());
 }
 
 void Trainer::restore(const std::string& checkpoint) {
@@ -365,14 +188,10 @@ void Trainer::restore(const std::string& checkpoint) {
 }
 
 std::vector<StepMetrics> Trainer::loop(int64_t start) {
-  std::ofstream metrics;
-  const fs::path out(options_.out_dir);
-  if (!options_.out_dir.empty() && groups_->rank == 0) {
-    fs::create_directories(out);
-    if (start > 0) truncate_metrics(out / "metrics.jsonl", start);
-    metrics.open(out / "metrics.jsonl", start > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics) TANDEM_FAIL("cannot write '", (out / "metrics.jsonl").string(), "'");
-  }
+  MetricsFile metrics = !options_.out_dir.empty() && groups_->rank == 0
+                            ? MetricsFile(options_.out_dir, start, options_.predicted_peak_bytes)
+                            : MetricsFile();
+  const bool tokens = spec::model_io(cfg_.model).tokens;
 
   std::vector<StepMetrics> history;
   double elapsed = 0;
@@ -383,18 +202,18 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
     if (writer_) writer_->poll();  // a background write done on every rank becomes a complete checkpoint
     elapsed += m.step_seconds;
     if (eval_dataset_ && ((cfg_.eval.every > 0 && m.step % cfg_.eval.every == 0) || m.step == cfg_.steps)) {
-      m.val_loss = evaluate();
+      m.val_loss = evaluate(*engine_, cfg_.eval, *eval_dataset_, *batches_, cfg_.batch.global, rows_per_sample_);
       m.evaluated = true;
     }
     history.push_back(m);
-    write_timeline(m.step == cfg_.steps);
+    write_timeline(*engine_, m.step == cfg_.steps, options_.out_dir, groups_->rank, options_.diagnostics.timeline_step,
+                   is_printer());
     const double eta = elapsed / static_cast<double>(history.size()) * static_cast<double>(cfg_.steps - m.step);
     if (is_printer() && m.skipped)
-      std::printf("step %lld/%lld | fp16 overflow (grad norm %g): update skipped, loss scale now %g\n",
-                  static_cast<long long>(m.step), static_cast<long long>(cfg_.steps), m.grad_norm, m.loss_scale);
+      print_skipped(m, cfg_.steps);
     else if (is_printer() &&
              (m.step % cfg_.steps_per_print == 0 || m.step == cfg_.steps || m.step == start + 1 || m.evaluated))
-      print_progress(m, cfg_.steps, eta, spec::model_io(cfg_.model).tokens ? "tok" : "samples");
+      print_progress(m, cfg_.steps, eta, tokens ? "tok" : "samples");
     // A stop signal on any rank stops every rank after this step.
     const bool stop = groups_->world->all_reduce_scalar(stop_requested() ? 1.0 : 0.0, comm::ReduceOp::Max) > 0;
     const bool due = cfg_.checkpoint.every > 0 && m.step % cfg_.checkpoint.every == 0;
@@ -402,25 +221,8 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
       m.checkpoint_s = writer_->save(m.step);
       if (stop) m.checkpoint_s += writer_->finish();  // the job ends with its checkpoint complete
     }
-    if (monitor_) monitor_->write(monitor_events(m), m.step * cfg_.batch.global);
-    if (metrics.is_open()) {
-      config::Json line = {{"step", m.step},
-                           {"loss", m.loss},
-                           {"lr", m.lr},
-                           {"grad_norm", m.grad_norm},
-                           {"step_s", m.step_seconds},
-                           {"tokens_per_s", m.tokens_per_s},
-                           {"peak_bytes", m.peak_bytes},
-                           {"loss_scale", m.loss_scale},
-                           {"skipped", m.skipped}};
-      if (options_.predicted_peak_bytes > 0) line["predicted_peak_bytes"] = options_.predicted_peak_bytes;
-      if (m.evaluated) line["val_loss"] = m.val_loss;
-      if (m.checkpoint_s > 0) line["checkpoint_s"] = m.checkpoint_s;
-      if (m.checkpoint_writing) line["checkpoint_writing"] = true;
-      if (m.moe) line.update({{"moe_balance_loss", m.moe_balance_loss}, {"moe_max_load", m.moe_max_load}});
-      metrics << line.dump() << "\n";
-      metrics.flush();
-    }
+    if (monitor_) monitor_->write(monitor_events(m, cfg_.fp16.enabled, tokens), m.step * cfg_.batch.global);
+    metrics.write(m);
     if (stop) {
       if (is_printer()) std::printf("stopped by a signal after step %lld\n", static_cast<long long>(m.step));
       break;
@@ -431,103 +233,8 @@ std::vector<StepMetrics> Trainer::loop(int64_t start) {
     if (is_printer() && waited > 0.05)
       std::printf("waited %s for the last checkpoint's background write\n", format_duration(waited).c_str());
   }
-  report(history.empty() ? start : history.back().step);
+  report_run(history.empty() ? start : history.back().step, cfg_, plan_, *engine_, *device_, *groups_, is_printer());
   return history;
-}
-
-std::vector<MonitorEvent> Trainer::monitor_events(const StepMetrics& m) const {
-  // DeepSpeed's tags where it has them (train_loss, lr, loss_scale with fp16), then Tandem's under the same prefix.
-  std::vector<MonitorEvent> e = {{"Train/Samples/train_loss", m.loss}, {"Train/Samples/lr", m.lr}};
-  if (cfg_.fp16.enabled) e.push_back({"Train/Samples/loss_scale", m.loss_scale});
-  e.push_back({"Train/Samples/grad_norm", m.grad_norm});
-  if (m.evaluated) e.push_back({"Train/Samples/val_loss", m.val_loss});
-  e.push_back({spec::model_io(cfg_.model).tokens ? "Train/Samples/tokens_per_s" : "Train/Samples/samples_per_s",
-               m.tokens_per_s});
-  e.push_back({"Train/Samples/peak_memory_bytes", static_cast<double>(m.peak_bytes)});
-  if (m.moe)
-    e.insert(e.end(),
-             {{"Train/Samples/moe_balance_loss", m.moe_balance_loss}, {"Train/Samples/moe_max_load", m.moe_max_load}});
-  return e;
-}
-
-void Trainer::report(int64_t last_step) {
-  const layout::Layout& l = groups_->layout;
-  // Each device's peak, gathered to rank 0 one rank at a time (a handful of scalars).
-  std::vector<double> peaks, host_peaks;
-  for (int r = 0; r < l.world(); ++r)
-    peaks.push_back(groups_->world->all_reduce_scalar(
-        r == groups_->rank ? static_cast<double>(device_->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
-  if (const device::AccountedDevice* host = engine_->host_memory())
-    for (int r = 0; r < l.world(); ++r)
-      host_peaks.push_back(groups_->world->all_reduce_scalar(
-          r == groups_->rank ? static_cast<double>(host->peak_bytes()) : 0.0, comm::ReduceOp::Sum));
-  if (!is_printer()) return;
-  std::printf("done: %lld steps. Peak memory per device:", static_cast<long long>(last_step));
-  for (int r = 0; r < l.world(); ++r)
-    std::printf(" %s%d %s%s", device_->kind() == DeviceKind::Cpu ? "cpu:" : "rank ", r,
-                format_bytes(static_cast<uint64_t>(peaks[r])).c_str(), r + 1 < l.world() ? "," : "");
-  if (cfg_.device_memory_bytes) std::printf(" (budget %s each)", format_bytes(cfg_.device_memory_bytes).c_str());
-  std::printf("\n");
-  if (!host_peaks.empty()) {
-    const bool inputs = plan_.activation_checkpointing && plan_.cpu_checkpointing;
-    const bool state = cfg_.offload_optimizer.enabled();
-    std::printf("%s in host memory, peak per rank:", !inputs ? "offloaded state"
-                                                     : state ? "offloaded state and checkpointed layer inputs"
-                                                             : "checkpointed layer inputs");
-    for (int r = 0; r < l.world(); ++r)
-      std::printf(" %d %s%s", r, format_bytes(static_cast<uint64_t>(host_peaks[r])).c_str(),
-                  r + 1 < l.world() ? "," : "");
-    std::printf("\n");
-  }
-  // What rank 0 held at its peak and when, in the planner's terms (`tandem plan --explain` gives the prediction).
-  std::printf("rank 0 at its peak (%s): %s\n", device_->peak_label().empty() ? "setup" : device_->peak_label().c_str(),
-              device_->at_peak().describe().c_str());
-  if (ops::profile::enabled()) std::printf("%s", ops::profile::table(ops::profile::summary(), "rank 0").c_str());
-  std::fflush(stdout);
-}
-
-parallel::pipeline::MicroBatch Trainer::micro_batch(const data::Dataset& dataset, int64_t step, int64_t first,
-                                                    int64_t count) {
-  const spec::DataConfig& d = &dataset == eval_dataset_.get() ? cfg_.eval.data : cfg_.data;
-  Device& host = device_->kind() == DeviceKind::Cpu ? static_cast<Device&>(*device_) : host_;
-  data::Batch batch = dataset.batch(step, first, count, host);
-  const Tensor docs = d.document_mask ? data::document_ids(batch.inputs, d.eos_token_id, host) : Tensor();
-  if (device_->kind() == DeviceKind::Cpu) return parallel::pipeline::MicroBatch{batch.inputs, batch.targets, docs, {}};
-  const auto on_device = [&](const Tensor& t, const char* name) {
-    if (!t.defined()) return Tensor();
-    Tensor d = Tensor::empty(t.shape(), t.dtype(), *device_, name);
-    d.copy_from(t);
-    return d;
-  };
-  return parallel::pipeline::MicroBatch{on_device(batch.inputs, "batch inputs"),
-                                        on_device(batch.targets, "batch targets"),
-                                        on_device(docs, "batch documents"),
-                                        {}};
-}
-
-double Trainer::evaluate() {
-  // Batch k of the held-out data is its "step" k: the same samples at every evaluation, in every layout. The mean
-  // over the targets that count (all of them without a loss mask) of every batch.
-  const double rows = static_cast<double>(cfg_.batch.global * rows_per_sample_);
-  double sum = 0, counted = 0;
-  for (int64_t k = 0; k < cfg_.eval.steps; ++k) {
-    sum += engine_->evaluate([&](int64_t first, int64_t count) { return micro_batch(*eval_dataset_, k, first, count); },
-                             rows);
-    counted += static_cast<double>(eval_dataset_->counted_targets(k, 0, cfg_.batch.global).value_or(rows));
-  }
-  return sum / std::max(counted, 1.0);
-}
-
-void Trainer::write_timeline(bool at_end) {
-  std::unique_ptr<parallel::Timeline> t = engine_->take_timeline(at_end);
-  if (!t) return;
-  const fs::path dir = options_.out_dir.empty() ? fs::path(".") : fs::path(options_.out_dir);
-  const fs::path file = dir / ("timeline_rank" + std::to_string(groups_->rank) + ".json");
-  std::ofstream(file) << t->chrome_trace(groups_->rank);
-  if (is_printer())
-    std::printf("offload timeline of step %lld (rank 0, %s; chrome://tracing reads it): %s\n",
-                static_cast<long long>(options_.diagnostics.timeline_step), file.string().c_str(),
-                t->summary().c_str());
 }
 
 StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
@@ -542,9 +249,9 @@ StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   const double counted =
       std::max(1.0, static_cast<double>(dataset_->counted_targets(step, 0, b.global).value_or(rows)));
   const double lr = optim::learning_rate(cfg_.scheduler, step);
-  const parallel::StepResult r =
-      engine_->step([&](int64_t first, int64_t count) { return micro_batch(*dataset_, step, first, count); },
-                    static_cast<float>(lr), counted, step);
+  const parallel::StepResult r = engine_->step(
+      [&](int64_t first, int64_t count) { return batches_->make(*dataset_, cfg_.data, step, first, count); },
+      static_cast<float>(lr), counted, step);
   // The profile waits here for the step's queued op timings, so this step's time includes its last kernels.
   if (ops::profile::enabled()) ops::profile::end_step(t0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
