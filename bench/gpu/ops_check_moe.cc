@@ -1,7 +1,8 @@
 // ops_check's mixture-of-experts rows: the router (softmax, top-k, weights, its backward and the balance sums), the
 // grouping by expert, and the gather and combine of routed rows, CUDA against the CPU op at the Qwen3-30B-A3B shape's
-// router (128 experts, top 8) and a smaller odd one. Choices, rows and offsets must be equal; the float outputs within
-// the op bounds; the balance sums and the combine's backward the same bits on a second run.
+// router (128 experts, top 8) and a smaller odd one, and the sigmoid of Qwen2-MoE's shared-expert gate. Choices, rows
+// and offsets must be equal; the float outputs within the op bounds; the balance sums and the combine's backward the
+// same bits on a second run.
 #include "ops_check.h"
 
 namespace tandem::ops_check {
@@ -52,6 +53,22 @@ void check_moe(Suite& s) {
       cpu::grouped_weight_grad(dy.cpu, x.cpu, dw.cpu, rows);
       gpu::grouped_weight_grad(dy.gpu, x.gpu, dw.gpu, rows);
       s.compare("grouped_weight_grad", t, shape, dw.gpu, dw.cpu);
+    });
+  }
+  // The shared expert's gate: a sigmoid per token (f32, as the layer runs it) and its backward from the output.
+  for (const int64_t n : {37, 16384}) {
+    const std::string shape = dims({n, 1});
+    s.run("sigmoid_forward", "f32", shape, [&] {
+      auto x = s.make({n, 1}, DType::F32, 640, 3.0f);
+      auto y = s.output({n, 1}, DType::F32);
+      cpu::sigmoid_forward(x.cpu, y.cpu);
+      gpu::sigmoid_forward(x.gpu, y.gpu);
+      s.compare("sigmoid_forward", DType::F32, shape, y.gpu, y.cpu);
+      auto dy = s.make({n, 1}, DType::F32, 641);
+      auto dx = s.output({n, 1}, DType::F32);
+      cpu::sigmoid_backward(y.cpu, dy.cpu, dx.cpu);
+      gpu::sigmoid_backward(s.upload(y.cpu, DType::F32), dy.gpu, dx.gpu);
+      s.compare("sigmoid_backward", DType::F32, shape, dx.gpu, dx.cpu);
     });
   }
   for (const auto& [n, e, k, c] : std::vector<std::array<int64_t, 4>>{{37, 6, 2, 13}, {2048, 128, 8, 256}}) {
