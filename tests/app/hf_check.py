@@ -104,6 +104,16 @@ def make_model(family):
                                           router_aux_loss_coef=0.05, max_position_embeddings=SEQ, bos_token_id=0,
                                           eos_token_id=0)
         return transformers.Qwen2MoeForCausalLM(cfg)
+    if family == "olmoe":
+        # Every MLP a mixture of 4 experts of 16, top 2, not renormalised; q and k each normalised over the whole
+        # projection; the balance loss in the loss. No pad_token_id: transformers would freeze that embedding row
+        # (padding_idx), which Tandem trains (docs/huggingface.md).
+        cfg = transformers.OlmoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=4, num_experts=4,
+                                       num_experts_per_tok=2, norm_topk_prob=False, output_router_logits=True,
+                                       router_aux_loss_coef=0.05, max_position_embeddings=SEQ, pad_token_id=None,
+                                       bos_token_id=0, eos_token_id=0)
+        return transformers.OlmoeForCausalLM(cfg)
     raise SystemExit("unknown family " + family)
 
 
@@ -116,6 +126,8 @@ OWN_KEYS = {"gpt2": [], "llama": [], "llama-tied": [], "mistral": ["sliding_wind
             "qwen3_moe": ["use_sliding_window", "sliding_window", "max_window_layers", "attention_bias", "head_dim",
                           "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
                           "mlp_only_layers", "router_aux_loss_coef", "output_router_logits"],
+            "olmoe": ["num_experts", "num_experts_per_tok", "norm_topk_prob", "router_aux_loss_coef",
+                      "output_router_logits", "clip_qkv"],
             # Qwen2-MoE's configuration writes sliding_window 0 without use_sliding_window: read as none, written null.
             "qwen2_moe": ["use_sliding_window", "max_window_layers", "num_experts_per_tok",
                           "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
@@ -155,6 +167,10 @@ def main():
     if getattr(model.config, "output_router_logits", False):
         # The balance loss in the loss sums every MoE layer of a micro-batch: data parallel in place of the pipeline.
         runs[1] = ("2 processes: virtual_gpus 2 (data parallel, ZeRO-3)", 2, {"virtual_gpus": 2}, 2)
+    if family == "olmoe":
+        # Its whole-projection norms are not split over tp: the experts spread over 2 of 4 replicas instead.
+        runs[2] = ("4 processes: virtual_gpus 4, the experts over 2 (expert parallelism)", 4,
+                   {"virtual_gpus": 4, "expert": 2}, 4)
     last_run = None
     for name, n, parallel, dp in runs:
         cfg = config(dp)

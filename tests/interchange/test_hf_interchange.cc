@@ -312,9 +312,10 @@ TEST_F(HfInterchange, Qwen3KeepsItsKeysAndNormsAndRefusesWindows) {
   qkv_only["qkv_bias"] = true;
   EXPECT_HAS(error_of([&] { typed(qkv_only); }), "biases on q, k and v alone are Qwen2's form");
   Json moe = qwen;
-  moe["architectures"] = {"OlmoeForCausalLM"};
-  moe["model_type"] = "olmoe";
-  EXPECT_HAS(error_of([&] { config::model_from_hf_config(moe, "d"); }), "'OlmoeForCausalLM' is not one Tandem trains");
+  moe["architectures"] = {"DeepseekV3ForCausalLM"};
+  moe["model_type"] = "deepseek_v3";
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(moe, "d"); }),
+             "'DeepseekV3ForCausalLM' is not one Tandem trains");
 }
 
 // The mixture-of-experts families: Qwen3-MoE's expert keys with its configuration's defaults (num_local_experts read
@@ -421,6 +422,35 @@ TEST_F(HfInterchange, MoeFamiliesReadTheirExpertsAndKeepTheirKeys) {
   EXPECT_EQ(q2_hf.at("architectures")[0], "Qwen2MoeForCausalLM");
   EXPECT_EQ(q2_hf.at("shared_expert_intermediate_size"), 24);
   EXPECT_EQ(q2_hf.at("qkv_bias"), true);
+  // OLMoE: q and k each normalised over the whole projection (gains of H D), every MLP a mixture of experts of
+  // intermediate_size; transformers' padding_idx named in a warning.
+  Json olmoe = llama_hf(false);
+  olmoe["architectures"] = {"OlmoeForCausalLM"};
+  olmoe["model_type"] = "olmoe";
+  olmoe["num_key_value_heads"] = olmoe["num_attention_heads"];
+  olmoe["num_experts"] = 4;
+  olmoe["num_experts_per_tok"] = 2;
+  olmoe["pad_token_id"] = 1;
+  std::vector<std::string> olmoe_warnings;
+  Json o = config::model_from_hf_config(olmoe, "d", &olmoe_warnings);
+  ASSERT_EQ(olmoe_warnings.size(), 1u);
+  EXPECT_HAS(olmoe_warnings[0], "keeps the embedding row of pad_token_id 1 fixed");
+  EXPECT_EQ(o.at("moe_intermediate_size"), o.at("intermediate_size"));
+  EXPECT_EQ(o.at("router_aux_loss_coef"), 0.01);
+  o["seq_len"] = 16;
+  const spec::ModelConfig om = typed(o);
+  std::map<std::string, HfMapping> o_maps;
+  for (const HfMapping& map : hf_name_map(om)) o_maps.emplace(map.name, map);
+  EXPECT_EQ(o_maps.at("layers.0.q_norm.weight").shape, Shape({32}));
+  EXPECT_EQ(o_maps.at("layers.1.k_norm.weight").pieces[0].hf_name, "model.layers.1.self_attn.k_norm.weight");
+  EXPECT_TRUE(o_maps.count("layers.1.moe.router.weight"));
+  EXPECT_EQ(config::hf_config_from_model(om, "float32").at("architectures")[0], "OlmoeForCausalLM");
+  Json clipped = olmoe;
+  clipped["clip_qkv"] = 8.0;
+  EXPECT_HAS(error_of([&] { config::model_from_hf_config(clipped, "d"); }), "clip_qkv 8.0");
+  Json grouped = o;
+  grouped["num_key_value_heads"] = 2;
+  EXPECT_HAS(error_of([&] { typed(grouped); }), "grouped-query OLMoE is not built yet");
   Json unbiased = qwen2;
   unbiased["qkv_bias"] = false;
   EXPECT_HAS(error_of([&] { config::model_from_hf_config(unbiased, "d"); }), "qkv_bias false");

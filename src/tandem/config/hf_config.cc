@@ -224,20 +224,25 @@ std::pair<double, Json> rope_of(HfReader& r, int64_t max_positions) {
 // defaults, into Tandem's (spec::MoeConfig). transformers names the experts num_local_experts in Mixtral's and, in some
 // versions' files, in Qwen3-MoE's too.
 void moe_keys(HfReader& r, const std::string& family, Json& m) {
-  const bool mixtral = family == "mixtral", qwen2 = family == "qwen2_moe";
+  const bool mixtral = family == "mixtral", qwen2 = family == "qwen2_moe", olmoe = family == "olmoe";
   const char* experts = r.has("num_experts") ? "num_experts" : "num_local_experts";
-  m["num_experts"] = r.integer(experts, mixtral ? 8 : qwen2 ? 60 : 128);
+  m["num_experts"] = r.integer(experts, mixtral ? 8 : qwen2 ? 60 : olmoe ? 64 : 128);
   m["num_experts_per_tok"] = r.integer("num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8);
-  m["moe_intermediate_size"] =
-      mixtral ? m.at("intermediate_size").get<int64_t>() : r.integer("moe_intermediate_size", qwen2 ? 1408 : 768);
+  // Mixtral's and OLMoE's experts are intermediate_size wide (every MLP a mixture, no dense one).
+  m["moe_intermediate_size"] = mixtral || olmoe ? m.at("intermediate_size").get<int64_t>()
+                                                : r.integer("moe_intermediate_size", qwen2 ? 1408 : 768);
   if (qwen2) m["shared_expert_intermediate_size"] = r.integer("shared_expert_intermediate_size", 5632);
   m["norm_topk_prob"] = mixtral || r.boolean("norm_topk_prob", false);
-  m["router_aux_loss_coef"] = r.number("router_aux_loss_coef", 0.001);
+  m["router_aux_loss_coef"] = r.number("router_aux_loss_coef", olmoe ? 0.01 : 0.001);
   m["output_router_logits"] = r.boolean("output_router_logits", false);
   if (mixtral) {
     if (r.number("router_jitter_noise", 0.0) != 0.0)
       r.cannot("router_jitter_noise ", show(r.at("router_jitter_noise")),
                ": its router takes the logits as they are (0, transformers' default)");
+    return;
+  }
+  if (olmoe) {
+    if (r.has("clip_qkv")) r.cannot("clip_qkv ", show(r.at("clip_qkv")), ": its q, k and v are not clamped");
     return;
   }
   m["decoder_sparse_step"] = r.integer("decoder_sparse_step", 1);
@@ -271,7 +276,7 @@ Json llama_model(HfReader& r, const std::string& named) {
   m["rope_theta"] = theta;
   m["rope_scaling"] = scaling;
   m["family"] = named;
-  if (named != family) moe_keys(r, named, m);
+  if (named != family || named == "olmoe") moe_keys(r, named, m);
   if (family == "qwen2") {
     // Qwen2 has biases on q, k and v but not on o (Qwen2-MoE's config names them, true by default).
     if (named == "qwen2_moe" && !r.boolean("qkv_bias", true))
@@ -327,6 +332,12 @@ Json model_from_hf_config(const Json& hf, const std::string& dir, std::vector<st
   HfReader r(hf, dir, arch.empty() ? type : arch);
   Json m = family == "gpt2" ? gpt2_model(r) : llama_model(r, family);
   r.warn(warnings);
+  // transformers builds the Llama family's embedding with padding_idx = pad_token_id, so that row never changes there.
+  if (warnings && family != "gpt2" && hf.contains("pad_token_id") && hf.at("pad_token_id").is_number_integer())
+    warnings->push_back("warning: " + file + ": transformers keeps the embedding row of pad_token_id " +
+                        hf.at("pad_token_id").dump() +
+                        " fixed (its padding_idx); Tandem trains it like any other, which differs only where that "
+                        "token is in the inputs");
   return m;
 }
 
@@ -405,6 +416,9 @@ Json hf_config_from_model(const ModelConfig& model, const std::string& torch_dty
       hf["output_router_logits"] = e.output_router_logits;
       if (mixtral) {
         hf["router_jitter_noise"] = 0.0;
+      } else if (l->family == spec::LlamaFamily::Olmoe) {
+        hf["norm_topk_prob"] = e.norm_topk_prob;
+        hf["clip_qkv"] = nullptr;
       } else {
         hf["moe_intermediate_size"] = e.moe_intermediate_size;
         hf["norm_topk_prob"] = e.norm_topk_prob;

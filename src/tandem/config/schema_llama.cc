@@ -67,12 +67,12 @@ void validate_moe(Fields& m, const std::string& family, int64_t layers) {
       "num_experts",          "num_experts_per_tok",  "moe_intermediate_size",
       "norm_topk_prob",       "decoder_sparse_step",  "mlp_only_layers",
       "router_aux_loss_coef", "output_router_logits", "shared_expert_intermediate_size"};
-  if (family != "mixtral" && family != "qwen3_moe" && family != "qwen2_moe") {
+  if (family != "mixtral" && family != "qwen3_moe" && family != "qwen2_moe" && family != "olmoe") {
     for (const std::string& k : keys)
       if (m.has(k))
         TANDEM_FAIL("model.", k,
-                    " is a key of the mixture-of-experts families (\"mixtral\", \"qwen3_moe\", \"qwen2_moe\"), not "
-                    "of \"",
+                    " is a key of the mixture-of-experts families (\"mixtral\", \"qwen3_moe\", \"qwen2_moe\", "
+                    "\"olmoe\"), not of \"",
                     family, "\": remove it");
     return;
   }
@@ -123,11 +123,20 @@ void validate_llama_family(Fields& m, int64_t seq_len) {
     TANDEM_FAIL("model.attention_bias true with model.family \"mistral\": Mistral's projections have no biases; set ",
                 "\"family\": \"llama\" or \"attention_bias\": false");
   const std::vector<std::string> window_keys = {"sliding_window", "use_sliding_window", "max_window_layers"};
-  if (family == "llama") {
+  if (family == "olmoe") {
+    // Its whole-projection norms run through the per-head op with q and k as one head each, so they must be alike.
+    const int64_t heads = m.raw("num_attention_heads").get<int64_t>();
+    if (m.has("num_key_value_heads") && m.raw("num_key_value_heads").get<int64_t>() != heads)
+      TANDEM_FAIL("model.num_key_value_heads ", m.raw("num_key_value_heads").get<int64_t>(),
+                  " with model.family \"olmoe\": its q_norm and k_norm are built for as many key/value heads as "
+                  "query heads (",
+                  heads, "); grouped-query OLMoE is not built yet");
+  }
+  if (family == "llama" || family == "olmoe") {
     for (const std::string& k : window_keys)
       if (m.has(k))
-        TANDEM_FAIL("model.", k,
-                    " is a key of model.family \"mistral\", \"qwen2\" or \"qwen3\", not of \"llama\": ", "remove it");
+        TANDEM_FAIL("model.", k, " is a key of model.family \"mistral\", \"qwen2\" or \"qwen3\", not of \"", family,
+                    "\": remove it");
     return;
   }
   if (family == "mistral" && m.has("use_sliding_window"))

@@ -107,6 +107,10 @@ std::vector<HfMapping> llama_map(const spec::LlamaConfig& model) {
     if (spec::qk_norm(model))
       for (const char* n : {"q_norm", "k_norm"})
         out.push_back(whole(t + n + ".weight", {d}, h + "self_attn." + n + ".weight"));
+    if (spec::qk_norm_whole(model)) {  // OLMoE's: over all of q and all of k
+      out.push_back(whole(t + "q_norm.weight", {heads * d}, h + "self_attn.q_norm.weight"));
+      out.push_back(whole(t + "k_norm.weight", {kv * d}, h + "self_attn.k_norm.weight"));
+    }
     out.push_back(whole(t + "o.weight", {c, heads * d}, h + "self_attn.o_proj.weight"));
     if (o_bias) out.push_back(whole(t + "o.bias", {c}, h + "self_attn.o_proj.bias"));
     out.push_back(whole(t + "mlp_norm.weight", {c}, h + "post_attention_layernorm.weight"));

@@ -80,6 +80,7 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
   shape.qkv_bias = qkv_biased(c);
   shape.o_bias = o_biased(c);
   shape.qk_norm = spec::qk_norm(c);
+  shape.qk_norm_whole = spec::qk_norm_whole(c);
   Model model;
   LoraSites sites(lora);
   model.add(sites.frozen(std::make_unique<LlamaEmbedding>(c.vocab_size, c.seq_len, c.hidden_size, tp)));
@@ -113,8 +114,9 @@ int64_t llama_parameter_count(const LlamaConfig& cfg) {
   const LlamaConfig c = resolve_llama(cfg);
   const int64_t C = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
   const int64_t q = c.num_attention_heads * D, qkv = (c.num_attention_heads + 2 * c.num_key_value_heads) * D;
-  const int64_t attention =
-      2 * C + qkv * C + (qkv_biased(c) ? qkv : 0) + q * C + (o_biased(c) ? C : 0) + (spec::qk_norm(c) ? 2 * D : 0);
+  const int64_t attention = 2 * C + qkv * C + (qkv_biased(c) ? qkv : 0) + q * C + (o_biased(c) ? C : 0) +
+                            (spec::qk_norm(c) ? 2 * D : 0) +
+                            (spec::qk_norm_whole(c) ? (c.num_attention_heads + c.num_key_value_heads) * D : 0);
   // A sparse layer's MLP: the router (E, C), E experts of 3 F_e C, and a shared expert's 3 Fs C with its gate (C).
   const int64_t E = c.moe.num_experts, Fs = c.moe.shared_expert_intermediate_size;
   const int64_t experts = E * C + E * 3 * c.moe.moe_intermediate_size * C + (Fs > 0 ? 3 * Fs * C + C : 0);

@@ -121,6 +121,14 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
     q_norm_ = &add_parameter("q_norm.weight", {s.head_dim}, Init::Ones, false);
     k_norm_ = &add_parameter("k_norm.weight", {s.head_dim}, Init::Ones, false);
   }
+  if (s.qk_norm_whole) {
+    // One head of H D for q and one of Hkv D for k: the per-head norm over them needs them alike and whole here.
+    TANDEM_CHECK(s.heads == s.kv_heads && !tp.active(), name(), ": q and k normalised whole need as many kv heads (",
+                 s.kv_heads, ") as heads (", s.heads, ") and no tensor parallelism (", tp.size, " slots)");
+    q_norm_ = &add_parameter("q_norm.weight", {s.heads * s.head_dim}, Init::Ones, false);
+    k_norm_ = &add_parameter("k_norm.weight", {s.kv_heads * s.head_dim}, Init::Ones, false);
+    norm_whole_ = true;
+  }
   for (Layer* l : std::initializer_list<Layer*>{&attn_norm_, &qkv_, &o_, &mlp_norm_}) add_child(*l);
   if (s.moe.experts > 0) {
     // The experts replicated over tp: every slot routes the same tokens through every expert (a shared expert is split
@@ -196,12 +204,13 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   if (cp.active()) qkv = cp.gather_sequence(qkv, qkv_parts(d));
   const int heads = heads_ / cp.size, kv_heads = kv_heads_ / cp.size;
   const int64_t Ta = qkv.dim(1);  // the tokens attention sees
-  Tensor raw, rstd;               // qk_norm's input and its (B Ta, H + Hkv) rstd, kept for its backward
+  Tensor raw, rstd;               // qk_norm's input and its (B Ta, H + Hkv) rstd (2 when whole), kept for backward
   if (q_norm_) {
+    const int normed = norm_whole_ ? 1 : heads, kv_normed = norm_whole_ ? 1 : kv_heads;
     raw = qkv;
     qkv = Tensor::empty(raw.shape(), raw.dtype(), dev, name() + " normed qkv");  // (B, Ta, (H + 2 Hkv) D / tp)
-    rstd = Tensor::empty({B * Ta, heads + kv_heads}, DType::F32, dev, name() + " head norm rstd");
-    ops::head_norm_forward(raw, q_norm_->value, k_norm_->value, heads, kv_heads, qkv, rstd, eps_);
+    rstd = Tensor::empty({B * Ta, normed + kv_normed}, DType::F32, dev, name() + " head norm rstd");
+    ops::head_norm_forward(raw, q_norm_->value, k_norm_->value, normed, kv_normed, qkv, rstd, eps_);
   }
   // q and k rotated in place, v passed over.
   ops::rotary_forward(qkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, qkv);
@@ -309,7 +318,7 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   saved.tensors.clear();
   datt = Tensor();
   ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, dqkv);
-  if (q_norm_) head_norm_backward(dqkv, raw, rstd, heads, kv_heads);
+  if (q_norm_) head_norm_backward(dqkv, raw, rstd, norm_whole_ ? 1 : heads, norm_whole_ ? 1 : kv_heads);
   if (cp.active()) dqkv = cp.scatter_sequence(dqkv, qkv_parts(d));  // (B, T, (H + 2 Hkv) D / tp)
   Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, batch, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
   saved.clear();

@@ -70,16 +70,17 @@ class LlamaEmbedding final : public Layer {
 
 // The shape of one decoder block.
 struct LlamaBlockShape {
-  int64_t dim = 0;           // C
-  int64_t intermediate = 0;  // F
-  int heads = 0;             // H
-  int kv_heads = 0;          // Hkv
-  int64_t head_dim = 0;      // D
-  float eps = 1e-6f;         // RMSNorm's
-  bool qkv_bias = false;     // q, k and v projections biased (Qwen2; Llama's attention_bias)
-  bool o_bias = false;       // the output projection biased (Llama's attention_bias)
-  bool qk_norm = false;      // q and k normalised per head before the rotation (Qwen3's q_norm and k_norm)
-  MoeShape moe;              // experts > 0: the MLP is a mixture of experts (moe.h) in place of gate_up and down
+  int64_t dim = 0;             // C
+  int64_t intermediate = 0;    // F
+  int heads = 0;               // H
+  int kv_heads = 0;            // Hkv
+  int64_t head_dim = 0;        // D
+  float eps = 1e-6f;           // RMSNorm's
+  bool qkv_bias = false;       // q, k and v projections biased (Qwen2; Llama's attention_bias)
+  bool o_bias = false;         // the output projection biased (Llama's attention_bias)
+  bool qk_norm = false;        // q and k normalised per head before the rotation (Qwen3's q_norm and k_norm)
+  bool qk_norm_whole = false;  // q and k each normalised as a whole before the rotation (OLMoE's; heads = kv_heads)
+  MoeShape moe;                // experts > 0: the MLP is a mixture of experts (moe.h) in place of gate_up and down
 };
 
 // x + o(attention(rope(qkv(attn_norm(x))))), then + down(swiglu(gate_up(mlp_norm(.)))): q, k, v in one projection
@@ -135,8 +136,9 @@ class LlamaBlock final : public Layer {
   float eps_;             // the norms'
   TpSlot tp_;
   std::shared_ptr<RopeCache> rope_;
-  Parameter* q_norm_ = nullptr;  // (D), with qk_norm
-  Parameter* k_norm_ = nullptr;  // (D), with qk_norm
+  Parameter* q_norm_ = nullptr;  // (D), with qk_norm; (H D), with qk_norm_whole
+  Parameter* k_norm_ = nullptr;  // (D), with qk_norm; (Hkv D), with qk_norm_whole
+  bool norm_whole_ = false;      // qk_norm_whole: q and k each one head of the per-head norm
   RmsNorm attn_norm_;
   Linear qkv_;  // C -> (H + 2 Hkv) D
   Linear o_;    // H D -> C

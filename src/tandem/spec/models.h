@@ -48,6 +48,7 @@ enum class LlamaFamily {
   Mixtral,   // MixtralForCausalLM, "mixtral": Mistral's attention, every MLP a mixture of experts
   Qwen3Moe,  // Qwen3MoeForCausalLM, "qwen3_moe": Qwen3's attention, MLPs mixtures of experts or dense by layer
   Qwen2Moe,  // Qwen2MoeForCausalLM, "qwen2_moe": Qwen2's attention, as Qwen3-MoE's MLPs with a gated shared expert
+  Olmoe,     // OlmoeForCausalLM, "olmoe": q and k each normalised over the whole projection; every MLP a mixture
 };
 // A family's names: "family" in Tandem's config (the Hugging Face model_type) and the architecture it is exported as.
 struct LlamaFamilyNames {
@@ -63,6 +64,7 @@ inline constexpr LlamaFamilyNames kLlamaFamilies[] = {
     {LlamaFamily::Mixtral, "mixtral", "MixtralForCausalLM"},
     {LlamaFamily::Qwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM"},
     {LlamaFamily::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM"},
+    {LlamaFamily::Olmoe, "olmoe", "OlmoeForCausalLM"},
 };
 inline const LlamaFamilyNames& names_of(LlamaFamily f) {
   for (const LlamaFamilyNames& n : kLlamaFamilies)
@@ -133,6 +135,8 @@ struct LlamaConfig {
 // Qwen3's q_norm and k_norm: an RMSNorm (eps rms_norm_eps, a gain of head_dim) over each head of q and of k, after
 // the projection and before the rotation.
 inline bool qk_norm(const LlamaConfig& c) { return attention_family(c.family) == LlamaFamily::Qwen3; }
+// OLMoE's: one RMSNorm over all of q (a gain of H head_dim) and one over all of k (Hkv head_dim), at the same place.
+inline bool qk_norm_whole(const LlamaConfig& c) { return c.family == LlamaFamily::Olmoe; }
 
 // Whether decoder layer i's MLP is a mixture of experts.
 inline bool sparse_layer(const LlamaConfig& c, int64_t i) {
