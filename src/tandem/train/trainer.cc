@@ -69,7 +69,8 @@ Trainer::Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, ModelBuilde
     groups_ = &own_groups_;
   }
   TANDEM_CHECK(plan_.layout.dp == groups_->layout.dp && plan_.layout.pp == groups_->layout.pp &&
-                   plan_.layout.cp == groups_->layout.cp && plan_.layout.tp == groups_->layout.tp,
+                   plan_.layout.cp == groups_->layout.cp && plan_.layout.tp == groups_->layout.tp &&
+                   plan_.layout.ep == groups_->layout.ep,
                "groups built for ", groups_->layout.str(), ", the plan is for ", plan_.layout.str());
   layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
   // FP8 takes its scales over whole activations, which a context shard does not see.

@@ -37,7 +37,11 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
   units_of_layer_ = std::move(units.of_layer);
   segment_param_ = std::move(units.segment_param);
   segment_start_ = std::move(units.segment_start);
-  for (const auto& u : units_) offloaded_units_ += u->offloaded();
+  for (const auto& u : units_) {
+    offloaded_units_ += u->offloaded();
+    for (const nn::Parameter* p : u->params) unit_of_param_[p] = u.get();
+    for (const nn::Parameter* p : u->aliases) unit_of_param_[p] = u.get();
+  }
   {
     PurposeScope as_optimizer(device_, MemoryPurpose::Optimizer);
     std::optional<PurposeScope> host_as_optimizer;
@@ -77,13 +81,9 @@ const std::vector<int>& ParameterStore::units_of(size_t layer) const {
 }
 
 const Unit& ParameterStore::unit_of(const nn::Parameter& p) const {
-  for (const auto& u : units_) {
-    for (const nn::Parameter* q : u->params)
-      if (q == &p) return *u;
-    for (const nn::Parameter* q : u->aliases)
-      if (q == &p) return *u;
-  }
-  TANDEM_FAIL("'", p.name, "' is not held here");
+  const auto it = unit_of_param_.find(&p);
+  if (it == unit_of_param_.end()) TANDEM_FAIL("'", p.name, "' is not held here");
+  return *it->second;
 }
 
 void ParameterStore::gather_values(Unit& u) {

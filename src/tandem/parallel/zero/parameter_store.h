@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "tandem/comm/communicator.h"
@@ -198,8 +199,9 @@ class ParameterStore final : public nn::Model::LayerHooks {
   StepObserver* observer_ = nullptr;  // observe()
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::vector<int>> units_of_layer_;  // indices into units_; empty for layers without parameters
-  std::vector<bool> held_;                        // by layer: on this rank
-  std::vector<nn::Parameter*> segment_param_;     // the parameter of each optimizer segment
+  std::unordered_map<const nn::Parameter*, const Unit*> unit_of_param_;  // each held parameter's (aliases too)
+  std::vector<bool> held_;                                               // by layer: on this rank
+  std::vector<nn::Parameter*> segment_param_;                            // the parameter of each optimizer segment
   std::unique_ptr<optim::AdamW> adamw_;
   // The offloaded units' host update and uploads; after what it reads, so that it stops first.
   std::unique_ptr<OffloadUpdater> updater_;
