@@ -1,6 +1,6 @@
 """LoRA adapters end to end, against Hugging Face PEFT, transformers and torch.
 
-Usage: peft_check.py TANDEM_BINARY FAMILY, FAMILY one of llama, qwen3, gpt2.
+Usage: peft_check.py TANDEM_BINARY FAMILY, FAMILY one of llama, qwen3, qwen2_moe, gpt2.
 
 A tiny model of the family is made by transformers and saved with save_pretrained; PEFT adds an adapter with
 init_lora_weights=False (so B is not zero and the first step already moves both factors) on every projection, saved
@@ -26,7 +26,6 @@ import numpy as np
 import peft
 import torch
 import transformers
-from safetensors.numpy import load_file
 from torch_reference import adamw_losses, loss_of, tandem_losses
 
 SEQ = 16
@@ -38,6 +37,9 @@ LORA = {"r": 4, "lora_alpha": 8}
 TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
            "gpt2": ["c_attn", "c_proj", "c_fc"]}
 TARGETS["qwen3"] = TARGETS["llama"]
+# Qwen2-MoE: gate_proj, up_proj and down_proj select the dense layer's MLP and the sparse layer's shared expert
+# (mlp.shared_expert.gate_proj, ...), as PEFT matches them.
+TARGETS["qwen2_moe"] = TARGETS["llama"]
 
 results = {"passed": 0, "failed": 0}
 
@@ -66,6 +68,16 @@ def make_base(family):
                 for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
                     norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape))
         return model
+    if family == "qwen2_moe":
+        # Layer 0 sparse (4 experts of 16, top 2, and the shared expert of 24 with its sigmoid gate), layer 1 dense; no
+        # balance loss in the loss, so that the pipeline run applies.
+        cfg = transformers.Qwen2MoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                                          moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                          num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                                          decoder_sparse_step=1, mlp_only_layers=[1], output_router_logits=False,
+                                          max_position_embeddings=SEQ, bos_token_id=0, eos_token_id=0)
+        return transformers.Qwen2MoeForCausalLM(cfg)
     cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
                                    bos_token_id=0, eos_token_id=0)
@@ -91,6 +103,9 @@ def main():
         warnings.simplefilter("ignore")  # GPT-2's Conv1D: PEFT sets fan_in_fan_out itself and says so
         start = peft.get_peft_model(transformers.AutoModelForCausalLM.from_pretrained(base_dir), config)
     start.save_pretrained(adapter_dir)
+    if family == "qwen2_moe":
+        adapted = [n for n, _ in start.named_modules() if n.endswith("shared_expert.gate_proj")]
+        check("qwen2_moe PEFT adapts the shared expert's gate_proj", len(adapted) == 1, str(adapted))
     rng = np.random.default_rng(7)
     tokens = [int(t) for t in rng.integers(0, VOCAB, SEQ + 1)]
     np.array(tokens, dtype=np.uint16).tofile(os.path.join(work, "window.bin"))  # exactly one window of SEQ + 1
@@ -153,12 +168,14 @@ def main():
         p = run([tandem, "export", run_dir, "--to", merged_dir, "--format", "hf", "--merge"], env)
         if check("%s tandem export --format hf --merge from %s" % (family, name), p.returncode == 0,
                  (p.stdout + p.stderr)[-2000:]) and merged_want:
-            got_w = load_file(os.path.join(merged_dir, "model.safetensors"))
+            # Read through transformers, which stacks the mixtures' experts (written one expert a tensor) as its
+            # modules hold them.
+            merged = transformers.AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32)
+            got_w = {k: v.detach().float().numpy() for k, v in merged.state_dict().items()}
             worst, where, missing = 0.0, "", []
             for k, v in merged_want.items():
                 if k not in got_w:
-                    if k != "lm_head.weight":  # tied to the embedding: not saved
-                        missing.append(k)
+                    missing.append(k)
                     continue
                 scale = max(float(np.abs(v).max()), 1e-30)
                 d = float(np.abs(got_w[k] - v).max()) / scale
@@ -168,7 +185,6 @@ def main():
                   % (worst, where))
             check("%s the merged export equals PEFT's merge_and_unload within 1e-5" % family,
                   not missing and worst <= TOL, "missing %s" % missing if missing else where)
-            merged = transformers.AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32)
             with torch.no_grad():
                 final = loss_of(merged.eval(), tokens, SEQ).item()
             check("%s the merged export's loss equals torch's after %d steps" % (family, STEPS),

@@ -95,9 +95,7 @@ TEST(PeftNames, TheHeadAndTheEmbeddingsAreRefusedByName) {
   EXPECT_HAS(error_of([&] { lora_targets(llama(), all); }), "narrow the expression");
 }
 
-// Qwen2-MoE's shared expert takes no adapters yet: a target PEFT would match there (its gate_proj, all-linear, a regex)
-// is refused rather than trained differently; the attention's are not.
-TEST(PeftNames, Qwen2MoeSharedExpertTargetsAreRefused) {
+spec::LlamaConfig qwen2_moe() {
   spec::LlamaConfig m = llama();
   m.family = spec::LlamaFamily::Qwen2Moe;
   m.qkv_bias = true;
@@ -106,13 +104,43 @@ TEST(PeftNames, Qwen2MoeSharedExpertTargetsAreRefused) {
   m.moe.moe_intermediate_size = 16;
   m.moe.shared_expert_intermediate_size = 24;
   m.moe.mlp_only_layers = {1};
-  EXPECT_EQ(lora_targets(m, targeting({"q_proj", "o_proj"})).size(), 4u);
-  for (const char* t : {"gate_proj", "all-linear", "shared_expert_gate"})
+  return m;
+}
+
+// Qwen2-MoE: gate_proj, up_proj and down_proj select the dense layer's MLP and the sparse layer's shared expert, as
+// PEFT matches them in transformers' modules; the shared expert's gate and up are rows of MoeMlp's shared_gate_up.
+TEST(PeftNames, Qwen2MoeSharedExpertTakesAdapters) {
+  const spec::LlamaConfig m = qwen2_moe();
+  EXPECT_EQ(sites_of(lora_targets(m, targeting({"gate_proj", "down_proj"}))),
+            (std::vector<std::string>{"layers.0.moe.shared_gate_up.gate", "layers.0.moe.shared_down",
+                                      "layers.1.gate_up.gate", "layers.1.down"}));
+  const std::vector<LoraSite> s = lora_targets(m, targeting({"shared_expert.up_proj", "shared_expert.down_proj"}));
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].module, "model.layers.0.mlp.shared_expert.up_proj");
+  EXPECT_EQ(s[0].weight, "layers.0.moe.shared_gate_up.weight");
+  EXPECT_EQ(s[0].row, 24);  // below the shared expert's 24 gate rows
+  EXPECT_EQ(s[0].in, 32);
+  EXPECT_EQ(s[0].out, 24);
+  EXPECT_EQ(s[1].weight, "layers.0.moe.shared_down.weight");
+  EXPECT_EQ(s[1].in, 24);
+  EXPECT_EQ(s[1].out, 32);
+  // A sparse layer without a shared expert (Qwen3-MoE) has no MLP module PEFT adapts.
+  spec::LlamaConfig q = m;
+  q.family = spec::LlamaFamily::Qwen3Moe;
+  q.moe.shared_expert_intermediate_size = 0;
+  EXPECT_EQ(sites_of(lora_targets(q, targeting({"gate_proj"}))), std::vector<std::string>{"layers.1.gate_up.gate"});
+}
+
+// The shared expert's gate (an nn.Linear of one output in transformers) takes no adapter yet: a target PEFT would
+// match there ("all-linear", its name, a regex) is refused rather than trained differently.
+TEST(PeftNames, Qwen2MoeSharedExpertGateIsRefused) {
+  const spec::LlamaConfig m = qwen2_moe();
+  for (const char* t : {"all-linear", "shared_expert_gate"})
     EXPECT_HAS(error_of([&] { lora_targets(m, targeting({t})); }),
-               "lora.target_modules reaches 'model.layers.0.mlp.shared_expert");
+               "lora.target_modules reaches 'model.layers.0.mlp.shared_expert_gate'");
   spec::LoraConfig regex = targeting({});
-  regex.target_regex = R"(.*shared_expert\.down_proj)";
-  EXPECT_HAS(error_of([&] { lora_targets(m, regex); }), "adapters on Qwen2-MoE's shared expert are not built yet");
+  regex.target_regex = R"(.*shared_expert.*)";
+  EXPECT_HAS(error_of([&] { lora_targets(m, regex); }), "shared-expert gate (C -> 1) is not built yet");
 }
 
 class TempDir {

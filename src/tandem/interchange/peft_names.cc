@@ -1,5 +1,7 @@
 // The adaptable modules of GPT-2 and Llama models and PEFT's target matching (peft_names.h). Module names follow
-// transformers' GPT2LMHeadModel and LlamaForCausalLM (Mistral and Qwen2 name theirs as Llama does).
+// transformers' GPT2LMHeadModel and LlamaForCausalLM (Mistral and Qwen2 name theirs as Llama does); a sparse layer of
+// the mixtures of experts has Qwen2-MoE's shared expert (mlp.shared_expert.*) as its only nn.Linear projections
+// besides attention's (transformers keeps the experts in 3-D parameters and the router in a module of its own).
 #include "tandem/interchange/peft_names.h"
 
 #include <algorithm>
@@ -39,6 +41,16 @@ std::vector<LoraSite> llama_sites(const spec::LlamaConfig& m) {
     out.push_back({h + "self_attn.k_proj", t + "qkv.k", t + "qkv.weight", heads * d, c, kv * d});
     out.push_back({h + "self_attn.v_proj", t + "qkv.v", t + "qkv.weight", (heads + kv) * d, c, kv * d});
     out.push_back({h + "self_attn.o_proj", t + "o", t + "o.weight", 0, heads * d, c});
+    if (spec::sparse_layer(m, i)) {
+      // The shared expert, a dense SwiGLU of width fs in MoeMlp's shared_gate_up (gate rows, then up) and shared_down.
+      if (const int64_t fs = m.moe.shared_expert_intermediate_size; fs > 0) {
+        const std::string x = h + "mlp.shared_expert.", u = t + "moe.shared_gate_up", dn = t + "moe.shared_down";
+        out.push_back({x + "gate_proj", u + ".gate", u + ".weight", 0, c, fs});
+        out.push_back({x + "up_proj", u + ".up", u + ".weight", fs, c, fs});
+        out.push_back({x + "down_proj", dn, dn + ".weight", 0, fs, c});
+      }
+      continue;
+    }
     out.push_back({h + "mlp.gate_proj", t + "gate_up.gate", t + "gate_up.weight", 0, c, f});
     out.push_back({h + "mlp.up_proj", t + "gate_up.up", t + "gate_up.weight", f, c, f});
     out.push_back({h + "mlp.down_proj", t + "down", t + "down.weight", 0, f, c});
@@ -52,18 +64,14 @@ std::vector<std::string> unadaptable(const spec::ModelConfig& model) {
   return {"model.embed_tokens", "lm_head"};
 }
 
-// Modules PEFT could adapt that Tandem does not adapt yet: Qwen2-MoE's shared expert in each sparse layer.
+// Modules PEFT could adapt that Tandem does not adapt yet: Qwen2-MoE's shared_expert_gate, an nn.Linear (C -> 1) in
+// each sparse layer, whose product Tandem computes in fp32 outside any Linear.
 std::vector<std::string> not_yet_adapted(const spec::ModelConfig& model) {
   std::vector<std::string> out;
   const auto* l = std::get_if<spec::LlamaConfig>(&model);
   if (!l || l->moe.shared_expert_intermediate_size == 0) return out;
-  for (int64_t i = 0; i < l->num_hidden_layers; ++i) {
-    if (!spec::sparse_layer(*l, i)) continue;
-    const std::string h = "model.layers." + std::to_string(i) + ".mlp.";
-    for (const char* m :
-         {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj", "shared_expert_gate"})
-      out.push_back(h + m);
-  }
+  for (int64_t i = 0; i < l->num_hidden_layers; ++i)
+    if (spec::sparse_layer(*l, i)) out.push_back("model.layers." + std::to_string(i) + ".mlp.shared_expert_gate");
   return out;
 }
 
@@ -103,8 +111,9 @@ std::vector<LoraSite> lora_targets(const spec::ModelConfig& model, const spec::L
     for (const std::string& t : lora.target_modules) matched = matched || name_matches(t, m);
     if (matched)
       TANDEM_FAIL("lora.target_modules reaches '", m,
-                  "': adapters on Qwen2-MoE's shared expert are not built yet, and PEFT would put one there; target "
-                  "the attention projections (q_proj, k_proj, v_proj, o_proj)");
+                  "': an adapter on Qwen2-MoE's shared-expert gate (C -> 1) is not built yet, and PEFT would put one "
+                  "there (\"all-linear\" reaches it too); list the projections instead: q_proj, k_proj, v_proj, "
+                  "o_proj, gate_proj, up_proj, down_proj (which adapt the shared expert's too)");
   }
   if (!lora.target_regex.empty()) {
     const std::regex pattern(lora.target_regex);

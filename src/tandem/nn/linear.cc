@@ -398,4 +398,11 @@ void Linear::add_lora(const LoraOptions& options, int part, const std::string& l
   lora_->add({&a, &b, row, local_rows});
 }
 
+int Linear::adapt(const LoraTargets& targets, int part, const std::string& label) {
+  const std::string site = label.empty() ? name() : name() + "." + label;
+  if (!targets.sites.count(site)) return 0;
+  add_lora(targets.options, part, label);
+  return 1;
+}
+
 }  // namespace tandem::nn

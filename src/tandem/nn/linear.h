@@ -71,6 +71,9 @@ class Linear final : public Layer {
   // "<name>.<label>.lora_B" (rows, r), or "<name>.lora_A" / "<name>.lora_B" with an empty label, split over tp as
   // lora.h says. Every adapter of one layer takes the same options.
   void add_lora(const LoraOptions& options, int part, const std::string& label);
+  // add_lora at site "<name>.<label>" ("<name>" with an empty label) when `targets` names that site (a model builder's
+  // LoraTargets); returns 1 if it added one, else 0.
+  int adapt(const LoraTargets& targets, int part, const std::string& label);
 
   // Runs the products in FP8 from now on when the logical layer has at least config.min_features inputs and outputs,
   // both multiples of 16; returns whether it does. Throws when it does but this slot's share is not a multiple of 16

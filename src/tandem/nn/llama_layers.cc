@@ -146,25 +146,17 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
 namespace {
 // A sparse block's MoE MLP keeps what it saves in kGateUp's place.
 enum BlockChild { kAttnNorm, kQkv, kO, kMlpNorm, kGateUp, kDown, kNumChildren };
-
-// Adds the adapter at `site` (part -1: every output) when `targets` names it; returns 1 if it did.
-int adapt(Linear& linear, int part, const std::string& label, const LoraTargets& targets) {
-  const std::string site = label.empty() ? linear.name() : linear.name() + "." + label;
-  if (!targets.sites.count(site)) return 0;
-  linear.add_lora(targets.options, part, label);
-  return 1;
-}
 }  // namespace
 
 int LlamaBlock::add_lora(const LoraTargets& targets) {
   freeze();
   int added = 0;
   const char* qkv[] = {"q", "k", "v"};
-  for (int p = 0; p < 3; ++p) added += adapt(qkv_, p, qkv[p], targets);
-  added += adapt(o_, -1, "", targets);
-  if (moe_) return added;  // the experts take no adapters
-  added += adapt(*gate_up_, 0, "gate", targets) + adapt(*gate_up_, 1, "up", targets);
-  added += adapt(*down_, -1, "", targets);
+  for (int p = 0; p < 3; ++p) added += qkv_.adapt(targets, p, qkv[p]);
+  added += o_.adapt(targets, -1, "");
+  if (moe_) return added + moe_->add_lora(targets);  // the shared expert's, where there is one
+  added += gate_up_->adapt(targets, 0, "gate") + gate_up_->adapt(targets, 1, "up");
+  added += down_->adapt(targets, -1, "");
   return added;
 }
 

@@ -100,7 +100,8 @@ class LlamaBlock final : public Layer {
  public:
   LlamaBlock(int index, const LlamaBlockShape& shape, std::shared_ptr<RopeCache> rope, TpSlot tp = {});
   // Freezes the block and adds LoRA adapters (lora.h) at the sites of `targets` it has: "layers.<i>.qkv.{q,k,v}",
-  // "layers.<i>.o", "layers.<i>.gate_up.{gate,up}", "layers.<i>.down". Returns how many.
+  // "layers.<i>.o", "layers.<i>.gate_up.{gate,up}", "layers.<i>.down", or a sparse block's shared expert's
+  // (MoeMlp::add_lora). Returns how many.
   int add_lora(const LoraTargets& targets);
   // Runs qkv, o, gate_up and down in FP8 where their shapes allow (Linear::use_fp8); returns how many do.
   int use_fp8(const spec::Fp8Config& config);

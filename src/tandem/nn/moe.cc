@@ -25,6 +25,12 @@ MoeMlp::MoeMlp(std::string name, const MoeShape& s, TpSlot tp) : Layer(std::move
   }
 }
 
+int MoeMlp::add_lora(const LoraTargets& targets) {
+  if (!shared_gate_) return 0;
+  return shared_gate_up_->adapt(targets, 0, "gate") + shared_gate_up_->adapt(targets, 1, "up") +
+         shared_down_->adapt(targets, -1, "");
+}
+
 void MoeMlp::keep_experts(const ExpertSlot& slot) {
   TANDEM_CHECK(!gate_up_->value.defined(), name(), ": experts placed after the parameters were materialised");
   TANDEM_CHECK(slot.size >= 1 && shape_.experts % slot.size == 0 && (slot.size == 1 || slot.exchange), name(), ": ",
@@ -112,7 +118,7 @@ Tensor MoeMlp::forward_add(const Tensor& x, const Tensor& residual, const Batch&
   Tensor y = Tensor::empty(residual.shape(), residual.dtype(), dev, name() + " output");  // (..., C)
   y.copy_from(residual);
   ops::moe_combine(outputs, rows, weights, y.view({N, C}));
-  if (shared_gate_) shared_forward(x2, y.view({N, C}), saved);
+  if (shared_gate_) shared_forward(x, y.view({N, C}), batch, saved);
   saved.tensors[kInput] = x2;
   saved.tensors[kProbs] = probs;
   saved.tensors[kChoices] = choices;
@@ -153,15 +159,19 @@ Tensor MoeMlp::experts_forward(const Tensor& routed, const Tensor& offsets, cons
   return outputs;
 }
 
-void MoeMlp::shared_forward(const Tensor& x, const Tensor& y, Saved& saved) {
-  const int64_t N = x.dim(0);
+void MoeMlp::shared_forward(const Tensor& rows, const Tensor& y, const Batch& batch, Saved& saved) {
+  const int64_t C = rows.dim(-1), N = rows.numel() / C;
+  const Tensor x = rows.view({N, C});
+  Shape hidden_shape = rows.shape();  // (..., Fs / tp): the rows' own shape, for the adapters' dropout keys
+  hidden_shape.back() = shared_down_->in_features();
   Device& dev = x.device();
   saved.children.resize(kChildren);
-  Tensor gate_up = shared_gate_up_->forward(x, saved.children[kSharedUpChild]);                       // (N, 2Fs / tp)
-  Tensor hidden = Tensor::empty({N, gate_up.dim(1) / 2}, x.dtype(), dev, name() + " shared hidden");  // (N, Fs / tp)
+  Tensor gate_up = shared_gate_up_->forward(rows, batch, saved.children[kSharedUpChild]);  // (..., 2Fs / tp)
+  Tensor hidden = Tensor::empty(hidden_shape, x.dtype(), dev, name() + " shared hidden");  // (..., Fs / tp)
   ops::swiglu_forward(gate_up, hidden);
-  const Tensor out = shared_down_->forward(hidden, saved.children[kSharedDownChild]);    // (N, C), summed over tp
-  Tensor gate = Tensor::empty({N, 1}, DType::F32, dev, name() + " shared expert gate");  // (N, 1)
+  const Tensor out =
+      shared_down_->forward(hidden, batch, saved.children[kSharedDownChild]).view({N, C});  // summed over tp
+  Tensor gate = Tensor::empty({N, 1}, DType::F32, dev, name() + " shared expert gate");     // (N, 1)
   ops::matmul(x, shared_gate_->value, gate, false, true);
   ops::sigmoid_forward(gate, gate);
   // Each token's row weighted by its gate: the combine of one choice per token, the token's own row.
@@ -175,7 +185,7 @@ void MoeMlp::shared_forward(const Tensor& x, const Tensor& y, Saved& saved) {
   saved.tensors[kIdentity] = identity;
 }
 
-void MoeMlp::shared_backward(const Tensor& dy, const Tensor& dx, Saved& saved) {
+void MoeMlp::shared_backward(const Tensor& dy, const Tensor& dx, const Batch& batch, Saved& saved) {
   const Tensor gate_up = saved.tensors.at(kSharedGateUp), out = saved.tensors.at(kSharedOut);
   const Tensor gate = saved.tensors.at(kSharedGate), identity = saved.tensors.at(kIdentity);
   const Tensor x = saved.tensors.at(kInput);
@@ -186,11 +196,13 @@ void MoeMlp::shared_backward(const Tensor& dy, const Tensor& dx, Saved& saved) {
   Tensor dgate = Tensor::empty({N, 1}, DType::F32, dev, name() + " shared expert gate grad");  // (N, 1)
   ops::moe_combine_backward(dy, out, identity, gate, dout, dgate);
   ops::sigmoid_backward(gate, dgate, dgate);
-  Tensor dhidden = shared_down_->backward(dout, saved.children.at(kSharedDownChild));  // (N, Fs / tp)
+  Shape out_shape = gate_up.shape();  // (..., C): the rows' own shape, as forward gave them
+  out_shape.back() = C;
+  Tensor dhidden = shared_down_->backward(dout.view(out_shape), batch, saved.children.at(kSharedDownChild));
   dout = Tensor();
-  ops::swiglu_backward(gate_up, dhidden, gate_up);
-  const Tensor dx_shared = shared_gate_up_->backward(gate_up, saved.children.at(kSharedUpChild));  // (N, C)
-  ops::add(dx, dx_shared, dx);
+  ops::swiglu_backward(gate_up, dhidden, gate_up);  // (..., Fs / tp) -> (..., 2Fs / tp)
+  const Tensor dx_shared = shared_gate_up_->backward(gate_up, batch, saved.children.at(kSharedUpChild));  // (..., C)
+  ops::add(dx, dx_shared.view({N, C}), dx);
   Tensor dgate_x = dgate;  // (N, 1) in the compute dtype, as the gate's products take it
   if (dy.dtype() != DType::F32) {
     dgate_x = Tensor::empty({N, 1}, dy.dtype(), dev, name() + " shared expert gate grad (compute dtype)");
@@ -264,7 +276,7 @@ Tensor MoeMlp::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   doutputs = Tensor();
   Tensor dx = Tensor::zeros({N, C}, dy.dtype(), dev, name() + " input grad");  // (N, C)
   ops::moe_combine(drouted, rows, Tensor(), dx);
-  if (shared_gate_) shared_backward(dy.view({N, C}), dx, saved);
+  if (shared_gate_) shared_backward(dy.view({N, C}), dx, batch, saved);
   // The router: the weights' gradient and the balance loss's, through the top-k and the softmax.
   Tensor aux;  // (E): coef share E C_e / R^2, scaled as the loss's gradient is
   const MoeBalance* balance = batch.balance;

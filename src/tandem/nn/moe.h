@@ -37,6 +37,9 @@ struct MoeShape {
 // output weighted by sigmoid(x . gate): "<name>.shared_gate_up.weight" (2Fs, C) gate rows then up rows and
 // "<name>.shared_down.weight" (C, Fs), split over tp as a dense MLP's, and "<name>.shared_expert_gate.weight" (1, C),
 // whole on every slot. It is no expert: every expert slot holds it whole.
+// LoRA (lora.h): the shared expert's projections take adapters as a dense MLP's, "<name>.shared_gate_up.gate" and
+// ".up" on the gate and up rows of shared_gate_up (PEFT's shared_expert.gate_proj and up_proj), "<name>.shared_down"
+// (shared_expert.down_proj); the router, the experts and the shared expert's gate stay frozen without adapters.
 class MoeMlp final : public Layer {
  public:
   MoeMlp(std::string name, const MoeShape& shape, TpSlot tp = {});
@@ -49,6 +52,8 @@ class MoeMlp final : public Layer {
   Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
   const MoeShape& shape() const { return shape_; }
+  // Adds the shared expert's adapters that `targets` names (the caller freezes the layer); returns how many.
+  int add_lora(const LoraTargets& targets);
 
  protected:
   void keep_experts(const ExpertSlot& slot) override;
@@ -65,10 +70,10 @@ class MoeMlp final : public Layer {
   Tensor products(const Tensor& x, const std::vector<int64_t>& rows, Tensor& gate_up, Tensor& hidden);
   Tensor products_backward(const Tensor& dy, const std::vector<int64_t>& rows, const Tensor& x, const Tensor& gate_up,
                            const Tensor& hidden);
-  // The shared expert: y (N, C) += sigmoid(x gate^T) down(swiglu(gate_up(x))) for x (N, C); and back, dx (N, C) += its
-  // input's gradient (the gate's included).
-  void shared_forward(const Tensor& x, const Tensor& y, Saved& saved);
-  void shared_backward(const Tensor& dy, const Tensor& dx, Saved& saved);
+  // The shared expert: y (N, C) += sigmoid(x gate^T) down(swiglu(gate_up(x))) for x (..., C) (the micro-batch's rows,
+  // (B, T, C), as its adapters' dropout keys them); and back, dx (N, C) += its input's gradient (the gate's included).
+  void shared_forward(const Tensor& x, const Tensor& y, const Batch& batch, Saved& saved);
+  void shared_backward(const Tensor& dy, const Tensor& dx, const Batch& batch, Saved& saved);
 
   MoeShape shape_;
   ExpertSlot slot_;
