@@ -121,14 +121,15 @@ TEST(LoraConfig, FromPretrainedTakesTheAdaptersValues) {
 }
 
 TEST(LoraConfig, FromPretrainedRefusesWhatPlainLoraDoesNotCompute) {
-  for (const auto& [key, value, part] :
-       std::vector<std::tuple<std::string, Json, std::string>>{{"use_dora", true, "DoRA"},
-                                                               {"modules_to_save", {"lm_head"}, "whole modules"},
-                                                               {"rank_pattern", {{"q_proj", 4}}, "per-module ranks"},
-                                                               {"layers_to_transform", {0}, "subset of the layers"},
-                                                               {"bias", "lora_only", "set \"bias\": \"none\""},
-                                                               {"peft_type", "IA3", "LoRA adapters"},
-                                                               {"some_future_feature", 3, "does not support it"}}) {
+  for (const auto& [key, value, part] : std::vector<std::tuple<std::string, Json, std::string>>{
+           {"use_dora", true, "DoRA"},
+           {"modules_to_save", {"lm_head"}, "whole modules"},
+           {"rank_pattern", {{"q_proj", 4}}, "per-module ranks"},
+           {"layers_to_transform", {0}, "subset of the layers"},
+           {"target_parameters", {"mlp.experts.gate_up_proj"}, "experts' stacked parameters"},
+           {"bias", "lora_only", "set \"bias\": \"none\""},
+           {"peft_type", "IA3", "LoRA adapters"},
+           {"some_future_feature", 3, "does not support it"}}) {
     Json a = peft_adapter_config();
     a[key] = value;
     const AdapterDir dir(a);

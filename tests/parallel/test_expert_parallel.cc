@@ -73,7 +73,8 @@ TEST(ExpertRoute, RegroupsTheSlotsRowsExpertByExpert) {
 struct Case {
   // "moe" (the balance loss in the loss); "moe_quiet" (without it, as pp and cp need); "moe_lora" (LoRA on the
   // attention of a frozen base: the experts frozen, sharded over their own replicas); "moe_shared" (Qwen2-MoE: its
-  // shared expert, whole on every expert slot and split over tp)
+  // shared expert, whole on every expert slot and split over tp); "moe_shared_lora" (Qwen2-MoE with LoRA on the
+  // attention and the shared expert, with dropout: each adapter's mask keyed alike in every layout)
   std::string model;
   int dp, pp, tp, cp, ep, zero;
   bool checkpointing = false;
@@ -108,7 +109,9 @@ std::vector<Case> cases() {
           {"moe", 4, 1, 1, 1, 2, 3, false, "offload_param"},
           {"moe_quiet", 2, 2, 1, 1, 2, 1, false, "offload"},
           {"moe_shared", 4, 1, 1, 1, 2, 3},
-          {"moe_shared", 2, 1, 2, 1, 2, 1}};
+          {"moe_shared", 2, 1, 2, 1, 2, 1},
+          {"moe_shared_lora", 4, 1, 1, 1, 2, 3},
+          {"moe_shared_lora", 2, 1, 2, 1, 2, 1}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the exchange at ZeRO-3 with its experts' own
@@ -144,7 +147,7 @@ Json base_config(const std::string& model, int dp) {
                   {"mlp_only_layers", {1}},
                   {"output_router_logits", model == "moe"},
                   {"router_aux_loss_coef", 0.05}};
-  if (model == "moe_shared") {
+  if (model == "moe_shared" || model == "moe_shared_lora") {
     cfg["model"]["family"] = "qwen2_moe";
     cfg["model"]["qkv_bias"] = true;
     cfg["model"]["norm_topk_prob"] = false;
@@ -153,6 +156,12 @@ Json base_config(const std::string& model, int dp) {
   }
   if (model == "moe_lora")
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", {"q_proj", "v_proj"}}, {"init_lora_weights", false}};
+  if (model == "moe_shared_lora")
+    cfg["lora"] = {{"r", 4},
+                   {"lora_alpha", 8},
+                   {"lora_dropout", 0.1},
+                   {"target_modules", {"q_proj", "gate_proj", "up_proj", "down_proj"}},
+                   {"init_lora_weights", false}};
   return cfg;
 }
 
@@ -189,7 +198,8 @@ TEST_P(ExpertParallel, SameLossesAndParametersAsOneDevice) {
   const Result got = run_training(layout_config(c), &groups);
   // As test_equivalence.cc's llama: tp sums the input gradients' partial sums in another order (LoRA's factors feel it
   // most).
-  const Bounds b = c.tp == 1 ? kF32 : c.model == "moe_lora" ? kF32LoraTp : kF32TpLlama;
+  const bool lora = c.model == "moe_lora" || c.model == "moe_shared_lora";
+  const Bounds b = c.tp == 1 ? kF32 : lora ? kF32LoraTp : kF32TpLlama;
   int failures = 0;
   if (testing::mpi_world().rank() == 0) {
     const Distance d = compare_to_one_device(got, reference(c.model), b, b.loss);

@@ -55,7 +55,10 @@ std::string peft_refusal(const std::string& key) {
   if (key == "lora_bias") return "a trainable bias on lora_B is not supported";
   if (key == "exclude_modules") return "exclude_modules is not supported: list the target_modules to adapt instead";
   if (key == "trainable_token_indices") return "trainable token embeddings are not supported";
-  if (key == "target_parameters") return "adapters on parameters (target_parameters) are not supported";
+  if (key == "target_parameters")
+    return "adapters on the experts' stacked parameters (target_parameters, PEFT's ParamWrapper) are not built yet "
+           "(docs/huggingface.md gives PEFT's format for them); the mixtures of experts take adapters on attention's "
+           "projections and Qwen2-MoE's shared expert (target_modules)";
   if (key == "use_qalora") return "QA-LoRA is not supported";
   return "";
 }
