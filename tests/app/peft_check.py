@@ -37,9 +37,9 @@ LORA = {"r": 4, "lora_alpha": 8}
 TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
            "gpt2": ["c_attn", "c_proj", "c_fc"]}
 TARGETS["qwen3"] = TARGETS["llama"]
-# Qwen2-MoE: gate_proj, up_proj and down_proj select the dense layer's MLP and the sparse layer's shared expert
-# (mlp.shared_expert.gate_proj, ...), as PEFT matches them.
-TARGETS["qwen2_moe"] = TARGETS["llama"]
+# Qwen2-MoE: "all-linear" reaches the dense layer's MLP, the sparse layer's shared expert (mlp.shared_expert.gate_proj,
+# up_proj, down_proj) and its gate (mlp.shared_expert_gate, C -> 1), as PEFT selects them.
+TARGETS["qwen2_moe"] = "all-linear"
 
 results = {"passed": 0, "failed": 0}
 
@@ -104,8 +104,8 @@ def main():
         start = peft.get_peft_model(transformers.AutoModelForCausalLM.from_pretrained(base_dir), config)
     start.save_pretrained(adapter_dir)
     if family == "qwen2_moe":
-        adapted = [n for n, _ in start.named_modules() if n.endswith("shared_expert.gate_proj")]
-        check("qwen2_moe PEFT adapts the shared expert's gate_proj", len(adapted) == 1, str(adapted))
+        adapted = [n for n, _ in start.named_modules() if n.endswith(("shared_expert.gate_proj", "shared_expert_gate"))]
+        check("qwen2_moe PEFT adapts the shared expert's gate_proj and its gate", len(adapted) == 2, str(adapted))
     rng = np.random.default_rng(7)
     tokens = [int(t) for t in rng.integers(0, VOCAB, SEQ + 1)]
     np.array(tokens, dtype=np.uint16).tofile(os.path.join(work, "window.bin"))  # exactly one window of SEQ + 1

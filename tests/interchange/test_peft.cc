@@ -131,16 +131,21 @@ TEST(PeftNames, Qwen2MoeSharedExpertTakesAdapters) {
   EXPECT_EQ(sites_of(lora_targets(q, targeting({"gate_proj"}))), std::vector<std::string>{"layers.1.gate_up.gate"});
 }
 
-// The shared expert's gate (an nn.Linear of one output in transformers) takes no adapter yet: a target PEFT would
-// match there ("all-linear", its name, a regex) is refused rather than trained differently.
-TEST(PeftNames, Qwen2MoeSharedExpertGateIsRefused) {
+// The shared expert's gate, an nn.Linear (C -> 1) in transformers, takes an adapter when named, and "all-linear"
+// reaches it as PEFT's does: the 15 modules PEFT adapts in this model.
+TEST(PeftNames, Qwen2MoeSharedExpertGateTakesAnAdapter) {
   const spec::LlamaConfig m = qwen2_moe();
-  for (const char* t : {"all-linear", "shared_expert_gate"})
-    EXPECT_HAS(error_of([&] { lora_targets(m, targeting({t})); }),
-               "lora.target_modules reaches 'model.layers.0.mlp.shared_expert_gate'");
+  const std::vector<LoraSite> s = lora_targets(m, targeting({"shared_expert_gate"}));
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].module, "model.layers.0.mlp.shared_expert_gate");
+  EXPECT_EQ(s[0].site, "layers.0.moe.shared_expert_gate");
+  EXPECT_EQ(s[0].weight, "layers.0.moe.shared_expert_gate.weight");
+  EXPECT_EQ(s[0].in, 32);
+  EXPECT_EQ(s[0].out, 1);
+  EXPECT_EQ(lora_targets(m, targeting({"all-linear"})).size(), 15u);
   spec::LoraConfig regex = targeting({});
   regex.target_regex = R"(.*shared_expert.*)";
-  EXPECT_HAS(error_of([&] { lora_targets(m, regex); }), "shared-expert gate (C -> 1) is not built yet");
+  EXPECT_EQ(lora_targets(m, regex).size(), 4u);
 }
 
 class TempDir {

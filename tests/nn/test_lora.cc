@@ -1,7 +1,8 @@
 // LoRA adapters on the Llama and GPT blocks: the forward against W x + s B A x written out in double on fused
 // projections (an adapter on q alone changes only q's rows), gradients of the adapters against central differences
 // (frozen base, dropout on), the frozen base's missing gradients, PEFT's initialisations, the tensor-parallel shards
-// of A and B, and the dropout mask's independence from how a batch is cut into micro-batches.
+// of A and B, the dropout mask's independence from how a batch is cut into micro-batches, and Qwen2-MoE's shared
+// expert.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -256,6 +257,43 @@ TEST(Lora, DropoutGradientsMatchFiniteDifferencesAndTheMaskFollowsTheSampleNotTh
   m0.materialize(dev, 7);
   std::vector<Saved> saved0;
   EXPECT_EQ(forward(x, evaluation), m0.forward(x, saved0).to_host_floats());
+}
+
+// Qwen2-MoE's shared expert (layer 0 sparse, layer 1 dense): adapters on its gate and up rows, its down projection
+// and its gate, with dropout; their gradients against central differences, and the masks keyed by the sample, so that
+// the last two samples run alone give the rows they gave in the whole batch.
+TEST(Lora, SharedExpertAdaptersGradientsAndMasksOfAQwen2Moe) {
+  device::CpuDevice dev;
+  LlamaConfig c = small_llama();
+  c.family = spec::LlamaFamily::Qwen2Moe;
+  c.moe.num_experts = 4;
+  c.moe.num_experts_per_tok = 2;
+  c.moe.moe_intermediate_size = 8;
+  c.moe.shared_expert_intermediate_size = 12;
+  c.moe.mlp_only_layers = {1};
+  const LoraTargets t = targets({"layers.0.moe.shared_gate_up.gate", "layers.0.moe.shared_gate_up.up",
+                                 "layers.0.moe.shared_down", "layers.0.moe.shared_expert_gate", "layers.1.down"},
+                                spec::LoraInit::Random, 0.3f);
+  Model m = build_llama(c, {}, &t);
+  m.materialize(dev, 7);
+  Batch batch;
+  batch.training = true;
+  batch.samples = {11, 2, 0};
+  const Tensor x = random_tokens(dev, {4, 6}, 13, 1);
+  const Tensor y = random_tokens(dev, {24}, 13, 2);
+  check_adapter_gradients(m, x, y, 5e-4, batch);
+  const auto forward = [&](const Tensor& in, const Batch& b) {
+    std::vector<Saved> saved;
+    return m.forward_range(0, m.layers().size(), in, saved, false, nullptr, b).to_host_floats();
+  };
+  const std::vector<float> whole = forward(x, batch);
+  Batch tail_batch = batch;
+  tail_batch.samples.first_sample = 2;
+  const Tensor tail = Tensor::empty({2, 6}, DType::I32, dev, "tail");
+  std::copy(x.i32() + 12, x.i32() + 24, tail.i32());
+  const std::vector<float> part = forward(tail, tail_batch);
+  ASSERT_EQ(part.size() * 2, whole.size());
+  for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], whole[part.size() + i]) << i;
 }
 
 TEST(Lora, TensorParallelShardsOfAAndB) {

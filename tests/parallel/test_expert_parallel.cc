@@ -74,7 +74,7 @@ struct Case {
   // "moe" (the balance loss in the loss); "moe_quiet" (without it, as pp and cp need); "moe_lora" (LoRA on the
   // attention of a frozen base: the experts frozen, sharded over their own replicas); "moe_shared" (Qwen2-MoE: its
   // shared expert, whole on every expert slot and split over tp); "moe_shared_lora" (Qwen2-MoE with LoRA on the
-  // attention and the shared expert, with dropout: each adapter's mask keyed alike in every layout)
+  // attention, the shared expert and its gate, with dropout: each adapter's mask keyed alike in every layout)
   std::string model;
   int dp, pp, tp, cp, ep, zero;
   bool checkpointing = false;
@@ -160,7 +160,7 @@ Json base_config(const std::string& model, int dp) {
     cfg["lora"] = {{"r", 4},
                    {"lora_alpha", 8},
                    {"lora_dropout", 0.1},
-                   {"target_modules", {"q_proj", "gate_proj", "up_proj", "down_proj"}},
+                   {"target_modules", {"q_proj", "gate_proj", "up_proj", "down_proj", "shared_expert_gate"}},
                    {"init_lora_weights", false}};
   return cfg;
 }

@@ -1,7 +1,8 @@
 // The adaptable modules of GPT-2 and Llama models and PEFT's target matching (peft_names.h). Module names follow
 // transformers' GPT2LMHeadModel and LlamaForCausalLM (Mistral and Qwen2 name theirs as Llama does); a sparse layer of
-// the mixtures of experts has Qwen2-MoE's shared expert (mlp.shared_expert.*) as its only nn.Linear projections
-// besides attention's (transformers keeps the experts in 3-D parameters and the router in a module of its own).
+// the mixtures of experts has Qwen2-MoE's shared expert (mlp.shared_expert.* and mlp.shared_expert_gate) as its only
+// nn.Linear modules besides attention's (transformers keeps the experts in 3-D parameters and the router in a module of
+// its own).
 #include "tandem/interchange/peft_names.h"
 
 #include <algorithm>
@@ -48,6 +49,9 @@ std::vector<LoraSite> llama_sites(const spec::LlamaConfig& m) {
         out.push_back({x + "gate_proj", u + ".gate", u + ".weight", 0, c, fs});
         out.push_back({x + "up_proj", u + ".up", u + ".weight", fs, c, fs});
         out.push_back({x + "down_proj", dn, dn + ".weight", 0, fs, c});
+        // Its gate, an nn.Linear of one output in transformers (C -> 1), the logit of the sigmoid that weighs it.
+        const std::string g = t + "moe.shared_expert_gate";
+        out.push_back({h + "mlp.shared_expert_gate", g, g + ".weight", 0, c, 1});
       }
       continue;
     }
@@ -62,17 +66,6 @@ std::vector<LoraSite> llama_sites(const spec::LlamaConfig& m) {
 std::vector<std::string> unadaptable(const spec::ModelConfig& model) {
   if (std::holds_alternative<spec::GptConfig>(model)) return {"transformer.wte", "transformer.wpe", "lm_head"};
   return {"model.embed_tokens", "lm_head"};
-}
-
-// Modules PEFT could adapt that Tandem does not adapt yet: Qwen2-MoE's shared_expert_gate, an nn.Linear (C -> 1) in
-// each sparse layer, whose product Tandem computes in fp32 outside any Linear.
-std::vector<std::string> not_yet_adapted(const spec::ModelConfig& model) {
-  std::vector<std::string> out;
-  const auto* l = std::get_if<spec::LlamaConfig>(&model);
-  if (!l || l->moe.shared_expert_intermediate_size == 0) return out;
-  for (int64_t i = 0; i < l->num_hidden_layers; ++i)
-    if (spec::sparse_layer(*l, i)) out.push_back("model.layers." + std::to_string(i) + ".mlp.shared_expert_gate");
-  return out;
 }
 
 // PEFT's rule for a list entry: the whole name, or its end after a dot.
@@ -104,17 +97,6 @@ std::vector<LoraSite> lora_sites(const spec::ModelConfig& model) {
 
 std::vector<LoraSite> lora_targets(const spec::ModelConfig& model, const spec::LoraConfig& lora) {
   const std::vector<LoraSite> all = lora_sites(model);
-  // Where PEFT would put an adapter that Tandem would not, the two would train different models: refused.
-  for (const std::string& m : not_yet_adapted(model)) {
-    bool matched = lora.target_modules.size() == 1 && lora.target_modules[0] == "all-linear";
-    if (!lora.target_regex.empty()) matched = std::regex_match(m, std::regex(lora.target_regex));
-    for (const std::string& t : lora.target_modules) matched = matched || name_matches(t, m);
-    if (matched)
-      TANDEM_FAIL("lora.target_modules reaches '", m,
-                  "': an adapter on Qwen2-MoE's shared-expert gate (C -> 1) is not built yet, and PEFT would put one "
-                  "there (\"all-linear\" reaches it too); list the projections instead: q_proj, k_proj, v_proj, "
-                  "o_proj, gate_proj, up_proj, down_proj (which adapt the shared expert's too)");
-  }
   if (!lora.target_regex.empty()) {
     const std::regex pattern(lora.target_regex);
     std::vector<LoraSite> out;

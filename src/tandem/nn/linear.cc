@@ -383,18 +383,7 @@ void Linear::add_lora(const LoraOptions& options, int part, const std::string& l
   }
   const int64_t local_rows = rows / (column ? slots : 1);
   Parameter& b = add_sharded_parameter(prefix + "lora_B", {rows, r}, {local_rows, r}, b_shard, Init::Zeros, true);
-  // PEFT's initialisations: A as torch's nn.Linear (kaiming-uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B
-  // zeros; init_lora_weights false leaves B as nn.Linear too; "gaussian" draws A from N(0, 1/r).
-  a.bound = 1.0f / std::sqrt(static_cast<float>(in_global));
-  if (options.init == spec::LoraInit::Gaussian) {
-    a.init = Init::Normal;
-    a.stddev = 1.0f / static_cast<float>(r);
-  }
-  if (options.init == spec::LoraInit::Random) {
-    b.init = Init::Uniform;
-    b.bound = 1.0f / std::sqrt(static_cast<float>(r));
-  }
-  a.adapter = b.adapter = true;
+  init_lora_pair(a, b, options, in_global);
   lora_->add({&a, &b, row, local_rows});
 }
 

@@ -2,6 +2,8 @@
 // sums where lora.h's math puts them, and the counter-based dropout mask.
 #include "tandem/nn/lora.h"
 
+#include <cmath>
+
 #include "tandem/core/philox.h"
 #include "tandem/ops/ops.h"
 
@@ -17,6 +19,19 @@ void LoraSites::check_all_added() const {
   for (const std::string& s : targets_->sites) sites += (sites.empty() ? "" : ", ") + s;
   TANDEM_FAIL("LoRA: ", targets_->sites.size(), " adapter sites were asked for (", sites, ") but the model has ",
               added_, " of them");
+}
+
+void init_lora_pair(Parameter& a, Parameter& b, const LoraOptions& options, int64_t in_global) {
+  a.bound = 1.0f / std::sqrt(static_cast<float>(in_global));
+  if (options.init == spec::LoraInit::Gaussian) {
+    a.init = Init::Normal;
+    a.stddev = 1.0f / static_cast<float>(options.r);
+  }
+  if (options.init == spec::LoraInit::Random) {
+    b.init = Init::Uniform;
+    b.bound = 1.0f / std::sqrt(static_cast<float>(options.r));
+  }
+  a.adapter = b.adapter = true;
 }
 
 LoraAdapters::LoraAdapters(LoraOptions options, bool row_parallel, TpSlot tp, int64_t in_local, int64_t in_global,

@@ -27,8 +27,18 @@ MoeMlp::MoeMlp(std::string name, const MoeShape& s, TpSlot tp) : Layer(std::move
 
 int MoeMlp::add_lora(const LoraTargets& targets) {
   if (!shared_gate_) return 0;
-  return shared_gate_up_->adapt(targets, 0, "gate") + shared_gate_up_->adapt(targets, 1, "up") +
-         shared_down_->adapt(targets, -1, "");
+  int added = shared_gate_up_->adapt(targets, 0, "gate") + shared_gate_up_->adapt(targets, 1, "up") +
+              shared_down_->adapt(targets, -1, "");
+  if (!targets.sites.count(child_name("shared_expert_gate"))) return added;
+  // The gate (C -> 1): replicated over tp with its input, so its adapter has no tp sums.
+  const LoraOptions& o = targets.options;
+  const int64_t C = shape_.dim;
+  shared_gate_lora_ = std::make_unique<LoraAdapters>(o, false, TpSlot{}, C, C, 1);
+  Parameter& a = add_parameter("shared_expert_gate.lora_A", {o.r, C}, Init::Uniform, true);  // (r, C)
+  Parameter& b = add_parameter("shared_expert_gate.lora_B", {1, o.r}, Init::Zeros, true);    // (1, r)
+  init_lora_pair(a, b, o, C);
+  shared_gate_lora_->add({&a, &b, 0, 1});
+  return added + 1;
 }
 
 void MoeMlp::keep_experts(const ExpertSlot& slot) {
@@ -67,6 +77,8 @@ enum SavedAt {
   kSharedOut,
   kSharedGate,
   kIdentity,
+  kSharedRows,      // the shared expert's input rows (..., C), with the gate's adapter
+  kSharedGateLora,  // the gate adapter's s x A^T (N, r)
   kCount
 };
 // The shared expert's linears keep theirs in Saved::children.
@@ -173,6 +185,12 @@ void MoeMlp::shared_forward(const Tensor& rows, const Tensor& y, const Batch& ba
       shared_down_->forward(hidden, batch, saved.children[kSharedDownChild]).view({N, C});  // summed over tp
   Tensor gate = Tensor::empty({N, 1}, DType::F32, dev, name() + " shared expert gate");     // (N, 1)
   ops::matmul(x, shared_gate_->value, gate, false, true);
+  if (shared_gate_lora_) {
+    const std::vector<Tensor> h = shared_gate_lora_->down(rows, batch);  // one (N, r)
+    shared_gate_lora_->up(h, gate);                                      // gate += s (x A^T) B^T, in fp32
+    saved.tensors[kSharedRows] = rows;
+    saved.tensors[kSharedGateLora] = h.at(0);
+  }
   ops::sigmoid_forward(gate, gate);
   // Each token's row weighted by its gate: the combine of one choice per token, the token's own row.
   std::vector<int32_t> own(static_cast<size_t>(N));
@@ -210,6 +228,8 @@ void MoeMlp::shared_backward(const Tensor& dy, const Tensor& dx, const Batch& ba
   }
   ops::matmul(dgate_x, shared_gate_->value, dx, false, false, 1.0f);
   if (shared_gate_->trainable) ops::linear_weight_grad(dgate_x, x, shared_gate_->grad, Tensor());
+  if (shared_gate_lora_)
+    shared_gate_lora_->backward(saved.tensors.at(kSharedRows), {saved.tensors.at(kSharedGateLora)}, dgate_x, dx, batch);
 }
 
 Tensor MoeMlp::products(const Tensor& x, const std::vector<int64_t>& rows, Tensor& gate_up, Tensor& hidden) {

@@ -39,7 +39,9 @@ struct MoeShape {
 // whole on every slot. It is no expert: every expert slot holds it whole.
 // LoRA (lora.h): the shared expert's projections take adapters as a dense MLP's, "<name>.shared_gate_up.gate" and
 // ".up" on the gate and up rows of shared_gate_up (PEFT's shared_expert.gate_proj and up_proj), "<name>.shared_down"
-// (shared_expert.down_proj); the router, the experts and the shared expert's gate stay frozen without adapters.
+// (shared_expert.down_proj), and its gate one of its own, "<name>.shared_expert_gate" (PEFT's shared_expert_gate):
+// A (r, C) and B (1, r) whole on every slot, s (x A^T) B^T added to the gate's fp32 logit before the sigmoid. The
+// router and the experts stay frozen without adapters.
 class MoeMlp final : public Layer {
  public:
   MoeMlp(std::string name, const MoeShape& shape, TpSlot tp = {});
@@ -81,9 +83,10 @@ class MoeMlp final : public Layer {
   Parameter* gate_up_;  // (E, 2F, C)
   Parameter* down_;     // (E, C, F)
   // The shared expert (shape.shared > 0), else null.
-  std::unique_ptr<Linear> shared_gate_up_;  // (2Fs / tp, C)
-  std::unique_ptr<Linear> shared_down_;     // (C, Fs / tp)
-  Parameter* shared_gate_ = nullptr;        // (1, C)
+  std::unique_ptr<Linear> shared_gate_up_;          // (2Fs / tp, C)
+  std::unique_ptr<Linear> shared_down_;             // (C, Fs / tp)
+  Parameter* shared_gate_ = nullptr;                // (1, C)
+  std::unique_ptr<LoraAdapters> shared_gate_lora_;  // the gate's adapter under LoRA, else null
 };
 
 }  // namespace tandem::nn
