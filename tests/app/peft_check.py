@@ -9,10 +9,9 @@ with save_pretrained. Tandem continues it from {"lora": {"from_pretrained": ADAP
 the same batch), on one process, on 4 used as tp2 x dp2 with ZeRO-3 and (all but gpt2) as pp2 x dp2 with ZeRO-1; its
 losses must equal PEFT's with torch's AdamW (configured like Tandem's) within 1e-5. Each run's checkpoint is
 exported with --format peft, loaded by PeftModel.from_pretrained with no missing-key warning, and its logits
-compared with the torch-trained model's (1e-4); and with --format hf --merge, whose weights must equal PEFT's
-merge_and_unload of that adapter within 1e-5 (relative to each tensor's largest element; read back by transformers, which
-stacks the experts Tandem writes one a tensor) and whose loss must equal
-the torch-trained model's.
+compared with the torch-trained model's (1e-4); and with --format hf --merge, whose weights (read back by
+transformers, which stacks the experts Tandem writes one a tensor) must equal PEFT's merge_and_unload of that adapter
+within 1e-5 (relative to each tensor's largest element) and whose loss must equal the torch-trained model's.
 Prints one PASS or FAIL line per check and "N passed, M failed".
 """
 
