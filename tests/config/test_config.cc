@@ -491,7 +491,11 @@ TEST(Batch, Errors) {
   EXPECT_HAS(error_of([] {
                resolve_batch(Json{{"train_batch_size", 0}}, 1);
              }),
-             "'train_batch_size' must be a positive integer of at most 2147483647, got 0");
+             "config key 'train_batch_size' must be a positive integer, got 0");
+  EXPECT_HAS(error_of([] {
+               resolve_batch(Json{{"train_micro_batch_size_per_gpu", int64_t{1} << 31}}, 1);
+             }),
+             "'train_micro_batch_size_per_gpu' must be a positive integer of at most 2147483647, got 2147483648");
 }
 
 TEST(Config, DocumentMaskNeedsTheEndOfDocumentToken) {

@@ -132,7 +132,10 @@ TEST(Settings, ParseWritesEachBoundKeyIntoItsField) {
     "fp8": {"recipe": "rowwise", "min_features": 64, "gradient_format": "e4m3"},
     "tiles": {"loss_tokens": 128, "mlp_tokens": 256}, "device_memory": 1048576, "host_memory": 2097152,
     "tensorboard": {"enabled": true, "output_path": "tb", "job_name": "j"}, "checkpoint": {"every": 2, "keep": 1,
-    "at_end": false, "async": false}})"));
+    "at_end": false, "async": false}, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+    "parallel": {"virtual_gpus": 2, "pipeline": 2, "tensor": 1, "context": 1, "expert": 1, "schedule": "interleaved",
+                 "virtual_stages": 2, "activation_checkpointing": true, "cpu_checkpointing": true, "timeout_s": 45.5,
+                 "stages": [[0, 0], [1, 1]]}})"));
   const Json v = validate(cfg);
   const TrainConfig tc = parse(v);
   int bound = 0;
@@ -142,7 +145,18 @@ TEST(Settings, ParseWritesEachBoundKeyIntoItsField) {
     EXPECT_EQ(s.field.read(tc), value) << s.path;
     ++bound;
   }
-  EXPECT_GE(bound, 50);  // the sections above, each key of them bound
+  EXPECT_GE(bound, 65);  // the sections above, each key of them bound
+  // The batch keys and the layout's, which parse() reads through their rows alone.
+  EXPECT_EQ(tc.batch_config.global, 8);
+  EXPECT_EQ(tc.batch_config.micro, 2);
+  EXPECT_EQ(tc.batch_config.accum, 2);
+  EXPECT_EQ(tc.parallel.pipeline, 2);
+  EXPECT_EQ(tc.parallel.schedule, spec::ScheduleKind::Interleaved);
+  EXPECT_EQ(tc.parallel.stages, (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 1}}));
+  EXPECT_FALSE(tc.parallel.planned);
+  Json automatic = gpt_cfg();
+  automatic["parallel"] = "auto";
+  EXPECT_TRUE(parse(validate(automatic)).parallel.planned);
   // LoRA's bound keys, which lora_config() writes the same way.
   Json lora = gpt_cfg();
   lora["lora"] = {{"r", 4}, {"lora_alpha", 16}, {"lora_dropout", 0.1}, {"use_rslora", true}};

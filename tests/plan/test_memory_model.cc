@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -228,6 +229,23 @@ TEST(MemoryModel, OffloadKeepsOneGradientOnTheHost) {
     ASSERT_NE(trainer.engine().host_memory(), nullptr);
     EXPECT_EQ(trainer.engine().host_memory()->live()[MemoryPurpose::Gradients], 4 * params);
   });
+}
+
+// The planner's run makes no swap file (OffloadRun::swap_files, its choice): it plans their sizes for a folder that
+// does not even exist, where a training run's store refuses to start.
+TEST(MemoryModel, PlansTheSwapFilesWithoutMakingThem) {
+  MemCase c = mem_case(2, 1, 1, 3);
+  c.model = "gpt";
+  c.steps = 1;
+  c.offload = "param-nvme";
+  plan::Setup s = testing::case_setup(c);
+  const std::string nowhere = "/nonexistent/tandem-swap";
+  s.offload_optimizer.nvme_path = s.offload_param.nvme_path = nowhere;
+  const plan::MemoryPrediction p =
+      plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(s, true);
+  EXPECT_GT(p.of_rank(0).disk_optimizer, 0);
+  EXPECT_GT(p.of_rank(0).disk_parameters, 0);
+  EXPECT_FALSE(std::filesystem::exists(nowhere));
 }
 
 // offload_optimizer.ratio 0.5: the last layers' optimizer goes to the host, at least half of the parameters, and the

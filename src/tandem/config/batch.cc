@@ -1,9 +1,10 @@
 // Batch-size arithmetic: DeepSpeed's train_batch_size = micro * accum * dp, deriving whichever is omitted, on the
-// three keys as parse() typed them (BatchConfig) or straight from a config's JSON.
+// three keys as their rows wrote them (BatchConfig, settings_rows.cc) or straight from a config's JSON.
 #include <optional>
 
 #include "tandem/config/config.h"
 #include "tandem/config/fields.h"
+#include "tandem/config/settings.h"
 #include "tandem/core/error.h"
 
 namespace tandem::config {
@@ -19,13 +20,6 @@ constexpr int64_t kMaxBatch = 2147483647;
 void check_range(const char* key, const std::optional<int64_t>& v, const std::string& shown) {
   if (v && (*v < 1 || *v > kMaxBatch))
     TANDEM_FAIL("config key '", key, "' must be a positive integer of at most ", kMaxBatch, ", got ", shown);
-}
-
-std::optional<int64_t> read(const Json& cfg, const char* key) {
-  if (!cfg.is_object() || !cfg.contains(key)) return std::nullopt;
-  const std::optional<int64_t> v = as_integer(cfg.at(key));
-  check_range(key, v ? v : std::optional<int64_t>(0), show(cfg.at(key)));
-  return v;
 }
 
 // a * b, refusing what would not fit a batch size.
@@ -48,9 +42,18 @@ int64_t divide(int64_t total, int64_t parts, const std::string& names, const std
 
 }  // namespace
 
-BatchConfig batch_config(const Json& cfg) { return {read(cfg, kGlobal), read(cfg, kMicro), read(cfg, kAccum)}; }
-
-BatchSizes resolve_batch(const Json& cfg, int64_t dp) { return resolve_batch(batch_config(cfg), dp); }
+BatchSizes resolve_batch(const Json& cfg, int64_t dp) {
+  // The three keys checked by their rows, as validate() checks them, and read through their fields, as parse() does.
+  Json keys = Json::object();
+  for (const char* key : {kGlobal, kMicro, kAccum})
+    if (cfg.is_object() && cfg.contains(key)) keys[key] = cfg.at(key);
+  Fields f(keys, "");
+  for (const char* key : {kGlobal, kMicro, kAccum})
+    if (f.has(key)) read_setting(f, key);
+  spec::TrainConfig run;
+  write_settings(keys, "", run);
+  return resolve_batch(run.batch_config, dp);
+}
 
 int64_t global_batch(const BatchConfig& given) { return given.global ? *given.global : resolve_batch(given, 1).global; }
 

@@ -99,6 +99,9 @@ LlamaConfig llama_config(const Json& m) {
   return c;
 }
 
+// "parallel": "auto", the only string validate_parallel takes: the planner chooses the layout.
+bool planned(const Json& parallel) { return parallel.is_string(); }
+
 }  // namespace
 
 ModelConfig model_config(const Json& m) {
@@ -120,38 +123,16 @@ ModelConfig model_config(const Json& m) {
 }
 
 ParallelConfig parallel_config(const Json& parallel) {
-  ParallelConfig c;
-  if (parallel.is_string()) {
-    if (parallel.get<std::string>() != "auto")
-      TANDEM_FAIL("\"parallel\": \"", parallel.get<std::string>(), "\" is not a layout: give \"auto\" or an object");
-    c.planned = true;
-    return c;
-  }
-  if (!parallel.is_object()) return c;
-  auto positive = [&](const char* key) -> std::optional<int> {
-    if (!parallel.contains(key) || parallel.at(key).is_null()) return std::nullopt;
-    const Json& v = parallel.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 1)
-      TANDEM_FAIL("parallel.", key, " must be a positive integer, got ", v.dump());
-    return v.get<int>();
-  };
-  c.virtual_gpus = positive("virtual_gpus");
-  c.pipeline = positive("pipeline");
-  c.tensor = positive("tensor");
-  c.context = positive("context");
-  c.expert = positive("expert");
-  if (parallel.contains("schedule")) c.schedule = spec::schedule_from_name(parallel.at("schedule").get<std::string>());
-  c.virtual_stages = positive("virtual_stages");
-  c.activation_checkpointing = parallel.value("activation_checkpointing", false);
-  c.cpu_checkpointing = parallel.value("cpu_checkpointing", false);
-  if (parallel.contains("timeout_s")) c.timeout_s = parallel.at("timeout_s").get<double>();
-  if (parallel.contains("stages"))
-    for (const auto& r : parallel.at("stages")) {
-      if (!r.is_array() || r.size() != 2)
-        TANDEM_FAIL("parallel.stages must be a list of [first, last] block ranges, got ", r.dump());
-      c.stages.emplace_back(r.at(0).get<int64_t>(), r.at(1).get<int64_t>());
-    }
-  return c;
+  if (parallel.is_null()) return {};
+  // Checked by the rows (validate_parallel), as validate() checks a config's, and read through their fields; only the
+  // string form is read here.
+  Json cfg = {{"parallel", parallel}};
+  Fields top(cfg, "");
+  validate_parallel(top);
+  spec::TrainConfig run;
+  write_settings(cfg, "parallel", run);
+  run.parallel.planned = planned(parallel);
+  return run.parallel;
 }
 
 void apply_override(Json& cfg, const std::string& assignment) {
@@ -253,10 +234,9 @@ TrainConfig parse(const Json& validated_cfg) {
   std::vector<std::string> no_effect;
   const Json cfg = validate(validated_cfg, no_effect);
   TrainConfig tc;
-  // Each key the settings table binds to a field (settings_rows.cc); what is left here joins keys or is read by code
-  // of its own: the batch keys (batch.cc), the model, LoRA and the layout.
+  // Each key the settings table binds to a field (settings_rows.cc), the batch keys and the layout's among them; what
+  // is left here joins keys or is read by code of its own: the model, LoRA and "parallel": "auto".
   write_settings(cfg, "", tc);
-  tc.batch_config = batch_config(cfg);
   // A Constant schedule has no params; without a peak or an end, the optimizer's lr and the run's steps.
   const Json& sp = cfg.at("scheduler").at("params");
   if (!sp.contains("warmup_max_lr")) tc.scheduler.peak_lr = tc.optimizer.lr;
@@ -270,7 +250,7 @@ TrainConfig parse(const Json& validated_cfg) {
   }
   tc.lora = lora_config(cfg);
   tc.eval.enabled = cfg.contains("eval");
-  tc.parallel = parallel_config(cfg.contains("parallel") ? cfg.at("parallel") : Json());
+  tc.parallel.planned = planned(cfg.value("parallel", Json()));
   // DeepSpeed's spelling of parallel.cpu_checkpointing (schema.cc has checked that the two agree).
   if (cfg.contains("activation_checkpointing") && cfg.at("activation_checkpointing").is_object() &&
       cfg.at("activation_checkpointing").value("cpu_checkpointing", false))

@@ -64,11 +64,12 @@ class Fields {
 // Reads an integer (or an integral float such as 1e6) from `value`; nullopt when it is neither.
 std::optional<int64_t> as_integer(const Json& value);
 
-// The batch keys of `cfg`, each checked to be a positive integer of at most 2^31 - 1.
-BatchConfig batch_config(const Json& cfg);
-
 // The divisor of n nearest to `near`, to suggest in a refusal.
 int64_t nearest_divisor(int64_t n, int64_t near);
+
+// The "parallel" value of `top`, when given: "auto", or an object whose keys its rows check (the stage map by its own
+// rule); the layout decides defaults and how the values combine.
+void validate_parallel(Fields& top);
 
 // A "type": "llama" model object checked and completed (schema_llama.cc); its valid keys were checked already.
 void validate_llama(Fields& m);

@@ -438,32 +438,6 @@ void rewrite_expert_parallel(Json& cfg) {
   par["expert"] = *size;
 }
 
-void validate_parallel(Fields& top) {
-  if (!top.has("parallel")) return;
-  Json& par = top.raw("parallel");
-  if (par.is_string()) {
-    if (par.get<std::string>() != "auto") top.fail_type("parallel", "\"auto\" or an object {...}");
-    return;
-  }
-  if (!par.is_object()) top.fail_type("parallel", "\"auto\" or an object {...}");
-  Fields p(par, "parallel");
-  p.only(setting_keys("parallel"));
-  // Only names and types: the layout code (layout::resolve_parallel) decides defaults and how the values combine.
-  for (const std::string& key : setting_keys("parallel"))
-    if (key != "stages" && p.has(key)) read_setting(p, key);
-  if (p.has("stages")) {
-    const Json& stages = p.raw("stages");
-    bool ok = stages.is_array();
-    for (size_t i = 0; ok && i < stages.size(); ++i) {
-      const Json& s = stages[i];
-      ok = s.is_array() && s.size() == 2 && as_integer(s[0]).value_or(-1) >= 0 &&
-           as_integer(s[1]).value_or(-1) >= as_integer(s[0]).value_or(0);
-    }
-    if (!ok)
-      p.fail_type("stages", "an array of [first, last] layer pairs with 0 <= first <= last, e.g. [[0, 3], [4, 7]]");
-  }
-}
-
 // DeepSpeed's "tensorboard" and "csv_monitor": {"enabled", "output_path", "job_name"}, with DeepSpeed's defaults
 // (the rows'; output_path "" here means the run folder).
 void validate_monitor(Fields& top, const std::string& name) {
@@ -495,6 +469,32 @@ void validate_memory_size(Fields& top, const char* key) {
 }
 
 }  // namespace
+
+void validate_parallel(Fields& top) {
+  if (!top.has("parallel")) return;
+  Json& par = top.raw("parallel");
+  if (par.is_string()) {
+    if (par.get<std::string>() != "auto") top.fail_type("parallel", "\"auto\" or an object {...}");
+    return;
+  }
+  if (!par.is_object()) top.fail_type("parallel", "\"auto\" or an object {...}");
+  Fields p(par, "parallel");
+  p.only(setting_keys("parallel"));
+  // Only names and types: the layout code (layout::resolve_parallel) decides defaults and how the values combine.
+  for (const std::string& key : setting_keys("parallel"))
+    if (key != "stages" && p.has(key)) read_setting(p, key);
+  if (p.has("stages")) {
+    const Json& stages = p.raw("stages");
+    bool ok = stages.is_array();
+    for (size_t i = 0; ok && i < stages.size(); ++i) {
+      const Json& s = stages[i];
+      ok = s.is_array() && s.size() == 2 && as_integer(s[0]).value_or(-1) >= 0 &&
+           as_integer(s[1]).value_or(-1) >= as_integer(s[0]).value_or(0);
+    }
+    if (!ok)
+      p.fail_type("stages", "an array of [first, last] layer pairs with 0 <= first <= last, e.g. [[0, 3], [4, 7]]");
+  }
+}
 
 Json validate(Json cfg, std::vector<std::string>& no_effect) {
   no_effect.clear();

@@ -27,8 +27,11 @@ class Fields;
 enum class SettingType { Object, Integer, Number, Boolean, Choice, String, NumberPair, Ranges, Shaped };
 
 // Where a row's value lives in spec::TrainConfig: `read` gives the field as JSON (a default TrainConfig's is the row's
-// default), `write` puts a validated value there (parse()). Empty where code reads the value: an object, a key that
-// joins others (the schedule's peak, LoRA's targets), the batch keys (batch.cc) and the layout's (parallel_config).
+// default), `write` puts a validated value there (parse(), and parallel_config for a layout alone). The batch keys
+// write their optional values (batch.cc derives the absent ones) and the layout's theirs. Empty where code reads the
+// value: an object ("parallel": "auto" too), a key that joins others (LoRA's targets and initialisation), and
+// DeepSpeed's names that Tandem rewrites to its own (sequence_parallel_size; activation_checkpointing's
+// cpu_checkpointing, which parse() reads beside parallel.cpu_checkpointing).
 struct Field {
   std::function<Json(const spec::TrainConfig&)> read;
   std::function<void(spec::TrainConfig&, const Json&)> write;

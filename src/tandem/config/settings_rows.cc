@@ -1,6 +1,7 @@
 // The rows of the settings table (settings.h), in the order of DeepSpeed's configuration page where DeepSpeed has the
 // key. Each row that parse() reads through the table is bound to its spec::TrainConfig field (`bound`, `writes`): the
 // key's path is written here once, and its default is the field's.
+#include "tandem/config/fields.h"
 #include "tandem/config/settings.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/units.h"
@@ -128,6 +129,19 @@ Setting writes(Field f, Setting s) {
   return s;
 }
 
+// An optional field: a key without a default of its own, its field empty unless the key is given.
+template <class... M>
+Field maybe(M... m) {
+  return {[=](const Run& r) {
+            const auto& value = member_of(r, m...);
+            return value ? Json(*value) : Json();
+          },
+          [=](Run& r, const Json& j) {
+            auto& value = member_of(r, m...);
+            value = j.get<typename std::decay_t<decltype(value)>::value_type>();
+          }};
+}
+
 // A Choice row bound to an enum field, its choices the enum's spellings.
 template <class E, class... M>
 Setting one_of(std::string path, const Names<E>& names, std::string ds, std::string doc, M... m) {
@@ -140,20 +154,25 @@ void append(std::vector<Setting>& rows, std::vector<Setting> more) {
   for (Setting& s : more) rows.push_back(std::move(s));
 }
 
-// The batch keys: none has a default; batch.cc derives the absent ones from the others.
+// The batch keys: none has a default; each is written to spec::BatchConfig as given, and batch.cc derives the absent
+// ones from the others.
 std::vector<Setting> batch_rows() {
+  using spec::BatchConfig;
+  const auto given = [](auto member) { return maybe(&Run::batch_config, member); };
   const std::string derived = "derived from the other two";
   return {
-      absent(integer("train_batch_size", Json(), 1, kIntMax, "=",
-                     "the global batch: train_batch_size = micro x accumulation x data-parallel"),
-             derived),
-      absent(integer("train_micro_batch_size_per_gpu", Json(), 1, kIntMax, "=",
-                     "the batch of one data-parallel replica (a virtual GPU, which may span several devices) per "
-                     "micro-step"),
-             derived),
-      absent(integer("gradient_accumulation_steps", Json(), 1, kIntMax, "=",
-                     "micro-batches per step; in a pipeline, its micro-batches"),
-             derived),
+      writes(given(&BatchConfig::global),
+             absent(integer("train_batch_size", Json(), 1, kIntMax, "=",
+                            "the global batch: train_batch_size = micro x accumulation x data-parallel"),
+                    derived)),
+      writes(given(&BatchConfig::micro),
+             absent(integer("train_micro_batch_size_per_gpu", Json(), 1, kIntMax, "=",
+                            "the batch of one data-parallel replica (a virtual GPU, which may span several devices) "
+                            "per micro-step"),
+                    derived)),
+      writes(given(&BatchConfig::accum), absent(integer("gradient_accumulation_steps", Json(), 1, kIntMax, "=",
+                                                        "micro-batches per step; in a pipeline, its micro-batches"),
+                                                derived)),
   };
 }
 
@@ -430,6 +449,71 @@ std::vector<Setting> run_rows() {
   };
 }
 
+// The layout: each key written to spec::ParallelConfig as given (no default is written back), the layout
+// (layout::resolve_parallel) deriving what is absent. "parallel": "auto" and DeepSpeed's
+// activation_checkpointing.cpu_checkpointing are read by parse().
+std::vector<Setting> parallel_rows() {
+  using spec::ParallelConfig, spec::ScheduleKind;
+  const ParallelConfig par{};  // the defaults layout::resolve_parallel applies
+  const auto at = [](auto member) { return field(&Run::parallel, member); };
+  const auto given = [](auto member) { return maybe(&Run::parallel, member); };
+  Names<ScheduleKind> schedules;
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved})
+    schedules.emplace_back(k, spec::schedule_name(k));
+  const Field stages = {[](const Run& r) { return Json(r.parallel.stages); },
+                        [](Run& r, const Json& j) {
+                          r.parallel.stages.clear();
+                          for (const Json& range : j)  // [first, last], checked by schema.cc
+                            r.parallel.stages.emplace_back(as_integer(range.at(0)).value_or(0),
+                                                           as_integer(range.at(1)).value_or(0));
+                        }};
+  const std::string derived = "derived from the world size";
+  return {
+      object("parallel", "", "the layout: an object, or \"auto\" for the planner's fastest that fits"),
+      writes(
+          given(&ParallelConfig::virtual_gpus),
+          absent(integer("parallel.virtual_gpus", Json(), 1, kIntMax, "", "dp: the data-parallel replicas"), derived)),
+      writes(given(&ParallelConfig::pipeline),
+             absent(integer("parallel.pipeline", Json(), 1, kIntMax, "", "pp: pipeline stages of a virtual GPU"),
+                    derived)),
+      writes(given(&ParallelConfig::tensor),
+             absent(integer("parallel.tensor", Json(), 1, kIntMax, "", "tp: tensor-parallel slots of a stage"), "1")),
+      writes(given(&ParallelConfig::context),
+             absent(integer("parallel.context", Json(), 1, kIntMax, "sequence_parallel_size",
+                            "cp: devices each sequence is split over (docs/long-context.md)"),
+                    "1")),
+      writes(given(&ParallelConfig::expert),
+             absent(integer("parallel.expert", Json(), 1, kIntMax, "expert_parallel.autoep_size",
+                            "ep: ranks of one ZeRO group each mixture-of-experts layer's experts are spread over"),
+                    "1")),
+      writes(named(schedules, &Run::parallel, &ParallelConfig::schedule),
+             absent(choice("parallel.schedule", Json(), spec::schedule_names(), "",
+                           "the pipeline schedule: gpipe, 1f1b or interleaved"),
+                    spec::schedule_name(par.schedule))),
+      writes(given(&ParallelConfig::virtual_stages),
+             absent(integer("parallel.virtual_stages", Json(), 1, kIntMax, "", "interleaved: stages per device"), "1")),
+      writes(at(&ParallelConfig::activation_checkpointing),
+             absent(boolean("parallel.activation_checkpointing", Json(), "",
+                            "recompute each block's activations in backward from its input"),
+                    par.activation_checkpointing ? "true" : "false")),
+      writes(stages, absent(shaped("parallel.stages", SettingType::Ranges, Json(), "",
+                                   "an explicit stage map: [[first, last], ...], the blocks of each stage"),
+                            "balanced over the stages")),
+      writes(given(&ParallelConfig::timeout_s),
+             absent(number("parallel.timeout_s", Json(), 0.0, kInf, true, "",
+                           "seconds a collective may wait before the watchdog stops the job"),
+                    number_text(ParallelConfig::kDefaultTimeoutS))),
+      writes(at(&ParallelConfig::cpu_checkpointing),
+             absent(boolean("parallel.cpu_checkpointing", Json(), "activation_checkpointing.cpu_checkpointing",
+                            "the checkpointed layer inputs wait in host memory (needs activation_checkpointing)"),
+                    par.cpu_checkpointing ? "true" : "false")),
+      absent(integer("sequence_parallel_size", Json(), 1, kIntMax, "=",
+                     "Ulysses sequence parallelism: Tandem's parallel.context, each sequence split over "
+                     "that many devices"),
+             "parallel.context"),
+  };
+}
+
 std::vector<Setting> build_settings() {
   std::vector<Setting> rows = batch_rows();
   append(rows,
@@ -442,43 +526,7 @@ std::vector<Setting> build_settings() {
   append(rows, optimizer_rows());
   append(rows, precision_rows());
   append(rows, zero_rows());
-  // Parallel: only names and types here; the layout (layout::resolve_parallel) derives what is absent.
-  const spec::ParallelConfig par{};  // the defaults layout::resolve_parallel applies
-  const std::string derived = "derived from the world size";
-  append(
-      rows,
-      {
-          object("parallel", "", "the layout: an object, or \"auto\" for the planner's fastest that fits"),
-          absent(integer("parallel.virtual_gpus", Json(), 1, kIntMax, "", "dp: the data-parallel replicas"), derived),
-          absent(integer("parallel.pipeline", Json(), 1, kIntMax, "", "pp: pipeline stages of a virtual GPU"), derived),
-          absent(integer("parallel.tensor", Json(), 1, kIntMax, "", "tp: tensor-parallel slots of a stage"), "1"),
-          absent(integer("parallel.context", Json(), 1, kIntMax, "sequence_parallel_size",
-                         "cp: devices each sequence is split over (docs/long-context.md)"),
-                 "1"),
-          absent(integer("parallel.expert", Json(), 1, kIntMax, "expert_parallel.autoep_size",
-                         "ep: ranks of one ZeRO group each mixture-of-experts layer's experts are spread over"),
-                 "1"),
-          absent(choice("parallel.schedule", Json(), spec::schedule_names(), "",
-                        "the pipeline schedule: gpipe, 1f1b or interleaved"),
-                 spec::schedule_name(par.schedule)),
-          absent(integer("parallel.virtual_stages", Json(), 1, kIntMax, "", "interleaved: stages per device"), "1"),
-          absent(boolean("parallel.activation_checkpointing", Json(), "",
-                         "recompute each block's activations in backward from its input"),
-                 par.activation_checkpointing ? "true" : "false"),
-          absent(shaped("parallel.stages", SettingType::Ranges, Json(), "",
-                        "an explicit stage map: [[first, last], ...], the blocks of each stage"),
-                 "balanced over the stages"),
-          absent(number("parallel.timeout_s", Json(), 0.0, kInf, true, "",
-                        "seconds a collective may wait before the watchdog stops the job"),
-                 number_text(spec::ParallelConfig::kDefaultTimeoutS)),
-          absent(boolean("parallel.cpu_checkpointing", Json(), "activation_checkpointing.cpu_checkpointing",
-                         "the checkpointed layer inputs wait in host memory (needs activation_checkpointing)"),
-                 par.cpu_checkpointing ? "true" : "false"),
-          absent(integer("sequence_parallel_size", Json(), 1, kIntMax, "=",
-                         "Ulysses sequence parallelism: Tandem's parallel.context, each sequence split over "
-                         "that many devices"),
-                 "parallel.context"),
-      });
+  append(rows, parallel_rows());
   // The model's keys are its family's own (schema.cc, schema_llama.cc): only the object has a row.
   rows.push_back(object("model", "",
                         "the model: {\"type\": \"mlp\", \"gpt\" or \"llama\", ...} with its family's keys, or "

@@ -102,6 +102,8 @@ void Tensor::copy_from(const Tensor& other) const {
     device().copy_from_host(raw(), other.raw(), nbytes());
   } else if (device().kind() == DeviceKind::Cpu) {
     other.device().copy_to_host(raw(), other.raw(), nbytes());
+  } else if (!other.device().holds_data()) {
+    fill_zero();  // a counting device's values read as zeros; no host buffer to pass them through
   } else {
     std::vector<char> host(nbytes());
     other.device().copy_to_host(host.data(), other.raw(), nbytes());

@@ -104,8 +104,8 @@ std::vector<float> initial_values(const Parameter& param, uint64_t seed, int64_t
 
 void initialize_parameter(const Parameter& param, const Tensor& value, uint64_t seed, int64_t first) {
   TANDEM_CHECK(value.dtype() == DType::F32, "initial values are drawn in fp32, got ", dtype_name(value.dtype()));
-  if (!value.device().holds_data()) return;  // a counting device: nothing to draw into
-  // Drawn where `value` lives: the host and a GPU draw the same bits (core/random_fill.h).
+  // Drawn where `value` lives: the host and a GPU draw the same bits (core/random_fill.h); a counting device counts the
+  // ops and draws nothing.
   switch (param.init) {
     case Init::Zeros:
       value.fill_zero();

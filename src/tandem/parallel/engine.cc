@@ -38,7 +38,8 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     chunks_.push_back(range);
     for (size_t i = range.first; i < range.second; ++i) held.push_back(i);
   }
-  OffloadOptions offload{cfg.offload_optimizer, cfg.offload_param, nullptr, static_cast<int>(cfg.micro_batches)};
+  OffloadOptions offload{cfg.offload_optimizer, cfg.offload_param, nullptr, static_cast<int>(cfg.micro_batches),
+                         cfg.offload_run};
   // Checkpoints in host memory share it with offloaded state; their copies are meant to overlap, so it is page-locked.
   const bool host_checkpoints = cfg.plan.activation_checkpointing && cfg.plan.cpu_checkpointing;
   if (cfg.offload_optimizer.enabled() || host_checkpoints) {

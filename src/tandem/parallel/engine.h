@@ -37,6 +37,7 @@ struct EngineConfig {
   spec::OffloadConfig offload_optimizer;  // zero_optimization.offload_optimizer
   spec::OffloadConfig offload_param;      // zero_optimization.offload_param
   spec::Tiles tiles;                      // the tokens the loss and the MLPs take at once ("tiles")
+  OffloadRun offload_run;                 // swap files and the update's thread: the planner and the profile say
 };
 
 struct StepResult {

@@ -26,6 +26,9 @@ parallel::EngineConfig engine_config(const Setup& s) {
   ec.offload_optimizer = s.offload_optimizer;
   ec.offload_param = s.offload_param;
   ec.tiles = s.tiles;
+  // A counting device holds nothing to swap and accounts in order: no swap file (only its size and the buffers' bytes
+  // are planned), and each host update run where it is submitted.
+  ec.offload_run = {.swap_files = false, .update_thread = false};
   return ec;
 }
 

@@ -146,6 +146,7 @@ void Trainer::setup() {
   ec.fp16 = cfg_.fp16;
   ec.offload_optimizer = cfg_.offload_optimizer;
   ec.offload_param = cfg_.offload_param;
+  ec.offload_run.update_thread = !ops::profile::enabled();  // the op profile times on one thread
   const data::Batch probe = dataset_->batch(0, 0, b.micro, host_);
   engine_ = std::make_unique<parallel::Engine>(build_, ec, *groups_, *device_, probe.inputs.shape());
   // The device's peak says in which action it came (report_run(): "rank 0 at its peak").

@@ -60,14 +60,13 @@ void UnitBuilder::draw_initial(const nn::Parameter& p, const Tensor& dst, int64_
   TANDEM_CHECK(&dst.device() == &device || dst.dtype() == DType::F32, p.name,
                ": initial values in host memory are fp32 state, got ", dtype_name(dst.dtype()));
   // In fp32 chunks on the device, then rounded there (ops::cast, to nearest even) or copied to the host. A counting
-  // device allocates the chunks as the run does and draws nothing.
+  // device allocates the chunks as the run does and counts the ops; its copies move nothing.
   PurposeScope scope(device, MemoryPurpose::Transient);
   constexpr int64_t kChunk = int64_t{1} << 24;  // 16M values, 64 MiB of fp32
   for (int64_t at = 0; at < dst.numel(); at += kChunk) {
     const int64_t n = std::min(kChunk, dst.numel() - at);
     const Tensor values = Tensor::empty({n}, DType::F32, device, p.name + " initial values");  // (n) f32
     nn::initialize_parameter(p, values, seed, first + at);
-    if (!device.holds_data()) continue;
     const Tensor part = dst.flat_slice(at, n, {n});
     if (&dst.device() == &device)
       ops::cast(values, part);
@@ -111,7 +110,7 @@ void ParameterStore::write_frozen(const std::function<void(const nn::Parameter&,
     const bool sharded = zero.stage() >= 1;
     const int64_t begin = sharded ? zero.owned_begin(*u) : 0, count = sharded ? u->shard : zero.padded(*u);
     const Tensor held = zero.stage() == 3 ? u->owned_values_device : u->full_values.flat_slice(begin, count, {count});
-    if (device_.holds_data()) fill_frozen(*u, begin, held, fill);  // a counting device: nothing to write
+    fill_frozen(*u, begin, held, fill);
     if (zero.stage() == 1 || zero.stage() == 2) zero.regather(*u, &pending);
   }
   for (auto& r : pending) r->wait();

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "tandem/ops/ops.h"
-#include "tandem/ops/profile.h"
 #include "tandem/parallel/zero/zero_sharding.h"
 
 namespace tandem::parallel {
@@ -18,7 +17,7 @@ OffloadUpdater::OffloadUpdater(const Setup& setup, int64_t largest_staged) : s_(
 }
 
 void OffloadUpdater::submit(const QueuedUpdate& q) {
-  if (!s_.device.holds_data() || ops::profile::enabled()) {
+  if (!s_.thread) {
     run(q);
     return;
   }

@@ -51,13 +51,13 @@ class OffloadUpdater {
     DType compute;                              // the values' dtype
     int64_t upload_piece;                       // offload_optimizer.upload_piece: a staged unit's pieces, elements
     bool param_offload;                         // offload_param: the device takes the host values at each gather
+    bool thread;                                // updates on a thread of their own (OffloadRun::update_thread)
   };
   // `largest_staged`: the largest owned shard of a staged unit (0: none), which with upload_piece sizes the buffers.
   OffloadUpdater(const Setup& setup, int64_t largest_staged);
   ~OffloadUpdater() { stop(); }
 
-  // Runs the update on the update's thread (started with the first), or at once on a counting device or under the op
-  // profile (the planner accounts in order; the profile times on one thread).
+  // Runs the update on the update's thread (started with the first), or at once without one (Setup::thread).
   void submit(const QueuedUpdate& q);
   // Until the unit's submitted updates are done; rethrows what failed on the update's thread.
   void wait(const Unit& u);

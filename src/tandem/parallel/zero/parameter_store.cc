@@ -49,16 +49,17 @@ ParameterStore::ParameterStore(nn::Model& model, std::vector<size_t> layers, int
     adamw_ = std::make_unique<optim::AdamW>(std::move(units.segments), adamw);
   }
   if (swap_bytes() > 0) {
-    swap_.open(units_, device_.holds_data(), offload.optimizer, offload.param,
+    swap_.open(units_, offload.run.swap_files, offload.optimizer, offload.param,
                "dp rank " + std::to_string(zero_.rank()));
     if (swap_.has_state_file()) builder.draw_swapped(units_);
   }
   int64_t largest_staged = 0;
   for (const auto& u : units_)
     if (u->staged()) largest_staged = std::max(largest_staged, u->owned_grads.numel());
-  updater_ = std::make_unique<OffloadUpdater>(
-      OffloadUpdater::Setup{device_, host_, *adamw_, segment_start_, swap_, compute_, upload_piece_, param_offload_},
-      largest_staged);
+  updater_ =
+      std::make_unique<OffloadUpdater>(OffloadUpdater::Setup{device_, host_, *adamw_, segment_start_, swap_, compute_,
+                                                             upload_piece_, param_offload_, offload.run.update_thread},
+                                       largest_staged);
   refresh_values();
 }
 

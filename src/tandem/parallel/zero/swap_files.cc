@@ -9,11 +9,10 @@ namespace {
 constexpr uint64_t kAlign = checkpoint::SwapFile::kAlignment;
 
 // Room for `bytes` of `dtype` in host memory at an address aligned for direct I/O (host allocations are 64-byte
-// aligned: one alignment of slack is enough). A counting host's addresses are not real: nothing to slice off.
+// aligned: one alignment of slack is enough).
 Tensor aligned_buffer(Device& host, uint64_t bytes, DType dtype, const std::string& what) {
   const auto size = static_cast<uint64_t>(dtype_size(dtype));
   Tensor t = Tensor::empty({static_cast<int64_t>((bytes + kAlign) / size)}, dtype, host, what);
-  if (!host.holds_data()) return t;
   const auto address = reinterpret_cast<uintptr_t>(t.raw());
   const auto skip = static_cast<int64_t>((kAlign - address % kAlign) % kAlign / size);
   const auto n = static_cast<int64_t>(bytes / size);
@@ -34,8 +33,8 @@ void SwapFiles::place_values(Unit& u, int64_t owned) {
   values_bytes_ += u.values_bytes;
 }
 
-void SwapFiles::open(const std::vector<std::unique_ptr<Unit>>& units, bool holds_data,
-                     const spec::OffloadConfig& optimizer, const spec::OffloadConfig& param, const std::string& owner) {
+void SwapFiles::open(const std::vector<std::unique_ptr<Unit>>& units, bool files, const spec::OffloadConfig& optimizer,
+                     const spec::OffloadConfig& param, const std::string& owner) {
   uint64_t largest = 0, largest_values = 0;
   for (const auto& u : units) {
     if (u->state == Where::SwapFile) largest = std::max(largest, 3 * u->swap_part);
@@ -50,7 +49,7 @@ void SwapFiles::open(const std::vector<std::unique_ptr<Unit>>& units, bool holds
     values_buffer_ = aligned_buffer(*host_, largest_values, compute_, "parameter swap buffer");
     values_update_buffer_ = aligned_buffer(*host_, largest_values, compute_, "parameter swap buffer (update)");
   }
-  if (!holds_data) return;
+  if (!files) return;
   if (values_bytes_ > 0)
     values_ =
         std::make_unique<checkpoint::SwapFile>(param.nvme_path, values_bytes_, "the offloaded parameters of " + owner);

@@ -2,8 +2,9 @@
 // rank: the optimizer's (offload_optimizer.device nvme), one region a swapped unit with its fp32 master, exp_avg and
 // exp_avg_sq as three parts aligned for direct I/O; and the parameters' (offload_param.device nvme), a unit's owned
 // compute-dtype values. A unit's state is paged into a host buffer for each use (the host AdamW, a checkpoint's visit)
-// and written back; the buffers hold one unit, the largest, so host memory holds one unit's state, not all of it. On a
-// counting device nothing is read or written: the planner learns only the files' sizes and the buffers' bytes.
+// and written back; the buffers hold one unit, the largest, so host memory holds one unit's state, not all of it.
+// Without files (OffloadRun::swap_files false: the planner's run) nothing is read or written: the planner learns only
+// the files' sizes and the buffers' bytes.
 #pragma once
 
 #include <array>
@@ -32,8 +33,8 @@ class SwapFiles {
   uint64_t state_bytes() const { return state_bytes_; }    // the optimizer's file
   uint64_t values_bytes() const { return values_bytes_; }  // the parameters' file
 
-  // Once every unit is placed: the buffers made, and with `holds_data` the files (named for `owner`, "dp rank 1").
-  void open(const std::vector<std::unique_ptr<Unit>>& units, bool holds_data, const spec::OffloadConfig& optimizer,
+  // Once every unit is placed: the buffers made, and with `files` the files (named for `owner`, "dp rank 1").
+  void open(const std::vector<std::unique_ptr<Unit>>& units, bool files, const spec::OffloadConfig& optimizer,
             const spec::OffloadConfig& param, const std::string& owner);
   // A swapped unit's initial state: `draw` writes its master, (owned) fp32, into the buffer (zeroed first); the
   // moments start at zero, as the file's reserved space reads. Only after open() made the optimizer's file.
@@ -55,7 +56,7 @@ class SwapFiles {
   Device* host_;
   DType compute_;
   uint64_t state_bytes_ = 0, values_bytes_ = 0;   // the files' sizes
-  std::unique_ptr<checkpoint::SwapFile> state_;   // null on a counting device, which swaps nothing
+  std::unique_ptr<checkpoint::SwapFile> state_;   // null without files: nothing is swapped
   std::unique_ptr<checkpoint::SwapFile> values_;  // the same for the parameters' file
   Tensor state_buffer_;                           // one unit's region, aligned for direct I/O, in host memory
   Tensor values_buffer_;         // (largest owned shard) compute dtype, aligned: one unit's owned values for gathers

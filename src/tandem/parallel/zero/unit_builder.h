@@ -27,12 +27,22 @@ bool ratio_offloads(int64_t seen_through_unit, int64_t held, double ratio);
 // four digits where they do, or 1 when nothing would be left to offload.
 double ratio_keeping_first(const std::vector<int64_t>& layer_params, size_t kept);
 
+// How a store runs what it offloads, chosen by whoever builds it: a training run makes the swap files and updates on
+// a thread of its own; the planner's run on a counting device (plan/memory_model.cc) makes no file, only the buffers
+// whose bytes it plans, and updates inline, accounting in order; a profiled run updates inline, its op table being
+// one thread's (train/trainer.cc).
+struct OffloadRun {
+  bool swap_files = true;     // nvme: the swap files made (false: their sizes placed, nothing read or written)
+  bool update_thread = true;  // offloaded units' updates on the updater's thread (false: at once, in submit)
+};
+
 // What the store offloads, and where to.
 struct OffloadOptions {
   spec::OffloadConfig optimizer;            // offload_optimizer
   spec::OffloadConfig param;                // offload_param
   device::AccountedDevice* host = nullptr;  // the host memory offloaded state lives in (needed when either is on)
   int micro_batches = 1;                    // per step: each unit's backward runs this many times
+  OffloadRun run;
 };
 
 // A store's units, as built.
