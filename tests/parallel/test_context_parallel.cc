@@ -102,9 +102,10 @@ struct Case {
   // (attention inside documents, id 5 ending each); "llama_lora" (LoRA on every projection of a frozen base);
   // "llama_lora_dropout" (the same with lora_dropout 0.2: a shard's tokens must draw the one-device mask);
   // "llama_tiles" (the loss in chunks of 5 tokens, the MLP in tiles of 7); "llama_qwen3" (Qwen3's q_norm and k_norm,
-  // on the heads a shard regroups); "gpt" and "gpt_tied" (learned positions, multi-head attention, the head tied to
-  // the embedding); "olmoe" (q and k normalised over every head, every MLP a mixture of experts, the balance loss in
-  // the loss); "moe" (a Qwen3-MoE, a sparse and a dense layer, the balance loss in the loss)
+  // on the heads a shard regroups); "gpt", "gpt_tied" and "gpt_docs" (learned positions, multi-head attention; the
+  // head tied to the embedding; attention inside documents); "olmoe" (q and k normalised over every head, every MLP a
+  // mixture of experts, the balance loss in the loss); "moe" (a Qwen3-MoE, a sparse and a dense layer, the balance loss
+  // in the loss)
   std::string model;
   int dp, pp, tp, cp, zero;
   bool checkpointing = false;
@@ -148,6 +149,7 @@ std::vector<Case> cases() {
           {"gpt", 1, 1, 2, 2, 0},
           {"gpt", 1, 1, 1, 4, 0, true},
           {"gpt_tied", 1, 2, 1, 2, 0},
+          {"gpt_docs", 1, 1, 1, 4, 0},
           {"gpt_tied", 2, 1, 1, 2, 3},
           {"olmoe", 2, 1, 1, 2, 1},
           {"olmoe", 1, 1, 1, 4, 0},
@@ -157,10 +159,13 @@ std::vector<Case> cases() {
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the regrouping beside tp, beside ZeRO-3's
-// sharded state with documents, and on 8 processes beside pp and tp.
+// sharded state with documents, and on 8 processes beside pp and tp; a gpt's positions beside tp; the balance sums
+// beside expert parallelism's exchanges.
 std::map<std::string, std::vector<std::string>> subsets() {
   if (TANDEM_TEST_WORLD == 8) return {{"sanitized", {"llama_dp1_pp2_tp2_cp2_zero0_recompute"}}};
-  return {{"sanitized", {"llama_dp1_pp1_tp2_cp2_zero0", "llama_dp2_pp1_tp1_cp2_zero3"}}};
+  return {{"sanitized",
+           {"llama_dp1_pp1_tp2_cp2_zero0", "llama_dp2_pp1_tp1_cp2_zero3", "gpt_dp1_pp1_tp2_cp2_zero0",
+            "moe_dp2_pp1_tp1_cp2_zero3_ep2"}}};
 }
 
 // The mixtures of experts keep micro-batches of 2 sequences on every layout (the balance loss is per micro-batch, as in
@@ -180,7 +185,8 @@ Json base_config(const Case& c) {
       {"type", "llama"},          {"vocab_size", 64},         {"seq_len", 16},
       {"hidden_size", 64},        {"intermediate_size", 96},  {"num_hidden_layers", 4},
       {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"tie_word_embeddings", c.model == "llama_tied"}};
-  if (c.model == "llama_docs") cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
+  if (c.model == "llama_docs" || c.model == "gpt_docs")
+    cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
   if (c.model == "llama_lora" || c.model == "llama_lora_dropout")
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}, {"init_lora_weights", false}};
   if (c.model == "llama_lora_dropout") cfg["lora"]["lora_dropout"] = 0.2;
