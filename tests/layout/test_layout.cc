@@ -429,7 +429,11 @@ TEST(ContextLayout, TheModelMustSplitBySequenceAndHeads) {
             "tensor-parallel slots: attention regroups each sequence by heads over the context-parallel devices "
             "(all-to-all), so each needs whole heads; choose a context size that divides 1, or fewer tensor-parallel "
             "slots");
-  EXPECT_HAS(model_error(cp2, gpt(2, 4, 64)), "parallel.context is not yet built for gpt models");
+  // A gpt splits as a llama whose key/value heads are its heads.
+  EXPECT_NO_THROW(validate_for_model(cp2, gpt(2, 4, 64), 1));
+  EXPECT_HAS(model_error(cp2tp2, gpt(2, 2, 64)),
+             "parallel.context 2 does not divide the 1 query heads and 1 key/value heads of each of the 2 "
+             "tensor-parallel slots");
   EXPECT_HAS(model_error(cp2, mlp({4, 8, 3})), "an mlp model reads feature vectors: remove parallel.context");
 }
 

@@ -20,7 +20,8 @@ namespace tandem {
 
 struct Result {
   std::vector<double> losses, grad_norms;
-  double val_loss = 0;  // "eval" after the last step
+  std::vector<double> balance_losses;  // a mixture of experts' metric moe_balance_loss, each step's
+  double val_loss = 0;                 // "eval" after the last step
   std::map<std::string, std::vector<float>> params;
   uint64_t peak_bytes = 0;
 };
@@ -37,6 +38,7 @@ inline Result run_training(const config::Json& cfg_json, layout::Groups* groups)
   for (const auto& m : trainer.run()) {
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
+    r.balance_losses.push_back(m.moe_balance_loss);
     r.peak_bytes = m.peak_bytes;
     if (m.evaluated) r.val_loss = m.val_loss;
   }

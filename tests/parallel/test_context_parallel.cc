@@ -1,11 +1,15 @@
 // Context parallelism (parallel.context): each sequence split over cp processes, attention regrouped by heads with
-// all-to-all. First the split itself (which positions a shard holds, the all-to-all regrouping and its inverse), then
-// equivalence: a llama trained with its sequences split, beside dp (every ZeRO stage), pp, tp, documents, LoRA (with
-// dropout: each token's mask drawn by its place in the whole sequence), tiles, offload and checkpoints in host memory,
-// must match the one-device run within the fp32 bounds of equivalence_bounds.h, as every other layout does; and a run
-// gives the same bits twice. Run under mpirun -np TANDEM_TEST_WORLD.
+// all-to-all. First the split itself (which positions a shard holds, the all-to-all regrouping and its inverse, the
+// sum over the group), then equivalence: a llama trained with its sequences split, beside dp (every ZeRO stage), pp,
+// tp, documents, LoRA (with dropout: each token's mask drawn by its place in the whole sequence), tiles, offload and
+// checkpoints in host memory; a gpt (learned positions at each token's place in the whole sequence), tied too; OLMoE
+// (q and k normalised over every head); and a Qwen3-MoE with the balance loss in the loss (its sums over the whole
+// sequences), beside expert parallelism too, must match the one-device run within the fp32 bounds of
+// equivalence_bounds.h, as every other layout does; and a run gives the same bits twice. Run under mpirun -np
+// TANDEM_TEST_WORLD.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -79,6 +83,14 @@ TEST_F(ContextSplitTest, ScatterUndoesGather) {
   EXPECT_EQ(back.to_host_floats(), mine.to_host_floats());
 }
 
+TEST_F(ContextSplitTest, SumAddsEveryShardsValues) {
+  Tensor x = Tensor::empty({3}, DType::F32, dev, "per shard");  // (3): shard r holds r, 10 r, 100 r
+  const float r = static_cast<float>(split.rank);
+  for (int64_t i = 0; i < 3; ++i) x.f32()[i] = r * (i == 0 ? 1.0f : i == 1 ? 10.0f : 100.0f);
+  split.exchange->sum(x);
+  EXPECT_EQ(x.to_host_floats(), (std::vector<float>{6, 60, 600}));  // 0 + 1 + 2 + 3 of each
+}
+
 TEST_F(ContextSplitTest, RefusesSequencesThatDoNotSplitEvenly) {
   const std::string msg = testing::error_of([&] { split.shard_sequences(whole(1, 12, 1)); });
   EXPECT_NE(msg.find("does not split into 2 x 4 equal chunks"), std::string::npos) << msg;
@@ -90,12 +102,16 @@ struct Case {
   // (attention inside documents, id 5 ending each); "llama_lora" (LoRA on every projection of a frozen base);
   // "llama_lora_dropout" (the same with lora_dropout 0.2: a shard's tokens must draw the one-device mask);
   // "llama_tiles" (the loss in chunks of 5 tokens, the MLP in tiles of 7); "llama_qwen3" (Qwen3's q_norm and k_norm,
-  // on the heads a shard regroups)
+  // on the heads a shard regroups); "gpt", "gpt_tied" and "gpt_docs" (learned positions, multi-head attention; the
+  // head tied to the embedding; attention inside documents); "olmoe" (q and k normalised over every head, every MLP a
+  // mixture of experts, the balance loss in the loss); "moe" (a Qwen3-MoE, a sparse and a dense layer, the balance loss
+  // in the loss)
   std::string model;
   int dp, pp, tp, cp, zero;
   bool checkpointing = false;
   std::string extra = "";  // "": none; "offload": the optimizer state in host memory; "cpu_ckpt": checkpoints there;
-                           // "bf16": compute in bf16, against the one-device bf16 run
+                           // "bf16": compute in bf16, against the one-device bf16 run; "ep2": the experts over 2
+                           // replicas (parallel.expert 2)
 };
 
 std::string case_name(const Case& c) {
@@ -108,10 +124,8 @@ void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
 std::vector<Case> cases() {
   if (TANDEM_TEST_WORLD == 8)
-    return {{"llama", 2, 2, 1, 2, 3},
-            {"llama", 1, 2, 2, 2, 0, true},
-            {"llama_docs", 2, 1, 2, 2, 1},
-            {"llama_lora", 2, 1, 1, 4, 1}};
+    return {{"llama", 2, 2, 1, 2, 3},      {"llama", 1, 2, 2, 2, 0, true}, {"llama_docs", 2, 1, 2, 2, 1},
+            {"llama_lora", 2, 1, 1, 4, 1}, {"gpt", 2, 1, 1, 4, 1},         {"olmoe", 2, 1, 1, 4, 3, false, "ep2"}};
   return {{"llama", 1, 1, 1, 4, 0},
           {"llama", 1, 1, 2, 2, 0},
           {"llama", 2, 1, 1, 2, 0},
@@ -130,19 +144,37 @@ std::vector<Case> cases() {
           {"llama_qwen3", 1, 1, 2, 2, 0},
           {"llama", 2, 1, 1, 2, 2, false, "offload"},
           {"llama", 1, 2, 1, 2, 0, true, "cpu_ckpt"},
-          {"llama", 2, 1, 1, 2, 1, false, "bf16"}};
+          {"llama", 2, 1, 1, 2, 1, false, "bf16"},
+          {"gpt", 2, 1, 1, 2, 1},
+          {"gpt", 1, 1, 2, 2, 0},
+          {"gpt", 1, 1, 1, 4, 0, true},
+          {"gpt_tied", 1, 2, 1, 2, 0},
+          {"gpt_docs", 1, 1, 1, 4, 0},
+          {"gpt_tied", 2, 1, 1, 2, 3},
+          {"olmoe", 2, 1, 1, 2, 1},
+          {"olmoe", 1, 1, 1, 4, 0},
+          {"moe", 2, 1, 1, 2, 1},
+          {"moe", 2, 1, 1, 2, 3, false, "ep2"},
+          {"moe", 2, 1, 1, 2, 0, true, "ep2"}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the regrouping beside tp, beside ZeRO-3's
-// sharded state with documents, and on 8 processes beside pp and tp.
+// sharded state with documents, and on 8 processes beside pp and tp; a gpt's positions beside tp; the balance sums
+// beside expert parallelism's exchanges.
 std::map<std::string, std::vector<std::string>> subsets() {
   if (TANDEM_TEST_WORLD == 8) return {{"sanitized", {"llama_dp1_pp2_tp2_cp2_zero0_recompute"}}};
-  return {{"sanitized", {"llama_dp1_pp1_tp2_cp2_zero0", "llama_dp2_pp1_tp1_cp2_zero3"}}};
+  return {{"sanitized",
+           {"llama_dp1_pp1_tp2_cp2_zero0", "llama_dp2_pp1_tp1_cp2_zero3", "gpt_dp1_pp1_tp2_cp2_zero0",
+            "moe_dp2_pp1_tp1_cp2_zero3_ep2"}}};
 }
+
+// The mixtures of experts keep micro-batches of 2 sequences on every layout (the balance loss is per micro-batch, as in
+// transformers), so their one-device run (dp 1) accumulates 4.
+bool is_moe(const Case& c) { return c.model == "olmoe" || c.model == "moe"; }
 
 Json base_config(const Case& c) {
   Json cfg = {{"train_batch_size", 8},
-              {"gradient_accumulation_steps", 2},
+              {"gradient_accumulation_steps", is_moe(c) ? 4 / c.dp : 2},
               {"steps", 4},
               {"seed", 7},
               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}, {"eps", 1e-6}}}}},
@@ -153,12 +185,45 @@ Json base_config(const Case& c) {
       {"type", "llama"},          {"vocab_size", 64},         {"seq_len", 16},
       {"hidden_size", 64},        {"intermediate_size", 96},  {"num_hidden_layers", 4},
       {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"tie_word_embeddings", c.model == "llama_tied"}};
-  if (c.model == "llama_docs") cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
+  if (c.model == "llama_docs" || c.model == "gpt_docs")
+    cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
   if (c.model == "llama_lora" || c.model == "llama_lora_dropout")
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}, {"init_lora_weights", false}};
   if (c.model == "llama_lora_dropout") cfg["lora"]["lora_dropout"] = 0.2;
   if (c.model == "llama_tiles") cfg["tiles"] = {{"loss_tokens", 5}, {"mlp_tokens", 7}};
   if (c.model == "llama_qwen3") cfg["model"]["family"] = "qwen3";
+  if (c.model.rfind("gpt", 0) == 0)
+    cfg["model"] = {{"type", "gpt"},
+                    {"vocab_size", 64},
+                    {"seq_len", 16},
+                    {"dim", 32},
+                    {"layers", 3},
+                    {"heads", 4},
+                    {"tie_word_embeddings", c.model == "gpt_tied"}};
+  if (is_moe(c)) {
+    // Small: 4 query heads (one per shard at cp 4), 4 experts, 2 chosen.
+    Json& m = cfg["model"];
+    m["hidden_size"] = 32;
+    m["intermediate_size"] = 48;
+    m["num_hidden_layers"] = 2;
+    m["num_attention_heads"] = 4;
+    m["head_dim"] = 8;
+    m["num_experts"] = 4;
+    m["num_experts_per_tok"] = 2;
+    m["moe_intermediate_size"] = 24;
+    m["output_router_logits"] = true;
+    m["router_aux_loss_coef"] = 0.05;
+  }
+  if (c.model == "olmoe") {
+    cfg["model"]["family"] = "olmoe";
+    cfg["model"]["num_key_value_heads"] = 4;
+  }
+  if (c.model == "moe") {
+    cfg["model"]["family"] = "qwen3_moe";
+    cfg["model"]["num_key_value_heads"] = 2;
+    cfg["model"]["norm_topk_prob"] = true;
+    cfg["model"]["mlp_only_layers"] = {1};
+  }
   if (c.extra == "bf16") cfg["bf16"] = {{"enabled", true}};
   return cfg;
 }
@@ -168,7 +233,9 @@ const Result& reference(const Case& c) {
   static std::map<std::string, Result> cache;
   const std::string key = c.model + (c.extra == "bf16" ? "_bf16" : "");
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, run_training(base_config(c), nullptr)).first;
+  Case one = c;
+  one.dp = 1;
+  if (it == cache.end()) it = cache.emplace(key, run_training(base_config(one), nullptr)).first;
   return it->second;
 }
 
@@ -186,18 +253,30 @@ TEST_P(ContextParallel, SameLossesAndParametersAsOneDevice) {
                      {"timeout_s", 120}};
   if (c.extra == "offload") cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
   if (c.extra == "cpu_ckpt") cfg["parallel"]["cpu_checkpointing"] = true;
-  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
+  if (c.extra == "ep2") cfg["parallel"]["expert"] = 2;
+  layout::Layout l{c.dp, c.pp, c.tp, c.cp};
+  if (c.extra == "ep2") l.ep = 2;
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), l);
   const Result got = run_training(cfg, &groups);
-  // As test_equivalence.cc's llama: tp sums the input gradients' partial sums in another order (LoRA's factors, few
-  // and small, feel it most); bf16 without tp rounds each token as one device does.
+  // As test_equivalence.cc's: tp sums the input gradients' partial sums in another order (LoRA's factors, few and
+  // small, feel it most; then the llama's embedding, the gpt's within kF32); bf16 without tp rounds each token as one
+  // device does.
   const Bounds b = c.extra == "bf16"                           ? kBf16
                    : c.tp == 1                                 ? kF32
                    : c.model.find("lora") != std::string::npos ? kF32LoraTp
+                   : c.model.rfind("gpt", 0) == 0              ? kF32
                                                                : kF32TpLlama;
   int failures = 0;
   if (testing::mpi_world().rank() == 0) {
     const Distance d = compare_to_one_device(got, reference(c), b, b.loss * (c.extra == "bf16" ? 3 : 1));
     failures = d.failures;
+    // A mixture of experts: the balance loss the metrics report is the one device's, each step's sums over the whole
+    // sequences.
+    for (size_t i = 0; is_moe(c) && i < got.balance_losses.size(); ++i) {
+      const double want = reference(c).balance_losses.at(i), r = std::fabs(got.balance_losses[i] - want) / want;
+      EXPECT_LE(r, b.loss) << "step " << i + 1 << ": balance loss " << got.balance_losses[i] << " vs " << want;
+      failures += r > b.loss;
+    }
     std::printf(
         "[%s] %s against one device: first loss %.1e, first gradient norm %.1e, any loss %.1e, a tensor %.1e, "
         "all %.1e\n",

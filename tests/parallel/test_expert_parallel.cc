@@ -71,7 +71,7 @@ TEST(ExpertRoute, RegroupsTheSlotsRowsExpertByExpert) {
 }
 
 struct Case {
-  // "moe" (the balance loss in the loss); "moe_quiet" (without it, as pp and cp need); "moe_lora" (LoRA on the
+  // "moe" (the balance loss in the loss); "moe_quiet" (without it, as pp needs); "moe_lora" (LoRA on the
   // attention of a frozen base: the experts frozen, sharded over their own replicas); "moe_shared" (Qwen2-MoE: its
   // shared expert, whole on every expert slot and split over tp); "moe_shared_lora" (Qwen2-MoE with LoRA on the
   // attention, the shared expert and its gate, with dropout: each adapter's mask keyed alike in every layout)

@@ -36,7 +36,9 @@ struct SamplePlace {
 // define it: with C_e the choices of expert e and P_e the sum of its router probabilities, both over the R = tokens x
 // MoE layers rows of the micro-batch, aux = E sum_e C_e P_e / R^2. Each MoE layer's forward adds its rows to the sums;
 // the head adds coef x share x aux to the loss, and each router's backward takes its gradient by the probabilities,
-// coef share E C_e / R^2, from the counts complete by then.
+// coef share E C_e / R^2, from the counts complete by then. Under context parallelism each shard's layers count its own
+// tokens, R stays the whole sequences', and the head sums the counts and probabilities over the cp group (head_loss,
+// loss.h) before it adds the loss, on one shard.
 struct MoeBalance {
   Tensor counts;       // (E) f32
   Tensor probsum;      // (E) f32

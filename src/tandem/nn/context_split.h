@@ -16,13 +16,16 @@
 
 namespace tandem::nn {
 
-// The all-to-all of the cp group (comm::Communicator::all_to_all), given to the layers as an interface so nn needs no
-// communicator (parallel/tensor/context_exchange.h implements it).
+// The collectives of the cp group (comm::Communicator's all_to_all and all_reduce), given to the layers as an interface
+// so nn needs no communicator (parallel/tensor/context_exchange.h implements it).
 class ContextExchange {
  public:
   virtual ~ContextExchange() = default;
   // out (cp * n): slice j is shard j's slice [rank n, (rank + 1) n) of its in (cp * n).
   virtual void all_to_all(const Tensor& in, const Tensor& out) = 0;
+  // x summed over the cp group, in place, every shard getting the same sum (a mixture of experts' balance sums: each
+  // shard counts only its own tokens).
+  virtual void sum(const Tensor& x) = 0;
 };
 
 struct ContextSplit {

@@ -13,26 +13,53 @@ GptEmbedding::GptEmbedding(int64_t vocab_size, int64_t max_seq_len, int64_t dim,
   wpe_ = &add_parameter("wpe.weight", {max_seq_, dim_}, Init::Normal, true);
 }
 
-Tensor GptEmbedding::forward(const Tensor& tokens, Saved& saved) {
+namespace {
+// y (B, Tl, C) += wpe's rows at the whole-sequence positions of this shard's tokens (the split's runs; all T in order
+// without context parallelism): one call per sequence and run under cp, so each row is added as on one device.
+void add_shard_positions(const Tensor& y, const Tensor& wpe, const ContextSplit& cp) {
+  if (!cp.active()) return ops::add_positions(y, wpe);
+  const int64_t B = y.dim(0), Tl = y.dim(1), C = y.dim(2);
+  for (int64_t b = 0; b < B; ++b)
+    for (const ContextSplit::Run& r : cp.runs(Tl * cp.size))
+      ops::add_positions(y.flat_slice((b * Tl + r.local) * C, r.count * C, {1, r.count, C}),
+                         wpe.flat_slice(r.position * C, r.count * C, {r.count, C}));
+}
+
+// dwpe (T_max, C) f32 rows at this shard's positions += the sum over sequences of dy (B, Tl, C), sequence by sequence
+// in order, so each row sums its batch as on one device; the rows of other shards' positions stay as they are (the
+// gradients' sum over dp x cp completes them).
+void add_shard_positions_backward(const Tensor& dy, const Tensor& dwpe, const ContextSplit& cp) {
+  if (!cp.active()) return ops::add_positions_backward(dy, dwpe);
+  const int64_t B = dy.dim(0), Tl = dy.dim(1), C = dy.dim(2);
+  for (int64_t b = 0; b < B; ++b)
+    for (const ContextSplit::Run& r : cp.runs(Tl * cp.size))
+      ops::add_positions_backward(dy.flat_slice((b * Tl + r.local) * C, r.count * C, {1, r.count, C}),
+                                  dwpe.flat_slice(r.position * C, r.count * C, {r.count, C}));
+}
+}  // namespace
+
+Tensor GptEmbedding::forward(const Tensor& tokens, const Batch& batch, Saved& saved) {
   TANDEM_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::I32, "embedding expects (B, T) i32 tokens, got ",
                shape_str(tokens.shape()));
-  const int64_t B = tokens.dim(0), T = tokens.dim(1);
-  if (T > max_seq_) TANDEM_FAIL("sequence of ", T, " tokens is longer than the model's seq_len ", max_seq_);
+  const int64_t B = tokens.dim(0), T = tokens.dim(1);  // T: this shard's tokens of each sequence
+  const ContextSplit& cp = batch.context;
+  if (T * cp.size > max_seq_)
+    TANDEM_FAIL("sequence of ", T * cp.size, " tokens is longer than the model's seq_len ", max_seq_);
   Tensor x = Tensor::empty({B, T, dim_}, wte_->value.dtype(), tokens.device(), "embedding output");  // (B, T, C)
   const int64_t start = tp_.rank * (vocab_ / tp_.size);
   ops::embedding_forward(tokens.view({B * T}), wte_->value, x.view({B * T, dim_}), start, vocab_);
   tp_.sum(x);
-  ops::add_positions(x, wpe_->value);
+  add_shard_positions(x, wpe_->value, cp);
   saved.tensors = {tokens};
   return x;
 }
 
-Tensor GptEmbedding::backward(const Tensor& dy, Saved& saved) {
+Tensor GptEmbedding::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   const Tensor tokens = saved.tensors.at(0);  // (B, T)
   const int64_t start = tp_.rank * (vocab_ / tp_.size);
   if (wte_->trainable)
     ops::embedding_backward(tokens.view({tokens.numel()}), dy.view({tokens.numel(), dim_}), wte_->grad, start);
-  if (wpe_->trainable) ops::add_positions_backward(dy, wpe_->grad);
+  if (wpe_->trainable) add_shard_positions_backward(dy, wpe_->grad, batch.context);
   saved.clear();
   return Tensor();
 }
@@ -74,18 +101,26 @@ int GptBlock::use_fp8(const spec::Fp8Config& config) {
 }
 
 Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
-  const int64_t B = x.dim(0), T = x.dim(1);
+  const int64_t B = x.dim(0);  // x (B, T, C): T this shard's tokens of each sequence
   saved.children.assign(kNumChildren, Saved{});
   Tensor qkv = qkv_.forward(ln1_.forward(x, saved.children[kLn1]), batch, saved.children[kQkv]);  // (B, T, 3C / tp)
   const int64_t c_local = qkv.dim(2) / 3;
-  Tensor att = Tensor::empty({B, T, c_local}, x.dtype(), x.device(), name() + " attention output");  // (B, T, C/tp)
-  Tensor lse = Tensor::empty({B, heads_, T}, DType::F32, x.device(), name() + " attention lse");     // (B, H, T)
-  const Tensor& documents = batch.documents;                                                         // (B, T) or none
+  // Under context parallelism attention sees every token of 1 / cp of this slot's heads: (B, cp T, 3C / (tp cp)).
+  const ContextSplit& cp = batch.context;
+  if (cp.active()) qkv = cp.gather_sequence(qkv, {c_local, c_local, c_local});
+  const int heads = heads_ / cp.size;
+  const int64_t Ta = qkv.dim(1);  // the tokens attention sees
+  Tensor att = Tensor::empty({B, Ta, c_local / cp.size}, x.dtype(), x.device(),
+                             name() + " attention output");                                       // (B, Ta, C / tp)
+  Tensor lse = Tensor::empty({B, heads, Ta}, DType::F32, x.device(), name() + " attention lse");  // (B, H, Ta)
+  const Tensor& documents = batch.documents;                                                      // (B, Ta) or none
   if (documents.defined())
-    ops::attention_gqa_documents_forward(qkv, heads_, heads_, documents, att, lse);  // multi-head: Hkv = H
+    ops::attention_gqa_documents_forward(qkv, heads, heads, documents, att, lse);  // multi-head: Hkv = H
   else
-    ops::attention_forward(qkv, heads_, att, lse);
-  Tensor x1 = proj_.forward_add(att, x, batch, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass
+    ops::attention_forward(qkv, heads, att, lse);
+  // (B, T, C / tp): this shard's tokens of every head again
+  const Tensor att_rows = cp.active() ? cp.scatter_sequence(att, {c_local}) : att;
+  Tensor x1 = proj_.forward_add(att_rows, x, batch, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass
   Tensor h = fc_.forward(ln2_.forward(x1, saved.children[kLn2]), batch, saved.children[kFc]);  // (B, T, 4C)
   h = gelu_.forward(h, saved.children[kGelu]);
   Tensor y = out_.forward_add(h, x1, batch, saved.children[kOut]);  // (B, T, C): x1 + out(h)
@@ -94,21 +129,30 @@ Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
 }
 
 Tensor GptBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
+  // qkv, att and lse as attention saw them: every token of this shard's heads under context parallelism.
   const Tensor qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
+  const ContextSplit& cp = batch.context;
+  const int heads = heads_ / cp.size;
   // MLP branch: dx1 = dy + ln2'(fc'(gelu'(out'(dy))))
   Tensor g = out_.backward(dy, batch, saved.children[kOut]);
   g = gelu_.backward(g, saved.children[kGelu]);
   g = fc_.backward(g, batch, saved.children[kFc]);
   Tensor dx1 = ln2_.backward_add(g, dy, saved.children[kLn2]);  // (B, T, C): dy + ln2'(g), one pass
   // Attention branch: dx = dx1 + ln1'(qkv'(attention'(proj'(dx1))))
-  Tensor datt = proj_.backward(dx1, batch, saved.children[kProj]);                            // (B, T, C)
-  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, T, 3C)
-  const Tensor& documents = batch.documents;                                                  // (B, T) or none
+  Tensor datt = proj_.backward(dx1, batch, saved.children[kProj]);  // (B, T, C / tp)
+  if (cp.active()) datt = cp.gather_sequence(datt, {datt.dim(2)});
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, Ta, 3C / tp)
+  const Tensor& documents = batch.documents;                                                  // (B, Ta) or none
   if (documents.defined())
-    ops::attention_gqa_documents_backward(qkv, heads_, heads_, documents, att, lse, datt, dqkv);
+    ops::attention_gqa_documents_backward(qkv, heads, heads, documents, att, lse, datt, dqkv);
   else
-    ops::attention_backward(qkv, heads_, att, lse, datt, dqkv);
+    ops::attention_backward(qkv, heads, att, lse, datt, dqkv);
   saved.tensors.clear();
+  datt = Tensor();
+  if (cp.active()) {  // (B, T, 3C / tp): this shard's tokens of q | k | v of every head
+    const int64_t c_local = dqkv.dim(2) / 3 * cp.size;
+    dqkv = cp.scatter_sequence(dqkv, {c_local, c_local, c_local});
+  }
   Tensor dx = ln1_.backward_add(qkv_.backward(dqkv, batch, saved.children[kQkv]), dx1, saved.children[kLn1]);
   saved.clear();
   return dx;

@@ -13,11 +13,16 @@ namespace tandem::nn {
 // tokens (B, T) i32 -> x (B, T, C) = wte[tokens] + wpe[0..T). Parameters "wte.weight" (V, C), "wpe.weight" (T_max, C).
 // Vocabulary-parallel: slot i holds rows [i V/tp, (i+1) V/tp) of wte and looks up only the tokens in its
 // range (zeros elsewhere); the sum over tp completes every row. wpe is replicated and added after the sum.
+// Context-parallel (the batch's split): the tokens are this shard's T / cp of each sequence, and each takes wpe's row
+// at its place in the whole sequence (ContextSplit::runs), its gradient going to that row.
 class GptEmbedding final : public Layer {
  public:
   GptEmbedding(int64_t vocab_size, int64_t max_seq_len, int64_t dim, TpSlot tp = {});
-  Tensor forward(const Tensor& tokens, Saved& saved) override;
-  Tensor backward(const Tensor& dy, Saved& saved) override;  // returns undefined: tokens have no gradient
+  Tensor forward(const Tensor& tokens, Saved& saved) override { return forward(tokens, Batch{}, saved); }
+  Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
+  Tensor forward(const Tensor& tokens, const Batch& batch, Saved& saved) override;
+  // Returns undefined: tokens have no gradient.
+  Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
   Shape output_shape(const Shape& in) const override { return {in.at(0), in.at(1), dim_}; }
 
  private:
@@ -31,7 +36,9 @@ class GptEmbedding final : public Layer {
 // added in the GELU's pass (bias_gelu_forward).
 // Parameters "blocks.<i>.{ln1,qkv,proj,ln2,fc,out}.{weight,bias}".
 // Tensor-parallel: qkv and fc are column-parallel (slot i owns heads [i H/tp, (i+1) H/tp) and 4C/tp MLP
-// columns), proj and out row-parallel; LayerNorms are replicated.
+// columns), proj and out row-parallel; LayerNorms are replicated. Context-parallel (the batch's split): attention
+// regroups q | k | v by heads (ContextSplit::gather_sequence) and its output back, as the llama block does; the rest
+// runs on the shard's own tokens.
 class GptBlock final : public Layer {
  public:
   GptBlock(int index, int64_t dim, int heads, TpSlot tp = {});

@@ -191,19 +191,16 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   // (B, T, (H + 2 Hkv) D / tp)
   Tensor qkv = qkv_.forward(attn_norm_.forward(x, saved.children[kAttnNorm]), batch, saved.children[kQkv]);
   const int64_t d = qkv.dim(2) / (heads_ + 2 * kv_heads_);
+  // qk_norm's input and its (rows, H + Hkv) rstd (2 when whole), kept for backward. A whole q and k (OLMoE) are
+  // normalised over every head of a token, which a shard holds only before the regrouping: there, on its own tokens.
+  Tensor raw, rstd;
+  if (norm_whole_) qkv = head_norm(qkv, 1, 1, raw, rstd);
   // Under context parallelism attention sees every token of 1 / cp of this slot's heads: (B, cp T, (H + 2 Hkv) D /
   // (tp cp)), in position order, so the rotation below is the one-device rotation of those heads.
   if (cp.active()) qkv = cp.gather_sequence(qkv, qkv_parts(d));
   const int heads = heads_ / cp.size, kv_heads = kv_heads_ / cp.size;
-  const int64_t Ta = qkv.dim(1);  // the tokens attention sees
-  Tensor raw, rstd;               // qk_norm's input and its (B Ta, H + Hkv) rstd (2 when whole), kept for backward
-  if (q_norm_) {
-    const int normed = norm_whole_ ? 1 : heads, kv_normed = norm_whole_ ? 1 : kv_heads;
-    raw = qkv;
-    qkv = Tensor::empty(raw.shape(), raw.dtype(), dev, name() + " normed qkv");  // (B, Ta, (H + 2 Hkv) D / tp)
-    rstd = Tensor::empty({B * Ta, normed + kv_normed}, DType::F32, dev, name() + " head norm rstd");
-    ops::head_norm_forward(raw, q_norm_->value, k_norm_->value, normed, kv_normed, qkv, rstd, eps_);
-  }
+  const int64_t Ta = qkv.dim(1);                                                  // the tokens attention sees
+  if (q_norm_ && !norm_whole_) qkv = head_norm(qkv, heads, kv_heads, raw, rstd);  // each head on its own
   // q and k rotated in place, v passed over.
   ops::rotary_forward(qkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, qkv);
   Tensor att = Tensor::empty({B, Ta, heads * d}, x.dtype(), dev, name() + " attention output");  // (B, Ta, H D / tp)
@@ -310,11 +307,22 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   saved.tensors.clear();
   datt = Tensor();
   ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, dqkv);
-  if (q_norm_) head_norm_backward(dqkv, raw, rstd, norm_whole_ ? 1 : heads, norm_whole_ ? 1 : kv_heads);
+  if (q_norm_ && !norm_whole_) head_norm_backward(dqkv, raw, rstd, heads, kv_heads);
   if (cp.active()) dqkv = cp.scatter_sequence(dqkv, qkv_parts(d));  // (B, T, (H + 2 Hkv) D / tp)
+  if (norm_whole_) head_norm_backward(dqkv, raw, rstd, 1, 1);       // on this shard's own tokens, as forward
   Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, batch, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
   saved.clear();
   return dx;
+}
+
+Tensor LlamaBlock::head_norm(const Tensor& qkv, int heads, int kv_heads, Tensor& raw, Tensor& rstd) const {
+  const int64_t rows = qkv.dim(0) * qkv.dim(1);
+  Device& dev = qkv.device();
+  raw = qkv;
+  Tensor normed = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " normed qkv");  // (B, T, (H + 2 Hkv) D)
+  rstd = Tensor::empty({rows, heads + kv_heads}, DType::F32, dev, name() + " head norm rstd");
+  ops::head_norm_forward(raw, q_norm_->value, k_norm_->value, heads, kv_heads, normed, rstd, eps_);
+  return normed;
 }
 
 void LlamaBlock::head_norm_backward(const Tensor& dqkv, const Tensor& raw, const Tensor& rstd, int heads,

@@ -88,6 +88,8 @@ struct LlamaBlockShape {
 // attention on it (ops::attention_gqa_forward); gate and up in one projection (rows gate then up), SwiGLU on it.
 // With qk_norm, each head of q and of k is first normalised over its D values (ops::head_norm_forward, gains q_norm
 // and k_norm): attention reads rope(head_norm(qkv)), and the projection's output is kept for the norm's gradient.
+// With qk_norm_whole (OLMoE) q and k are each normalised over all their heads at once, token by token; under context
+// parallelism that runs before the regrouping, where a shard holds every head of its own tokens.
 // Parameters "layers.<i>.{attn_norm,qkv,o,mlp_norm,gate_up,down}.weight", "layers.<i>.qkv.bias" with qkv_bias,
 // "layers.<i>.o.bias" with o_bias, "layers.<i>.{q_norm,k_norm}.weight" (D) with qk_norm; a sparse block (moe) has
 // "layers.<i>.moe.{router,gate_up,down}.weight" (MoeMlp) in place of gate_up and down, replicated over tp, and runs
@@ -129,8 +131,12 @@ class LlamaBlock final : public Layer {
   Tensor mlp_tile_up(const Tensor& x1, Saved& norm, Saved& up, Tensor& gate_up);
   // dx1 (B, T, C) = dy + the MLP branch's input gradient, whole or tile by tile.
   Tensor mlp_backward(const Tensor& dy, const Batch& batch, Saved& saved);
-  // qk_norm's backward in place on dqkv (B, Ta, (H + 2 Hkv) D / (tp cp)), from the projection's output `raw` and its
-  // rstd; the gains' gradients summed over tp.
+  // qk_norm's forward over `heads` of q and `kv_heads` of k (1 and 1 when whole): qkv (B, T, (H + 2 Hkv) D) -> the
+  // normed copy, with qkv kept in `raw` and its (B T, heads + kv_heads) rstd in `rstd` for the backward.
+  Tensor head_norm(const Tensor& qkv, int heads, int kv_heads, Tensor& raw, Tensor& rstd) const;
+  // qk_norm's backward in place on dqkv (B, Ta, (H + 2 Hkv) D / (tp cp)) per head, or (B, T, (H + 2 Hkv) D) when
+  // whole (before the regrouping under cp), from the projection's output `raw` and its rstd; the gains' gradients
+  // summed over tp.
   void head_norm_backward(const Tensor& dqkv, const Tensor& raw, const Tensor& rstd, int heads, int kv_heads);
 
   int heads_, kv_heads_;  // this slot's

@@ -40,10 +40,18 @@ Tensor head_loss(Layer& head, const TpSlot& tp, const Tensor& h, const Batch& ba
                " for the head's input ", shape_str(h.shape()), batch.loss ? "" : ", and no loss sink");
   const LossSink& sink = *batch.loss;
   // A mixture-of-experts model's balance loss, once per micro-batch: coef share aux, as a share of the sink's sum.
-  if (const MoeBalance* b = batch.balance; b && b->coef > 0.0f) {
+  if (const MoeBalance* b = batch.balance) {
+    // Under context parallelism each shard counted only its own tokens: summed over the cp group here, every MoE
+    // layer's forward done and no router's backward begun, the sums are the whole sequences' (the routers' gradients
+    // and the step's metrics read them), and one shard adds the loss that all of them now hold.
+    if (batch.context.active()) {
+      batch.context.exchange->sum(b->counts);
+      batch.context.exchange->sum(b->probsum);
+    }
     const double r = static_cast<double>(b->rows), experts = static_cast<double>(b->counts.numel());
-    ops::moe_aux_loss(b->counts, b->probsum,
-                      static_cast<float>(b->coef * b->share * experts * sink.normalizer / (r * r)), sink.sum);
+    if (b->coef > 0.0f && batch.context.rank == 0)
+      ops::moe_aux_loss(b->counts, b->probsum,
+                        static_cast<float>(b->coef * b->share * experts * sink.normalizer / (r * r)), sink.sum);
   }
   const int64_t chunk = loss_chunk_rows(batch.tiles.loss_tokens, N, head.output_shape({1, C}).back(), h.dtype());
   const Tensor rows = h.view({N, C}), ids = batch.targets.view({N, 1});  // (N, C), (N, 1)

@@ -30,7 +30,8 @@ double cross_entropy_sum_and_grad(const Tensor& logits, const Tensor& targets, d
 // for a 128k vocabulary.
 // h (..., C): the head's input (the final norm's output); head: the vocabulary projection (column-parallel under tp,
 // its slot's V_local columns: the loss is vocabulary-parallel over the same slot `tp`); batch.targets (N) i32 for the
-// N rows of h; the rows' losses are added to batch.loss's sum.
+// N rows of h; the rows' losses are added to batch.loss's sum, and so is a mixture of experts' balance loss
+// (batch.balance, its sums first completed over the context-parallel shards).
 // With `backward`, returns d(loss)/dh (h's shape) and accumulates the head's weight gradient, each chunk's product,
 // cross-entropy and gradient products done before the next chunk's logits are made; without (evaluation), returns an
 // undefined tensor. With one chunk it runs exactly the ops of the head's forward, cross_entropy_loss and the head's

@@ -190,8 +190,8 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
   base.backend = opt.rates.device == "cuda" ? Backend::Cuda : Backend::Cpu;
   base.cpu_threads = opt.cpu_threads;
   base.tiles = opt.tiles;
-  // Context shards (cp > 1) where the options allow them and the model takes them (a llama's sequences; others are
-  // refused by valid_for_model); like tp they stay inside a node, their all-to-all beside tp's collectives.
+  // Context shards (cp > 1) where the options allow them and the model takes them (a gpt's or a llama's sequences; an
+  // mlp is refused by valid_for_model); like tp they stay inside a node, their all-to-all beside tp's collectives.
   for (int dp : divisors(opt.devices))
     for (int pp : divisors(opt.devices / dp))
       for (int cp : divisors(opt.devices / (dp * pp))) {

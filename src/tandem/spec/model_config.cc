@@ -97,22 +97,14 @@ void check_mlp_layout(const MlpConfig& m, int pp, int tp, int virtual_stages, co
   if (!stages.empty()) TANDEM_FAIL("parallel.stages applies to gpt blocks; mlp stages are balanced");
 }
 
-void check_llama_context(const LlamaConfig& c, int cp, int tp) {
-  if (qk_norm_whole(c))
-    TANDEM_FAIL("parallel.context ", cp,
-                " with model.family \"olmoe\": its q_norm and k_norm each span every head, "
-                "which context parallelism's attention splits over devices, and that reduction is not built yet; "
-                "remove parallel.context");
-  if (balance_coef(c) > 0)
-    TANDEM_FAIL("model.output_router_logits is true, so the load-balancing loss is in the training loss, and it ",
-                "counts every token of a sequence; across context-parallel shards that is not built yet: remove "
-                "parallel.context, or set \"output_router_logits\": false");
-  if (c.seq_len % (2 * cp) != 0)
-    TANDEM_FAIL("model.seq_len ", c.seq_len, " is not divisible by 2 x parallel.context = ", 2 * cp,
+// The context split's rules for any decoder: equal chunks of each sequence, and whole heads on every shard after the
+// regrouping (each tensor-parallel slot's `heads` and `kv_heads` divided over cp).
+void check_context_split(int64_t seq_len, int64_t heads, int64_t kv_heads, int cp, int tp) {
+  if (seq_len % (2 * cp) != 0)
+    TANDEM_FAIL("model.seq_len ", seq_len, " is not divisible by 2 x parallel.context = ", 2 * cp,
                 ": each sequence is cut into that many equal chunks, an early and a late one on each device (which "
                 "balances the causal mask); choose a seq_len that is a multiple of ",
                 2 * cp);
-  const int64_t heads = c.num_attention_heads / tp, kv_heads = c.num_key_value_heads / tp;
   if (heads % cp != 0 || kv_heads % cp != 0)
     TANDEM_FAIL("parallel.context ", cp, " does not divide the ", heads, " query heads and ", kv_heads,
                 " key/value heads of each of the ", tp, " tensor-parallel slot", tp == 1 ? "" : "s",
@@ -130,12 +122,10 @@ void check_context(const ModelConfig& model, int cp, int tp) {
                          "parallel.context splits token sequences over devices; an mlp model reads feature "
                          "vectors: remove parallel.context");
                    },
-                   [&](const GptConfig&) {
-                     TANDEM_FAIL(
-                         "parallel.context is not yet built for gpt models (their learned positions); it "
-                         "runs the llama family: remove parallel.context, or use a llama-family model");
-                   },
-                   [&](const LlamaConfig& c) { check_llama_context(c, cp, tp); }},
+                   [&](const GptConfig& g) { check_context_split(g.seq_len, g.heads / tp, g.heads / tp, cp, tp); },
+                   [&](const LlamaConfig& c) {
+                     check_context_split(c.seq_len, c.num_attention_heads / tp, c.num_key_value_heads / tp, cp, tp);
+                   }},
              model);
 }
 
