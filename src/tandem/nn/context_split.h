@@ -16,13 +16,15 @@
 
 namespace tandem::nn {
 
-// The all-to-all of the cp group (comm::Communicator::all_to_all), given to the layers as an interface so nn needs no
-// communicator (parallel/tensor/context_exchange.h implements it).
+// The collectives of the cp group (comm::Communicator's all_to_all and all_reduce), given to the layers as an interface
+// so nn needs no communicator (parallel/tensor/context_exchange.h implements it).
 class ContextExchange {
  public:
   virtual ~ContextExchange() = default;
   // out (cp * n): slice j is shard j's slice [rank n, (rank + 1) n) of its in (cp * n).
   virtual void all_to_all(const Tensor& in, const Tensor& out) = 0;
+  // t (any shape) in place: the elementwise maximum over the cp group (FP8's amaxes of blocks that span the tokens).
+  virtual void max(const Tensor& t) = 0;
 };
 
 struct ContextSplit {
@@ -31,6 +33,10 @@ struct ContextSplit {
   ContextExchange* exchange = nullptr;  // required when size > 1
 
   bool active() const { return size > 1; }
+  // t in place: the elementwise maximum over the shards; nothing with whole sequences.
+  void max(const Tensor& t) const {
+    if (active()) exchange->max(t);
+  }
   // Tokens in each of the 2 cp chunks of a sequence of T (T divisible by 2 cp, checked).
   int64_t chunk(int64_t T) const;
   // The first position of this shard's chunk k (0: the early one, 1: the late one) in a sequence of T.

@@ -1,4 +1,5 @@
-// The all-to-all that context-parallel attention asks for (nn::ContextExchange), done on the cp group's communicator.
+// The collectives context parallelism asks for (nn::ContextExchange): attention's all-to-all and FP8's amax maximum,
+// done on the cp group's communicator.
 #pragma once
 
 #include "tandem/comm/communicator.h"
@@ -10,6 +11,7 @@ class CommContextExchange final : public nn::ContextExchange {
  public:
   explicit CommContextExchange(comm::Communicator& cp) : cp_(cp) {}
   void all_to_all(const Tensor& in, const Tensor& out) override { cp_.all_to_all(in, out); }
+  void max(const Tensor& t) override { cp_.all_reduce(t, comm::ReduceOp::Max); }
 
  private:
   comm::Communicator& cp_;
