@@ -1,12 +1,13 @@
 // Context parallelism (parallel.context): each sequence split over cp processes, attention regrouped by heads with
 // all-to-all. First the split itself (which positions a shard holds, the all-to-all regrouping and its inverse, the
-// sum over the group), then equivalence: a llama trained with its sequences split, beside dp (every ZeRO stage), pp,
-// tp, documents, LoRA (with dropout: each token's mask drawn by its place in the whole sequence), tiles, offload and
-// checkpoints in host memory; a gpt (learned positions at each token's place in the whole sequence), tied too; OLMoE
-// (q and k normalised over every head); and a Qwen3-MoE with the balance loss in the loss (its sums over the whole
-// sequences), beside expert parallelism too, must match the one-device run within the fp32 bounds of
-// equivalence_bounds.h, as every other layout does; and a run gives the same bits twice. Run under mpirun -np
-// TANDEM_TEST_WORLD.
+// sum over the group, FP8's scales on a shard), then equivalence: a llama trained with its sequences split, beside dp
+// (every ZeRO stage), pp, tp, documents, LoRA (with dropout: each token's mask drawn by its place in the whole
+// sequence), tiles, offload and checkpoints in host memory; a gpt (learned positions at each token's place in the
+// whole sequence), tied too; OLMoE (q and k normalised over every head); and a Qwen3-MoE with the balance loss in the
+// loss (its sums over the whole sequences), beside expert parallelism too, must match the one-device run within the
+// fp32 bounds of equivalence_bounds.h, as every other layout does; with its projections in FP8 under each recipe (the
+// shards' amaxes of blocks that span tokens taken over the cp group) within the FP8 bounds; and a run gives the same
+// bits twice. Run under mpirun -np TANDEM_TEST_WORLD.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,8 @@
 #include "mpi_test_main.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/nn/context_split.h"
+#include "tandem/nn/linear.h"
+#include "tandem/nn/model.h"
 #include "tandem/parallel/tensor/context_exchange.h"
 #include "test_subset.h"
 #include "test_util.h"
@@ -91,6 +94,69 @@ TEST_F(ContextSplitTest, SumAddsEveryShardsValues) {
   EXPECT_EQ(x.to_host_floats(), (std::vector<float>{6, 60, 600}));  // 0 + 1 + 2 + 3 of each
 }
 
+// FP8 on a shard scales as one device does: a Linear's output and input-gradient rows on each shard are one device's,
+// and its weight gradient summed over the shards is one device's, within fp32 rounding, under each recipe. The tokens
+// of x and dy differ by 2^13 in magnitude between shards (x large only on shard 0, dy only on shard 1, and zero at
+// shard 0's early chunk), so one device's scales put the small ones in e4m3's subnormals: a shard that scaled its
+// tokens by themselves would keep bits one device rounds away (the weight gradient then is that of the small x alone).
+TEST_F(ContextSplitTest, Fp8ScalesAShardsTokensAsOneDevice) {
+  const int64_t T = 16, C = 32;  // one sequence: 16 tokens of one device, 4 of each shard
+  const float small = std::ldexp(1.0f, -13);
+  Tensor x = Tensor::empty({1, T, C}, DType::F32, dev, "x"), dy = Tensor::empty({1, T, C}, DType::F32, dev, "dy");
+  testing::fill_normal(x, 5);
+  testing::fill_normal(dy, 6);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t w = 0; w < C; ++w) {
+      const bool shard0 = t < 2 || t >= 14, shard1 = (t >= 2 && t < 4) || (t >= 12 && t < 14);
+      x.f32()[t * C + w] *= shard0 ? 1.0f : small;
+      dy.f32()[t * C + w] *= t < 2 ? 0.0f : shard1 ? 1.0f : small;
+    }
+  // max |a - b| over each row (token) of `got`, relative to the row's largest |want|: at most 1e-5.
+  const auto expect_rows_near = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+    const std::vector<float> a = got.to_host_floats(), b = want.to_host_floats();
+    const int64_t width = got.dim(-1);
+    for (int64_t r = 0; r < got.numel() / width; ++r) {
+      float diff = 0, scale = 0;
+      for (int64_t j = r * width; j < (r + 1) * width; ++j) {
+        diff = std::max(diff, std::fabs(a[static_cast<size_t>(j)] - b[static_cast<size_t>(j)]));
+        scale = std::max(scale, std::fabs(b[static_cast<size_t>(j)]));
+      }
+      EXPECT_LE(diff, 1e-5f * scale) << what << " row " << r << " of shard " << split.rank;
+    }
+  };
+  for (const spec::Fp8Recipe recipe :
+       {spec::Fp8Recipe::Tensorwise, spec::Fp8Recipe::Rowwise, spec::Fp8Recipe::Blockwise}) {
+    SCOPED_TRACE(spec::fp8_recipe_name(recipe));
+    spec::Fp8Config fp8;
+    fp8.enabled = true;
+    fp8.recipe = recipe;
+    // The same weights on one device and on the shard (one seed).
+    const auto layer = [&](nn::Model& m) -> nn::Linear& {
+      auto linear = std::make_unique<nn::Linear>("probe", C, C, false);
+      EXPECT_TRUE(linear->use_fp8(fp8));
+      nn::Linear& l = *linear;
+      m.add(std::move(linear));
+      m.materialize(dev, 3);
+      m.zero_grad();
+      return l;
+    };
+    nn::Model one, mine;
+    nn::Linear &whole_layer = layer(one), &shard_layer = layer(mine);
+    nn::Saved saved, shard_saved;
+    const Tensor y = whole_layer.forward(x, nn::Batch{}, saved);  // (1, T, C)
+    const Tensor dx = whole_layer.backward(dy, nn::Batch{}, saved);
+    nn::Batch batch;
+    batch.context = split;
+    const Tensor y_shard = shard_layer.forward(split.shard_sequences(x), batch, shard_saved);  // (1, T / 4, C)
+    const Tensor dx_shard = shard_layer.backward(split.shard_sequences(dy), batch, shard_saved);
+    expect_rows_near(y_shard, split.shard_sequences(y), "output");
+    expect_rows_near(dx_shard, split.shard_sequences(dx), "input gradient");
+    const Tensor dw = mine.parameters()[0]->grad;  // (C, C): this shard's tokens' part
+    groups.cp->all_reduce(dw);
+    expect_rows_near(dw.view({1, C * C}), one.parameters()[0]->grad.view({1, C * C}), "weight gradient");
+  }
+}
+
 TEST_F(ContextSplitTest, RefusesSequencesThatDoNotSplitEvenly) {
   const std::string msg = testing::error_of([&] { split.shard_sequences(whole(1, 12, 1)); });
   EXPECT_NE(msg.find("does not split into 2 x 4 equal chunks"), std::string::npos) << msg;
@@ -105,7 +171,9 @@ struct Case {
   // on the heads a shard regroups); "gpt", "gpt_tied" and "gpt_docs" (learned positions, multi-head attention; the
   // head tied to the embedding; attention inside documents); "olmoe" (q and k normalised over every head, every MLP a
   // mixture of experts, the balance loss in the loss); "moe" (a Qwen3-MoE, a sparse and a dense layer, the balance loss
-  // in the loss)
+  // in the loss); "llama_fp8", "llama_fp8_rowwise" (the blocks' projections in FP8, tensorwise and
+  // rowwise); "llama_fp8_blockwise" (blockwise, seq_len 512: each chunk of T / 4 at cp 2 whole 128-token tiles);
+  // "llama_fp8_blockwise_tile" (blockwise, a micro-batch of 64 tokens: one tile, its amax the maximum over the shards)
   std::string model;
   int dp, pp, tp, cp, zero;
   bool checkpointing = false;
@@ -125,7 +193,8 @@ void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 std::vector<Case> cases() {
   if (TANDEM_TEST_WORLD == 8)
     return {{"llama", 2, 2, 1, 2, 3},      {"llama", 1, 2, 2, 2, 0, true}, {"llama_docs", 2, 1, 2, 2, 1},
-            {"llama_lora", 2, 1, 1, 4, 1}, {"gpt", 2, 1, 1, 4, 1},         {"olmoe", 2, 1, 1, 4, 3, false, "ep2"}};
+            {"llama_lora", 2, 1, 1, 4, 1}, {"gpt", 2, 1, 1, 4, 1},         {"olmoe", 2, 1, 1, 4, 3, false, "ep2"},
+            {"llama_fp8", 2, 1, 1, 4, 1}};
   return {{"llama", 1, 1, 1, 4, 0},
           {"llama", 1, 1, 2, 2, 0},
           {"llama", 2, 1, 1, 2, 0},
@@ -155,7 +224,14 @@ std::vector<Case> cases() {
           {"olmoe", 1, 1, 1, 4, 0},
           {"moe", 2, 1, 1, 2, 1},
           {"moe", 2, 1, 1, 2, 3, false, "ep2"},
-          {"moe", 2, 1, 1, 2, 0, true, "ep2"}};
+          {"moe", 2, 1, 1, 2, 0, true, "ep2"},
+          {"llama_fp8", 1, 1, 1, 4, 0},
+          {"llama_fp8", 2, 1, 1, 2, 3},
+          {"llama_fp8", 1, 1, 2, 2, 0},
+          {"llama_fp8_rowwise", 2, 1, 1, 2, 1},
+          {"llama_fp8_rowwise", 1, 1, 2, 2, 0, true},
+          {"llama_fp8_blockwise", 2, 1, 1, 2, 0},
+          {"llama_fp8_blockwise_tile", 2, 1, 1, 2, 3}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the regrouping beside tp, beside ZeRO-3's
@@ -225,8 +301,26 @@ Json base_config(const Case& c) {
     cfg["model"]["mlp_only_layers"] = {1};
   }
   if (c.extra == "bf16") cfg["bf16"] = {{"enabled", true}};
+  if (c.model.rfind("llama_fp8", 0) == 0) {
+    // A tensorwise or rowwise scale spans a micro-batch's tokens, so every layout keeps the reference's micro-batch
+    // of 4 (fp8_accumulation).
+    cfg["fp8"] = {{"enabled", true}};
+    for (const char* recipe : {"rowwise", "blockwise"})
+      if (c.model.find(recipe) != std::string::npos) cfg["fp8"]["recipe"] = recipe;
+  }
+  if (c.model == "llama_fp8_blockwise") {
+    // Sequences of 4 tiles, one at a time (micro-batch 1), 2 a step over 3 steps of a 2-layer model: a few seconds.
+    cfg["model"]["seq_len"] = 512;
+    cfg["model"]["num_hidden_layers"] = 2;
+    cfg["train_batch_size"] = 2;
+    cfg["gradient_accumulation_steps"] = 2;
+    cfg["steps"] = 3;
+  }
   return cfg;
 }
+
+// The gradient accumulation of an FP8 layout of `dp` replicas, keeping one device's micro-batch.
+int64_t fp8_accumulation(const Json& cfg, int dp) { return cfg["gradient_accumulation_steps"].get<int64_t>() / dp; }
 
 // The one-device run of each model (and precision), computed once on rank 0.
 const Result& reference(const Case& c) {
@@ -254,21 +348,24 @@ TEST_P(ContextParallel, SameLossesAndParametersAsOneDevice) {
   if (c.extra == "offload") cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
   if (c.extra == "cpu_ckpt") cfg["parallel"]["cpu_checkpointing"] = true;
   if (c.extra == "ep2") cfg["parallel"]["expert"] = 2;
+  const bool fp8 = cfg.contains("fp8");
+  if (fp8) cfg["gradient_accumulation_steps"] = fp8_accumulation(cfg, c.dp);
   layout::Layout l{c.dp, c.pp, c.tp, c.cp};
   if (c.extra == "ep2") l.ep = 2;
   layout::Groups groups = layout::make_groups(testing::mpi_world(), l);
   const Result got = run_training(cfg, &groups);
   // As test_equivalence.cc's: tp sums the input gradients' partial sums in another order (LoRA's factors, few and
   // small, feel it most; then the llama's embedding, the gpt's within kF32); bf16 without tp rounds each token as one
-  // device does.
-  const Bounds b = c.extra == "bf16"                           ? kBf16
-                   : c.tp == 1                                 ? kF32
+  // device does; FP8 as test_equivalence.cc's FP8 cases (the blockwise recipe's gradients in e4m3).
+  const Bounds b = fp8                 ? (c.model.find("blockwise") != std::string::npos ? kFp8E4m3 : kFp8)
+                   : c.extra == "bf16" ? kBf16
+                   : c.tp == 1         ? kF32
                    : c.model.find("lora") != std::string::npos ? kF32LoraTp
                    : c.model.rfind("gpt", 0) == 0              ? kF32
                                                                : kF32TpLlama;
   int failures = 0;
   if (testing::mpi_world().rank() == 0) {
-    const Distance d = compare_to_one_device(got, reference(c), b, b.loss * (c.extra == "bf16" ? 3 : 1));
+    const Distance d = compare_to_one_device(got, reference(c), b, b.loss * (c.extra == "bf16" || fp8 ? 3 : 1));
     failures = d.failures;
     // A mixture of experts: the balance loss the metrics report is the one device's, each step's sums over the whole
     // sequences.
@@ -280,8 +377,10 @@ TEST_P(ContextParallel, SameLossesAndParametersAsOneDevice) {
     std::printf(
         "[%s] %s against one device: first loss %.1e, first gradient norm %.1e, any loss %.1e, a tensor %.1e, "
         "all %.1e\n",
-        c.extra == "bf16" ? "bf16" : "fp32", case_name(c).c_str(), d.first_loss, d.first_grad_norm, d.worst_loss,
-        d.worst_tensor, d.all);
+        fp8                 ? "fp8"
+        : c.extra == "bf16" ? "bf16"
+                            : "fp32",
+        case_name(c).c_str(), d.first_loss, d.first_grad_norm, d.worst_loss, d.worst_tensor, d.all);
   }
   // Every rank reports rank 0's verdict, so the job's exit code is the same everywhere.
   EXPECT_EQ(groups.world->all_reduce_scalar(failures), 0);
@@ -301,6 +400,39 @@ TEST(ContextParallelRuns, TheSameBitsTwice) {
   cfg["parallel"] = {{"virtual_gpus", c.dp}, {"context", c.cp}, {"timeout_s", 120}};
   layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
   EXPECT_EQ(runs_differ(cfg, groups), 0);
+}
+
+// FP8's rule for a context split (nn::check_fp8_context): a shard's tokens a multiple of 16, and under the blockwise
+// recipe chunks of whole 128-token tiles or a micro-batch of one tile; anything else refused by name.
+TEST(ContextParallelFp8, RefusesSplitsThatCutItsTilesByName) {
+  spec::Fp8Config fp8;
+  fp8.enabled = true;
+  EXPECT_NO_THROW(nn::check_fp8_context(fp8, 1, 32, 2));  // 16 tokens a shard
+  std::string msg = testing::error_of([&] { nn::check_fp8_context(fp8, 1, 16, 2); });
+  EXPECT_NE(msg.find("a shard's 8 tokens of a micro-batch"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(seq_len 32 always does)"), std::string::npos) << msg;
+  fp8.recipe = spec::Fp8Recipe::Blockwise;
+  EXPECT_NO_THROW(nn::check_fp8_context(fp8, 2, 512, 2));   // chunks of 128
+  EXPECT_NO_THROW(nn::check_fp8_context(fp8, 1, 1024, 4));  // chunks of 128
+  EXPECT_NO_THROW(nn::check_fp8_context(fp8, 4, 32, 2));    // 128 tokens: one tile
+  msg = testing::error_of([&] { nn::check_fp8_context(fp8, 2, 256, 2); });
+  EXPECT_NE(msg.find("chunks of seq_len / (2 x 2) = 64 positions"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a multiple of 512 (whole tiles in every chunk)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("micro-batch x seq_len at most 128"), std::string::npos) << msg;
+  msg = testing::error_of([&] { nn::check_fp8_context(fp8, 1, 512, 4); });
+  EXPECT_NE(msg.find("a multiple of 1024"), std::string::npos) << msg;
+  fp8.recipe = spec::Fp8Recipe::Rowwise;
+  EXPECT_NO_THROW(nn::check_fp8_context(fp8, 1, 512, 4));
+}
+
+// The trainer asks before step 1: a blockwise run whose chunks cut the tiles stops with the rule's message.
+TEST(ContextParallelFp8, TheTrainerRefusesBeforeStepOne) {
+  Json cfg = base_config({"llama_fp8_blockwise_tile", 1, 1, 1, 2, 0});
+  cfg["model"]["seq_len"] = 256;  // micro-batch 4: 1024 tokens, chunks of 64
+  cfg["parallel"] = {{"virtual_gpus", 2}, {"context", 2}, {"timeout_s", 120}};
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{2, 1, 1, 2});
+  const std::string msg = testing::error_of([&] { run_training(cfg, &groups); });
+  EXPECT_NE(msg.find("\"blockwise\" with parallel.context 2 and seq_len 256"), std::string::npos) << msg;
 }
 #endif
 

@@ -70,10 +70,12 @@ std::vector<MemCase> grid() {
   }
   // Context parallelism: each sequence over 2 processes beside dp (ZeRO-1, and ZeRO-3 with documents) and pp (with
   // activation checkpointing), and a gpt's beside dp: attention's all-to-all buffers and whole-sequence q, k, v among
-  // the activations.
+  // the activations; and with the projections in FP8 under each recipe, their amaxes' maximum over the shards
+  // (blockwise: the micro-batch's 128 tokens one tile).
   for (auto [model, dp, pp, zero, ckpt] :
        {std::tuple{"llama", 2, 1, 1, false}, std::tuple{"llama_docs", 2, 1, 3, false},
-        std::tuple{"llama", 1, 2, 0, true}, std::tuple{"gpt", 2, 1, 1, false}}) {
+        std::tuple{"llama", 1, 2, 0, true}, std::tuple{"gpt", 2, 1, 1, false}, std::tuple{"llama_fp8", 2, 1, 3, false},
+        std::tuple{"llama_fp8_rowwise", 1, 2, 0, true}, std::tuple{"llama_fp8_blockwise", 2, 1, 1, false}}) {
     MemCase c = mem_case(dp, pp, 1, zero);
     c.model = model;
     c.cp = 2;

@@ -26,6 +26,8 @@ class ContextExchange {
   // x summed over the cp group, in place, every shard getting the same sum (a mixture of experts' balance sums: each
   // shard counts only its own tokens).
   virtual void sum(const Tensor& x) = 0;
+  // t (any shape) in place: the elementwise maximum over the cp group (FP8's amaxes of blocks that span the tokens).
+  virtual void max(const Tensor& t) = 0;
 };
 
 struct ContextSplit {
@@ -34,6 +36,10 @@ struct ContextSplit {
   ContextExchange* exchange = nullptr;  // required when size > 1
 
   bool active() const { return size > 1; }
+  // t in place: the elementwise maximum over the shards; nothing with whole sequences.
+  void max(const Tensor& t) const {
+    if (active()) exchange->max(t);
+  }
   // Tokens in each of the 2 cp chunks of a sequence of T (T divisible by 2 cp, checked).
   int64_t chunk(int64_t T) const;
   // The first position of this shard's chunk k (0: the early one, 1: the late one) in a sequence of T.

@@ -145,11 +145,14 @@ Tensor scalar_like(const Tensor& x, const std::string& what) {
   return Tensor::empty({1}, DType::F32, x.device(), what);
 }
 
-// t's amax, the maximum over the tp slots when `split` (they hold parts of one logical tensor).
-Tensor amax_of(const Tensor& t, bool split, const TpSlot& tp, const std::string& what) {
+// t's amax, the maximum over the tp slots when `split` (they hold parts of one logical tensor) and over the cp shards
+// when `tokens` (t holds this shard's tokens: an activation or its gradient).
+Tensor amax_of(const Tensor& t, bool split, bool tokens, const TpSlot& tp, const ContextSplit& cp,
+               const std::string& what) {
   Tensor a = scalar_like(t, what);
   ops::amax(t, a);
   if (split) tp.max(a);
+  if (tokens) cp.max(a);
   return a;
 }
 
@@ -174,16 +177,21 @@ struct Fp8Operand {
   Tensor q, inv_scale;
   ops::Fp8Blocks blocks;
 };
-// `across_slots`: the blocks hold elements of other tp slots, so their amaxes are the maximum over the slots.
-Fp8Operand operand(const Tensor& t, bool transposed, DType format, ops::Fp8Blocks blocks, bool across_slots,
-                   const TpSlot& tp, const std::string& what) {
+// `across_slots`: the blocks hold elements of other tp slots, so their amaxes are the maximum over the slots;
+// `across_shards`: the same for other cp shards' tokens.
+struct Across {
+  bool slots = false, shards = false;
+};
+Fp8Operand operand(const Tensor& t, bool transposed, DType format, ops::Fp8Blocks blocks, Across across,
+                   const TpSlot& tp, const ContextSplit& cp, const std::string& what) {
   const int64_t r = t.numel() / t.dim(-1), c = t.dim(-1);
   const Tensor t2d = t.view({r, c});
   const int64_t rows = transposed ? c : r, k = transposed ? r : c;
   const int64_t count = ops::fp8_scale_grid(rows, k, blocks).count;
   Tensor amax = Tensor::empty({count}, DType::F32, t.device(), what + " amax");
   ops::amax(t2d, amax, blocks, transposed);
-  if (across_slots) tp.max(amax);
+  if (across.slots) tp.max(amax);
+  if (across.shards) cp.max(amax);
   Fp8Operand out{Tensor::empty({rows, k}, format, t.device(), what), Tensor(), blocks};
   out.inv_scale = Tensor::empty({count}, DType::F32, t.device(), what + " scale");
   ops::fp8_quantize(t2d, amax, transposed ? Tensor() : out.q, transposed ? out.q : Tensor(), out.inv_scale, blocks);
@@ -215,21 +223,59 @@ bool Linear::fp8_across_slots(bool rows_split, bool k_split) const {
   return true;
 }
 
+bool Linear::fp8_across_shards(bool transposed, int64_t n, const ContextSplit& cp) const {
+  if (!cp.active()) return false;
+  switch (fp8_recipe_) {
+    case spec::Fp8Recipe::Tensorwise:
+      return true;  // one scale for every token of the micro-batch
+    case spec::Fp8Recipe::Rowwise:
+      return transposed;  // a row of x^T or dy^T spans the tokens; a row of x or dy is one token
+    case spec::Fp8Recipe::Blockwise:
+      // check_fp8_context: a shard's tokens are whole tiles of the sequence, or one tile (of at most kFp8Tile tokens)
+      // that is one device's only tile too.
+      return transposed && n <= kFp8Tile;
+  }
+  return true;
+}
+
+void check_fp8_context(const spec::Fp8Config& config, int64_t micro_batch, int64_t seq_len, int cp) {
+  if (!config.enabled || cp == 1) return;
+  const int64_t tokens = micro_batch * seq_len, shard = tokens / cp;  // a micro-batch's, one shard's
+  // One device runs a micro-batch of a multiple of 16 tokens in FP8 (Linear::fp8_tokens); each shard then runs its
+  // part, the K of its weight gradient's product.
+  if (tokens % 16 == 0 && shard % 16 != 0)
+    TANDEM_FAIL("\"fp8\" with parallel.context ", cp, ": a shard's ", shard, " tokens of a micro-batch (", micro_batch,
+                " x seq_len ", seq_len, " / ", cp,
+                ") must be a multiple of 16, the FP8 products' inner size; choose a ",
+                "seq_len that makes micro-batch x seq_len a multiple of ", 16 * cp, " (seq_len ", 16 * cp,
+                " always does), or a smaller parallel.context");
+  if (config.recipe != spec::Fp8Recipe::Blockwise) return;
+  const int64_t chunk = seq_len / (2 * cp);  // a shard holds two chunks of each sequence (context_split.h)
+  if (chunk % kFp8Tile == 0 || tokens <= kFp8Tile) return;
+  TANDEM_FAIL("\"fp8\" recipe \"blockwise\" with parallel.context ", cp, " and seq_len ", seq_len,
+              ": the weight gradients scale tiles of ", kFp8Tile, " consecutive tokens, and a shard holds chunks of ",
+              "seq_len / (2 x ", cp, ") = ", chunk, " positions, which cut those tiles; choose a seq_len that is a ",
+              "multiple of ", 2 * cp * kFp8Tile, " (whole tiles in every chunk), or micro-batch x seq_len at most ",
+              kFp8Tile, " (one tile in all), or the \"rowwise\" or \"tensorwise\" recipe");
+}
+
 void Linear::forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& residual, const Tensor& y2d,
-                         Saved& saved) {
+                         const ContextSplit& cp, Saved& saved) {
+  const int64_t n = x2d.dim(0);
   if (fp8_recipe_ != spec::Fp8Recipe::Tensorwise) {
     // x (N, in) and W (out, in), each scaled along `in`: split over the slots in a row-parallel layer.
     const bool row = split_ == Split::Row, column = split_ == Split::Column;
     const Fp8Operand xq =
-        operand(x2d, false, DType::E4M3, fp8_blocks(false), fp8_across_slots(false, row), tp_, name() + " x fp8");
-    const Fp8Operand wq = operand(weight_->value, false, DType::E4M3, fp8_blocks(true), fp8_across_slots(column, row),
-                                  tp_, name() + " weight fp8");
+        operand(x2d, false, DType::E4M3, fp8_blocks(false),
+                {fp8_across_slots(false, row), fp8_across_shards(false, n, cp)}, tp_, cp, name() + " x fp8");
+    const Fp8Operand wq = operand(weight_->value, false, DType::E4M3, fp8_blocks(true),
+                                  {fp8_across_slots(column, row), false}, tp_, cp, name() + " weight fp8");
     ops::fp8_matmul(xq.q, xq.inv_scale, wq.q, wq.inv_scale, bias, residual, y2d, /*fast_accum=*/true, xq.blocks,
                     wq.blocks);
     return;
   }
-  const Tensor amax_x = amax_of(x2d, split_ == Split::Row, tp_, name() + " amax x");
-  const Tensor amax_w = amax_of(weight_->value, split_ != Split::None, tp_, name() + " amax weight");
+  const Tensor amax_x = amax_of(x2d, split_ == Split::Row, true, tp_, cp, name() + " amax x");
+  const Tensor amax_w = amax_of(weight_->value, split_ != Split::None, false, tp_, cp, name() + " amax weight");
   const Quantized xq = quantize(x2d, amax_x, DType::E4M3, true, false, name() + " x fp8");
   const Quantized wq = quantize(weight_->value, amax_w, DType::E4M3, true, false, name() + " weight fp8");
   ops::fp8_matmul(xq.q, xq.inv_scale, wq.q, wq.inv_scale, bias, residual, y2d, /*fast_accum=*/true);
@@ -237,35 +283,39 @@ void Linear::forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& re
   saved.tensors.push_back(amax_w);
 }
 
-Tensor Linear::backward_fp8_blocks(const Tensor& dy2d, const Tensor& x) {
+Tensor Linear::backward_fp8_blocks(const Tensor& dy2d, const Tensor& x, const ContextSplit& cp) {
   const int64_t n = dy2d.dim(0);
   const Tensor x2d = x.view({n, in_});  // (N, in)
   const bool row = split_ == Split::Row, column = split_ == Split::Column;
   if (weight_->trainable) {
-    // dW (out, in) += dy^T (out, N) x^T (in, N)^T, both scaled along the tokens, which no slot splits.
-    const Fp8Operand gq_t = operand(dy2d, true, fp8_gradients_, fp8_blocks(false), fp8_across_slots(column, false), tp_,
-                                    name() + " dy fp8 transposed");
-    const Fp8Operand xq_t = operand(x2d, true, DType::E4M3, fp8_blocks(false), fp8_across_slots(row, false), tp_,
-                                    name() + " x fp8 transposed");
+    // dW (out, in) += dy^T (out, N) x^T (in, N)^T, both scaled along the tokens, which no slot splits and the cp
+    // shards do.
+    const bool shards = fp8_across_shards(true, n, cp);
+    const Fp8Operand gq_t = operand(dy2d, true, fp8_gradients_, fp8_blocks(false),
+                                    {fp8_across_slots(column, false), shards}, tp_, cp, name() + " dy fp8 transposed");
+    const Fp8Operand xq_t = operand(x2d, true, DType::E4M3, fp8_blocks(false), {fp8_across_slots(row, false), shards},
+                                    tp_, cp, name() + " x fp8 transposed");
     ops::fp8_matmul(gq_t.q, gq_t.inv_scale, xq_t.q, xq_t.inv_scale, Tensor(), weight_->grad, weight_->grad, false,
                     gq_t.blocks, xq_t.blocks);
   }
   // dx (N, in) = dy (N, out) W^T (in, out)^T, both scaled along `out`: split over the slots in a column-parallel
   // layer.
   const Fp8Operand gq =
-      operand(dy2d, false, fp8_gradients_, fp8_blocks(false), fp8_across_slots(false, column), tp_, name() + " dy fp8");
-  const Fp8Operand wq_t = operand(weight_->value, true, DType::E4M3, fp8_blocks(true), fp8_across_slots(row, column),
-                                  tp_, name() + " weight fp8 transposed");
+      operand(dy2d, false, fp8_gradients_, fp8_blocks(false),
+              {fp8_across_slots(false, column), fp8_across_shards(false, n, cp)}, tp_, cp, name() + " dy fp8");
+  const Fp8Operand wq_t = operand(weight_->value, true, DType::E4M3, fp8_blocks(true),
+                                  {fp8_across_slots(row, column), false}, tp_, cp, name() + " weight fp8 transposed");
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), name() + " input grad");  // (..., in)
   ops::fp8_matmul(gq.q, gq.inv_scale, wq_t.q, wq_t.inv_scale, Tensor(), Tensor(), dx.view({n, in_}), false, gq.blocks,
                   wq_t.blocks);
   return dx;
 }
 
-Tensor Linear::backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& amax_x, const Tensor& amax_w) {
+Tensor Linear::backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& amax_x, const Tensor& amax_w,
+                            const ContextSplit& cp) {
   const int64_t n = dy2d.dim(0);
   const Tensor x2d = x.view({n, in_});  // (N, in)
-  const Tensor amax_dy = amax_of(dy2d, split_ == Split::Column, tp_, name() + " amax dy");
+  const Tensor amax_dy = amax_of(dy2d, split_ == Split::Column, true, tp_, cp, name() + " amax dy");
   const Quantized gq = quantize(dy2d, amax_dy, fp8_gradients_, true, weight_->trainable, name() + " dy fp8");
   if (weight_->trainable) {
     // dW (out, in) += dy^T (out, N) x^T (in, N)^T: both with the tokens contiguous.
@@ -286,12 +336,12 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, const Batch&
   const int64_t n = x.numel() / in_;
   const Tensor x2d = x.view({n, in_}), y2d = y.view({n, out_});  // (N, in), (N, out)
   saved.tensors = {x};
-  const bool fp8 = fp8_tokens(n);
+  const bool fp8 = fp8_tokens(n, batch.context);
   std::vector<Tensor> h;  // (N, r) per adapter: what their backward needs
   if (split_ == Split::Row) {
     // Partial products of the input slices: summed over tp first, then the adapters, the bias and the residual.
     if (fp8)
-      forward_fp8(x2d, Tensor(), Tensor(), y2d, saved);
+      forward_fp8(x2d, Tensor(), Tensor(), y2d, batch.context, saved);
     else
       ops::matmul(x, weight_->value, y, false, true);
     if (lora_) h = lora_->down(x, batch);
@@ -307,7 +357,7 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, const Batch&
     ops::matmul(x, weight_->value, y, false, true, 1.0f);
   } else {
     if (fp8)
-      forward_fp8(x2d, bias, residual.defined() ? residual.view({n, out_}) : Tensor(), y2d, saved);
+      forward_fp8(x2d, bias, residual.defined() ? residual.view({n, out_}) : Tensor(), y2d, batch.context, saved);
     else
       ops::linear_forward(x, weight_->value, bias, residual, y);
     if (lora_) {
@@ -322,15 +372,15 @@ Tensor Linear::forward_add(const Tensor& x, const Tensor& residual, const Batch&
 Tensor Linear::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   const Tensor x = saved.tensors.at(0);  // (..., in)
   const int64_t n = x.numel() / in_;
-  const bool fp8 = fp8_tokens(n);
+  const bool fp8 = fp8_tokens(n, batch.context);
   const std::vector<Tensor> adapters(saved.tensors.begin() + 1 + (fp8 ? fp8_saved() : 0), saved.tensors.end());
   const bool bias_grad = bias_ && bias_->trainable;
   Tensor dx;                   // (..., in), allocated after the weight gradient's product and its scratch
   bool adapters_done = false;  // whether the adapters' input gradient is in dx
   if (fp8) {
     if (bias_grad) ops::bias_backward(dy.view({n, out_}), bias_->grad);
-    dx = fp8_saved() > 0 ? backward_fp8(dy.view({n, out_}), x, saved.tensors.at(1), saved.tensors.at(2))
-                         : backward_fp8_blocks(dy.view({n, out_}), x);
+    dx = fp8_saved() > 0 ? backward_fp8(dy.view({n, out_}), x, saved.tensors.at(1), saved.tensors.at(2), batch.context)
+                         : backward_fp8_blocks(dy.view({n, out_}), x, batch.context);
   } else {
     // dW (out, in) += dy^T x and db (out) += sum dy, one op; nothing for a frozen weight.
     if (weight_->trainable)

@@ -13,6 +13,12 @@
 // the product's K), the maximum over tp where the slots split that K. Blockwise: 1 x 128 tiles of x and dy, 128 x 128
 // tiles of W, each slot holding whole tiles (use_fp8 checks), so no slot needs another's amax. The two block recipes
 // take each operand's amaxes in backward, from x and W.
+// Under context parallelism (batch.h's ContextSplit) x and dy hold a shard's tokens, so a block that spans tokens
+// takes the maximum over the cp group as well: tensorwise x and dy, the rowwise weight gradient's x^T and dy^T (rows
+// along the tokens), and the blockwise ones where a shard's tokens are one block; otherwise the blockwise tiles of
+// tokens are whole tiles of the sequence (check_fp8_context), as one device cuts them. The weight is whole on every
+// shard. Whether a product runs in FP8 is decided on the whole sequences' tokens, so every shard runs what one device
+// does.
 #pragma once
 
 #include <memory>
@@ -26,6 +32,16 @@
 namespace tandem::nn {
 
 enum class Split { None, Column, Row };
+
+// The blockwise FP8 recipe's tiles: 1 x 128 of activations and gradients, 128 x 128 of weights.
+inline constexpr int64_t kFp8Tile = 128;
+
+// Throws Error, before a run starts, saying which seq_len or context size would do, when FP8 (`config`) cannot run on
+// sequences of `seq_len` split over `cp` context-parallel shards, `micro_batch` sequences at once, as on one device: a
+// shard's tokens must be a multiple of 16 where one device's are (the FP8 kernels' K in the weight gradient), and
+// under the blockwise recipe each chunk of seq_len / (2 cp) positions must be whole tiles of 128 tokens, or the whole
+// micro-batch at most one tile (then every shard's one tile takes the maximum over the shards).
+void check_fp8_context(const spec::Fp8Config& config, int64_t micro_batch, int64_t seq_len, int cp);
 
 class Linear final : public Layer {
  public:
@@ -82,13 +98,17 @@ class Linear final : public Layer {
   bool fp8() const { return fp8_; }
 
  private:
-  // The FP8 forward product into y (N, out): x W^T (+ bias + residual when given), saving the amaxes into `saved`.
-  void forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& residual, const Tensor& y2d, Saved& saved);
+  // The FP8 forward product into y (N, out): x W^T (+ bias + residual when given), saving the amaxes into `saved`;
+  // `cp` the split of x's tokens.
+  void forward_fp8(const Tensor& x2d, const Tensor& bias, const Tensor& residual, const Tensor& y2d,
+                   const ContextSplit& cp, Saved& saved);
   // dW += dy^T x (when trainable), then dx = dy W (returned, x's shape), in FP8, from the amaxes forward saved.
-  Tensor backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& amax_x, const Tensor& amax_w);
+  Tensor backward_fp8(const Tensor& dy2d, const Tensor& x, const Tensor& amax_x, const Tensor& amax_w,
+                      const ContextSplit& cp);
   // The same under a recipe of several scales per tensor, each operand scaled along the product's K.
-  Tensor backward_fp8_blocks(const Tensor& dy2d, const Tensor& x);
-  bool fp8_tokens(int64_t n) const { return fp8_ && n % 16 == 0; }
+  Tensor backward_fp8_blocks(const Tensor& dy2d, const Tensor& x, const ContextSplit& cp);
+  // Whether a pass of n tokens (this shard's, of cp's split) runs in FP8: decided on the whole sequences' n cp.size.
+  bool fp8_tokens(int64_t n, const ContextSplit& cp) const { return fp8_ && (n * cp.size) % 16 == 0; }
   // The tensors forward_fp8 saves after x: the two amaxes under the tensorwise recipe, none under the others.
   int fp8_saved() const { return fp8_recipe_ == spec::Fp8Recipe::Tensorwise ? 2 : 0; }
   // The recipe's blocks of an operand in the product's orientation: a weight's (W, W^T) or an activation's (x, dy
@@ -97,8 +117,9 @@ class Linear final : public Layer {
   // Whether an operand's amaxes are the maximum over the tp slots, given whether the slots split its rows and its
   // K (its columns): when its blocks hold elements of other slots.
   bool fp8_across_slots(bool rows_split, bool k_split) const;
-
-  static constexpr int64_t kFp8Tile = 128;  // the blockwise recipe's tiles: 1 x 128 and 128 x 128
+  // Whether an activation operand's (x's or dy's) amaxes are the maximum over the cp shards, given whether it is
+  // transposed (its rows along the tokens) and the shard's tokens n: when its blocks hold other shards' tokens.
+  bool fp8_across_shards(bool transposed, int64_t n, const ContextSplit& cp) const;
 
   int64_t in_, out_;
   std::vector<int64_t> parts_;  // the fused projections' output sizes, in all (one part when not fused)

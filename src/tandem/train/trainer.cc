@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tandem/core/units.h"
+#include "tandem/nn/linear.h"
 #include "tandem/ops/profile.h"
 #include "tandem/optim/schedule.h"
 #include "tandem/train/checkpoint.h"
@@ -73,11 +74,8 @@ Trainer::Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, ModelBuilde
                    plan_.layout.ep == groups_->layout.ep,
                "groups built for ", groups_->layout.str(), ", the plan is for ", plan_.layout.str());
   layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
-  // FP8 takes its scales over whole activations, which a context shard does not see.
-  if (plan_.layout.cp > 1 && cfg_.fp8.enabled)
-    TANDEM_FAIL("\"fp8\" with parallel.context ", plan_.layout.cp,
-                ": FP8's scales are taken over whole activations, which context parallelism splits over devices, and "
-                "that reduction is not built yet; remove one of them");
+  // FP8's scales of a shard's tokens are those of one device's where its tiles of tokens fit the split.
+  nn::check_fp8_context(cfg_.fp8, cfg_.batch.micro, spec::model_io(cfg_.model).seq_len, plan_.layout.cp);
   // Held-out data, drawn with the run's seed: synthetic data keeps its teacher (the function it learns), and a token
   // file's batch k is what training would draw at step k (the same file gives training's own first batches).
   if (cfg_.eval.enabled) eval_dataset_ = data::make_dataset(cfg_.eval.data, spec::model_io(cfg_.model), cfg_.seed);
