@@ -169,7 +169,7 @@ int run_plan_command(const PlanArgs& a) {
 
   if (!a.explain.empty()) {
     const plan::Setup setup = plan::parse_candidate(a.explain, opt);
-    if (info.validate) info.validate(setup.plan, setup.micro_batches);
+    if (info.validate) info.validate(setup.plan, setup.micro_batch, setup.micro_batches);
     const plan::Candidate c = plan::evaluate(memory, setup, opt);
     std::printf("\n%s", plan::format_explain(c, opt).c_str());
     return 0;

@@ -218,6 +218,25 @@ TEST(Lora, AdapterGradientsMatchFiniteDifferencesOnGpt2sFusedQkvAndMlp) {
   check_adapter_gradients(m, x, y);
 }
 
+// Samples 2 and 3 of a step's micro-batch x (4, 6) run as a micro-batch of their own (first_sample 2) give the rows
+// they gave in the batch of 4: the dropout masks follow the sample, not the micro-batch. Returns the batch's rows.
+std::vector<float> expect_tail_rows_as_in_the_batch(Model& m, const Tensor& x, const Batch& batch) {
+  const auto forward = [&](const Tensor& in, const Batch& b) {
+    std::vector<Saved> saved;
+    return m.forward_range(0, m.layers().size(), in, saved, false, nullptr, b).to_host_floats();
+  };
+  const std::vector<float> whole = forward(x, batch);
+  Batch tail_batch = batch;
+  tail_batch.samples.first_sample = 2;
+  const Tensor tail = Tensor::empty({2, 6}, DType::I32, x.device(), "tail");
+  std::copy(x.i32() + 12, x.i32() + 24, tail.i32());
+  const std::vector<float> part = forward(tail, tail_batch);
+  EXPECT_EQ(part.size() * 2, whole.size());
+  for (size_t i = 0; i < part.size() && part.size() * 2 == whole.size(); ++i)
+    EXPECT_EQ(part[i], whole[part.size() + i]) << i;
+  return whole;
+}
+
 TEST(Lora, DropoutGradientsMatchFiniteDifferencesAndTheMaskFollowsTheSampleNotTheMicroBatch) {
   device::CpuDevice dev;
   const LoraTargets t = targets(all_llama_sites(2), spec::LoraInit::Random, 0.3f);
@@ -230,21 +249,11 @@ TEST(Lora, DropoutGradientsMatchFiniteDifferencesAndTheMaskFollowsTheSampleNotTh
   const Tensor y = random_tokens(dev, {24}, 13, 2);
   check_adapter_gradients(m, x, y, 5e-4, batch);
 
-  // Samples 2 and 3 of the step run as a micro-batch of their own (first_sample 2) give the rows they gave in the
-  // batch of 4.
-  const size_t layers = m.layers().size();
+  const std::vector<float> whole = expect_tail_rows_as_in_the_batch(m, x, batch);
   const auto forward = [&](const Tensor& in, const Batch& b) {
     std::vector<Saved> saved;
-    return m.forward_range(0, layers, in, saved, false, nullptr, b).to_host_floats();
+    return m.forward_range(0, m.layers().size(), in, saved, false, nullptr, b).to_host_floats();
   };
-  const std::vector<float> whole = forward(x, batch);
-  Batch tail_batch = batch;
-  tail_batch.samples.first_sample = 2;
-  const Tensor tail = Tensor::empty({2, 6}, DType::I32, dev, "tail");
-  std::copy(x.i32() + 12, x.i32() + 24, tail.i32());
-  const std::vector<float> part = forward(tail, tail_batch);
-  ASSERT_EQ(part.size() * 2, whole.size());
-  for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], whole[part.size() + i]) << i;
   // Another step draws another mask.
   Batch next = batch;
   next.samples.step = 3;
@@ -282,18 +291,7 @@ TEST(Lora, SharedExpertAdaptersGradientsAndMasksOfAQwen2Moe) {
   const Tensor x = random_tokens(dev, {4, 6}, 13, 1);
   const Tensor y = random_tokens(dev, {24}, 13, 2);
   check_adapter_gradients(m, x, y, 5e-4, batch);
-  const auto forward = [&](const Tensor& in, const Batch& b) {
-    std::vector<Saved> saved;
-    return m.forward_range(0, m.layers().size(), in, saved, false, nullptr, b).to_host_floats();
-  };
-  const std::vector<float> whole = forward(x, batch);
-  Batch tail_batch = batch;
-  tail_batch.samples.first_sample = 2;
-  const Tensor tail = Tensor::empty({2, 6}, DType::I32, dev, "tail");
-  std::copy(x.i32() + 12, x.i32() + 24, tail.i32());
-  const std::vector<float> part = forward(tail, tail_batch);
-  ASSERT_EQ(part.size() * 2, whole.size());
-  for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], whole[part.size() + i]) << i;
+  expect_tail_rows_as_in_the_batch(m, x, batch);
 }
 
 TEST(Lora, TensorParallelShardsOfAAndB) {

@@ -153,6 +153,35 @@ TEST(Search, LongSequencesOnlyFitSplitOverContextShards) {
   EXPECT_NE(best.name().find(",cp"), std::string::npos) << best.name();
 }
 
+// FP8's blockwise recipe under context parallelism: a shard's 128-token tiles must be one device's (nn/linear.h's
+// check_fp8_context), so a seq_len of 256 (chunks of 64 at cp 2) gets no cp layout, and 512 (chunks of 128) does; the
+// search asks the trainer's rule rather than list a layout the run would refuse. Nor does it list tp 2, whose slots
+// would hold 64 of the 128 columns of a tile (Linear::use_fp8), where it used to end in that error.
+TEST(Search, Fp8BlockwiseContextShardsOnlyWhereTheirTilesAreWhole) {
+  spec::LlamaConfig m;
+  m.vocab_size = 256;
+  m.hidden_size = 128;
+  m.intermediate_size = 256;
+  m.num_hidden_layers = 1;
+  m.num_attention_heads = 2;
+  m.num_key_value_heads = 2;
+  spec::Fp8Config fp8;
+  fp8.enabled = true;
+  fp8.recipe = spec::Fp8Recipe::Blockwise;
+  auto o = options(2, 0, 2);
+  o.context = true;
+  for (const int64_t seq_len : {256, 512}) {
+    m.seq_len = seq_len;
+    const plan::SearchResult r = plan::search_layouts(plan::planned_model(m, {}, fp8), o);
+    bool some_cp = false;
+    for (const auto& c : r.fit) {
+      some_cp |= c.setup.plan.layout.cp > 1;
+      EXPECT_EQ(c.setup.plan.layout.tp, 1) << c.name();
+    }
+    EXPECT_EQ(some_cp, seq_len == 512) << "seq_len " << seq_len;
+  }
+}
+
 // A mixture of experts whose experts are most of its state: spreading them over replicas (ep) is what fits.
 TEST(Search, ExpertsThatOnlyFitSpreadNeedExpertParallelism) {
   spec::LlamaConfig m;

@@ -120,21 +120,23 @@ bool Linear::use_fp8(const spec::Fp8Config& config) {
   fp8_recipe_ = config.recipe;
   fp8_ = config.enabled && in >= config.min_features && out >= config.min_features && in % 16 == 0 && out % 16 == 0;
   if (!fp8_) return false;
-  TANDEM_CHECK(ops::fp8_shape_ok(16, out_, in_) && ops::fp8_shape_ok(16, in_, out_), name(), ": FP8 products need ",
-               "multiples of 16 features, but this tensor-parallel slot holds ", in_, " inputs and ", out_,
-               " outputs of ", in, " and ", out, ": use fewer tensor-parallel slots, or set fp8.min_features above ",
-               std::min(in, out), " to keep this projection in the compute dtype");
+  if (!ops::fp8_shape_ok(16, out_, in_) || !ops::fp8_shape_ok(16, in_, out_))
+    TANDEM_FAIL(name(), ": FP8 products need ", "multiples of 16 features, but this tensor-parallel slot holds ", in_,
+                " inputs and ", out_, " outputs of ", in, " and ", out,
+                ": use fewer tensor-parallel slots, or set fp8.min_features above ", std::min(in, out),
+                " to keep this projection in the compute dtype");
   if (fp8_recipe_ == spec::Fp8Recipe::Blockwise && slots > 1) {
     // A slot's blocks must be blocks of the logical tensor: its share of each split dimension (of each fused part)
     // whole 128-element tiles.
     bool aligned = split_ != Split::Row || in_ % kFp8Tile == 0;
     if (split_ == Split::Column)
       for (const int64_t part : parts_) aligned = aligned && part % (kFp8Tile * slots) == 0;
-    TANDEM_CHECK(aligned, name(), ": the blockwise FP8 recipe scales 128 x 128 tiles of the weight and 1 x 128 ones ",
-                 "of the activations, so each tensor-parallel slot's share of a split dimension must be whole tiles; ",
-                 "this layer's ", in, " inputs and ", out, " outputs over ", slots, " slots are not. Use fewer ",
-                 "tensor-parallel slots, the \"rowwise\" or \"tensorwise\" recipe, or set fp8.min_features above ",
-                 std::min(in, out), " to keep this projection in the compute dtype");
+    if (!aligned)
+      TANDEM_FAIL(name(), ": the blockwise FP8 recipe scales 128 x 128 tiles of the weight and 1 x 128 ones ",
+                  "of the activations, so each tensor-parallel slot's share of a split dimension must be whole tiles; ",
+                  "this layer's ", in, " inputs and ", out, " outputs over ", slots, " slots are not. Use fewer ",
+                  "tensor-parallel slots, the \"rowwise\" or \"tensorwise\" recipe, or set fp8.min_features above ",
+                  std::min(in, out), " to keep this projection in the compute dtype");
   }
   return true;
 }

@@ -1,6 +1,7 @@
 // planned_model: a config's model as the planner builds, feeds and counts it.
 #include "tandem/plan/planned_model.h"
 
+#include "tandem/nn/linear.h"
 #include "tandem/train/model_factory.h"
 
 namespace tandem::plan {
@@ -27,8 +28,12 @@ PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfi
     m.sample_shape = {io.features};
     m.input_dtype = DType::F32;
   }
-  m.validate = [model](const layout::ParallelPlan& plan, int64_t micro_batches) {
+  m.validate = [model, lora, fp8, seq_len = io.seq_len](const layout::ParallelPlan& plan, int64_t micro,
+                                                        int64_t micro_batches) {
     layout::validate_for_model(plan, model, micro_batches);
+    if (micro > 0) nn::check_fp8_context(fp8, micro, seq_len, plan.layout.cp);
+    // FP8's products split over tp slots need whole blocks a slot (Linear::use_fp8): one slot's layers built to see.
+    if (fp8.enabled && plan.layout.tp > 1) train::build_model(model, nn::TpSlot{0, plan.layout.tp}, lora, fp8);
   };
   return m;
 }

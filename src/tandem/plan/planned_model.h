@@ -25,8 +25,9 @@ struct PlannedModel {
   // Model FLOPs per loss row on top of 6 x parameters (the attention's 12 L d T per token for a gpt).
   double extra_flops_per_row = 0;
   // Throws Error (with what to change) when the layout cannot hold the model: heads, vocabulary or widths not
-  // divisible by tp, a stage map that does not cover the layers. Null: only what building the model checks.
-  std::function<void(const layout::ParallelPlan& plan, int64_t micro_batches)> validate;
+  // divisible by tp, a stage map that does not cover the layers; and with `micro` samples a micro-batch (0: not chosen
+  // yet), when FP8 cannot scale a context shard's tokens as one device does. Null: only what building the model checks.
+  std::function<void(const layout::ParallelPlan& plan, int64_t micro, int64_t micro_batches)> validate;
   // Whether its optimizer state and parameters may be offloaded: not under LoRA, which the config refuses with
   // offload (only the adapters train; the frozen base stays on the device).
   bool offloadable = true;

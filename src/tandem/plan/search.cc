@@ -69,10 +69,11 @@ double first_layer_kept_ratio(const PlannedModel& model) {
   return parallel::ratio_keeping_first(layers, 1);
 }
 
-bool valid_for_model(const layout::ParallelPlan& plan, const PlannedModel& model, int64_t m) {
+// Whether the layout holds the model with `m` micro-batches of `micro` samples (0: any micro-batch, not chosen yet).
+bool valid_for_model(const layout::ParallelPlan& plan, const PlannedModel& model, int64_t micro, int64_t m) {
   if (!model.validate) return true;
   try {
-    model.validate(plan, m);
+    model.validate(plan, micro, m);
     return true;
   } catch (const Error&) {
     return false;
@@ -201,7 +202,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
         if (cp > 1) {
           layout::ParallelPlan probe;
           probe.layout = layout::Layout{dp, pp, tp, cp};
-          if (!valid_for_model(probe, model, opt.global_batch / dp)) continue;
+          if (!valid_for_model(probe, model, 0, opt.global_batch / dp)) continue;
         }
         ++result.layouts;
         for (int micro : divisors(opt.global_batch / dp)) {
@@ -215,7 +216,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
               plan.layout.ep = ep;
               plan.schedule = v > 1 ? spec::ScheduleKind::Interleaved : spec::ScheduleKind::OneFOneB;
               plan.virtual_stages = v;
-              if (!valid_for_model(plan, model, m)) continue;
+              if (!valid_for_model(plan, model, micro, m)) continue;
               for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero)
                 for (bool ckpt : {false, true}) {
                   // Answered (opt.first_fit_only): the rest of the loops run through without predicting anything.
