@@ -173,7 +173,9 @@ struct Case {
   // mixture of experts, the balance loss in the loss); "moe" (a Qwen3-MoE, a sparse and a dense layer, the balance loss
   // in the loss); "llama_fp8", "llama_fp8_rowwise" (the blocks' projections in FP8, tensorwise and
   // rowwise); "llama_fp8_blockwise" (blockwise, seq_len 512: each chunk of T / 4 at cp 2 whole 128-token tiles);
-  // "llama_fp8_blockwise_tile" (blockwise, a micro-batch of 64 tokens: one tile, its amax the maximum over the shards)
+  // "llama_fp8_blockwise_tile" (blockwise, a micro-batch of 64 tokens: one tile, its amax the maximum over the shards);
+  // "llama_gqa" (8 query heads over 2 key/value heads: at cp 4, or cp 2 beside tp 2, a slot has fewer kv heads than
+  // shards and repeats each over the shards that use it); "llama_gqa_docs" (the same, attention inside documents)
   std::string model;
   int dp, pp, tp, cp, zero;
   bool checkpointing = false;
@@ -231,7 +233,10 @@ std::vector<Case> cases() {
           {"llama_fp8_rowwise", 2, 1, 1, 2, 1},
           {"llama_fp8_rowwise", 1, 1, 2, 2, 0, true},
           {"llama_fp8_blockwise", 2, 1, 1, 2, 0},
-          {"llama_fp8_blockwise_tile", 2, 1, 1, 2, 3}};
+          {"llama_fp8_blockwise_tile", 2, 1, 1, 2, 3},
+          {"llama_gqa", 1, 1, 1, 4, 0},
+          {"llama_gqa", 1, 1, 2, 2, 0},
+          {"llama_gqa_docs", 1, 1, 1, 4, 0, true}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the regrouping beside tp, beside ZeRO-3's
@@ -261,7 +266,8 @@ Json base_config(const Case& c) {
       {"type", "llama"},          {"vocab_size", 64},         {"seq_len", 16},
       {"hidden_size", 64},        {"intermediate_size", 96},  {"num_hidden_layers", 4},
       {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"tie_word_embeddings", c.model == "llama_tied"}};
-  if (c.model == "llama_docs" || c.model == "gpt_docs")
+  if (c.model.rfind("llama_gqa", 0) == 0) cfg["model"]["num_key_value_heads"] = 2;
+  if (c.model == "llama_docs" || c.model == "gpt_docs" || c.model == "llama_gqa_docs")
     cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
   if (c.model == "llama_lora" || c.model == "llama_lora_dropout")
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}, {"init_lora_weights", false}};
