@@ -241,12 +241,12 @@ std::vector<Case> cases() {
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the regrouping beside tp, beside ZeRO-3's
 // sharded state with documents, and on 8 processes beside pp and tp; a gpt's positions beside tp; the balance sums
-// beside expert parallelism's exchanges.
+// beside expert parallelism's exchanges; the repeated key/value heads' column copies beside tp.
 std::map<std::string, std::vector<std::string>> subsets() {
   if (TANDEM_TEST_WORLD == 8) return {{"sanitized", {"llama_dp1_pp2_tp2_cp2_zero0_recompute"}}};
   return {{"sanitized",
            {"llama_dp1_pp1_tp2_cp2_zero0", "llama_dp2_pp1_tp1_cp2_zero3", "gpt_dp1_pp1_tp2_cp2_zero0",
-            "moe_dp2_pp1_tp1_cp2_zero3_ep2"}}};
+            "moe_dp2_pp1_tp1_cp2_zero3_ep2", "llama_gqa_dp1_pp1_tp2_cp2_zero0"}}};
 }
 
 // The mixtures of experts keep micro-batches of 2 sequences on every layout (the balance loss is per micro-batch, as in
@@ -403,6 +403,15 @@ TEST(ContextParallelRuns, TheSameBitsTwice) {
   const Case c{"llama_docs", 2, 1, 1, 2, 3};
   Json cfg = base_config(c);
   cfg["zero_optimization"] = {{"stage", c.zero}};
+  cfg["parallel"] = {{"virtual_gpus", c.dp}, {"context", c.cp}, {"timeout_s", 120}};
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
+  EXPECT_EQ(runs_differ(cfg, groups), 0);
+}
+
+// The same with each key/value head repeated over 2 shards: the copies' gradients are summed in one order.
+TEST(ContextParallelRuns, TheSameBitsTwiceWithRepeatedKeyValueHeads) {
+  const Case c{"llama_gqa", 1, 1, 1, 4, 0};
+  Json cfg = base_config(c);
   cfg["parallel"] = {{"virtual_gpus", c.dp}, {"context", c.cp}, {"timeout_s", 120}};
   layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
   EXPECT_EQ(runs_differ(cfg, groups), 0);
