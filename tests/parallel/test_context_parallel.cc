@@ -173,7 +173,9 @@ struct Case {
   // mixture of experts, the balance loss in the loss); "moe" (a Qwen3-MoE, a sparse and a dense layer, the balance loss
   // in the loss); "llama_fp8", "llama_fp8_rowwise" (the blocks' projections in FP8, tensorwise and
   // rowwise); "llama_fp8_blockwise" (blockwise, seq_len 512: each chunk of T / 4 at cp 2 whole 128-token tiles);
-  // "llama_fp8_blockwise_tile" (blockwise, a micro-batch of 64 tokens: one tile, its amax the maximum over the shards)
+  // "llama_fp8_blockwise_tile" (blockwise, a micro-batch of 64 tokens: one tile, its amax the maximum over the shards);
+  // "llama_gqa" (8 query heads over 2 key/value heads: at cp 4, or cp 2 beside tp 2, a slot has fewer kv heads than
+  // shards and repeats each over the shards that use it); "llama_gqa_docs" (the same, attention inside documents)
   std::string model;
   int dp, pp, tp, cp, zero;
   bool checkpointing = false;
@@ -231,17 +233,20 @@ std::vector<Case> cases() {
           {"llama_fp8_rowwise", 2, 1, 1, 2, 1},
           {"llama_fp8_rowwise", 1, 1, 2, 2, 0, true},
           {"llama_fp8_blockwise", 2, 1, 1, 2, 0},
-          {"llama_fp8_blockwise_tile", 2, 1, 1, 2, 3}};
+          {"llama_fp8_blockwise_tile", 2, 1, 1, 2, 3},
+          {"llama_gqa", 1, 1, 1, 4, 0},
+          {"llama_gqa", 1, 1, 2, 2, 0},
+          {"llama_gqa_docs", 1, 1, 1, 4, 0, true}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the regrouping beside tp, beside ZeRO-3's
 // sharded state with documents, and on 8 processes beside pp and tp; a gpt's positions beside tp; the balance sums
-// beside expert parallelism's exchanges.
+// beside expert parallelism's exchanges; the repeated key/value heads' column copies beside tp.
 std::map<std::string, std::vector<std::string>> subsets() {
   if (TANDEM_TEST_WORLD == 8) return {{"sanitized", {"llama_dp1_pp2_tp2_cp2_zero0_recompute"}}};
   return {{"sanitized",
            {"llama_dp1_pp1_tp2_cp2_zero0", "llama_dp2_pp1_tp1_cp2_zero3", "gpt_dp1_pp1_tp2_cp2_zero0",
-            "moe_dp2_pp1_tp1_cp2_zero3_ep2"}}};
+            "moe_dp2_pp1_tp1_cp2_zero3_ep2", "llama_gqa_dp1_pp1_tp2_cp2_zero0"}}};
 }
 
 // The mixtures of experts keep micro-batches of 2 sequences on every layout (the balance loss is per micro-batch, as in
@@ -261,7 +266,8 @@ Json base_config(const Case& c) {
       {"type", "llama"},          {"vocab_size", 64},         {"seq_len", 16},
       {"hidden_size", 64},        {"intermediate_size", 96},  {"num_hidden_layers", 4},
       {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"tie_word_embeddings", c.model == "llama_tied"}};
-  if (c.model == "llama_docs" || c.model == "gpt_docs")
+  if (c.model.rfind("llama_gqa", 0) == 0) cfg["model"]["num_key_value_heads"] = 2;
+  if (c.model == "llama_docs" || c.model == "gpt_docs" || c.model == "llama_gqa_docs")
     cfg["data"] = {{"type", "synthetic"}, {"document_mask", true}, {"eos_token_id", 5}};
   if (c.model == "llama_lora" || c.model == "llama_lora_dropout")
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}, {"init_lora_weights", false}};
@@ -397,6 +403,15 @@ TEST(ContextParallelRuns, TheSameBitsTwice) {
   const Case c{"llama_docs", 2, 1, 1, 2, 3};
   Json cfg = base_config(c);
   cfg["zero_optimization"] = {{"stage", c.zero}};
+  cfg["parallel"] = {{"virtual_gpus", c.dp}, {"context", c.cp}, {"timeout_s", 120}};
+  layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
+  EXPECT_EQ(runs_differ(cfg, groups), 0);
+}
+
+// The same with each key/value head repeated over 2 shards: the copies' gradients are summed in one order.
+TEST(ContextParallelRuns, TheSameBitsTwiceWithRepeatedKeyValueHeads) {
+  const Case c{"llama_gqa", 1, 1, 1, 4, 0};
+  Json cfg = base_config(c);
   cfg["parallel"] = {{"virtual_gpus", c.dp}, {"context", c.cp}, {"timeout_s", 120}};
   layout::Groups groups = layout::make_groups(testing::mpi_world(), layout::Layout{c.dp, c.pp, c.tp, c.cp});
   EXPECT_EQ(runs_differ(cfg, groups), 0);

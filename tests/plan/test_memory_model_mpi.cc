@@ -82,6 +82,12 @@ std::vector<MemCase> grid() {
     c.ckpt = ckpt;
     out.push_back(c);
   }
+  // Each sequence over 4 processes, more than the llama's 2 key/value heads: the repeated heads and the summed copies
+  // of their gradients among the buffers.
+  MemCase repeated = mem_case(1, 1, 1, 0);
+  repeated.model = "llama";
+  repeated.cp = 4;
+  out.push_back(repeated);
   // Expert parallelism over real exchanges: the experts over 2 of 4 replicas at ZeRO-3, every token routed to every
   // expert (so each slot receives the balanced prediction's rows).
   MemCase moe = mem_case(4, 1, 1, 3);

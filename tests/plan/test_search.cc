@@ -182,6 +182,35 @@ TEST(Search, Fp8BlockwiseContextShardsOnlyWhereTheirTilesAreWhole) {
   }
 }
 
+// Grouped-query heads fewer than the context size: 8 query heads over 2 key/value heads split over cp 4 (each kv head
+// repeated twice) and over cp 2 beside tp 2 (1 kv head a slot), both offered; 6 query heads over 2 do not split over
+// cp 4 (a shard's query heads would straddle two kv heads), so no cp 4 layout is.
+TEST(Search, ContextLayoutsRepeatKeyValueHeadsWhereTheQueryHeadsSplit) {
+  spec::LlamaConfig m;
+  m.vocab_size = 64;
+  m.seq_len = 64;
+  m.hidden_size = 48;
+  m.intermediate_size = 64;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 8;
+  m.num_key_value_heads = 2;
+  auto o = options(4, 1ull << 40, 4);
+  o.context = true;
+  // The (tp, cp) pairs of every candidate tried.
+  auto pairs = [&](const spec::LlamaConfig& model) {
+    std::set<std::pair<int, int>> out;
+    const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
+    for (const auto* list : {&r.fit, &r.no_fit})
+      for (const auto& c : *list) out.insert({c.setup.plan.layout.tp, c.setup.plan.layout.cp});
+    return out;
+  };
+  const auto eight = pairs(m);
+  EXPECT_TRUE(eight.count({1, 4}));
+  EXPECT_TRUE(eight.count({2, 2}));
+  m.num_attention_heads = 6;
+  EXPECT_FALSE(pairs(m).count({1, 4}));
+}
+
 // A mixture of experts whose experts are most of its state: spreading them over replicas (ep) is what fits.
 TEST(Search, ExpertsThatOnlyFitSpreadNeedExpertParallelism) {
   spec::LlamaConfig m;

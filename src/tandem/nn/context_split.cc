@@ -112,4 +112,47 @@ Tensor ContextSplit::scatter_sequence(const Tensor& x, const std::vector<int64_t
   return y;
 }
 
+int ContextSplit::kv_copies(int64_t kv_heads) const {
+  if (kv_heads % size == 0) return 1;
+  TANDEM_CHECK(size % kv_heads == 0, "context parallelism: ", kv_heads, " key/value heads over ", size,
+               " shards (spec::check_context refuses this layout)");
+  return static_cast<int>(size / kv_heads);
+}
+
+Tensor ContextSplit::gather_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads) const {
+  const int r = kv_copies(kv_heads);
+  const int64_t B = qkv.dim(0), Tl = qkv.dim(1), W = qkv.dim(2), d = W / (heads + 2 * kv_heads);
+  if (r == 1) return gather_sequence(qkv, {heads * d, kv_heads * d, kv_heads * d});
+  // (B, Tl, (H + 2 r Hkv) D): q as is, then k and v with each head's r copies side by side.
+  const int64_t We = (heads + 2 * r * kv_heads) * d;
+  Tensor wide = Tensor::empty({B, Tl, We}, qkv.dtype(), qkv.device(), "context-repeated key/value heads");
+  const Tensor from = qkv.view({B * Tl, W}), to = wide.view({B * Tl, We});
+  ops::copy_columns(from, 0, to, 0, heads * d);
+  for (int64_t h = 0; h < 2 * kv_heads; ++h)  // k heads, then v heads
+    for (int c = 0; c < r; ++c) ops::copy_columns(from, (heads + h) * d, to, (heads + h * r + c) * d, d);
+  return gather_sequence(wide, {heads * d, r * kv_heads * d, r * kv_heads * d});
+}
+
+Tensor ContextSplit::scatter_qkv(const Tensor& dqkv, int64_t heads, int64_t kv_heads) const {
+  const int r = kv_copies(kv_heads);
+  const int64_t d = dqkv.dim(2) * size / (heads + 2 * r * kv_heads);
+  if (r == 1) return scatter_sequence(dqkv, {heads * d, kv_heads * d, kv_heads * d});
+  const Tensor wide = scatter_sequence(dqkv, {heads * d, r * kv_heads * d, r * kv_heads * d});  // (B, Tl, We)
+  const int64_t B = wide.dim(0), Tl = wide.dim(1), We = wide.dim(2), N = B * Tl, Wkv = 2 * kv_heads * d;
+  Device& dev = wide.device();
+  Tensor out = Tensor::empty({B, Tl, (heads + 2 * kv_heads) * d}, wide.dtype(), dev, "context-summed qkv grad");
+  const Tensor from = wide.view({N, We}), to = out.view({N, (heads + 2 * kv_heads) * d});
+  ops::copy_columns(from, 0, to, 0, heads * d);
+  // copies[c] (N, 2 Hkv D): copy c of every k and v head; summed into copies[0] in order.
+  Tensor copies = Tensor::empty({r, N, Wkv}, wide.dtype(), dev, "context key/value head copies");
+  for (int c = 0; c < r; ++c) {
+    const Tensor part = copies.flat_slice(c * N * Wkv, N * Wkv, {N, Wkv});
+    for (int64_t h = 0; h < 2 * kv_heads; ++h) ops::copy_columns(from, (heads + h * r + c) * d, part, h * d, d);
+  }
+  const Tensor sum = copies.flat_slice(0, N * Wkv, {N, Wkv});
+  for (int c = 1; c < r; ++c) ops::add(sum, copies.flat_slice(c * N * Wkv, N * Wkv, {N, Wkv}), sum);
+  ops::copy_columns(sum, 0, to, heads * d, Wkv);
+  return out;
+}
+
 }  // namespace tandem::nn

@@ -63,6 +63,18 @@ struct ContextSplit {
   Tensor gather_sequence(const Tensor& x, const std::vector<int64_t>& parts) const;
   // The inverse: x (B, T, W / cp), slice `rank` of each part -> (B, Tl, W), every part whole, this shard's tokens.
   Tensor scatter_sequence(const Tensor& x, const std::vector<int64_t>& parts) const;
+
+  // Grouped-query attention's regrouping, q | k | v of a slot's H query heads over Hkv key/value heads of D columns.
+  // Where cp divides Hkv, each shard gets H / cp query heads over Hkv / cp kv heads. Where a slot has fewer kv heads
+  // than shards (cp = r Hkv, r > 1, and cp dividing H), each kv head is first repeated r times, copies side by side,
+  // so shard s gets copy s % r of kv head s / r: the one kv head its query heads [s H / cp, (s + 1) H / cp) use, as a
+  // kv group of H / Hkv = r H / cp query heads holds whole shards' runs. kv_copies gives r (1 where cp divides Hkv).
+  int kv_copies(int64_t kv_heads) const;
+  // qkv (B, Tl, (H + 2 Hkv) D) -> (B, T, (H + 2 r Hkv) D / cp): this shard's heads, every token. Collective.
+  Tensor gather_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads) const;
+  // Its gradient: dqkv (B, T, (H + 2 r Hkv) D / cp) -> (B, Tl, (H + 2 Hkv) D), the gradients of a kv head's r copies
+  // summed copy 0 first, then 1, ... (the same order on every run). Collective.
+  Tensor scatter_qkv(const Tensor& dqkv, int64_t heads, int64_t kv_heads) const;
 };
 
 }  // namespace tandem::nn

@@ -180,8 +180,6 @@ Tensor LlamaBlock::forward_for_backward(const Tensor& x, const Batch& batch, Sav
   return run(x, batch, saved, false);
 }
 
-std::vector<int64_t> LlamaBlock::qkv_parts(int64_t d) const { return {heads_ * d, kv_heads_ * d, kv_heads_ * d}; }
-
 Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool output) {
   // T: this shard's tokens of each sequence (all of them without context parallelism).
   const int64_t B = x.dim(0), T = x.dim(1), C = x.dim(2), N = B * T;
@@ -195,10 +193,11 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   // normalised over every head of a token, which a shard holds only before the regrouping: there, on its own tokens.
   Tensor raw, rstd;
   if (norm_whole_) qkv = head_norm(qkv, 1, 1, raw, rstd);
-  // Under context parallelism attention sees every token of 1 / cp of this slot's heads: (B, cp T, (H + 2 Hkv) D /
-  // (tp cp)), in position order, so the rotation below is the one-device rotation of those heads.
-  if (cp.active()) qkv = cp.gather_sequence(qkv, qkv_parts(d));
-  const int heads = heads_ / cp.size, kv_heads = kv_heads_ / cp.size;
+  // Under context parallelism attention sees every token of 1 / cp of this slot's heads: (B, cp T, (H + 2 r Hkv) D /
+  // (tp cp)), in position order, so the rotation below is the one-device rotation of those heads (r: the copies of
+  // each kv head where the slot has fewer than cp, nn/context_split.h).
+  if (cp.active()) qkv = cp.gather_qkv(qkv, heads_, kv_heads_);
+  const int heads = heads_ / cp.size, kv_heads = kv_heads_ * cp.kv_copies(kv_heads_) / cp.size;
   const int64_t Ta = qkv.dim(1);                                                  // the tokens attention sees
   if (q_norm_ && !norm_whole_) qkv = head_norm(qkv, heads, kv_heads, raw, rstd);  // each head on its own
   // q and k rotated in place, v passed over.
@@ -291,7 +290,7 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   const Tensor raw = saved.tensors.at(4), rstd = saved.tensors.at(5);  // qk_norm's, or undefined
   Device& dev = dy.device();
   const ContextSplit& cp = batch.context;
-  const int heads = heads_ / cp.size, kv_heads = kv_heads_ / cp.size;
+  const int heads = heads_ / cp.size, kv_heads = kv_heads_ * cp.kv_copies(kv_heads_) / cp.size;
   const int64_t d = att.dim(2) / heads;
   Tensor dx1 = mlp_backward(dy, batch, saved);  // (B, T, C)
   // Attention branch: dx = dx1 + attn_norm'(qkv'(head_norm'(rope'(attention'(o'(dx1)))))), the rotation and the head
@@ -308,7 +307,7 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   datt = Tensor();
   ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, dqkv);
   if (q_norm_ && !norm_whole_) head_norm_backward(dqkv, raw, rstd, heads, kv_heads);
-  if (cp.active()) dqkv = cp.scatter_sequence(dqkv, qkv_parts(d));  // (B, T, (H + 2 Hkv) D / tp)
+  if (cp.active()) dqkv = cp.scatter_qkv(dqkv, heads_, kv_heads_);  // (B, T, (H + 2 Hkv) D / tp), copies summed
   if (norm_whole_) head_norm_backward(dqkv, raw, rstd, 1, 1);       // on this shard's own tokens, as forward
   Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, batch, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
   saved.clear();

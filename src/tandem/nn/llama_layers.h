@@ -119,8 +119,6 @@ class LlamaBlock final : public Layer {
   Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
 
  private:
-  // The widths of q, k and v in qkv's columns, for a head dim d: this slot's H d, Hkv d, Hkv d.
-  std::vector<int64_t> qkv_parts(int64_t d) const;
   // Rows per MLP tile for a pass of `rows` rows: `rows` when it runs whole.
   int64_t mlp_tile(const Batch& batch, int64_t rows, DType dtype) const;
   // The forward; `output` false (activation checkpointing's second forward) skips a tiled MLP, whose result no one

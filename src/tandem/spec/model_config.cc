@@ -98,19 +98,24 @@ void check_mlp_layout(const MlpConfig& m, int pp, int tp, int virtual_stages, co
 }
 
 // The context split's rules for any decoder: equal chunks of each sequence, and whole heads on every shard after the
-// regrouping (each tensor-parallel slot's `heads` and `kv_heads` divided over cp).
+// regrouping. Each tensor-parallel slot's `heads` query heads split over cp; its `kv_heads` too, or, where it has
+// fewer than cp, each is repeated cp / kv_heads times so that every shard gets the one its query heads use (cp a
+// multiple of kv_heads). The one place for this rule (nn/context_split.h repeats the heads, plan/search.cc asks here).
 void check_context_split(int64_t seq_len, int64_t heads, int64_t kv_heads, int cp, int tp) {
   if (seq_len % (2 * cp) != 0)
     TANDEM_FAIL("model.seq_len ", seq_len, " is not divisible by 2 x parallel.context = ", 2 * cp,
                 ": each sequence is cut into that many equal chunks, an early and a late one on each device (which "
                 "balances the causal mask); choose a seq_len that is a multiple of ",
                 2 * cp);
-  if (heads % cp != 0 || kv_heads % cp != 0)
-    TANDEM_FAIL("parallel.context ", cp, " does not divide the ", heads, " query heads and ", kv_heads,
+  const bool kv_split = kv_heads % cp == 0, kv_repeated = cp % kv_heads == 0;
+  if (heads % cp != 0 || !(kv_split || kv_repeated))
+    TANDEM_FAIL("parallel.context ", cp, " does not split the ", heads, " query heads over ", kv_heads,
                 " key/value heads of each of the ", tp, " tensor-parallel slot", tp == 1 ? "" : "s",
                 ": attention regroups each sequence by heads over the context-parallel devices (all-to-all), so "
                 "each needs whole heads; choose a context size that divides ",
-                kv_heads, tp > 1 ? ", or fewer tensor-parallel slots" : "");
+                kv_heads, ", or a multiple of ", kv_heads, " that divides ", heads,
+                " (each key/value head is then repeated over the devices that share it)",
+                tp > 1 ? ", or fewer tensor-parallel slots" : "");
 }
 
 }  // namespace
