@@ -134,5 +134,30 @@ TEST(MoeMlp, OnlyACountingForwardAddsToTheBalance) {
   EXPECT_EQ(total, kN * kK);
 }
 
+// The per-layer tables: the layer adds its sums to its own row (MoeShape::index), the same as the totals', and
+// leaves the other layers' rows alone.
+TEST(MoeMlp, AddsItsSumsToItsOwnRowOfThePerLayerTables) {
+  CpuDevice dev;
+  MoeShape shape{kC, kF, kE, kK, true};
+  shape.index = 1;
+  MoeMlp layer("layers.3.moe", shape);
+  uint64_t seed = 110;
+  for (Parameter* p : layer.parameters()) p->value = randn(dev, p->shape, ++seed);
+  MoeBalance balance{Tensor::zeros({kE}, DType::F32, dev, "counts"), Tensor::zeros({kE}, DType::F32, dev, "probsum"),
+                     2 * kN, 0.0f, 1.0};
+  balance.layer_counts = Tensor::zeros({2, kE}, DType::F32, dev, "layer counts");    // (2, E)
+  balance.layer_probsum = Tensor::zeros({2, kE}, DType::F32, dev, "layer probsum");  // (2, E)
+  Batch batch;
+  batch.balance = &balance;
+  const Tensor x = randn(dev, {kN, kC}, 115);
+  Saved saved;
+  layer.forward_add(x, x, batch, saved, true);
+  const std::vector<double> counts = to_double(balance.layer_counts), probs = to_double(balance.layer_probsum);
+  EXPECT_EQ(std::vector<double>(counts.begin(), counts.begin() + kE), std::vector<double>(kE, 0.0));
+  EXPECT_EQ(std::vector<double>(probs.begin(), probs.begin() + kE), std::vector<double>(kE, 0.0));
+  EXPECT_EQ(std::vector<double>(counts.begin() + kE, counts.end()), to_double(balance.counts));
+  EXPECT_EQ(std::vector<double>(probs.begin() + kE, probs.end()), to_double(balance.probsum));
+}
+
 }  // namespace
 }  // namespace tandem::nn

@@ -20,8 +20,10 @@ namespace tandem {
 
 struct Result {
   std::vector<double> losses, grad_norms;
-  std::vector<double> balance_losses;  // a mixture of experts' metric moe_balance_loss, each step's
-  double val_loss = 0;                 // "eval" after the last step
+  // A mixture of experts' metrics, each step's: moe_balance_loss, moe_max_load and moe_layer_max_load.
+  std::vector<double> balance_losses, max_loads;
+  std::vector<std::vector<double>> layer_max_loads;
+  double val_loss = 0;  // "eval" after the last step
   std::map<std::string, std::vector<float>> params;
   uint64_t peak_bytes = 0;
 };
@@ -39,6 +41,8 @@ inline Result run_training(const config::Json& cfg_json, layout::Groups* groups)
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
     r.balance_losses.push_back(m.moe_balance_loss);
+    r.max_loads.push_back(m.moe_max_load);
+    r.layer_max_loads.push_back(m.moe_layer_max_load);
     r.peak_bytes = m.peak_bytes;
     if (m.evaluated) r.val_loss = m.val_loss;
   }
@@ -122,6 +126,31 @@ inline Distance compare_to_one_device(const Result& got, const Result& want, con
   EXPECT_LE(d.all, b.all) << "all parameters";
   d.failures += d.all > b.all;
   return d;
+}
+
+// A mixture of experts' metrics against the one device's, each step's within `bound` relative (gtest expectations
+// naming what differs): the balance loss, the max over mean load summed over the layers, and each layer's. Returns
+// how many differ.
+inline int compare_moe_metrics(const Result& got, const Result& want, double bound) {
+  int failures = 0;
+  const auto check = [&](double g, double w, size_t step, const std::string& what) {
+    const double r = std::fabs(g - w) / std::max(std::fabs(w), 1e-30);
+    EXPECT_LE(r, bound) << "step " << step + 1 << ": " << what << " " << g << " vs one device " << w;
+    failures += r > bound;
+  };
+  EXPECT_EQ(got.balance_losses.size(), want.balance_losses.size());
+  failures += got.balance_losses.size() != want.balance_losses.size();
+  for (size_t i = 0; i < std::min(got.balance_losses.size(), want.balance_losses.size()); ++i) {
+    EXPECT_GT(want.balance_losses[i], 0) << "step " << i + 1 << ": the one device measured no balance";
+    failures += want.balance_losses[i] <= 0;
+    check(got.balance_losses[i], want.balance_losses[i], i, "moe_balance_loss");
+    check(got.max_loads[i], want.max_loads[i], i, "moe_max_load");
+    EXPECT_EQ(got.layer_max_loads[i].size(), want.layer_max_loads[i].size()) << "step " << i + 1 << ": MoE layers";
+    failures += got.layer_max_loads[i].size() != want.layer_max_loads[i].size();
+    for (size_t l = 0; l < std::min(got.layer_max_loads[i].size(), want.layer_max_loads[i].size()); ++l)
+      check(got.layer_max_loads[i][l], want.layer_max_loads[i][l], i, "moe_layer_max_load[" + std::to_string(l) + "]");
+  }
+  return failures;
 }
 
 }  // namespace tandem

@@ -373,13 +373,8 @@ TEST_P(ContextParallel, SameLossesAndParametersAsOneDevice) {
   if (testing::mpi_world().rank() == 0) {
     const Distance d = compare_to_one_device(got, reference(c), b, b.loss * (c.extra == "bf16" || fp8 ? 3 : 1));
     failures = d.failures;
-    // A mixture of experts: the balance loss the metrics report is the one device's, each step's sums over the whole
-    // sequences.
-    for (size_t i = 0; is_moe(c) && i < got.balance_losses.size(); ++i) {
-      const double want = reference(c).balance_losses.at(i), r = std::fabs(got.balance_losses[i] - want) / want;
-      EXPECT_LE(r, b.loss) << "step " << i + 1 << ": balance loss " << got.balance_losses[i] << " vs " << want;
-      failures += r > b.loss;
-    }
+    // A mixture of experts: the balance metrics are the one device's, each step's sums over the whole sequences.
+    if (is_moe(c)) failures += compare_moe_metrics(got, reference(c), b.loss);
     std::printf(
         "[%s] %s against one device: first loss %.1e, first gradient norm %.1e, any loss %.1e, a tensor %.1e, "
         "all %.1e\n",

@@ -3,8 +3,9 @@
 // regrouping), then equivalence: a Qwen3-MoE (a sparse and a dense layer, the balance loss in the loss) trained with
 // its experts spread, at every ZeRO stage, beside tp, pp and cp, with LoRA on a frozen base (the frozen experts sharded
 // over their own replicas) and with the optimizer state (and the parameters) offloaded to host memory, must match the
-// one-device run within the fp32 bounds of equivalence_bounds.h; and a run
-// gives the same bits twice. Each rank's micro-batch is one of the one-device run's (train_batch_size 8, 4
+// one-device run within the fp32 bounds of equivalence_bounds.h, and so must the metrics of its balance (the loss,
+// the max over mean load and each layer's), under pp too, with a MoE layer on each stage; and a run gives the same bits
+// twice. Each rank's micro-batch is one of the one-device run's (train_batch_size 8, 4
 // micro-batches of 2), so the balance loss, which is per micro-batch as in transformers, is the same. Run under mpirun
 // -np 4.
 #include <gtest/gtest.h>
@@ -71,7 +72,8 @@ TEST(ExpertRoute, RegroupsTheSlotsRowsExpertByExpert) {
 }
 
 struct Case {
-  // "moe" (the balance loss in the loss); "moe_quiet" (without it, as pp needs); "moe_lora" (LoRA on the
+  // "moe" (the balance loss in the loss); "moe_quiet" (without it, as pp needs); "moe_quiet_sparse" (moe_quiet with
+  // both layers MoE: under pp each stage holds one, and the metrics add up the stages'); "moe_lora" (LoRA on the
   // attention of a frozen base: the experts frozen, sharded over their own replicas); "moe_shared" (Qwen2-MoE: its
   // shared expert, whole on every expert slot and split over tp); "moe_shared_lora" (Qwen2-MoE with LoRA on the
   // attention, the shared expert and its gate, with dropout: each adapter's mask keyed alike in every layout)
@@ -101,6 +103,8 @@ std::vector<Case> cases() {
           {"moe", 2, 1, 2, 1, 2, 0},
           {"moe", 2, 1, 2, 1, 2, 3},
           {"moe_quiet", 2, 2, 1, 1, 2, 1},
+          {"moe_quiet_sparse", 2, 2, 1, 1, 2, 1},
+          {"moe_quiet_sparse", 1, 2, 2, 1, 1, 0},
           {"moe_quiet", 2, 1, 1, 2, 2, 1},
           {"moe_quiet", 2, 1, 1, 2, 4, 3},
           {"moe_lora", 4, 1, 1, 1, 2, 3},
@@ -144,7 +148,7 @@ Json base_config(const std::string& model, int dp) {
                   {"num_experts_per_tok", 2},
                   {"moe_intermediate_size", 24},
                   {"norm_topk_prob", true},
-                  {"mlp_only_layers", {1}},
+                  {"mlp_only_layers", model == "moe_quiet_sparse" ? Json::array() : Json::array({1})},
                   {"output_router_logits", model == "moe"},
                   {"router_aux_loss_coef", 0.05}};
   if (model == "moe_shared" || model == "moe_shared_lora") {
@@ -203,7 +207,8 @@ TEST_P(ExpertParallel, SameLossesAndParametersAsOneDevice) {
   int failures = 0;
   if (testing::mpi_world().rank() == 0) {
     const Distance d = compare_to_one_device(got, reference(c.model), b, b.loss);
-    failures = d.failures;
+    // The balance metrics too: each expert slot counts the tokens it routes, each pipeline stage its own layers'.
+    failures = d.failures + compare_moe_metrics(got, reference(c.model), b.loss);
     std::printf(
         "[fp32] %s against one device: first loss %.1e, first gradient norm %.1e, any loss %.1e, a tensor %.1e, "
         "all %.1e\n",

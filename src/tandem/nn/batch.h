@@ -45,6 +45,11 @@ struct MoeBalance {
   int64_t rows = 0;    // R
   float coef = 0.0f;   // the loss's weight (router_aux_loss_coef); 0: the sums are kept, the loss left as it is
   double share = 1.0;  // the micro-batch's share of the step's loss: its samples over the global batch's
+  // The same sums kept apart per MoE layer (row MoeShape::index), for the metrics alone: this rank's own tokens (no cp
+  // sum), so that a layer whose router collapses shows, and a pipeline's stages can add up their layers'. Undefined:
+  // not kept.
+  Tensor layer_counts;   // (L, E) f32
+  Tensor layer_probsum;  // (L, E) f32
 };
 
 // Under context parallelism a layer's activations hold this shard's Tl = T / cp tokens of each sequence (in the

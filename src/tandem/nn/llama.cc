@@ -89,11 +89,13 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
                          c.moe.num_experts,    c.moe.num_experts_per_tok,
                          c.moe.norm_topk_prob, c.moe.shared_expert_intermediate_size};
   int sparse = 0;
+  std::vector<int> sparse_layers;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     LlamaBlockShape layer = shape;
     if (spec::sparse_layer(c, i)) {
       layer.moe = experts;
-      ++sparse;
+      layer.moe.index = sparse++;
+      sparse_layers.push_back(static_cast<int>(i));
     }
     auto block = std::make_unique<LlamaBlock>(static_cast<int>(i), layer, rope, tp);
     fp8_use.fp8 += block->use_fp8(fp8);
@@ -101,7 +103,9 @@ Model build_llama(const LlamaConfig& cfg, TpSlot tp, const LoraTargets* lora, co
     model.add(sites.adapted(std::move(block)));
   }
   model.set_fp8_use(fp8_use);
-  if (sparse > 0) model.set_moe_routing({c.moe.num_experts, sparse, static_cast<float>(spec::balance_coef(c))});
+  if (sparse > 0)
+    model.set_moe_routing(
+        {c.moe.num_experts, sparse, static_cast<float>(spec::balance_coef(c)), std::move(sparse_layers)});
   model.add(
       sites.frozen(std::make_unique<LlamaHead>(c.hidden_size, c.vocab_size, shape.eps, tp, c.tie_word_embeddings)));
   model.set_vocab_parallel_logits(tp.active());

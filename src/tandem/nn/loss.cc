@@ -43,7 +43,8 @@ Tensor head_loss(Layer& head, const TpSlot& tp, const Tensor& h, const Batch& ba
   if (const MoeBalance* b = batch.balance) {
     // Under context parallelism each shard counted only its own tokens: summed over the cp group here, every MoE
     // layer's forward done and no router's backward begun, the sums are the whole sequences' (the routers' gradients
-    // and the step's metrics read them), and one shard adds the loss that all of them now hold.
+    // read them; the metrics read the per-layer tables, each shard's own), and one shard adds the loss that all of
+    // them now hold.
     if (batch.context.active()) {
       batch.context.exchange->sum(b->counts);
       batch.context.exchange->sum(b->probsum);

@@ -89,8 +89,9 @@ class Model {
   struct MoeRouting {
     int experts = 0, layers = 0;
     float coef = 0.0f;
+    std::vector<int> indices;  // (layers) each MoE layer's block number (model.layers.<i>), in model order
   };
-  MoeRouting moe_routing() const { return moe_routing_; }
+  const MoeRouting& moe_routing() const { return moe_routing_; }
   void set_moe_routing(MoeRouting routing) { moe_routing_ = routing; }
   // Expert parallelism: every layer keeps only `slot`'s experts (Layer::place_experts). Before materialising.
   void place_experts(const ExpertSlot& slot) {

@@ -118,7 +118,13 @@ Tensor MoeMlp::forward_add(const Tensor& x, const Tensor& residual, const Batch&
   Tensor weights = Tensor::empty({N, k}, DType::F32, dev, name() + " expert weights");      // (N, k)
   ops::moe_route(logits, k, shape_.normalize, probs, choices, weights);
   logits = Tensor();
-  if (count && batch.balance) ops::moe_route_stats(probs, choices, batch.balance->counts, batch.balance->probsum);
+  if (count && batch.balance) {
+    const MoeBalance& b = *batch.balance;
+    ops::moe_route_stats(probs, choices, b.counts, b.probsum);
+    if (b.layer_counts.defined())
+      ops::moe_route_stats(probs, choices, b.layer_counts.flat_slice(shape_.index * E, E, {E}),
+                           b.layer_probsum.flat_slice(shape_.index * E, E, {E}));
+  }
   Tensor rows = Tensor::empty({N, k}, DType::I32, dev, name() + " routed rows");  // (N, k)
   Tensor offsets = Tensor::empty({E + 1}, DType::I32, dev, name() + " expert offsets");
   ops::moe_order(choices, static_cast<int>(E), rows, offsets);

@@ -19,6 +19,7 @@ struct MoeShape {
   int top_k = 0;             // k
   bool normalize = false;    // the k weights divided by their sum (norm_topk_prob; Mixtral always)
   int64_t shared = 0;        // Fs: Qwen2-MoE's shared expert's width; 0: none
+  int index = 0;             // its place among the model's MoE layers: its row of MoeBalance's per-layer tables
 };
 
 // y = residual + sum over the k chosen experts of weight x down_e(swiglu(gate_up_e(x))) for each token of x (N, C):

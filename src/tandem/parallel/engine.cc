@@ -7,6 +7,7 @@
 #include "tandem/nn/loss.h"
 #include "tandem/ops/ops.h"
 #include "tandem/optim/clip.h"
+#include "tandem/parallel/moe_metrics.h"
 
 namespace tandem::parallel {
 
@@ -95,7 +96,7 @@ pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatc
   const int64_t first = groups_.coord.dp * per_replica + mb * cfg_.micro_batch;
   pipeline::MicroBatch b = batch(first, cfg_.micro_batch);
   b.samples = {cfg_.seed, step_index, first};
-  if (const nn::Model::MoeRouting r = model_.moe_routing(); r.experts > 0) {
+  if (const nn::Model::MoeRouting& r = model_.moe_routing(); r.experts > 0) {
     // The balance sums over this micro-batch's tokens and MoE layers; its share of the step's loss is its samples'.
     auto balance = std::make_shared<nn::MoeBalance>();
     const PurposeScope scope(device_, MemoryPurpose::Other);
@@ -104,8 +105,12 @@ pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatc
     balance->rows = b.inputs.numel() * r.layers;
     balance->coef = r.coef;
     balance->share = static_cast<double>(cfg_.micro_batch) / static_cast<double>(per_replica * groups_.layout.dp);
+    balance->layer_counts = Tensor::zeros({r.layers, r.experts}, DType::F32, device_, "expert choices per layer");
+    balance->layer_probsum =
+        Tensor::zeros({r.layers, r.experts}, DType::F32, device_, "expert probabilities per layer");
     b.balance = std::move(balance);
-    balances_.push_back(b.balance);
+    if (balances_.size() <= static_cast<size_t>(mb)) balances_.resize(static_cast<size_t>(mb) + 1);
+    balances_[static_cast<size_t>(mb)] = b.balance;
   }
   if (context_.active()) {
     // This shard's tokens and targets; the documents stay whole for attention, which sees every token.
@@ -147,30 +152,14 @@ double Engine::run_schedule(const std::function<pipeline::MicroBatch(int64_t, in
 }
 
 void Engine::balance_metrics(StepResult& r) {
-  if (balances_.empty() || groups_.layout.pp > 1) return balances_.clear();
-  std::vector<double> counts;
-  double aux = 0;
-  for (const auto& b : balances_) {
-    const std::vector<float> c = b->counts.to_host_floats(), p = b->probsum.to_host_floats();
-    counts.resize(c.size(), 0.0);
-    double dot = 0;
-    for (size_t e = 0; e < c.size(); ++e) {
-      dot += static_cast<double>(c[e]) * p[e];
-      counts[e] += c[e];
-    }
-    const double rows = static_cast<double>(b->rows);
-    aux += static_cast<double>(c.size()) * dot / (rows * rows) / static_cast<double>(balances_.size());
-  }
-  double total = 0, most = 0;
-  for (double c : counts) {
-    total += c;
-    most = std::max(most, c);
-  }
-  const double ranks = groups_.world->size();
-  r.moe = true;
-  r.moe_balance_loss = groups_.world->all_reduce_scalar(aux) / ranks;
-  r.moe_max_load = groups_.world->all_reduce_scalar(total > 0 ? most * counts.size() / total : 0.0) / ranks;
+  if (balances_.empty()) return;
+  MoeMetrics m = moe_metrics(balances_, groups_, device_);
   balances_.clear();
+  r.moe = true;
+  r.moe_balance_loss = m.balance_loss;
+  r.moe_max_load = m.max_load;
+  r.moe_layer_max_load = std::move(m.layer_max_load);
+  r.moe_layers = model_.moe_routing().indices;
 }
 
 double Engine::evaluate(const std::function<pipeline::MicroBatch(int64_t, int64_t)>& batch, double loss_normalizer) {

@@ -45,11 +45,13 @@ struct StepResult {
   double grad_norm = 0;   // global, before clipping (inf or NaN when an fp16 step overflowed)
   bool skipped = false;   // fp16 overflow: no update this step
   double loss_scale = 1;  // the scale used in this step
-  // A mixture-of-experts model without a pipeline (where each rank's sums cover every MoE layer), averaged over the
-  // ranks: the load-balancing loss (unweighted, the mean over micro-batches) and the most-chosen expert's choices over
-  // the mean expert's, summed over the step's MoE layers and micro-batches (1: balanced). moe false: none.
+  // A mixture-of-experts model's balance (moe_metrics.h's MoeMetrics), one device's figures in any layout: the
+  // load-balancing loss (unweighted, the mean over micro-batches), the most-chosen expert's choices over the mean
+  // expert's summed over the MoE layers, and per layer (their block numbers in moe_layers). moe false: none.
   bool moe = false;
   double moe_balance_loss = 0, moe_max_load = 0;
+  std::vector<double> moe_layer_max_load;  // (L)
+  std::vector<int> moe_layers;             // (L)
 };
 
 class Engine {
@@ -122,7 +124,7 @@ class Engine {
   std::vector<pipeline::LayerRange> chunks_;      // this rank's, by chunk index
   std::unique_ptr<ParameterStore> store_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
-  std::vector<std::shared_ptr<const nn::MoeBalance>> balances_;  // this step's micro-batches', for its metrics
+  std::vector<std::shared_ptr<const nn::MoeBalance>> balances_;  // this step's, by micro-batch, for its metrics
   // Loss scaling state (fp16).
   double loss_scale_ = 1;
   int good_steps_ = 0;

@@ -55,7 +55,10 @@ void MetricsFile::write(const StepMetrics& m) {
   if (m.evaluated) line["val_loss"] = m.val_loss;
   if (m.checkpoint_s > 0) line["checkpoint_s"] = m.checkpoint_s;
   if (m.checkpoint_writing) line["checkpoint_writing"] = true;
-  if (m.moe) line.update({{"moe_balance_loss", m.moe_balance_loss}, {"moe_max_load", m.moe_max_load}});
+  if (m.moe)
+    line.update({{"moe_balance_loss", m.moe_balance_loss},
+                 {"moe_max_load", m.moe_max_load},
+                 {"moe_layer_max_load", m.moe_layer_max_load}});
   file_ << line.dump() << "\n";
   file_.flush();
 }

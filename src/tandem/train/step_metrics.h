@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace tandem::train {
 
@@ -23,6 +24,8 @@ struct StepMetrics {
   // A mixture of experts' balance (parallel::StepResult::moe_*), when the step measured it.
   bool moe = false;
   double moe_balance_loss = 0, moe_max_load = 0;
+  std::vector<double> moe_layer_max_load;  // (L) each MoE layer's max over mean, in model order
+  std::vector<int> moe_layers;             // (L) their block numbers (model.layers.<i>)
 };
 
 }  // namespace tandem::train

@@ -2,6 +2,7 @@
 #include "tandem/train/step_report.h"
 
 #include <cstdio>
+#include <string>
 
 #include "tandem/core/units.h"
 
@@ -29,9 +30,13 @@ std::vector<MonitorEvent> monitor_events(const StepMetrics& m, bool fp16, bool t
   if (m.evaluated) e.push_back({"Train/Samples/val_loss", m.val_loss});
   e.push_back({tokens ? "Train/Samples/tokens_per_s" : "Train/Samples/samples_per_s", m.tokens_per_s});
   e.push_back({"Train/Samples/peak_memory_bytes", static_cast<double>(m.peak_bytes)});
-  if (m.moe)
+  if (m.moe) {
     e.insert(e.end(),
              {{"Train/Samples/moe_balance_loss", m.moe_balance_loss}, {"Train/Samples/moe_max_load", m.moe_max_load}});
+    // One scalar per MoE layer, named by its block: a router that collapses shows in its own layer's curve.
+    for (size_t l = 0; l < m.moe_layer_max_load.size(); ++l)
+      e.push_back({"Train/Samples/moe_max_load/layer_" + std::to_string(m.moe_layers.at(l)), m.moe_layer_max_load[l]});
+  }
   return e;
 }
 

@@ -264,6 +264,8 @@ StepMetrics Trainer::train_step(int64_t step, bool first_of_run) {
   m.moe = r.moe;
   m.moe_balance_loss = r.moe_balance_loss;
   m.moe_max_load = r.moe_max_load;
+  m.moe_layer_max_load = r.moe_layer_max_load;
+  m.moe_layers = r.moe_layers;
   m.skipped = r.skipped;
   m.loss_scale = engine_->loss_scale();
   m.step_seconds = groups_->world->all_reduce_scalar(seconds, comm::ReduceOp::Max);
