@@ -546,10 +546,12 @@ std::vector<Setting> build_settings() {
                });
   append(rows, lora_rows());
   append(rows, run_rows());
-  append(rows, monitor_rows("tensorboard", &Run::tensorboard,
-                            "TensorBoard event files with DeepSpeed's tags (Train/Samples/train_loss, lr, loss_scale; "
-                            "samples as the step) and Tandem's grad norm, val_loss, tokens/s and peak memory",
-                            "event files"));
+  append(rows,
+         monitor_rows("tensorboard", &Run::tensorboard,
+                      "TensorBoard event files with DeepSpeed's tags (Train/Samples/train_loss, lr, loss_scale; "
+                      "samples as the step) and Tandem's grad norm, val_loss, tokens/s, peak memory and a mixture of "
+                      "experts' balance (per MoE layer too)",
+                      "event files"));
   append(rows, monitor_rows("csv_monitor", &Run::csv_monitor,
                             "DeepSpeed's CSV files, one per tag (Train_Samples_train_loss.csv: step, train_loss), the "
                             "same values as tensorboard",
