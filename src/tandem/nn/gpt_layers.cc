@@ -14,27 +14,19 @@ GptEmbedding::GptEmbedding(int64_t vocab_size, int64_t max_seq_len, int64_t dim,
 }
 
 namespace {
-// y (B, Tl, C) += wpe's rows at the whole-sequence positions of this shard's tokens (the split's runs; all T in order
-// without context parallelism): one call per sequence and run under cp, so each row is added as on one device.
-void add_shard_positions(const Tensor& y, const Tensor& wpe, const ContextSplit& cp) {
-  if (!cp.active()) return ops::add_positions(y, wpe);
-  const int64_t B = y.dim(0), Tl = y.dim(1), C = y.dim(2);
+// Runs `op` (ops::add_positions or its backward) on x (B, Tl, C) and the position table's rows (T_max, C) of this
+// shard's tokens' whole-sequence positions (the split's runs; all T in order without context parallelism): one call per
+// sequence and run under cp, so each row is added, and each row of the table's gradient summed over its batch, as on
+// one device; the table's rows of other shards' positions stay as they are (the gradients' sum over dp x cp completes
+// them).
+void at_shard_positions(void (*op)(const Tensor&, const Tensor&), const Tensor& x, const Tensor& table,
+                        const ContextSplit& cp) {
+  if (!cp.active()) return op(x, table);
+  const int64_t B = x.dim(0), Tl = x.dim(1), C = x.dim(2);
   for (int64_t b = 0; b < B; ++b)
     for (const ContextSplit::Run& r : cp.runs(Tl * cp.size))
-      ops::add_positions(y.flat_slice((b * Tl + r.local) * C, r.count * C, {1, r.count, C}),
-                         wpe.flat_slice(r.position * C, r.count * C, {r.count, C}));
-}
-
-// dwpe (T_max, C) f32 rows at this shard's positions += the sum over sequences of dy (B, Tl, C), sequence by sequence
-// in order, so each row sums its batch as on one device; the rows of other shards' positions stay as they are (the
-// gradients' sum over dp x cp completes them).
-void add_shard_positions_backward(const Tensor& dy, const Tensor& dwpe, const ContextSplit& cp) {
-  if (!cp.active()) return ops::add_positions_backward(dy, dwpe);
-  const int64_t B = dy.dim(0), Tl = dy.dim(1), C = dy.dim(2);
-  for (int64_t b = 0; b < B; ++b)
-    for (const ContextSplit::Run& r : cp.runs(Tl * cp.size))
-      ops::add_positions_backward(dy.flat_slice((b * Tl + r.local) * C, r.count * C, {1, r.count, C}),
-                                  dwpe.flat_slice(r.position * C, r.count * C, {r.count, C}));
+      op(x.flat_slice((b * Tl + r.local) * C, r.count * C, {1, r.count, C}),
+         table.flat_slice(r.position * C, r.count * C, {r.count, C}));
 }
 }  // namespace
 
@@ -49,7 +41,7 @@ Tensor GptEmbedding::forward(const Tensor& tokens, const Batch& batch, Saved& sa
   const int64_t start = tp_.rank * (vocab_ / tp_.size);
   ops::embedding_forward(tokens.view({B * T}), wte_->value, x.view({B * T, dim_}), start, vocab_);
   tp_.sum(x);
-  add_shard_positions(x, wpe_->value, cp);
+  at_shard_positions(ops::add_positions, x, wpe_->value, cp);
   saved.tensors = {tokens};
   return x;
 }
@@ -59,7 +51,7 @@ Tensor GptEmbedding::backward(const Tensor& dy, const Batch& batch, Saved& saved
   const int64_t start = tp_.rank * (vocab_ / tp_.size);
   if (wte_->trainable)
     ops::embedding_backward(tokens.view({tokens.numel()}), dy.view({tokens.numel(), dim_}), wte_->grad, start);
-  if (wpe_->trainable) add_shard_positions_backward(dy, wpe_->grad, batch.context);
+  if (wpe_->trainable) at_shard_positions(ops::add_positions_backward, dy, wpe_->grad, batch.context);
   saved.clear();
   return Tensor();
 }
