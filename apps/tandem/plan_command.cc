@@ -142,6 +142,7 @@ int run_plan_command(const PlanArgs& a) {
   opt.default_schedule =
       tc.parallel.virtual_stages.value_or(1) > 1 ? spec::ScheduleKind::Interleaved : tc.parallel.schedule;
   opt.default_checkpointing = tc.parallel.activation_checkpointing;
+  opt.keep_attention = tc.parallel.keep_attention;
   opt.tiles = tc.tiles;
   const bool half = a.dtype.empty() ? tc.bf16 || tc.fp16.enabled : a.dtype != "fp32";
   opt.dtype_bytes = half ? 2 : 4;

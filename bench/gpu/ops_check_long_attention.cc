@@ -2,12 +2,14 @@
 // tokens, through the dispatch (scratch_sizes.h: cuDNN's graphs whole, its deterministic backward in blocks of query
 // rows past kCudnnAttentionWorkspaceLimit, or the flash kernels), with TFLOP/s forward and backward, the backward's
 // scratch as cuDNN gives it and as the planner estimates it, and the first call's time (its graphs are built then).
-// At 128k the flash kernels beside (attention kept inside one document: theirs).
+// At 128k the flash kernels beside (attention kept inside one document: theirs), and the deterministic backward in
+// blocks of other heights than the rule's.
 #include <cudnn.h>
 
 #include <chrono>
 
 #include "ops_check.h"
+#include "tandem/ops/cuda/attention_blocks.h"
 #include "tandem/ops/cuda/scratch_sizes.h"
 
 namespace tandem::ops_check {
@@ -80,6 +82,21 @@ void bench_long_attention(CudaDevice& dev) {
         dev, [&] { gpu::attention_gqa_documents_backward(x.qkv, kH, kKv, x.docs, x.y, x.lse, x.dy, x.dqkv); }, 1, reps);
     std::printf("  flash kernels: fwd %9.2f ms %7.1f TFLOP/s, bwd %9.2f ms %7.1f TFLOP/s\n", ff, flops / (ff * 1e9), fb,
                 2.5 * flops / (fb * 1e9));
+    // The deterministic backward in blocks of other heights than the rule's (scratch_sizes.h), with what each holds.
+    for (const int64_t r : {int64_t{256}, int64_t{1024}, int64_t{2048}}) {
+      const int64_t scratch = gpu::cudnn_attention_blocked_scratch(
+          gpu::cudnn_attention_block_workspace(sh.b, kH, kKv, r, sh.t, kD), r, sh.b, kH, kKv, sh.t, kD);
+      const double rb = median_ms(
+          dev,
+          [&] {
+            TANDEM_CHECK(gpu::attention_gqa_backward_in_blocks(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv, r),
+                         "blocks of ", r, " rows");
+          },
+          1, reps);
+      std::printf("  blocks of %5lld rows: bwd %9.2f ms %7.1f TFLOP/s, scratch %lld bytes (estimate)\n",
+                  static_cast<long long>(r), rb, 2.5 * flops / (rb * 1e9), static_cast<long long>(scratch));
+      std::fflush(stdout);
+    }
   }
 }
 

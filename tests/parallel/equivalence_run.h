@@ -50,18 +50,22 @@ inline Result run_training(const config::Json& cfg_json, layout::Groups* groups)
   return r;
 }
 
+// Counts which of two runs' losses, gradient norms, held-out loss and final parameters differ in any bit, with the
+// test's failures for each (two runs that must compute the same: a setting that moves work, not what it computes).
+inline int bit_differences(const Result& a, const Result& b) {
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.grad_norms, b.grad_norms);
+  EXPECT_EQ(a.val_loss, b.val_loss);
+  EXPECT_EQ(a.params, b.params);
+  return (a.losses != b.losses) + (a.grad_norms != b.grad_norms) + (a.val_loss != b.val_loss) + (a.params != b.params);
+}
+
 // Trains cfg_json twice in the layout of `groups` and returns how many of the two runs' losses, gradient norms and
 // final parameters differ (compared on rank 0, with gtest expectations there), the same number on every rank.
 inline int runs_differ(const config::Json& cfg_json, layout::Groups& groups) {
   const Result first = run_training(cfg_json, &groups), second = run_training(cfg_json, &groups);
   int differ = 0;
-  if (groups.world->rank() == 0) {
-    EXPECT_EQ(first.losses, second.losses);
-    EXPECT_EQ(first.grad_norms, second.grad_norms);
-    EXPECT_EQ(first.params, second.params);
-    differ =
-        (first.losses != second.losses) + (first.grad_norms != second.grad_norms) + (first.params != second.params);
-  }
+  if (groups.world->rank() == 0) differ = bit_differences(first, second);
   return static_cast<int>(groups.world->all_reduce_scalar(differ));
 }
 

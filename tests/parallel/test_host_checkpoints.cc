@@ -61,16 +61,6 @@ Json llama_config(bool bf16) {
   return cfg;
 }
 
-// Counts what differs between two runs, with the test's failures for each.
-int differences(const Result& host, const Result& device) {
-  EXPECT_EQ(host.losses, device.losses);
-  EXPECT_EQ(host.grad_norms, device.grad_norms);
-  EXPECT_EQ(host.val_loss, device.val_loss);
-  EXPECT_EQ(host.params, device.params);
-  return (host.losses != device.losses) + (host.grad_norms != device.grad_norms) + (host.val_loss != device.val_loss) +
-         (host.params != device.params);
-}
-
 // Activation checkpointing with its inputs on the device, then in host memory: the same bits, and a lower peak.
 TEST(HostCheckpoints, SameBitsOnOneDevice) {
   if (testing::mpi_world().rank() != 0) return;
@@ -80,7 +70,7 @@ TEST(HostCheckpoints, SameBitsOnOneDevice) {
     const Result device = run_training(cfg, nullptr);
     cfg["parallel"]["cpu_checkpointing"] = true;
     const Result host = run_training(cfg, nullptr);
-    EXPECT_EQ(differences(host, device), 0) << (bf16 ? "bf16" : "fp32");
+    EXPECT_EQ(bit_differences(host, device), 0) << (bf16 ? "bf16" : "fp32");
     EXPECT_LT(host.peak_bytes, device.peak_bytes);
     std::printf("[host checkpoints] one device%s: peak %llu bytes with the inputs on the device, %llu in host memory\n",
                 bf16 ? " bf16" : "", static_cast<unsigned long long>(device.peak_bytes),
@@ -97,7 +87,7 @@ TEST(HostCheckpoints, DeepSpeedKeySameBits) {
   cfg["parallel"].erase("cpu_checkpointing");
   cfg["activation_checkpointing"] = {{"cpu_checkpointing", true}};
   const Result deepspeed_key = run_training(cfg, nullptr);
-  EXPECT_EQ(differences(deepspeed_key, tandem_key), 0);
+  EXPECT_EQ(bit_differences(deepspeed_key, tandem_key), 0);
   EXPECT_EQ(deepspeed_key.peak_bytes, tandem_key.peak_bytes);
 }
 
@@ -149,7 +139,7 @@ TEST_P(HostCheckpointLayouts, SameBitsAsTheInputsOnTheDevice) {
   cfg["parallel"]["cpu_checkpointing"] = true;
   const Result host = run_training(cfg, &groups);
   double failures = 0;
-  if (testing::mpi_world().rank() == 0) failures += differences(host, device);
+  if (testing::mpi_world().rank() == 0) failures += bit_differences(host, device);
   // Every rank's own peak is lower: each stage kept its inputs on the device before.
   EXPECT_LT(host.peak_bytes, device.peak_bytes) << "rank " << testing::mpi_world().rank();
   failures += host.peak_bytes >= device.peak_bytes;

@@ -507,6 +507,11 @@ std::vector<Setting> parallel_rows() {
              absent(boolean("parallel.cpu_checkpointing", Json(), "activation_checkpointing.cpu_checkpointing",
                             "the checkpointed layer inputs wait in host memory (needs activation_checkpointing)"),
                     par.cpu_checkpointing ? "true" : "false")),
+      writes(at(&ParallelConfig::keep_attention),
+             absent(boolean("parallel.keep_attention", Json(), "",
+                            "each block keeps attention's output for the recomputation, which then skips attention "
+                            "(needs activation_checkpointing)"),
+                    par.keep_attention ? "true" : "false")),
       absent(integer("sequence_parallel_size", Json(), 1, kIntMax, "=",
                      "Ulysses sequence parallelism: Tandem's parallel.context, each sequence split over "
                      "that many devices"),

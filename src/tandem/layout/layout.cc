@@ -75,6 +75,11 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
         "parallel.cpu_checkpointing keeps the checkpointed layer inputs in host memory, so it needs "
         "activation checkpointing: set \"parallel\": {\"activation_checkpointing\": true}, or remove "
         "cpu_checkpointing");
+  plan.keep_attention = p.keep_attention;
+  if (plan.keep_attention && !plan.activation_checkpointing)
+    TANDEM_FAIL(
+        "parallel.keep_attention keeps attention's output for activation checkpointing's recomputation, so it needs "
+        "activation checkpointing: set \"parallel\": {\"activation_checkpointing\": true}, or remove keep_attention");
   if (p.timeout_s) plan.timeout_s = *p.timeout_s;
   plan.stages = p.stages;
   return plan;

@@ -56,6 +56,7 @@ struct ParallelPlan {
   int virtual_stages = 1;
   bool activation_checkpointing = false;
   bool cpu_checkpointing = false;  // the checkpointed layer inputs in host memory (needs activation_checkpointing)
+  bool keep_attention = false;     // attention not run again in the recomputation (needs activation_checkpointing)
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
   double timeout_s = spec::ParallelConfig::kDefaultTimeoutS;  // the communication watchdog
 };

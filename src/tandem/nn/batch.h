@@ -68,6 +68,9 @@ struct Batch {
   SamplePlace samples;   // where its samples sit in the run
   // A mixture-of-experts model's balance sums for this micro-batch (MoeBalance), or null (no MoE layers).
   const MoeBalance* balance = nullptr;
+  // Activation checkpointing's first forward keeps each block's attention output for the second (parallel.
+  // keep_attention, Saved::kept), which then takes it instead of running attention again.
+  bool keep_attention = false;
 };
 
 }  // namespace tandem::nn

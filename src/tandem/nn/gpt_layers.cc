@@ -102,14 +102,17 @@ Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   if (cp.active()) qkv = cp.gather_sequence(qkv, {c_local, c_local, c_local});
   const int heads = heads_ / cp.size;
   const int64_t Ta = qkv.dim(1);  // the tokens attention sees
-  Tensor att = Tensor::empty({B, Ta, c_local / cp.size}, x.dtype(), x.device(),
-                             name() + " attention output");                                       // (B, Ta, C / tp)
-  Tensor lse = Tensor::empty({B, heads, Ta}, DType::F32, x.device(), name() + " attention lse");  // (B, H, Ta)
-  const Tensor& documents = batch.documents;                                                      // (B, Ta) or none
-  if (documents.defined())
-    ops::attention_gqa_documents_forward(qkv, heads, heads, documents, att, lse);  // multi-head: Hkv = H
-  else
-    ops::attention_forward(qkv, heads, att, lse);
+  Tensor att, lse;                // (B, Ta, C / tp), (B, H, Ta): the first forward's, when it kept them for this one
+  if (!kept_attention(saved, att, lse)) {
+    att = Tensor::empty({B, Ta, c_local / cp.size}, x.dtype(), x.device(), name() + " attention output");
+    lse = Tensor::empty({B, heads, Ta}, DType::F32, x.device(), name() + " attention lse");
+    const Tensor& documents = batch.documents;  // (B, Ta) or none
+    if (documents.defined())
+      ops::attention_gqa_documents_forward(qkv, heads, heads, documents, att, lse);  // multi-head: Hkv = H
+    else
+      ops::attention_forward(qkv, heads, att, lse);
+    keep_attention(batch, att, lse, saved);
+  }
   // (B, T, C / tp): this shard's tokens of every head again
   const Tensor att_rows = cp.active() ? cp.scatter_sequence(att, {c_local}) : att;
   Tensor x1 = proj_.forward_add(att_rows, x, batch, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass

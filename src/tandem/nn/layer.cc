@@ -15,6 +15,19 @@ void Layer::freeze() {
   for (Layer* c : children_) c->freeze();
 }
 
+bool kept_attention(const Saved& saved, Tensor& att, Tensor& lse) {
+  if (saved.kept.empty()) return false;
+  TANDEM_CHECK(saved.kept.size() == 2, "a block's kept attention is its output and log-sum-exp, not ",
+               saved.kept.size(), " tensors");
+  att = saved.kept[0];
+  lse = saved.kept[1];
+  return true;
+}
+
+void keep_attention(const Batch& batch, const Tensor& att, const Tensor& lse, Saved& saved) {
+  if (batch.keep_attention) saved.kept = {att, lse};
+}
+
 Tensor gradient_or_sink(const Parameter& p, Device& device) {
   if (p.trainable) return p.grad;
   return Tensor::zeros(p.shape, DType::F32, device, p.name + " gradient (frozen: dropped)");

@@ -52,11 +52,22 @@ inline bool tp_sharded(const Parameter& p) { return p.shard.sharded() && !p.expe
 struct Saved {
   std::vector<Tensor> tensors;
   std::vector<Saved> children;
+  // Under activation checkpointing, what a layer's first forward keeps for its second (forward_for_backward) beside
+  // the layer's input, which Model::forward_range and backward_range carry over: a block's attention output and
+  // log-sum-exp under parallel.keep_attention (Batch::keep_attention). Empty otherwise.
+  std::vector<Tensor> kept;
   void clear() {
     tensors.clear();
     children.clear();
+    kept.clear();
   }
 };
+
+// A block's attention output `att` and log-sum-exp `lse`, when activation checkpointing's first forward kept them
+// (Saved::kept): true, and the second forward takes them instead of running attention again.
+bool kept_attention(const Saved& saved, Tensor& att, Tensor& lse);
+// After a block's first forward ran attention: keeps its output and log-sum-exp for the second when the batch says so.
+void keep_attention(const Batch& batch, const Tensor& att, const Tensor& lse, Saved& saved);
 
 class Layer {
  public:

@@ -202,13 +202,17 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   if (q_norm_ && !norm_whole_) qkv = head_norm(qkv, heads, kv_heads, raw, rstd);  // each head on its own
   // q and k rotated in place, v passed over.
   ops::rotary_forward(qkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, qkv);
-  Tensor att = Tensor::empty({B, Ta, heads * d}, x.dtype(), dev, name() + " attention output");  // (B, Ta, H D / tp)
-  Tensor lse = Tensor::empty({B, heads, Ta}, DType::F32, dev, name() + " attention lse");        // (B, H / tp, Ta)
-  const Tensor& documents = batch.documents;                                                     // (B, Ta) or none
-  if (documents.defined())
-    ops::attention_gqa_documents_forward(qkv, heads, kv_heads, documents, att, lse);
-  else
-    ops::attention_gqa_forward(qkv, heads, kv_heads, att, lse);
+  Tensor att, lse;  // (B, Ta, H D / tp), (B, H / tp, Ta): the first forward's, when it kept them for this one
+  if (!kept_attention(saved, att, lse)) {
+    att = Tensor::empty({B, Ta, heads * d}, x.dtype(), dev, name() + " attention output");
+    lse = Tensor::empty({B, heads, Ta}, DType::F32, dev, name() + " attention lse");
+    const Tensor& documents = batch.documents;  // (B, Ta) or none
+    if (documents.defined())
+      ops::attention_gqa_documents_forward(qkv, heads, kv_heads, documents, att, lse);
+    else
+      ops::attention_gqa_forward(qkv, heads, kv_heads, att, lse);
+    keep_attention(batch, att, lse, saved);
+  }
   // (B, T, H D / tp): this shard's tokens of every head again
   const Tensor att_rows = cp.active() ? cp.scatter_sequence(att, {heads_ * d}) : att;
   Tensor x1 = o_.forward_add(att_rows, x, batch, saved.children[kO]);  // (B, T, C): x + o(att), one pass

@@ -161,7 +161,12 @@ Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std:
     if (to_host) kept = host->copy_up(x, layers_[i]->name());  // beside the layer's forward, which reads x too
     if (hooks) hooks->before_forward(i);
     Tensor y = layers_[i]->forward(x, batch, saved[i - first]);
-    if (recompute) saved[i - first] = to_host ? std::move(kept) : Saved{{x}, {}};
+    if (recompute) {
+      // The layer's input, and what its forward keeps for the second beside it (Saved::kept).
+      std::vector<Tensor> reused = std::move(saved[i - first].kept);
+      saved[i - first] = to_host ? std::move(kept) : Saved{{x}, {}};
+      saved[i - first].kept = std::move(reused);
+    }
     if (to_host) host->release_after_copy();  // x may go as it is replaced below
     if (hooks) hooks->after_forward(i);
     x = y;
@@ -181,8 +186,11 @@ Tensor Model::backward_range(size_t first, size_t last, const Tensor& doutput, s
       const Tensor x = from_host ? host->take(s, layers_[i]->name()) : s.tensors.at(0);
       // The next layer's input starts down now, beside this layer's recompute and backward.
       if (host && i > first) host->prefetch(saved[i - 1 - first], layers_[i - 1]->name());
+      std::vector<Tensor> reused = std::move(s.kept);
       s.clear();
+      s.kept = std::move(reused);
       layers_[i]->forward_for_backward(x, batch, s);
+      s.kept.clear();
     }
     dy = layers_[i]->backward(dy, batch, s);
     s.clear();

@@ -75,6 +75,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   setup.activation_dtype = cfg.compute;
   setup.recompute = cfg.plan.activation_checkpointing;
   if (host_checkpoints) setup.checkpoint_host = host_.get();
+  setup.keep_attention = cfg.plan.keep_attention;
   setup.tiles = cfg.tiles;
   executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
   // The offload timeline watches the store's steps and the host checkpoints' copies; it records only once armed.

@@ -91,6 +91,7 @@ std::string Candidate::name() const {
   os << ",zero" << (l.replicas() > 1 ? setup.zero_stage : 0) << ",micro" << setup.micro_batch;
   if (setup.plan.activation_checkpointing) os << ",ckpt";
   if (setup.plan.activation_checkpointing && setup.plan.cpu_checkpointing) os << ",cpu_ckpt";
+  if (setup.plan.activation_checkpointing && setup.plan.keep_attention) os << ",keep";
   if (setup.plan.virtual_stages > 1) os << ",v" << setup.plan.virtual_stages;
   if (l.pp > 1 && setup.plan.schedule == spec::ScheduleKind::GPipe)
     os << "," << spec::schedule_name(spec::ScheduleKind::GPipe);
@@ -112,6 +113,7 @@ config::Json Candidate::config() const {
   if (p.virtual_stages > 1) parallel["virtual_stages"] = p.virtual_stages;
   if (p.activation_checkpointing) parallel["activation_checkpointing"] = true;
   if (p.activation_checkpointing && p.cpu_checkpointing) parallel["cpu_checkpointing"] = true;
+  if (p.activation_checkpointing && p.keep_attention) parallel["keep_attention"] = true;
   // DeepSpeed's rules: offloading the optimizer needs ZeRO 1-3, the parameters ZeRO 3 (with one replica any stage
   // trains as stage 0).
   int stage = p.layout.replicas() > 1 ? setup.zero_stage : 0;
@@ -224,6 +226,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
                   Setup s = base;
                   s.plan = plan;
                   s.plan.activation_checkpointing = ckpt;
+                  s.plan.keep_attention = ckpt && opt.keep_attention;
                   s.zero_stage = zero;
                   s.micro_batch = micro;
                   s.micro_batches = m;
@@ -283,6 +286,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
   s.micro_batch = opt.default_micro;
   s.plan.schedule = opt.default_schedule;
   s.plan.activation_checkpointing = opt.default_checkpointing;
+  s.plan.keep_attention = opt.default_checkpointing && opt.keep_attention;
   if (opt.default_schedule == spec::ScheduleKind::Interleaved) s.plan.virtual_stages = 2;
   int dp = 0, pp = 0, tp = 0, cp = 1, ep = 1;
   std::stringstream in(spec);
@@ -313,11 +317,16 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.micro_batch = number("micro");
     } else if (tok == "ckpt" || tok == "ckpt1") {
       s.plan.activation_checkpointing = true;
+      s.plan.keep_attention = opt.keep_attention;
     } else if (tok == "ckpt0") {
       s.plan.activation_checkpointing = false;
+      s.plan.keep_attention = false;
     } else if (tok == "cpu_ckpt") {
       s.plan.activation_checkpointing = true;
       s.plan.cpu_checkpointing = true;
+    } else if (tok == "keep") {
+      s.plan.activation_checkpointing = true;
+      s.plan.keep_attention = true;
     } else if (starts("cp")) {  // after cpu_ckpt, which starts the same
       cp = std::max(1, static_cast<int>(number("cp")));
     } else if (tok == "offload") {
@@ -347,7 +356,7 @@ Setup parse_candidate(const std::string& spec, const SearchOptions& opt) {
       s.plan.virtual_stages = 1;
     } else {
       TANDEM_FAIL("--explain: unknown part '", tok,
-                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: cp2, ep2, ckpt, ckpt0 or cpu_ckpt, v2, "
+                  "'; write e.g. \"dp2,pp2,tp1,zero1,micro16\" (optional: cp2, ep2, ckpt, ckpt0, cpu_ckpt or keep, v2, "
                   "gpipe or 1f1b, offload or offload_param, ratio0.8)");
     }
   }

@@ -25,6 +25,9 @@ struct SearchOptions {
   // --explain's schedule and activation checkpointing when the spec names none (the config's).
   spec::ScheduleKind default_schedule = spec::ScheduleKind::OneFOneB;
   bool default_checkpointing = false;
+  // parallel.keep_attention as the config says: every candidate with activation checkpointing keeps attention's
+  // output for the recomputation (",keep" in its name).
+  bool keep_attention = false;
   // Offload: host memory per node for the ranks on it (0: no limit), and whether to try offloaded candidates when
   // a layout does not fit on the devices.
   uint64_t host_memory = 0;

@@ -86,6 +86,9 @@ struct ParallelConfig {
   // The checkpointed layer inputs wait in host memory (parallel.cpu_checkpointing, or DeepSpeed's
   // activation_checkpointing.cpu_checkpointing); needs activation_checkpointing.
   bool cpu_checkpointing = false;
+  // Each block keeps its attention's output and log-sum-exp from the forward, so that checkpointing's second forward
+  // does not run attention again (parallel.keep_attention); needs activation_checkpointing.
+  bool keep_attention = false;
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
   std::optional<double> timeout_s;
   static constexpr double kDefaultTimeoutS = 300;  // the communication watchdog's seconds when timeout_s is absent

@@ -78,8 +78,9 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
   };
   const bool own_loss = model_.computes_loss();
   const auto layer_batch = [&](const MicroBatch& mb) {
-    return nn::Batch{mb.targets, mb.documents,    own_loss ? &sink : nullptr, !forward_only, s_.tiles, s_.context,
-                     mb.samples, mb.balance.get()};
+    return nn::Batch{mb.targets,    mb.documents,     own_loss ? &sink : nullptr,
+                     !forward_only, s_.tiles,         s_.context,
+                     mb.samples,    mb.balance.get(), !forward_only && s_.recompute && s_.keep_attention};
   };
   std::vector<std::pair<std::unique_ptr<comm::Request>, Tensor>> sends;  // kept alive until complete
   auto take = [](std::map<int, Tensor>& m, int k, const char* what) {

@@ -35,6 +35,7 @@ struct ExecutorSetup {
   bool recompute = false;               // activation checkpointing per layer
   // With recompute: the host memory the kept layer inputs wait in (parallel.cpu_checkpointing); null: the device.
   Device* checkpoint_host = nullptr;
+  bool keep_attention = false;  // with recompute: attention's output kept for the second forward (nn::Batch)
   nn::Tiles tiles;           // the tokens the loss and the MLPs take at once, handed with each batch
   nn::ContextSplit context;  // this rank's shard of the sequences, handed with each batch
 };
