@@ -12,8 +12,10 @@
 #     parallel.cpu_checkpointing, runs named ..._host) or "0 1" (both, measured in the same call).
 #   GPU_LONG_KEEP: "0" (the default), "1" (attention's output kept for the recomputation: parallel.keep_attention,
 #     runs named ..._keep) or "0 1".
-#   GPU_LONG_MODEL: "8l" (the default: the 8-layer shape, full training) or "8b_lora" (the full 32-layer Llama-3-8B,
-#     its bf16 base frozen, LoRA r 16 alpha 32 on all seven projections; Liger's side: hf_liger.py's LoRA through PEFT).
+#   GPU_LONG_MODEL: "8l" (the default: the 8-layer shape, full training), "8b_lora" (the full 32-layer Llama-3-8B,
+#     its bf16 base frozen, LoRA r 16 alpha 32 on all seven projections; Liger's side: hf_liger.py's LoRA through PEFT)
+#     or "8b_offload" (the full 8B in full training, its optimizer in host memory but the first 15% of its layers':
+#     offload_optimizer ratio 0.85; no Liger run).
 #   GPU_LONG_LIMIT: the seconds each long run may take (default 240; a 256k step takes about 130 s).
 #   GPU_LONG_SHORT=0 leaves the T 2048 run out; GPU_LONG_STEPS (default 3) the steps of each run (Liger: that many
 #     timed after one warm-up step).
@@ -46,6 +48,10 @@ config() {
     layers=32
     lora=', "lora": { "r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
     "gate_proj", "up_proj", "down_proj"] }'
+  elif [ "$model" = 8b_offload ]; then
+    layers=32
+    lora=', "zero_optimization": { "stage": 1, "offload_optimizer": { "device": "cpu", "pin_memory": true,
+    "ratio": 0.85 } }'
   fi
   cat >"$out/$1.json" <<JSON
 { "model": { "type": "llama", "vocab_size": 128256, "seq_len": $2, "hidden_size": 4096, "num_hidden_layers": $layers,
@@ -79,7 +85,7 @@ for t in $lengths; do
     for host in ${GPU_LONG_HOST_CKPT:-0}; do
       for keep in ${GPU_LONG_KEEP:-0}; do
         name="l8_t${t}_${a}"
-        [ "$model" = 8b_lora ] && name="8b_lora_t${t}_${a}"
+        [ "$model" != 8l ] && name="${model}_t${t}_${a}"
         [ "$host" = 1 ] && name="${name}_host"
         [ "$keep" = 1 ] && name="${name}_keep"
         config "$name" "$t" 1 1 true "$(bool "$host")" "$(bool "$keep")"
@@ -91,7 +97,7 @@ for t in $lengths; do
       done
     done
   done
-  if [ -n "$anchors" ]; then
+  if [ -n "$anchors" ] && [ "$model" != 8b_offload ]; then
     liger_args=(--layers 8 --full)
     [ "$model" = 8b_lora ] && liger_args=(--layers 32)
     run "liger_${model}_t${t}" "${GPU_LONG_LIMIT:-240}" "${PYTHON:-python3}" "$anchors/hf_liger.py" "${liger_args[@]}" \
@@ -119,7 +125,7 @@ for log in sorted(glob.glob(os.path.join(out, "liger_*.log"))):
     print(f"{name:36s} {r['tokens_per_s']:9.0f} tok/s  peak {r['peak_mem_GiB']:7.2f} GiB  loss {r['losses'][-1]:.4f}")
 for cfg in sorted(glob.glob(os.path.join(out, "*.json"))):
     name = os.path.basename(cfg)[:-5]
-    if not (name.startswith("l8_") or name.startswith("8b_lora_")):
+    if not (name.startswith("l8_") or name.startswith("8b_")):
         continue
     run, log = os.path.join(out, name), os.path.join(out, name + ".log")
     rows = []
@@ -143,7 +149,7 @@ for cfg in sorted(glob.glob(os.path.join(out, "*.json"))):
     peak = max(r["peak_bytes"] for r in rows)
     predicted = rows[-1].get("predicted_peak_bytes", 0)
     t = int(re.search(r"_t(\d+)", name).group(1))
-    base = liger.get(("8b_lora" if name.startswith("8b_lora") else "8l", t))
+    base = liger.get((name.split("_t")[0] if name.startswith("8b_") else "8l", t))
     ratio = f"  {tokens / secs / base:.3f}x Liger" if base else ""
     print(f"{name:36s} {tokens / secs:9.0f} tok/s  peak {peak / 2**30:7.2f} GiB ({peak} bytes, predicted {predicted})"
           f"  loss {rows[-1]['loss']:.4f}{ratio}")
