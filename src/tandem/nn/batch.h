@@ -42,11 +42,8 @@ struct SamplePlace {
 // (parallel/pipeline/executor.h): each stage adds its layers to the running sums the stage before it sent, in one
 // device's layer order, and the last stage sends the totals back with the gradient for the earlier stages' routers.
 struct MoeBalance {
-  Tensor counts;   // (E) f32
-  Tensor probsum;  // (E) f32
-  // (2E) f32: counts then probsum, the one buffer both view where the engine made them, which a pipeline stage sends
-  // and receives whole; undefined where they were made apart.
-  Tensor sums;
+  Tensor counts;       // (E) f32
+  Tensor probsum;      // (E) f32
   int64_t rows = 0;    // R
   float coef = 0.0f;   // the loss's weight (router_aux_loss_coef); 0: the sums are kept, the loss left as it is
   double share = 1.0;  // the micro-batch's share of the step's loss: its samples over the global batch's
@@ -55,6 +52,9 @@ struct MoeBalance {
   // not kept.
   Tensor layer_counts;   // (L, E) f32
   Tensor layer_probsum;  // (L, E) f32
+  // (2E) f32: counts then probsum, the one buffer both view where the engine made them, which a pipeline stage sends
+  // and receives whole; undefined where they were made apart.
+  Tensor sums;
 };
 
 // Under context parallelism a layer's activations hold this shard's Tl = T / cp tokens of each sequence (in the
