@@ -69,14 +69,15 @@ def make_base(family):
                     norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape))
         return model
     if family == "qwen2_moe":
-        # Layer 0 sparse (4 experts of 16, top 2, and the shared expert of 24 with its sigmoid gate), layer 1 dense; no
-        # balance loss in the loss, so that the pipeline run applies.
+        # Layer 0 sparse (4 experts of 16, top 2, and the shared expert of 24 with its sigmoid gate), layer 1 dense; the
+        # balance loss in the loss, its sums carried between the pipeline run's stages.
         cfg = transformers.Qwen2MoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
                                           moe_intermediate_size=16, shared_expert_intermediate_size=24,
                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                           num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
-                                          decoder_sparse_step=1, mlp_only_layers=[1], output_router_logits=False,
-                                          max_position_embeddings=SEQ, bos_token_id=0, eos_token_id=0)
+                                          decoder_sparse_step=1, mlp_only_layers=[1], output_router_logits=True,
+                                          router_aux_loss_coef=0.05, max_position_embeddings=SEQ, bos_token_id=0,
+                                          eos_token_id=0)
         return transformers.Qwen2MoeForCausalLM(cfg)
     cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,

@@ -230,6 +230,14 @@ TEST(Llama, LayoutChecks) {
                check_layout(c, 2, 1, 1, {{0, 9}, {11, 15}});
              }),
              "parallel.stages must cover decoder layers 0..15 in order");
+  // A mixture of experts with its balance loss in the loss runs on pipelines: the sums travel with each micro-batch.
+  LlamaConfig moe = c;
+  moe.family = spec::LlamaFamily::Qwen3Moe;
+  moe.moe.num_experts = 8;
+  moe.moe.num_experts_per_tok = 2;
+  moe.moe.moe_intermediate_size = 1024;
+  moe.moe.output_router_logits = true;
+  EXPECT_NO_THROW(check_layout(moe, 4, 1, 2, {}));
 }
 
 TEST(Gpt, LayoutMessagesNameBlocks) {

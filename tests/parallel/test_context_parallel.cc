@@ -4,7 +4,8 @@
 // (every ZeRO stage), pp, tp, documents, LoRA (with dropout: each token's mask drawn by its place in the whole
 // sequence), tiles, offload and checkpoints in host memory; a gpt (learned positions at each token's place in the
 // whole sequence), tied too; OLMoE (q and k normalised over every head); and a Qwen3-MoE with the balance loss in the
-// loss (its sums over the whole sequences), beside expert parallelism too, must match the one-device run within the
+// loss (its sums over the whole sequences), beside expert parallelism and pipelines too (the totals sent back to the
+// earlier stages after the last one's cp sum), must match the one-device run within the
 // fp32 bounds of equivalence_bounds.h, as every other layout does; with its projections in FP8 under each recipe (the
 // shards' amaxes of blocks that span tokens taken over the cp group) within the FP8 bounds; and a run gives the same
 // bits twice. Run under mpirun -np TANDEM_TEST_WORLD.
@@ -227,6 +228,8 @@ std::vector<Case> cases() {
           {"moe", 2, 1, 1, 2, 1},
           {"moe", 2, 1, 1, 2, 3, false, "ep2"},
           {"moe", 2, 1, 1, 2, 0, true, "ep2"},
+          {"moe", 1, 2, 1, 2, 0},
+          {"olmoe", 1, 2, 1, 2, 0, true},
           {"llama_fp8", 1, 1, 1, 4, 0},
           {"llama_fp8", 2, 1, 1, 2, 3},
           {"llama_fp8", 1, 1, 2, 2, 0},

@@ -4,8 +4,9 @@
 // its experts spread, at every ZeRO stage, beside tp, pp and cp, with LoRA on a frozen base (the frozen experts sharded
 // over their own replicas) and with the optimizer state (and the parameters) offloaded to host memory, must match the
 // one-device run within the fp32 bounds of equivalence_bounds.h, and so must the metrics of its balance (the loss,
-// the max over mean load and each layer's), under pp too, with a MoE layer on each stage; and a run gives the same bits
-// twice. Each rank's micro-batch is one of the one-device run's (train_batch_size 8, 4
+// the max over mean load and each layer's), under pp too, with a MoE layer on each stage, the balance loss in the loss
+// under every schedule (its sums travelling from stage to stage); a run gives the same bits twice, and pipelines alone
+// give one device's bits. Each rank's micro-batch is one of the one-device run's (train_batch_size 8, 4
 // micro-batches of 2), so the balance loss, which is per micro-batch as in transformers, is the same. Run under mpirun
 // -np 4.
 #include <gtest/gtest.h>
@@ -72,10 +73,12 @@ TEST(ExpertRoute, RegroupsTheSlotsRowsExpertByExpert) {
 }
 
 struct Case {
-  // "moe" (the balance loss in the loss); "moe_quiet" (without it, as pp needs); "moe_quiet_sparse" (moe_quiet with
-  // both layers MoE: under pp each stage holds one, and the metrics add up the stages'); "moe_lora" (LoRA on the
-  // attention of a frozen base: the experts frozen, sharded over their own replicas); "moe_shared" (Qwen2-MoE: its
-  // shared expert, whole on every expert slot and split over tp); "moe_shared_lora" (Qwen2-MoE with LoRA on the
+  // "moe" (the balance loss in the loss); "moe_sparse" (moe with both layers MoE: under pp each stage holds one, and
+  // the balance sums travel from stage to stage, forward and back); "moe_deep" (moe_sparse with 4 layers: interleaved
+  // over 2 ranks, each rank's chunks miss the other's later layers until the totals come back); "moe_quiet" (without
+  // the loss); "moe_quiet_sparse" (moe_quiet with both layers MoE: the metrics add up the stages'); "moe_lora" (LoRA
+  // on the attention of a frozen base: the experts frozen, sharded over their own replicas); "moe_shared" (Qwen2-MoE:
+  // its shared expert, whole on every expert slot and split over tp); "moe_shared_lora" (Qwen2-MoE with LoRA on the
   // attention, the shared expert and its gate, with dropout: each adapter's mask keyed alike in every layout)
   std::string model;
   int dp, pp, tp, cp, ep, zero;
@@ -83,12 +86,15 @@ struct Case {
   // "": none; "offload": the optimizer state in host memory (the experts' units too); "offload_param": the parameters
   // as well
   std::string extra = "";
+  // Under pp: "" (1F1B), "gpipe", or "interleaved" (2 virtual stages: the chunks go around the ranks twice)
+  std::string schedule = "";
 };
 
 std::string case_name(const Case& c) {
   std::ostringstream os;
   os << c.model << "_dp" << c.dp << "_pp" << c.pp << "_tp" << c.tp << "_cp" << c.cp << "_ep" << c.ep << "_zero"
-     << c.zero << (c.checkpointing ? "_recompute" : "") << (c.extra.empty() ? "" : "_" + c.extra);
+     << c.zero << (c.checkpointing ? "_recompute" : "") << (c.extra.empty() ? "" : "_" + c.extra)
+     << (c.schedule.empty() ? "" : "_" + c.schedule);
   return os.str();
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
@@ -102,6 +108,15 @@ std::vector<Case> cases() {
           {"moe", 4, 1, 1, 1, 4, 3, true},
           {"moe", 2, 1, 2, 1, 2, 0},
           {"moe", 2, 1, 2, 1, 2, 3},
+          {"moe", 1, 4, 1, 1, 1, 0},
+          {"moe_sparse", 1, 4, 1, 1, 1, 0, false, "", "gpipe"},
+          {"moe_sparse", 2, 2, 1, 1, 1, 1, false, "", "interleaved"},
+          {"moe", 2, 2, 1, 1, 1, 3},
+          {"moe_sparse", 1, 2, 2, 1, 1, 0},
+          {"moe_sparse", 1, 2, 2, 1, 1, 0, true, "", "interleaved"},
+          {"moe_deep", 2, 2, 1, 1, 1, 1, false, "", "interleaved"},
+          {"moe_sparse", 2, 2, 1, 1, 2, 1},
+          {"moe_sparse", 2, 2, 1, 1, 2, 3, true},
           {"moe_quiet", 2, 2, 1, 1, 2, 1},
           {"moe_quiet_sparse", 2, 2, 1, 1, 2, 1},
           {"moe_quiet_sparse", 1, 2, 2, 1, 1, 0},
@@ -134,13 +149,14 @@ Json base_config(const std::string& model, int dp) {
               {"gradient_clipping", 1.0},
               {"eval", {{"data", {{"type", "synthetic"}}}, {"steps", 2}}},
               {"data", {{"type", "synthetic"}}}};
+  const bool sparse = model == "moe_sparse" || model == "moe_deep" || model == "moe_quiet_sparse";
   cfg["model"] = {{"type", "llama"},
                   {"family", "qwen3_moe"},
                   {"vocab_size", 64},
                   {"seq_len", 16},
                   {"hidden_size", 32},
                   {"intermediate_size", 48},
-                  {"num_hidden_layers", 2},
+                  {"num_hidden_layers", model == "moe_deep" ? 4 : 2},
                   {"num_attention_heads", 4},
                   {"num_key_value_heads", 2},
                   {"head_dim", 8},
@@ -148,8 +164,8 @@ Json base_config(const std::string& model, int dp) {
                   {"num_experts_per_tok", 2},
                   {"moe_intermediate_size", 24},
                   {"norm_topk_prob", true},
-                  {"mlp_only_layers", model == "moe_quiet_sparse" ? Json::array() : Json::array({1})},
-                  {"output_router_logits", model == "moe"},
+                  {"mlp_only_layers", sparse ? Json::array() : Json::array({1})},
+                  {"output_router_logits", model == "moe" || model == "moe_sparse" || model == "moe_deep"},
                   {"router_aux_loss_coef", 0.05}};
   if (model == "moe_shared" || model == "moe_shared_lora") {
     cfg["model"]["family"] = "qwen2_moe";
@@ -183,7 +199,10 @@ Json layout_config(const Case& c) {
   cfg["parallel"] = {{"virtual_gpus", c.dp}, {"pipeline", c.pp}, {"tensor", c.tp},
                      {"context", c.cp},      {"expert", c.ep},   {"activation_checkpointing", c.checkpointing},
                      {"timeout_s", 120}};
-  if (!c.extra.empty()) cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  if (!c.schedule.empty()) cfg["parallel"]["schedule"] = c.schedule;
+  if (c.schedule == "interleaved") cfg["parallel"]["virtual_stages"] = 2;
+  if (c.extra == "offload" || c.extra == "offload_param")
+    cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
   if (c.extra == "offload_param") cfg["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
   return cfg;
 }
@@ -228,6 +247,28 @@ TEST(ExpertParallelRuns, TheSameBitsTwice) {
   const Case c{"moe", 4, 1, 1, 1, 2, 3};
   layout::Groups groups = layout::make_groups(testing::mpi_world(), layout_of(c));
   EXPECT_EQ(runs_differ(layout_config(c), groups), 0);
+}
+
+// Under pipelines alone the balance sums are added in one device's layer order, each stage after the stage before it,
+// and every other sum the loss and the parameters take is the one device's too: the same bits as one device, every
+// step's loss, the held-out loss and the final parameters. (The gradient norm's sum of squares is summed stage by
+// stage, so only it may differ, in its last bits, without moving the clipped update's.)
+TEST(ExpertParallelRuns, PipelinesGiveOneDevicesBits) {
+  for (const std::string schedule : {"", "gpipe"}) {
+    const Case c{"moe_sparse", 1, 4, 1, 1, 1, 0, false, "", schedule};
+    layout::Groups groups = layout::make_groups(testing::mpi_world(), layout_of(c));
+    const Result got = run_training(layout_config(c), &groups);
+    int differ = 0;
+    if (testing::mpi_world().rank() == 0) {
+      SCOPED_TRACE(case_name(c));
+      const Result& want = reference(c.model);
+      EXPECT_EQ(got.losses, want.losses);
+      EXPECT_EQ(got.val_loss, want.val_loss);
+      EXPECT_EQ(got.params, want.params);
+      differ = (got.losses != want.losses) + (got.val_loss != want.val_loss) + (got.params != want.params);
+    }
+    EXPECT_EQ(groups.world->all_reduce_scalar(differ), 0);
+  }
 }
 
 }  // namespace

@@ -94,6 +94,19 @@ std::vector<MemCase> grid() {
   moe.model = "llama_qwen3_moe_every";
   moe.ep = 2;
   out.push_back(moe);
+  // The balance loss under pipelines, its sums sent with each activation and gradient among the pipeline buffers: pp
+  // alone (the stages without MoE layers pass them on), interleaved beside the experts over 2 replicas at ZeRO-3, and
+  // beside context parallelism with activation checkpointing.
+  for (auto [dp, pp, cp, ep, zero, schedule, ckpt] : {std::tuple{1, 4, 1, 1, 0, spec::ScheduleKind::OneFOneB, false},
+                                                      std::tuple{2, 2, 1, 2, 3, spec::ScheduleKind::Interleaved, false},
+                                                      std::tuple{1, 2, 2, 1, 0, spec::ScheduleKind::GPipe, true}}) {
+    MemCase c = mem_case(dp, pp, 1, zero, schedule, schedule == spec::ScheduleKind::Interleaved ? 2 : 1, 1);
+    c.model = "llama_qwen3_moe_every";
+    c.cp = cp;
+    c.ep = ep;
+    c.ckpt = ckpt;
+    out.push_back(c);
+  }
   return out;
 }
 

@@ -38,7 +38,9 @@ struct SamplePlace {
 // the head adds coef x share x aux to the loss, and each router's backward takes its gradient by the probabilities,
 // coef share E C_e / R^2, from the counts complete by then. Under context parallelism each shard's layers count its own
 // tokens, R stays the whole sequences', and the head sums the counts and probabilities over the cp group (head_loss,
-// loss.h) before it adds the loss, on one shard.
+// loss.h) before it adds the loss, on one shard. Under pipeline parallelism the sums travel with the micro-batch
+// (parallel/pipeline/executor.h): each stage adds its layers to the running sums the stage before it sent, in one
+// device's layer order, and the last stage sends the totals back with the gradient for the earlier stages' routers.
 struct MoeBalance {
   Tensor counts;       // (E) f32
   Tensor probsum;      // (E) f32
@@ -50,6 +52,9 @@ struct MoeBalance {
   // not kept.
   Tensor layer_counts;   // (L, E) f32
   Tensor layer_probsum;  // (L, E) f32
+  // (2E) f32: counts then probsum, the one buffer both view where the engine made them, which a pipeline stage sends
+  // and receives whole; undefined where they were made apart.
+  Tensor sums;
 };
 
 // Under context parallelism a layer's activations hold this shard's Tl = T / cp tokens of each sequence (in the

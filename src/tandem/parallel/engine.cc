@@ -77,6 +77,9 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   if (host_checkpoints) setup.checkpoint_host = host_.get();
   setup.keep_attention = cfg.plan.keep_attention;
   setup.tiles = cfg.tiles;
+  // The balance sums travel between stages only where the loss reads them: the metrics read the per-layer tables.
+  if (const nn::Model::MoeRouting& r = model_.moe_routing(); r.experts > 0 && r.coef > 0.0f)
+    setup.balance_sums = 2 * r.experts;
   executor_ = std::make_unique<pipeline::PipelineExecutor>(model_, std::move(setup), *groups.pp, store_.get(), device);
   // The offload timeline watches the store's steps and the host checkpoints' copies; it records only once armed.
   store_->observe(&timeline_);
@@ -101,8 +104,9 @@ pipeline::MicroBatch Engine::micro_batch(const std::function<pipeline::MicroBatc
     // The balance sums over this micro-batch's tokens and MoE layers; its share of the step's loss is its samples'.
     auto balance = std::make_shared<nn::MoeBalance>();
     const PurposeScope scope(device_, MemoryPurpose::Other);
-    balance->counts = Tensor::zeros({r.experts}, DType::F32, device_, "expert choices");
-    balance->probsum = Tensor::zeros({r.experts}, DType::F32, device_, "expert probabilities");
+    balance->sums = Tensor::zeros({2 * r.experts}, DType::F32, device_, "expert choices and probabilities");
+    balance->counts = balance->sums.flat_slice(0, r.experts, {r.experts});
+    balance->probsum = balance->sums.flat_slice(r.experts, r.experts, {r.experts});
     balance->rows = b.inputs.numel() * r.layers;
     balance->coef = r.coef;
     balance->share = static_cast<double>(cfg_.micro_batch) / static_cast<double>(per_replica * groups_.layout.dp);

@@ -78,10 +78,6 @@ void check_llama_layout(const LlamaConfig& c, int pp, int tp, int virtual_stages
                 fs);
   check_vocab(c.vocab_size, tp);
   check_decoder_stages(c.num_hidden_layers, "model.num_hidden_layers", "decoder layers", pp, virtual_stages, stages);
-  if (pp > 1 && balance_coef(c) > 0)
-    TANDEM_FAIL("model.output_router_logits is true, so the load-balancing loss is in the training loss, and it ",
-                "sums every MoE layer's routing of a micro-batch before any layer's gradient; across pipeline "
-                "stages that is not built yet: use parallel.pipeline 1, or set \"output_router_logits\": false");
 }
 
 void check_mlp_layout(const MlpConfig& m, int pp, int tp, int virtual_stages, const Stages& stages) {

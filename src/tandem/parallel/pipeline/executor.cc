@@ -47,9 +47,10 @@ void ActionLabels::before(const Action& a, int live_micro_batches) {
   device_.set_label(std::move(label), live_micro_batches);
 }
 
-// The kind is the lowest bit: communicators may route activations and gradients on separate channels.
-int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
-  return ((receiver_stage * s_.micro_batches + mb) << 1) | kind;
+// The kind is the lowest bit: communicators may route activations and gradients on separate channels. The balance
+// sums' messages come after every stage's tensors' tags.
+int PipelineExecutor::tag(int kind, int receiver_stage, int mb, bool sums) const {
+  return ((((sums ? total_stages_ : 0) + receiver_stage) * s_.micro_batches + mb) << 1) | kind;
 }
 
 void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn::LossSink& sink,
@@ -90,6 +91,35 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
     m.erase(it);
     return t;
   };
+  // A mixture of experts' balance sums (setup.balance_sums) by key: received from the neighbouring stage, not yet
+  // copied into the micro-batch's, and the micro-batch's to send with its activation or gradient.
+  std::map<int, Tensor> sums_in, sums_out;
+  const auto receive_sums = [&](int peer, int t, int k) {
+    if (s_.balance_sums == 0) return;
+    Tensor sums = Tensor::empty({s_.balance_sums}, DType::F32, device_, "received balance sums");  // (2E)
+    pp_.recv(sums, peer, t);
+    sums_in[k] = sums;
+  };
+  const auto sums_of = [&](const MicroBatch& mb) -> const Tensor& {  // (2E), made whole by the engine
+    TANDEM_CHECK(mb.balance && mb.balance->sums.numel() == s_.balance_sums, "pipeline executor: ", s_.balance_sums,
+                 " balance sums travel, but a micro-batch holds ", mb.balance ? mb.balance->sums.numel() : 0);
+    return mb.balance->sums;
+  };
+  // Before a chunk's layers run: the sums the neighbouring stage sent, where it sent them, replace this rank's.
+  const auto take_sums = [&](const MicroBatch& mb, int k) {
+    auto it = sums_in.find(k);
+    if (it == sums_in.end()) return;
+    sums_of(mb).copy_from(it->second);
+    sums_in.erase(it);
+  };
+  const auto keep_sums = [&](const MicroBatch& mb, int k) {
+    if (s_.balance_sums > 0) sums_out[k] = sums_of(mb);
+  };
+  const auto send_sums = [&](int peer, int t, int k) {
+    if (s_.balance_sums == 0) return;
+    Tensor sums = take(sums_out, k, "balance sums");
+    sends.emplace_back(pp_.send_async(sums, peer, t), sums);
+  };
 
   for (size_t i = 0; i < s_.actions.size(); ++i) {
     const Action& a = s_.actions[i];
@@ -107,10 +137,12 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
         Tensor t = Tensor::empty(in_shapes_[a.chunk], s_.activation_dtype, device_, "received activation");
         pp_.recv(t, a.peer, tag(kActivation, stage, a.micro_batch));
         input[k] = t;
+        receive_sums(a.peer, tag(kActivation, stage, a.micro_batch, true), k);
         break;
       }
       case ActionKind::Forward: {
         MicroBatch& mb = micro_batch(a.micro_batch);
+        take_sums(mb, k);
         Tensor x = stage == 0 ? mb.inputs : take(input, k, "input activation");
         Tensor y = forward_only ? chunk_calls_->forward_only(range, x, layer_batch(mb))
                                 : chunk_calls_->forward(range, a.chunk, k, x, layer_batch(mb));
@@ -127,12 +159,14 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
           input[key(a.micro_batch, a.chunk + 1)] = y;  // the next stage is this rank's next chunk
         } else {
           output[k] = y;
+          keep_sums(mb, k);  // this stage's running sums go with y
         }
         break;
       }
       case ActionKind::SendActivation: {
         Tensor y = take(output, k, "output activation");
         sends.emplace_back(pp_.send_async(y, a.peer, tag(kActivation, stage + 1, a.micro_batch)), y);
+        send_sums(a.peer, tag(kActivation, stage + 1, a.micro_batch, true), k);
         break;
       }
       case ActionKind::RecvGradient: {
@@ -140,21 +174,27 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
         Tensor t = Tensor::empty(out_shapes_[a.chunk], s_.activation_dtype, device_, "received gradient");
         pp_.recv(t, a.peer, tag(kGradient, stage, a.micro_batch));
         grad[k] = t;
+        receive_sums(a.peer, tag(kGradient, stage, a.micro_batch, true), k);
         break;
       }
       case ActionKind::Backward: {
+        MicroBatch& mb = micro_batch(a.micro_batch);
+        take_sums(mb, k);  // the totals, for this chunk's routers
         Tensor dy = take(grad, k, "output gradient");
-        Tensor dx = chunk_calls_->backward(range, a.chunk, k, dy, layer_batch(micro_batch(a.micro_batch)));
+        Tensor dx = chunk_calls_->backward(range, a.chunk, k, dy, layer_batch(mb));
         if (stage == 0) break;
-        if (a.chunk > 0 && s_.pp == 1)
+        if (a.chunk > 0 && s_.pp == 1) {
           grad[key(a.micro_batch, a.chunk - 1)] = dx;
-        else
+        } else {
           input_grad[k] = dx;
+          keep_sums(mb, k);  // the totals go with dx
+        }
         break;
       }
       case ActionKind::SendGradient: {
         Tensor dx = take(input_grad, k, "input gradient");
         sends.emplace_back(pp_.send_async(dx, a.peer, tag(kGradient, stage - 1, a.micro_batch)), dx);
+        send_sums(a.peer, tag(kGradient, stage - 1, a.micro_batch, true), k);
         break;
       }
     }
@@ -162,7 +202,8 @@ void PipelineExecutor::run(const std::function<MicroBatch(int)>& batch, const nn
     if (runs(a) && last_use.at(a.micro_batch) == i) made.erase(a.micro_batch);
   }
   for (auto& [req, t] : sends) req->wait();
-  TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && chunk_calls_->held() == 0,
+  TANDEM_CHECK(input.empty() && output.empty() && grad.empty() && input_grad.empty() && sums_in.empty() &&
+                   sums_out.empty() && chunk_calls_->held() == 0,
                "pipeline executor: the schedule left tensors behind");
 }
 

@@ -36,8 +36,13 @@ struct ExecutorSetup {
   // With recompute: the host memory the kept layer inputs wait in (parallel.cpu_checkpointing); null: the device.
   Device* checkpoint_host = nullptr;
   bool keep_attention = false;  // with recompute: attention's output kept for the second forward (nn::Batch)
-  nn::Tiles tiles;           // the tokens the loss and the MLPs take at once, handed with each batch
-  nn::ContextSplit context;  // this rank's shard of the sequences, handed with each batch
+  nn::Tiles tiles;              // the tokens the loss and the MLPs take at once, handed with each batch
+  nn::ContextSplit context;     // this rank's shard of the sequences, handed with each batch
+  // A mixture of experts' balance sums when its loss reads them (nn::MoeBalance::sums, 2E f32 elements; 0: none). They
+  // travel with each micro-batch: forward, a stage sends its running sums with its activation and the next copies them
+  // into its own before its layers add to them; backward, the totals go back with the gradient, each stage copying
+  // them in before its routers' backward. Stages without MoE layers pass them on.
+  int64_t balance_sums = 0;
 };
 
 // Watches the actions an executor runs: before(action, live) as each starts, after(action) as it ends (before the
@@ -100,7 +105,8 @@ class PipelineExecutor {
  private:
   int stage_of(int chunk) const { return global_stage(s_.pp_rank, chunk, s_.pp); }
   int key(int mb, int chunk) const { return mb * s_.virtual_stages + chunk; }
-  int tag(int kind, int receiver_stage, int mb) const;
+  // `sums`: the message of the balance sums that goes with the activation or gradient, on the same channel.
+  int tag(int kind, int receiver_stage, int mb, bool sums = false) const;
 
   nn::Model& model_;
   ExecutorSetup s_;
