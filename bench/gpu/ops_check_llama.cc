@@ -69,6 +69,8 @@ void check_rmsnorm(Suite& s) {
   }
 }
 
+void check_head_norm_whole(Suite& s);
+
 void check_head_norm(Suite& s) {
   struct Case {
     int64_t b, t, heads, kv_heads, d;  // a fused qkv (B, T, (H + 2 Hkv) D); q and k normalised, v passed
@@ -87,12 +89,12 @@ void check_head_norm(Suite& s) {
         auto k = s.make({c.d}, t, 232, 0.2f, 1.0f);
         auto y = s.output({c.b, c.t, w}, t);
         auto rstd = s.output({n, c.heads + c.kv_heads}, DType::F32);
-        cpu::head_norm_forward(x.cpu, q.cpu, k.cpu, h, kv, y.cpu, rstd.cpu, 1e-6f);
-        gpu::head_norm_forward(x.gpu, q.gpu, k.gpu, h, kv, y.gpu, rstd.gpu, 1e-6f);
+        cpu::head_norm_forward(x.cpu, q.cpu, k.cpu, h, kv, y.cpu, rstd.cpu, 1e-6f, Tensor(), 0);
+        gpu::head_norm_forward(x.gpu, q.gpu, k.gpu, h, kv, y.gpu, rstd.gpu, 1e-6f, Tensor(), 0);
         s.compare("head_norm_forward y", t, shape, y.gpu, y.cpu);
         s.compare("head_norm_forward rstd", t, shape, rstd.gpu, rstd.cpu);
         auto rstd2 = s.output({n, c.heads + c.kv_heads}, DType::F32);
-        gpu::head_norm_forward(x.gpu, q.gpu, k.gpu, h, kv, x.gpu, rstd2.gpu, 1e-6f);  // in place: v left alone
+        gpu::head_norm_forward(x.gpu, q.gpu, k.gpu, h, kv, x.gpu, rstd2.gpu, 1e-6f, Tensor(), 0);  // in place
         s.compare("head_norm_forward in place", t, shape, x.gpu, y.cpu);
       });
       // The backward against the CPU op, in place (dx is dy) too, and the gains' gradients bit for bit on a rerun.
@@ -104,7 +106,7 @@ void check_head_norm(Suite& s) {
         // rstd from the CPU forward, shared by both sides.
         Tensor y = Tensor::empty({c.b, c.t, w}, DType::F32, s.host(), "y");
         Tensor rstd = Tensor::empty({n, c.heads + c.kv_heads}, DType::F32, s.host(), "rstd");
-        cpu::head_norm_forward(x.cpu, q.cpu, k.cpu, h, kv, y, rstd, 1e-6f);
+        cpu::head_norm_forward(x.cpu, q.cpu, k.cpu, h, kv, y, rstd, 1e-6f, Tensor(), 0);
         Tensor rstd_g = s.upload(rstd, DType::F32);
         auto dx = s.output({c.b, c.t, w}, t);
         auto dq = s.make({c.d}, DType::F32, 237), dk = s.make({c.d}, DType::F32, 238);  // accumulate
@@ -112,17 +114,65 @@ void check_head_norm(Suite& s) {
         Tensor dk_again = Tensor::empty({c.d}, DType::F32, s.dev(), "dk copy");
         dq_again.copy_from(dq.gpu);
         dk_again.copy_from(dk.gpu);
-        cpu::head_norm_backward(dy.cpu, x.cpu, q.cpu, k.cpu, h, kv, rstd, dx.cpu, dq.cpu, dk.cpu);
-        gpu::head_norm_backward(dy.gpu, x.gpu, q.gpu, k.gpu, h, kv, rstd_g, dx.gpu, dq.gpu, dk.gpu);
+        cpu::head_norm_backward(dy.cpu, x.cpu, q.cpu, k.cpu, h, kv, rstd, dx.cpu, dq.cpu, dk.cpu, Tensor(), 0);
+        gpu::head_norm_backward(dy.gpu, x.gpu, q.gpu, k.gpu, h, kv, rstd_g, dx.gpu, dq.gpu, dk.gpu, Tensor(), 0);
         s.compare("head_norm_backward dx", t, shape, dx.gpu, dx.cpu);
         s.compare("head_norm_backward dq_gain", t, shape, dq.gpu, dq.cpu);
         s.compare("head_norm_backward dk_gain", t, shape, dk.gpu, dk.cpu);
-        gpu::head_norm_backward(dy.gpu, x.gpu, q.gpu, k.gpu, h, kv, rstd_g, dy.gpu, dq_again, dk_again);  // dx is dy
+        gpu::head_norm_backward(dy.gpu, x.gpu, q.gpu, k.gpu, h, kv, rstd_g, dy.gpu, dq_again, dk_again, Tensor(),
+                                0);  // dx is dy
         s.compare("head_norm_backward in place", t, shape, dy.gpu, dx.cpu);
         const bool same = same_bits(dq.gpu, dq_again) && same_bits(dk.gpu, dk_again);
         s.row("head_norm_backward gains bitwise rerun", dtype_name(t), shape, same ? 0.0 : 1.0, gpu_check::kOpExact);
       });
     }
+  }
+  check_head_norm_whole(s);
+}
+
+// OLMoE's q and k under tp 2: one head each of D columns, the slot's half of a head of 2 D. The partial sums
+// (head_norm_sums, of x^2 and of dy * gain * x) against the CPU's, and the forward and backward reading given sums
+// (the CPU's, shared by both sides), at OLMoE-1B-7B's slot (8 heads of 128 of q and of k) on 2048 tokens.
+void check_head_norm_whole(Suite& s) {
+  const int64_t n = 2048, d = 1024, w = 3 * d;
+  const std::string shape = dims({n, w}) + " D=" + std::to_string(d) + " of " + std::to_string(2 * d);
+  for (DType t : kFloatTypes) {
+    s.run("head_norm_sums", dtype_name(t), shape, [&] {
+      auto x = s.make({n, w}, t, 240, 2.0f, 0.5f);
+      auto dy = s.make({n, w}, t, 241);
+      auto q = s.make({d}, t, 242, 0.2f, 1.0f);
+      auto k = s.make({d}, t, 243, 0.2f, 1.0f);
+      auto sq = s.output({n, 2}, DType::F32);
+      auto gx = s.output({n, 2}, DType::F32);
+      cpu::head_norm_sums(x.cpu, x.cpu, Tensor(), Tensor(), 1, 1, d, sq.cpu);
+      gpu::head_norm_sums(x.gpu, x.gpu, Tensor(), Tensor(), 1, 1, d, sq.gpu);
+      s.compare("head_norm_sums x^2", t, shape, sq.gpu, sq.cpu);
+      cpu::head_norm_sums(dy.cpu, x.cpu, q.cpu, k.cpu, 1, 1, d, gx.cpu);
+      gpu::head_norm_sums(dy.gpu, x.gpu, q.gpu, k.gpu, 1, 1, d, gx.gpu);
+      s.compare("head_norm_sums dy gain x", t, shape, gx.gpu, gx.cpu);
+      // Twice the slot's own sums stand for the other slot's: a head of 2 D whose halves are alike.
+      Tensor whole_sq = Tensor::empty({n, 2}, DType::F32, s.host(), "sums");
+      Tensor whole_gx = Tensor::empty({n, 2}, DType::F32, s.host(), "sums");
+      for (int64_t i = 0; i < 2 * n; ++i) {
+        whole_sq.f32()[i] = 2.0f * sq.cpu.f32()[i];
+        whole_gx.f32()[i] = 2.0f * gx.cpu.f32()[i];
+      }
+      const Tensor sq_g = s.upload(whole_sq, DType::F32), gx_g = s.upload(whole_gx, DType::F32);
+      auto y = s.output({n, w}, t);
+      auto rstd = s.output({n, 2}, DType::F32);
+      cpu::head_norm_forward(x.cpu, q.cpu, k.cpu, 1, 1, y.cpu, rstd.cpu, 1e-6f, whole_sq, 2 * d);
+      gpu::head_norm_forward(x.gpu, q.gpu, k.gpu, 1, 1, y.gpu, rstd.gpu, 1e-6f, sq_g, 2 * d);
+      s.compare("head_norm_forward whole y", t, shape, y.gpu, y.cpu);
+      s.compare("head_norm_forward whole rstd", t, shape, rstd.gpu, rstd.cpu);
+      const Tensor rstd_g = s.upload(rstd.cpu, DType::F32);
+      auto dx = s.output({n, w}, t);
+      auto dq = s.make({d}, DType::F32, 244), dk = s.make({d}, DType::F32, 245);  // accumulate
+      cpu::head_norm_backward(dy.cpu, x.cpu, q.cpu, k.cpu, 1, 1, rstd.cpu, dx.cpu, dq.cpu, dk.cpu, whole_gx, 2 * d);
+      gpu::head_norm_backward(dy.gpu, x.gpu, q.gpu, k.gpu, 1, 1, rstd_g, dx.gpu, dq.gpu, dk.gpu, gx_g, 2 * d);
+      s.compare("head_norm_backward whole dx", t, shape, dx.gpu, dx.cpu);
+      s.compare("head_norm_backward whole dq_gain", t, shape, dq.gpu, dq.cpu);
+      s.compare("head_norm_backward whole dk_gain", t, shape, dk.gpu, dk.cpu);
+    });
   }
 }
 

@@ -165,9 +165,10 @@ def main():
                                           {"virtual_gpus": 2, "pipeline": 2}, 2),
             ("4 as 2: virtual_gpus 2, tensor 2", 4, {"virtual_gpus": 2, "tensor": 2}, 2)]
     if family == "olmoe":
-        # Its whole-projection norms are not split over tp: the experts spread over 2 of 4 replicas instead.
-        runs[2] = ("4 processes: virtual_gpus 4, the experts over 2 (expert parallelism)", 4,
-                   {"virtual_gpus": 4, "expert": 2}, 4)
+        # Its whole-projection norms split over tp (each token's sums over the slots); the experts also spread over 2 of
+        # 4 replicas.
+        runs.append(("4 processes: virtual_gpus 4, the experts over 2 (expert parallelism)", 4,
+                     {"virtual_gpus": 4, "expert": 2}, 4))
     last_run = None
     for name, n, parallel, dp in runs:
         cfg = config(dp)

@@ -216,6 +216,12 @@ TEST(Llama, LayoutChecks) {
   odd_mlp.intermediate_size = 8190;
   EXPECT_HAS(error_of([&] { check_layout(odd_mlp, 1, 4, 1, {}); }),
              "model.intermediate_size 8190 is not divisible by parallel.tensor 4");
+  // OLMoE's q and k norms each span every head: tp runs where the heads divide, its sums joining the slots.
+  LlamaConfig olmoe = c;
+  olmoe.family = spec::LlamaFamily::Olmoe;
+  olmoe.num_key_value_heads = 32;
+  EXPECT_NO_THROW(check_layout(olmoe, 1, 2, 1, {}));
+  EXPECT_NO_THROW(check_layout(olmoe, 2, 4, 1, {}));
   // Pipeline stages cut between decoder layers; the embedding and the head are units too.
   EXPECT_NO_THROW(check_layout(c, 18, 1, 1, {}));
   EXPECT_EQ(error_of([&] { check_layout(c, 19, 1, 1, {}); }),

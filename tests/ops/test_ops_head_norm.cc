@@ -167,6 +167,71 @@ TEST(OpsHeadNorm, BackwardIsBitIdenticalAcrossThreadCounts) {
   for (const Tensor* t : {y, rstd, dx, dq, dk}) EXPECT_TRUE(testing::bit_equal(t[0], t[1]));
 }
 
+// Columns [c0, c0 + n) of every row of x (N, W), as a (N, n) tensor.
+Tensor columns(Device& dev, const Tensor& x, int64_t c0, int64_t n) {
+  const int64_t rows = rows_of(x), w = cols_of(x);
+  Tensor out = Tensor::empty({rows, n}, DType::F32, dev, "columns");
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) out.f32()[i * n + j] = x.f32()[i * w + c0 + j];
+  return out;
+}
+
+// Slot s of 2 of a row [q | k | v] of one head each of width 2 D: q's, k's and v's columns [s D, (s + 1) D).
+Tensor slot_of(Device& dev, const Tensor& x, int64_t d, int s) {
+  Tensor out = Tensor::empty({rows_of(x), 3 * d}, DType::F32, dev, "slot");
+  for (int part = 0; part < 3; ++part) {
+    const Tensor c = columns(dev, x, part * 2 * d + s * d, d);
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      std::copy(c.f32() + i * d, c.f32() + (i + 1) * d, out.f32() + i * 3 * d + part * d);
+  }
+  return out;
+}
+
+// A q and a k each normalised whole (one head of width 2 D) give, split in two halves of D, the same values when each
+// half reads the sums over both (head_norm_sums, added), forward and backward; the gains' gradients each half's own.
+TEST(OpsHeadNorm, HeadsSplitOverSlotsReadTheirWholeSums) {
+  device::CpuDevice dev;
+  const int64_t n = 6, d = 5;
+  Tensor x = randn(dev, {n, 6 * d}, 50, 2.0f), dy = randn(dev, {n, 6 * d}, 51);
+  Tensor q = randn(dev, {2 * d}, 52), k = randn(dev, {2 * d}, 53);
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev, "y"), rstd = Tensor::empty({n, 2}, DType::F32, dev, "rstd");
+  head_norm_forward(x, q, k, 1, 1, y, rstd, kEps);
+  Tensor dx = Tensor::empty(x.shape(), DType::F32, dev, "dx");
+  Tensor dq = Tensor::zeros({2 * d}, DType::F32, dev, "dq"), dk = Tensor::zeros({2 * d}, DType::F32, dev, "dk");
+  head_norm_backward(dy, x, q, k, 1, 1, rstd, dx, dq, dk);
+
+  Tensor xs[2], dys[2], qs[2], ks[2], fwd[2], bwd[2];
+  for (int s = 0; s < 2; ++s) {
+    xs[s] = slot_of(dev, x, d, s);
+    dys[s] = slot_of(dev, dy, d, s);
+    qs[s] = columns(dev, q.view({1, 2 * d}), s * d, d).view({d});
+    ks[s] = columns(dev, k.view({1, 2 * d}), s * d, d).view({d});
+    fwd[s] = Tensor::empty({n, 2}, DType::F32, dev, "sums");
+    head_norm_sums(xs[s], xs[s], Tensor(), Tensor(), 1, 1, d, fwd[s]);
+    bwd[s] = Tensor::empty({n, 2}, DType::F32, dev, "sums");
+    head_norm_sums(dys[s], xs[s], qs[s], ks[s], 1, 1, d, bwd[s]);
+  }
+  add(fwd[0], fwd[1], fwd[0]);  // the sums over the slots
+  add(bwd[0], bwd[1], bwd[0]);
+  for (int s = 0; s < 2; ++s) {
+    Tensor ys = Tensor::empty(xs[s].shape(), DType::F32, dev, "y"), rs = Tensor::empty({n, 2}, DType::F32, dev, "r");
+    head_norm_forward(xs[s], qs[s], ks[s], 1, 1, ys, rs, kEps, fwd[0], 2 * d);
+    EXPECT_LT(rel_error(to_double(ys), to_double(slot_of(dev, y, d, s))), 1e-6) << "slot " << s;
+    EXPECT_LT(rel_error(to_double(rs), to_double(rstd)), 1e-6) << "slot " << s;
+    Tensor dxs = Tensor::empty(xs[s].shape(), DType::F32, dev, "dx");
+    Tensor dqs = Tensor::zeros({d}, DType::F32, dev, "dq"), dks = Tensor::zeros({d}, DType::F32, dev, "dk");
+    head_norm_backward(dys[s], xs[s], qs[s], ks[s], 1, 1, rs, dxs, dqs, dks, bwd[0], 2 * d);
+    EXPECT_LT(rel_error(to_double(dxs), to_double(slot_of(dev, dx, d, s))), 1e-5) << "slot " << s;
+    EXPECT_LT(rel_error(to_double(dqs), to_double(columns(dev, dq.view({1, 2 * d}), s * d, d))), 1e-5);
+    EXPECT_LT(rel_error(to_double(dks), to_double(columns(dev, dk.view({1, 2 * d}), s * d, d))), 1e-5);
+  }
+  // One slot's own sums alone normalise it as a head of D, not the whole: the sums are what makes it whole.
+  Tensor ys = Tensor::empty(xs[0].shape(), DType::F32, dev, "y"), rs = Tensor::empty({n, 2}, DType::F32, dev, "r");
+  head_norm_forward(xs[0], qs[0], ks[0], 1, 1, ys, rs, kEps);
+  EXPECT_GT(rel_error(to_double(ys), to_double(slot_of(dev, y, d, 0))), 1e-2);
+  EXPECT_THROW(head_norm_forward(xs[0], qs[0], ks[0], 1, 1, ys, rs, kEps, fwd[0], d - 1), Error);  // narrower than D
+}
+
 TEST(OpsHeadNorm, RefusesShapesThatDoNotFit) {
   device::CpuDevice dev;
   const Qkv s{1, 2, 8, 2, 1};  // 4 heads of 8 a row

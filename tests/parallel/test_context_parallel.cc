@@ -197,7 +197,7 @@ std::vector<Case> cases() {
   if (TANDEM_TEST_WORLD == 8)
     return {{"llama", 2, 2, 1, 2, 3},      {"llama", 1, 2, 2, 2, 0, true}, {"llama_docs", 2, 1, 2, 2, 1},
             {"llama_lora", 2, 1, 1, 4, 1}, {"gpt", 2, 1, 1, 4, 1},         {"olmoe", 2, 1, 1, 4, 3, false, "ep2"},
-            {"llama_fp8", 2, 1, 1, 4, 1}};
+            {"llama_fp8", 2, 1, 1, 4, 1},  {"olmoe", 2, 1, 2, 2, 1}};
   return {{"llama", 1, 1, 1, 4, 0},
           {"llama", 1, 1, 2, 2, 0},
           {"llama", 2, 1, 1, 2, 0},
@@ -225,6 +225,7 @@ std::vector<Case> cases() {
           {"gpt_tied", 2, 1, 1, 2, 3},
           {"olmoe", 2, 1, 1, 2, 1},
           {"olmoe", 1, 1, 1, 4, 0},
+          {"olmoe", 1, 1, 2, 2, 0},  // the whole norms' sums over tp, on each shard's own tokens
           {"moe", 2, 1, 1, 2, 1},
           {"moe", 2, 1, 1, 2, 3, false, "ep2"},
           {"moe", 2, 1, 1, 2, 0, true, "ep2"},

@@ -39,7 +39,8 @@ struct Case {
   // every layout (the activations' scales are per micro-batch, as on one device), "..._rowwise" and
   // "llama_fp8_blockwise" with those recipes (the blockwise llama 256 wide, so each tp slot holds whole tiles);
   // "llama_tiles" and "gpt_tiles" with the loss in chunks and the llama's MLP in tiles (the config's "tiles");
-  // "llama_qwen3": Qwen3's q_norm and k_norm on heads of 16 (hidden_size / num_attention_heads is 8)
+  // "llama_qwen3": Qwen3's q_norm and k_norm on heads of 16 (hidden_size / num_attention_heads is 8); "llama_olmoe":
+  // OLMoE's q and k each normalised whole, every MLP a mixture of experts
   std::string model;
   int dp, pp, tp, zero;
   spec::ScheduleKind schedule;
@@ -160,6 +161,13 @@ std::vector<Case> cases() {
   out.insert(out.end(), tiles.begin(), tiles.end());
   // Qwen3's per-head norms: each tp slot normalises its own heads, the gains' gradients summed over tp; across stages.
   if (world == 4) out.push_back({"llama_qwen3", 1, 2, 2, 0, k1F1B, 1, false});
+  // OLMoE's whole q and k norms: each token's sums over every tp slot's heads, each slot's gains its own; beside dp
+  // under ZeRO-3 (the gains' shards sharded again), pp, and both.
+  if (world == 4)
+    out.insert(out.end(), {{"llama_olmoe", 1, 1, 4, 0, k1F1B, 1, false},
+                           {"llama_olmoe", 2, 1, 2, 3, k1F1B, 1, false},
+                           {"llama_olmoe", 1, 2, 2, 0, k1F1B, 1, true}});
+  if (world == 8) out.push_back({"llama_olmoe", 2, 2, 2, 1, k1F1B, 1, false});
   // FP8: the weights' scales from their amax over tp (and after ZeRO-3's gather), the activations' and gradients' per
   // micro-batch and over tp where split; in fp32 and bf16 around the products.
   std::vector<Case> fp8;
@@ -219,6 +227,13 @@ Json base_config(const std::string& model) {
     if (model == "llama_qwen3") {
       cfg["model"]["family"] = "qwen3";
       cfg["model"]["head_dim"] = 16;
+    }
+    if (model == "llama_olmoe") {  // as many kv heads as heads; every MLP 4 experts, 2 chosen
+      cfg["model"]["family"] = "olmoe";
+      cfg["model"]["num_key_value_heads"] = 4;
+      cfg["model"]["num_experts"] = 4;
+      cfg["model"]["num_experts_per_tok"] = 2;
+      cfg["model"]["moe_intermediate_size"] = 24;
     }
     // The blockwise recipe's tiles are 128 wide and every tp slot holds whole ones: 256 features (q, k, v and
     // the MLP's) split over 2 slots.

@@ -30,7 +30,8 @@ struct MemCase {
   // experts of 48, top 2, the balance loss in the loss; the measured routing is the model's, the prediction balanced) |
   // "llama_qwen2_moe" (Qwen2-MoE's: the same experts with a shared expert of 32 and biases on q, k, v) |
   // "llama_qwen3_moe_every" (the same with every token routed to each of 4 experts: balanced whatever the router says,
-  // so the rows an expert slot receives under expert parallelism are the prediction's)
+  // so the rows an expert slot receives under expert parallelism are the prediction's) | "llama_olmoe_every" (OLMoE's
+  // whole q and k norms, every layer's token routed to each of 4 experts)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   int cp = 1;  // parallel.context: each sequence over cp processes
@@ -38,7 +39,7 @@ struct MemCase {
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool ckpt = false;
-  bool cpu_ckpt = false;  // with ckpt: the checkpointed layer inputs in host memory (parallel.cpu_checkpointing)
+  bool cpu_ckpt = false;        // with ckpt: the checkpointed layer inputs in host memory (parallel.cpu_checkpointing)
   bool keep_attention = false;  // with ckpt: attention's output kept for the recomputation (parallel.keep_attention)
   int64_t micro = 2;
   int64_t global = 8;
@@ -55,8 +56,7 @@ struct MemCase {
     if (pp > 1 || virtual_stages > 1)
       os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
     os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (cpu_ckpt ? " host" : "")
-       << (keep_attention ? " keep" : "")
-       << (bf16 ? " bf16" : "") << (offload.empty() ? "" : " offload " + offload);
+       << (keep_attention ? " keep" : "") << (bf16 ? " bf16" : "") << (offload.empty() ? "" : " offload " + offload);
     return os.str();
   }
 };
@@ -93,6 +93,20 @@ inline Json model_config(const std::string& model) {
     m["num_experts_per_tok"] = 4;
     return m;
   }
+  if (model == "llama_olmoe_every")
+    return {{"type", "llama"},
+            {"vocab_size", 512},
+            {"seq_len", 64},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", 4},
+            {"head_dim", 32},
+            {"family", "olmoe"},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 4},
+            {"num_experts", 4},
+            {"num_experts_per_tok", 4},
+            {"moe_intermediate_size", 48}};
   if (model == "llama_qwen3_moe")
     return {{"type", "llama"},
             {"vocab_size", 512},

@@ -133,6 +133,14 @@ std::vector<MemCase> grid() {
     c.ckpt = c.zero == 1;
     out.push_back(c);
   }
+  // OLMoE under tp: each slot's gains, the tokens' sums of squares and their sums over the slots; with recomputation.
+  for (bool ckpt : {false, true}) {
+    MemCase c = mem_case(1, 1, 2);
+    c.model = "llama_olmoe_every";
+    c.steps = 1;
+    c.ckpt = ckpt;
+    out.push_back(c);
+  }
   // Documents (data.document_mask): every stage fetches each micro-batch's.
   for (MemCase c : {mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB, 1, 1), mem_case(2, 1, 1, 3)}) {
     c.model = "llama_docs";

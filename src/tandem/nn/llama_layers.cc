@@ -122,11 +122,15 @@ LlamaBlock::LlamaBlock(int index, const LlamaBlockShape& s, std::shared_ptr<Rope
     k_norm_ = &add_parameter("k_norm.weight", {s.head_dim}, Init::Ones, false);
   }
   if (s.qk_norm_whole) {
-    // One head of H D for q and one of Hkv D for k: the per-head norm over them needs them alike and whole here.
-    TANDEM_CHECK(s.heads == s.kv_heads && !tp.active(), name(), ": q and k normalised whole need as many kv heads (",
-                 s.kv_heads, ") as heads (", s.heads, ") and no tensor parallelism (", tp.size, " slots)");
-    q_norm_ = &add_parameter("q_norm.weight", {s.heads * s.head_dim}, Init::Ones, false);
-    k_norm_ = &add_parameter("k_norm.weight", {s.kv_heads * s.head_dim}, Init::Ones, false);
+    // One head of H D for q and one of Hkv D for k: the per-head norm over them needs them alike. Under tp each slot
+    // holds the gains' entries of its own heads, as qkv holds their rows.
+    TANDEM_CHECK(s.heads == s.kv_heads, name(), ": q and k normalised whole need as many kv heads (", s.kv_heads,
+                 ") as heads (", s.heads, ")");
+    const int64_t q = s.heads * s.head_dim, k = s.kv_heads * s.head_dim;
+    q_norm_ = &add_sharded_parameter("q_norm.weight", {q}, {q / tp.size}, Shard{1, q, 1, tp.rank, tp.size}, Init::Ones,
+                                     false);
+    k_norm_ = &add_sharded_parameter("k_norm.weight", {k}, {k / tp.size}, Shard{1, k, 1, tp.rank, tp.size}, Init::Ones,
+                                     false);
     norm_whole_ = true;
   }
   for (Layer* l : std::initializer_list<Layer*>{&attn_norm_, &qkv_, &o_, &mlp_norm_}) add_child(*l);
@@ -318,26 +322,44 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   return dx;
 }
 
+Tensor LlamaBlock::whole_sums(const Tensor& a, const Tensor& b, const Tensor& q_gain, const Tensor& k_gain) const {
+  if (!norm_whole_ || !tp_.active()) return Tensor();
+  Tensor sums = Tensor::empty({a.dim(0) * a.dim(1), 2}, DType::F32, a.device(), name() + " head norm sums");
+  ops::head_norm_sums(a, b, q_gain, k_gain, 1, 1, q_norm_->value.dim(0), sums);  // this slot's heads
+  tp_.sum(sums);                                                                 // every slot's
+  return sums;
+}
+
+int64_t LlamaBlock::whole_width(const Tensor& sums) const {
+  return sums.defined() ? q_norm_->value.dim(0) * tp_.size : 0;
+}
+
 Tensor LlamaBlock::head_norm(const Tensor& qkv, int heads, int kv_heads, Tensor& raw, Tensor& rstd) const {
   const int64_t rows = qkv.dim(0) * qkv.dim(1);
   Device& dev = qkv.device();
   raw = qkv;
   Tensor normed = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " normed qkv");  // (B, T, (H + 2 Hkv) D)
   rstd = Tensor::empty({rows, heads + kv_heads}, DType::F32, dev, name() + " head norm rstd");
-  ops::head_norm_forward(raw, q_norm_->value, k_norm_->value, heads, kv_heads, normed, rstd, eps_);
+  const Tensor sums = whole_sums(raw, raw, Tensor(), Tensor());  // (rows, 2) of x^2, or none
+  ops::head_norm_forward(raw, q_norm_->value, k_norm_->value, heads, kv_heads, normed, rstd, eps_, sums,
+                         whole_width(sums));
   return normed;
 }
 
 void LlamaBlock::head_norm_backward(const Tensor& dqkv, const Tensor& raw, const Tensor& rstd, int heads,
                                     int kv_heads) {
   Device& dev = dqkv.device();
-  Tensor dq = gradient_or_sink(*q_norm_, dev), dk = gradient_or_sink(*k_norm_, dev);  // (D) f32, accumulate
-  // Each slot normalises its own heads: its gains' gradients are partial sums over tp, joined here before they add to
-  // what the gradients hold (a frozen gain's sink is dropped, so it needs none).
-  const bool join = tp_.active() && q_norm_->trainable;
+  Tensor dq = gradient_or_sink(*q_norm_, dev), dk = gradient_or_sink(*k_norm_, dev);  // f32, accumulate
+  // Per head, each slot normalises its own heads with the one gain of all: its gains' gradients are partial sums over
+  // tp, joined here before they add to what the gradients hold (a frozen gain's sink is dropped, so it needs none).
+  // Whole, each slot's gains are its own part, their gradients its own.
+  const bool join = tp_.active() && !norm_whole_ && q_norm_->trainable;
   const Tensor dq_part = join ? Tensor::zeros(dq.shape(), DType::F32, dev, name() + " q_norm grad part") : dq;
   const Tensor dk_part = join ? Tensor::zeros(dk.shape(), DType::F32, dev, name() + " k_norm grad part") : dk;
-  ops::head_norm_backward(dqkv, raw, q_norm_->value, k_norm_->value, heads, kv_heads, rstd, dqkv, dq_part, dk_part);
+  // (rows, 2) of dy * gain * x, or none; before dqkv is overwritten
+  const Tensor sums = whole_sums(dqkv, raw, q_norm_->value, k_norm_->value);
+  ops::head_norm_backward(dqkv, raw, q_norm_->value, k_norm_->value, heads, kv_heads, rstd, dqkv, dq_part, dk_part,
+                          sums, whole_width(sums));
   if (!join) return;
   tp_.sum(dq_part);
   tp_.sum(dk_part);

@@ -89,7 +89,7 @@ struct LlamaBlockShape {
 // With qk_norm, each head of q and of k is first normalised over its D values (ops::head_norm_forward, gains q_norm
 // and k_norm): attention reads rope(head_norm(qkv)), and the projection's output is kept for the norm's gradient.
 // With qk_norm_whole (OLMoE) q and k are each normalised over all their heads at once, token by token; under context
-// parallelism that runs before the regrouping, where a shard holds every head of its own tokens.
+// parallelism that runs before the regrouping, where a shard holds every head of its own tokens (of its tp slot).
 // Parameters "layers.<i>.{attn_norm,qkv,o,mlp_norm,gate_up,down}.weight", "layers.<i>.qkv.bias" with qkv_bias,
 // "layers.<i>.o.bias" with o_bias, "layers.<i>.{q_norm,k_norm}.weight" (D) with qk_norm; a sparse block (moe) has
 // "layers.<i>.moe.{router,gate_up,down}.weight" (MoeMlp) in place of gate_up and down, replicated over tp, and runs
@@ -97,7 +97,9 @@ struct LlamaBlockShape {
 // Tensor-parallel: qkv column-parallel with its q, k and v parts split separately (slot i owns query heads
 // [i H/tp, (i+1) H/tp) and the kv heads [i Hkv/tp, (i+1) Hkv/tp) they attend with), gate_up column-parallel with
 // gate and up split separately, o and down row-parallel; the norms are replicated. q_norm and k_norm see only this
-// slot's heads, so their gradients are summed over tp (as transformers' "replicated_with_grad_allreduce").
+// slot's heads, so their gradients are summed over tp (as transformers' "replicated_with_grad_allreduce"). Whole
+// (OLMoE), q_norm and k_norm are split as the heads (slot i holds entries [i H D / tp, (i+1) H D / tp)), each
+// token's sums of squares (and in backward, of dy * gain * x) are summed over tp, and each slot normalises its part.
 class LlamaBlock final : public Layer {
  public:
   LlamaBlock(int index, const LlamaBlockShape& shape, std::shared_ptr<RopeCache> rope, TpSlot tp = {});
@@ -132,17 +134,23 @@ class LlamaBlock final : public Layer {
   // qk_norm's forward over `heads` of q and `kv_heads` of k (1 and 1 when whole): qkv (B, T, (H + 2 Hkv) D) -> the
   // normed copy, with qkv kept in `raw` and its (B T, heads + kv_heads) rstd in `rstd` for the backward.
   Tensor head_norm(const Tensor& qkv, int heads, int kv_heads, Tensor& raw, Tensor& rstd) const;
-  // qk_norm's backward in place on dqkv (B, Ta, (H + 2 Hkv) D / (tp cp)) per head, or (B, T, (H + 2 Hkv) D) when
-  // whole (before the regrouping under cp), from the projection's output `raw` and its rstd; the gains' gradients
-  // summed over tp.
+  // qk_norm's backward in place on dqkv (B, Ta, (H + 2 Hkv) D / (tp cp)) per head, or (B, T, (H + 2 Hkv) D / tp)
+  // when whole (before the regrouping under cp), from the projection's output `raw` and its rstd; the per-head gains'
+  // gradients summed over tp.
   void head_norm_backward(const Tensor& dqkv, const Tensor& raw, const Tensor& rstd, int heads, int kv_heads);
+  // The one rule for a whole q and k split over tp slots: their statistics span every slot. a, b (B, T, (H + 2 Hkv) D
+  // / tp) -> (B T, 2) f32, each token's sums of a * b * gain over all of q and all of k (ops::head_norm_sums, summed
+  // over tp); undefined when the slot holds them whole (per-head norms, or one slot).
+  Tensor whole_sums(const Tensor& a, const Tensor& b, const Tensor& q_gain, const Tensor& k_gain) const;
+  // The width those sums span, H D (= Hkv D), or 0 without them.
+  int64_t whole_width(const Tensor& sums) const;
 
   int heads_, kv_heads_;  // this slot's
   float eps_;             // the norms'
   TpSlot tp_;
   std::shared_ptr<RopeCache> rope_;
-  Parameter* q_norm_ = nullptr;  // (D), with qk_norm; (H D), with qk_norm_whole
-  Parameter* k_norm_ = nullptr;  // (D), with qk_norm; (Hkv D), with qk_norm_whole
+  Parameter* q_norm_ = nullptr;  // (D), with qk_norm; (H D / tp), this slot's heads, with qk_norm_whole
+  Parameter* k_norm_ = nullptr;  // (D), with qk_norm; (Hkv D / tp), this slot's heads, with qk_norm_whole
   bool norm_whole_ = false;      // qk_norm_whole: q and k each one head of the per-head norm
   RmsNorm attn_norm_;
   Linear qkv_;  // C -> (H + 2 Hkv) D

@@ -105,12 +105,15 @@ using tandem::kIgnoreTarget;
   X(void, rotary_backward, (const Tensor& dy, const Tensor& cos, const Tensor& sin, int heads, const Tensor& dx),  \
     (dy, cos, sin, heads, dx))                                                                                     \
   X(void, head_norm_forward, (const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads, int kv_heads, \
-                              const Tensor& y, const Tensor& rstd, float eps),                                     \
-    (x, q_gain, k_gain, heads, kv_heads, y, rstd, eps))                                                            \
+                              const Tensor& y, const Tensor& rstd, float eps, const Tensor& sums, int64_t width),  \
+    (x, q_gain, k_gain, heads, kv_heads, y, rstd, eps, sums, width))                                               \
   X(void, head_norm_backward, (const Tensor& dy, const Tensor& x, const Tensor& q_gain, const Tensor& k_gain,       \
                                int heads, int kv_heads, const Tensor& rstd, const Tensor& dx, const Tensor& dq_gain, \
-                               const Tensor& dk_gain),                                                             \
-    (dy, x, q_gain, k_gain, heads, kv_heads, rstd, dx, dq_gain, dk_gain))                                          \
+                               const Tensor& dk_gain, const Tensor& sums, int64_t width),                          \
+    (dy, x, q_gain, k_gain, heads, kv_heads, rstd, dx, dq_gain, dk_gain, sums, width))                             \
+  X(void, head_norm_sums, (const Tensor& a, const Tensor& b, const Tensor& q_gain, const Tensor& k_gain, int heads, \
+                           int kv_heads, int64_t d, const Tensor& sums),                                           \
+    (a, b, q_gain, k_gain, heads, kv_heads, d, sums))                                                              \
   X(void, swiglu_forward, (const Tensor& gate_up, const Tensor& y), (gate_up, y))                                  \
   X(void, swiglu_backward, (const Tensor& gate_up, const Tensor& dy, const Tensor& dgate_up),                      \
     (gate_up, dy, dgate_up))                                                                                       \

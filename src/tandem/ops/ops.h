@@ -223,14 +223,25 @@ void rotary_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, int
 // f32 saved, rstd = 1 / sqrt(mean over the head's D of x^2 + eps). Columns from (H + Hkv) D on are copied to y
 // unchanged (not touched when y is x): with H and Hkv the projection's query and key heads, q and k are normalised and
 // v passes through. y has x's shape and may be x (in place).
+// A head may also be D of the `width` columns of a wider head whose other columns other devices hold (OLMoE's q and k,
+// each normalised whole, under tensor parallelism: each slot holds its heads' columns). Then `sums` (N, H + Hkv) f32
+// brings each head's statistic over its whole width, summed over the devices from head_norm_sums' parts: forward
+// reads the sums of x^2 and takes rstd = 1 / sqrt(sums / width + eps); backward reads the sums of dy * gain * x and
+// takes mean(g xhat) = rstd sums / width. Undefined sums (width 0): each head lies whole in its row, as above.
 void head_norm_forward(const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads, int kv_heads,
-                       const Tensor& y, const Tensor& rstd, float eps);
+                       const Tensor& y, const Tensor& rstd, float eps, const Tensor& sums = {}, int64_t width = 0);
 // dx (N, W) overwritten: each normalised head as rmsnorm_backward's dx with its gain, the other columns copied from
 // dy. dq_gain and dk_gain (D) f32 accumulate the sums over rows and over their heads of dy * xhat, with xhat rounded
 // to X as forward multiplied it, in a fixed order (the same bits every run). dx may be dy (in place).
 void head_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads,
                         int kv_heads, const Tensor& rstd, const Tensor& dx, const Tensor& dq_gain,
-                        const Tensor& dk_gain);
+                        const Tensor& dk_gain, const Tensor& sums = {}, int64_t width = 0);
+// This device's part of those sums: sums (N, H + Hkv) f32 overwritten with, for each row and each of its first
+// H + Hkv heads of D columns, the sum over the head's D of a * b * gain (the q gain for the first H heads, the k gain
+// for the next Hkv; 1 when the gains are undefined), in fp32 (double on the CPU). a and b (N, W) alike, e.g. x and x
+// for the forward's, dy and x with the gains for the backward's.
+void head_norm_sums(const Tensor& a, const Tensor& b, const Tensor& q_gain, const Tensor& k_gain, int heads,
+                    int kv_heads, int64_t d, const Tensor& sums);
 
 // SwiGLU on a fused projection: gate_up (N, 2F) holds gate in columns [0, F) and up in [F, 2F) of each row (the
 // output of one projection by the stacked weight [W_gate; W_up]); y (N, F) = silu(gate) * up with

@@ -135,24 +135,42 @@ void check_head_norm(const char* op, const char* in_name, const Tensor& in, cons
   check_same_or_apart(op, out_name, out, in_name, in);
   check_apart(op, out_name, out, {{"q_gain", q_gain}, {"k_gain", k_gain}, {"rstd", rstd}});
 }
+
+// sums, when defined, (N, H + Hkv) f32 as rstd, over heads of `width` columns of which a row holds D; apart from `out`.
+void check_head_sums(const char* op, const Tensor& sums, int64_t width, const Tensor& rstd, const Tensor& q_gain,
+                     const Tensor& out) {
+  if (!sums.defined()) {
+    TANDEM_CHECK(width == 0, op, ": width ", width, " without sums");
+    return;
+  }
+  check_f32(op, "sums", sums);
+  check_same_shape(op, "rstd", rstd, "sums", sums);
+  TANDEM_CHECK(width >= q_gain.dim(0), op, ": heads of width ", width, " narrower than the D = ", q_gain.dim(0),
+               " columns a row holds");
+  check_apart(op, "sums", sums, {{"out", out}, {"rstd", rstd}});
+}
 }  // namespace
 
 void head_norm_forward(const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads, int kv_heads,
-                       const Tensor& y, const Tensor& rstd, float eps) {
+                       const Tensor& y, const Tensor& rstd, float eps, const Tensor& sums, int64_t width) {
   const char* op = "head_norm_forward";
   check_devices(op, y, x, q_gain, k_gain, rstd);
+  if (sums.defined()) check_devices(op, y, sums);
   check_head_norm(op, "x", x, q_gain, k_gain, heads, kv_heads, rstd, "y", y);
+  check_head_sums(op, sums, width, rstd, q_gain, y);
   TANDEM_CHECK(eps >= 0.0f, op, ": eps ", eps, " is negative");
   check_apart(op, "rstd", rstd, {{"x", x}, {"q_gain", q_gain}, {"k_gain", k_gain}});
-  return backend_of(op, y).head_norm_forward(x, q_gain, k_gain, heads, kv_heads, y, rstd, eps);
+  return backend_of(op, y).head_norm_forward(x, q_gain, k_gain, heads, kv_heads, y, rstd, eps, sums, width);
 }
 
 void head_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& q_gain, const Tensor& k_gain, int heads,
                         int kv_heads, const Tensor& rstd, const Tensor& dx, const Tensor& dq_gain,
-                        const Tensor& dk_gain) {
+                        const Tensor& dk_gain, const Tensor& sums, int64_t width) {
   const char* op = "head_norm_backward";
   check_devices(op, dx, dy, x, q_gain, k_gain, rstd, dq_gain, dk_gain);
+  if (sums.defined()) check_devices(op, dx, sums);
   check_head_norm(op, "dy", dy, q_gain, k_gain, heads, kv_heads, rstd, "dx", dx);
+  check_head_sums(op, sums, width, rstd, q_gain, dx);
   check_compute(op, {{"dy", dy}, {"x", x}});
   check_same_shape(op, "x", x, "dy", dy);
   for (const auto& [name, g] : {Named{"dq_gain", dq_gain}, Named{"dk_gain", dk_gain}}) {
@@ -163,7 +181,36 @@ void head_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& q_gain,
   }
   check_apart(op, "dq_gain", dq_gain, {{"dk_gain", dk_gain}});
   check_apart(op, "dx", dx, {{"x", x}});
-  return backend_of(op, dx).head_norm_backward(dy, x, q_gain, k_gain, heads, kv_heads, rstd, dx, dq_gain, dk_gain);
+  if (sums.defined())
+    for (const auto& [name, g] : {Named{"dq_gain", dq_gain}, Named{"dk_gain", dk_gain}})
+      check_apart(op, name, g, {{"sums", sums}});
+  return backend_of(op, dx).head_norm_backward(dy, x, q_gain, k_gain, heads, kv_heads, rstd, dx, dq_gain, dk_gain, sums,
+                                               width);
+}
+
+void head_norm_sums(const Tensor& a, const Tensor& b, const Tensor& q_gain, const Tensor& k_gain, int heads,
+                    int kv_heads, int64_t d, const Tensor& sums) {
+  const char* op = "head_norm_sums";
+  check_devices(op, sums, a, b);
+  check_compute(op, {{"a", a}, {"b", b}});
+  check_same_shape(op, "a", a, "b", b);
+  check_f32(op, "sums", sums);
+  TANDEM_CHECK(q_gain.defined() == k_gain.defined(), op, ": q_gain and k_gain are both given or both not");
+  if (q_gain.defined()) {
+    check_devices(op, sums, q_gain, k_gain);
+    check_compute(op, {{"a", a}, {"q_gain", q_gain}, {"k_gain", k_gain}});
+    TANDEM_CHECK(q_gain.shape() == Shape({d}) && k_gain.shape() == Shape({d}), op, ": gains ",
+                 shape_str(q_gain.shape()), " and ", shape_str(k_gain.shape()), " are not (D) = (", d, ")");
+  }
+  TANDEM_CHECK(a.rank() >= 2, op, ": a ", shape_str(a.shape()), " is not (N, W) rows of heads");
+  const int64_t normed = static_cast<int64_t>(heads) + kv_heads;
+  TANDEM_CHECK(d > 0 && heads >= 0 && kv_heads >= 0 && normed * d <= cols_of(a), op, ": ", heads, " query and ",
+               kv_heads, " key heads of D = ", d, " do not fit the ", cols_of(a), " columns of a ",
+               shape_str(a.shape()));
+  TANDEM_CHECK(sums.shape() == Shape({rows_of(a), normed}), op, ": sums ", shape_str(sums.shape()),
+               " is not (N, H + Hkv) = ", shape_str({rows_of(a), normed}));
+  check_apart(op, "sums", sums, {{"a", a}, {"b", b}});
+  return backend_of(op, sums).head_norm_sums(a, b, q_gain, k_gain, heads, kv_heads, d, sums);
 }
 
 namespace {

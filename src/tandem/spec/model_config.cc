@@ -62,11 +62,6 @@ void check_llama_layout(const LlamaConfig& c, int pp, int tp, int virtual_stages
                 ": each tensor-parallel slot holds whole query and key/value heads; choose a tensor width that "
                 "divides ",
                 c.num_key_value_heads);
-  if (qk_norm_whole(c) && tp > 1)
-    TANDEM_FAIL("parallel.tensor ", tp,
-                " with model.family \"olmoe\": its q_norm and k_norm each span every head, "
-                "which tensor parallelism splits over devices, and that reduction is not built yet; remove "
-                "parallel.tensor (the experts can spread with parallel.expert)");
   if (c.intermediate_size % tp != 0)
     TANDEM_FAIL("model.intermediate_size ", c.intermediate_size, " is not divisible by parallel.tensor ", tp,
                 ": each tensor-parallel slot holds an equal slice of the MLP; choose a tensor width that divides ",

@@ -90,7 +90,7 @@ int64_t rmsnorm_backward_add_scratch(const ScratchContext&, const Tensor&, const
 // head_norm.cu: the gains' f32 partials, (slices, 2, D), when any head is normalised.
 int64_t head_norm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor& q_gain,
                                    const Tensor&, int heads, int kv_heads, const Tensor&, const Tensor&, const Tensor&,
-                                   const Tensor&) {
+                                   const Tensor&, const Tensor&, int64_t) {
   if (heads + kv_heads == 0 || cols_of(x) == 0) return 0;
   return head_norm_backward_scratch_bytes(rows_of(x), q_gain.dim(0));
 }
