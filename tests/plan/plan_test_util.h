@@ -93,20 +93,13 @@ inline Json model_config(const std::string& model) {
     m["num_experts_per_tok"] = 4;
     return m;
   }
-  if (model == "llama_olmoe_every")
-    return {{"type", "llama"},
-            {"vocab_size", 512},
-            {"seq_len", 64},
-            {"hidden_size", 64},
-            {"intermediate_size", 96},
-            {"num_hidden_layers", 4},
-            {"head_dim", 32},
-            {"family", "olmoe"},
-            {"num_attention_heads", 4},
-            {"num_key_value_heads", 4},
-            {"num_experts", 4},
-            {"num_experts_per_tok", 4},
-            {"moe_intermediate_size", 48}};
+  if (model == "llama_olmoe_every") {  // every layer sparse, as many kv heads as heads, no balance loss
+    Json m = model_config("llama_qwen3_moe_every");
+    m["family"] = "olmoe";
+    m["num_key_value_heads"] = 4;
+    for (const char* key : {"norm_topk_prob", "decoder_sparse_step", "output_router_logits"}) m.erase(key);
+    return m;
+  }
   if (model == "llama_qwen3_moe")
     return {{"type", "llama"},
             {"vocab_size", 512},
