@@ -78,6 +78,34 @@ TEST(HostCheckpoints, SameBitsOnOneDevice) {
   }
 }
 
+// parallel.cpu_checkpointing_layers 2 of the 7 that can: the same bits again, a peak between the two, and the copies
+// of those two layers' inputs alone.
+TEST(HostCheckpoints, SomeLayersOnly) {
+  if (testing::mpi_world().rank() != 0) return;
+  Json cfg = llama_config(false);
+  cfg["parallel"] = {{"activation_checkpointing", true}};
+  const Result device = run_training(cfg, nullptr);
+  cfg["parallel"]["cpu_checkpointing"] = true;
+  const Result all = run_training(cfg, nullptr);
+  cfg["parallel"]["cpu_checkpointing_layers"] = 2;
+  const Result some = run_training(cfg, nullptr);
+  EXPECT_EQ(bit_differences(some, device), 0);
+  EXPECT_LT(some.peak_bytes, device.peak_bytes);
+  EXPECT_GT(some.peak_bytes, all.peak_bytes);
+  std::printf(
+      "[host checkpoints] peak %llu with the inputs on the device, %llu with 2 layers' in host memory, %llu "
+      "with all\n",
+      static_cast<unsigned long long>(device.peak_bytes), static_cast<unsigned long long>(some.peak_bytes),
+      static_cast<unsigned long long>(all.peak_bytes));
+  cfg["parallel"].erase("cpu_checkpointing");
+  try {
+    run_training(cfg, nullptr);
+    ADD_FAILURE() << "cpu_checkpointing_layers without cpu_checkpointing was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("needs \"cpu_checkpointing\": true"), std::string::npos) << e.what();
+  }
+}
+
 // DeepSpeed's key turns on the same thing.
 TEST(HostCheckpoints, DeepSpeedKeySameBits) {
   if (testing::mpi_world().rank() != 0) return;
@@ -92,34 +120,40 @@ TEST(HostCheckpoints, DeepSpeedKeySameBits) {
 }
 
 // The step's timeline (diagnostics.timeline_step, TANDEM_TIMELINE=S) shows the inputs' copies on offload's tracks, one
-// span a kept input and micro-batch: down in the recorded step's backward, up in the step after's forward.
+// span a kept input and micro-batch: down in the recorded step's backward, up in the step after's forward; with
+// cpu_checkpointing_layers, those layers' alone.
 TEST(HostCheckpoints, TheTimelineShowsTheCopies) {
   if (testing::mpi_world().rank() != 0) return;
-  namespace fs = std::filesystem;
-  const fs::path out = fs::temp_directory_path() / ("tandem_host_checkpoints_" + std::to_string(::getpid()));
-  fs::remove_all(out);
-  Json cfg = llama_config(false);
-  cfg["steps"] = 3;
-  cfg["parallel"] = {{"activation_checkpointing", true}, {"cpu_checkpointing", true}};
-  {
-    train::TrainOptions opt;
-    opt.print = false;
-    opt.out_dir = out.string();
-    opt.diagnostics.timeline_step = 2;
-    const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
-    train::Trainer trainer = train::Trainer::from_config(tc, layout::resolve_parallel(tc.parallel, 1), opt);
-    trainer.run();
+  for (const int layers : {-1, 3}) {
+    namespace fs = std::filesystem;
+    const fs::path out = fs::temp_directory_path() / ("tandem_host_checkpoints_" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    Json cfg = llama_config(false);
+    cfg["steps"] = 3;
+    cfg["parallel"] = {{"activation_checkpointing", true}, {"cpu_checkpointing", true}};
+    if (layers >= 0) cfg["parallel"]["cpu_checkpointing_layers"] = layers;
+    {
+      train::TrainOptions opt;
+      opt.print = false;
+      opt.out_dir = out.string();
+      opt.diagnostics.timeline_step = 2;
+      const config::TrainConfig tc = config::parse(config::validate(cfg), 1);
+      train::Trainer trainer = train::Trainer::from_config(tc, layout::resolve_parallel(tc.parallel, 1), opt);
+      trainer.run();
+    }
+    std::ifstream in(out / "timeline_rank0.json");
+    ASSERT_TRUE(in) << "no timeline in " << out;
+    const Json trace = Json::parse(in);
+    std::map<std::string, int> copies;  // by track
+    for (const Json& e : trace.at("traceEvents"))
+      if (e.at("name").get<std::string>().rfind("checkpoint ", 0) == 0) ++copies[e.at("tid").get<std::string>()];
+    // 8 layers (the embedding, 6 blocks, the head), all but the head's input in host memory (or the first `layers`), 4
+    // micro-batches a step.
+    const int held = layers < 0 ? 7 : layers;
+    EXPECT_EQ(copies["to device"], held * 4) << layers;
+    EXPECT_EQ(copies["to host"], held * 4) << layers;
+    fs::remove_all(out);
   }
-  std::ifstream in(out / "timeline_rank0.json");
-  ASSERT_TRUE(in) << "no timeline in " << out;
-  const Json trace = Json::parse(in);
-  std::map<std::string, int> copies;  // by track
-  for (const Json& e : trace.at("traceEvents"))
-    if (e.at("name").get<std::string>().rfind("checkpoint ", 0) == 0) ++copies[e.at("tid").get<std::string>()];
-  // 8 layers (the embedding, 6 blocks, the head), all but the head's input in host memory, 4 micro-batches a step.
-  EXPECT_EQ(copies["to device"], 7 * 4);
-  EXPECT_EQ(copies["to host"], 7 * 4);
-  fs::remove_all(out);
 }
 
 class HostCheckpointLayouts : public ::testing::TestWithParam<Case> {};

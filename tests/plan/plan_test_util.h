@@ -40,6 +40,7 @@ struct MemCase {
   int virtual_stages = 1;
   bool ckpt = false;
   bool cpu_ckpt = false;        // with ckpt: the checkpointed layer inputs in host memory (parallel.cpu_checkpointing)
+  int cpu_ckpt_layers = -1;     // with cpu_ckpt: how many of each chunk's first layers' (-1: all that can)
   bool keep_attention = false;  // with ckpt: attention's output kept for the recomputation (parallel.keep_attention)
   int64_t micro = 2;
   int64_t global = 8;
@@ -56,6 +57,7 @@ struct MemCase {
     if (pp > 1 || virtual_stages > 1)
       os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
     os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (cpu_ckpt ? " host" : "")
+       << (cpu_ckpt_layers >= 0 ? std::to_string(cpu_ckpt_layers) : "")
        << (keep_attention ? " keep" : "") << (bf16 ? " bf16" : "") << (offload.empty() ? "" : " offload " + offload);
     return os.str();
   }
@@ -181,6 +183,7 @@ inline Json case_config(const MemCase& c) {
   if (c.cp > 1) cfg["parallel"]["context"] = c.cp;
   if (c.ep > 1) cfg["parallel"]["expert"] = c.ep;
   if (c.cpu_ckpt) cfg["parallel"]["cpu_checkpointing"] = true;
+  if (c.cpu_ckpt && c.cpu_ckpt_layers >= 0) cfg["parallel"]["cpu_checkpointing_layers"] = c.cpu_ckpt_layers;
   if (c.keep_attention) cfg["parallel"]["keep_attention"] = true;
   if (c.bf16) cfg["bf16"] = {{"enabled", true}};
   if (!lora_config(c.model).is_null()) cfg["lora"] = lora_config(c.model);

@@ -45,6 +45,8 @@ std::vector<MemCase> cases() {
   add("gpt", mem_case(1, 1, 2));                                               // tp: each slot keeps the whole input
   add("gpt", mem_case(1, 1, 1, 0, spec::ScheduleKind::OneFOneB, 1, 2, true));  // bf16
   add("gpt", mem_case(1, 1, 1), "cpu");  // beside offloaded optimizer state, in the same host memory
+  add("llama", mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB));  // the first 2 layers of each stage's alone
+  out.back().cpu_ckpt_layers = 2;
   return out;
 }
 

@@ -164,6 +164,11 @@ std::vector<Setting> parallel_rows() {
              absent(boolean("parallel.cpu_checkpointing", Json(), "activation_checkpointing.cpu_checkpointing",
                             "the checkpointed layer inputs wait in host memory (needs activation_checkpointing)"),
                     par.cpu_checkpointing ? "true" : "false")),
+      writes(given(&ParallelConfig::cpu_checkpointing_layers),
+             absent(integer("parallel.cpu_checkpointing_layers", Json(), 0, kIntMax, "",
+                            "with cpu_checkpointing: how many of each pipeline chunk's first layers send their inputs "
+                            "to host memory, the rest keeping theirs on the device"),
+                    "every layer's but the chunk's last")),
       writes(at(&ParallelConfig::keep_attention),
              absent(boolean("parallel.keep_attention", Json(), "",
                             "each block keeps attention's output for the recomputation, which then skips attention "

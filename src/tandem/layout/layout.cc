@@ -75,6 +75,11 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
         "parallel.cpu_checkpointing keeps the checkpointed layer inputs in host memory, so it needs "
         "activation checkpointing: set \"parallel\": {\"activation_checkpointing\": true}, or remove "
         "cpu_checkpointing");
+  if (p.cpu_checkpointing_layers && !plan.cpu_checkpointing)
+    TANDEM_FAIL(
+        "parallel.cpu_checkpointing_layers says how many layers' inputs go to host memory, so it needs "
+        "\"cpu_checkpointing\": true");
+  plan.cpu_checkpointing_layers = p.cpu_checkpointing_layers.value_or(-1);
   plan.keep_attention = p.keep_attention;
   if (plan.keep_attention && !plan.activation_checkpointing)
     TANDEM_FAIL(

@@ -57,6 +57,8 @@ struct ParallelPlan {
   bool activation_checkpointing = false;
   bool cpu_checkpointing = false;  // the checkpointed layer inputs in host memory (needs activation_checkpointing)
   bool keep_attention = false;     // attention not run again in the recomputation (needs activation_checkpointing)
+  // With cpu_checkpointing: the first layers of each chunk whose inputs go to host memory; -1: every one that can.
+  int64_t cpu_checkpointing_layers = -1;
   std::vector<std::pair<int64_t, int64_t>> stages;  // explicit stage map of blocks (inclusive ranges); empty: balance
   double timeout_s = spec::ParallelConfig::kDefaultTimeoutS;  // the communication watchdog
 };

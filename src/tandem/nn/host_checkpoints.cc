@@ -40,7 +40,7 @@ Saved HostCheckpoints::copy_up(const Tensor& x, const std::string& layer) {
   const uint64_t after = device_.fence();
   pending_ = issue(true, layer, after, [&] { return device_.copy_to_host_async(h.raw(), x.raw(), x.nbytes(), after); });
   has_pending_ = true;
-  return Saved{{h}, {}};
+  return Saved{{h}, {}, {}};
 }
 
 void HostCheckpoints::release_after_copy() {

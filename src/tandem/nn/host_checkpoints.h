@@ -27,8 +27,9 @@ namespace tandem::nn {
 
 class HostCheckpoints {
  public:
-  // `device`: where the layers run; `host`: the host memory the inputs wait in (page-locked for a GPU's copies).
-  HostCheckpoints(Device& device, Device& host) : device_(device), host_(host) {}
+  // `device`: where the layers run; `host`: the host memory the inputs wait in (page-locked for a GPU's copies);
+  // `layers`: how many of a chunk's first layers send their inputs there (-1: every one that can).
+  HostCheckpoints(Device& device, Device& host, int64_t layers = -1) : device_(device), host_(host), layers_(layers) {}
   ~HostCheckpoints();
   HostCheckpoints(const HostCheckpoints&) = delete;
   HostCheckpoints& operator=(const HostCheckpoints&) = delete;
@@ -41,6 +42,12 @@ class HostCheckpoints {
     virtual void copied(bool up, std::string name, uint64_t start, uint64_t end) = 0;
   };
   void set_timeline(CopyTimeline* timeline) { timeline_ = timeline; }
+
+  // Whether the input of the layer at `position` of a chunk of `size` layers waits here. The chunk's last layer keeps
+  // its input on the device: its backward comes first, so the input would have to come straight back.
+  bool holds(size_t position, size_t size) const {
+    return position + 1 < size && (layers_ < 0 || static_cast<int64_t>(position) < layers_);
+  }
 
   // Starts copying x (on the device, made by the work queued so far) into a host buffer; returns what the layer
   // keeps: that buffer, of x's shape and dtype. At most one copy is pending at a time. `layer` names it in a timeline.
@@ -71,6 +78,7 @@ class HostCheckpoints {
 
   Device& device_;
   Device& host_;
+  int64_t layers_;        // of each chunk, the first layers whose inputs wait here; -1: all but the last
   uint64_t pending_ = 0;  // the copy up issued by copy_up and not yet waited for
   bool has_pending_ = false;
   std::map<const void*, Coming> coming_;  // by the host buffer's address

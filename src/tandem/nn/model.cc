@@ -156,7 +156,7 @@ Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std:
   saved.assign(last - first, Saved{});
   Tensor x = input;
   for (size_t i = first; i < last; ++i) {
-    const bool to_host = recompute && host && i + 1 < last;
+    const bool to_host = recompute && host && host->holds(i - first, last - first);
     Saved kept;
     if (to_host) kept = host->copy_up(x, layers_[i]->name());  // beside the layer's forward, which reads x too
     if (hooks) hooks->before_forward(i);
@@ -164,7 +164,7 @@ Tensor Model::forward_range(size_t first, size_t last, const Tensor& input, std:
     if (recompute) {
       // The layer's input, and what its forward keeps for the second beside it (Saved::kept).
       std::vector<Tensor> reused = std::move(saved[i - first].kept);
-      saved[i - first] = to_host ? std::move(kept) : Saved{{x}, {}};
+      saved[i - first] = to_host ? std::move(kept) : Saved{{x}, {}, {}};
       saved[i - first].kept = std::move(reused);
     }
     if (to_host) host->release_after_copy();  // x may go as it is replaced below
@@ -182,10 +182,11 @@ Tensor Model::backward_range(size_t first, size_t last, const Tensor& doutput, s
     Saved& s = saved[i - first];
     if (hooks) hooks->before_backward(i);
     if (recompute) {
-      const bool from_host = host && i + 1 < last;
+      const bool from_host = host && host->holds(i - first, last - first);
       const Tensor x = from_host ? host->take(s, layers_[i]->name()) : s.tensors.at(0);
       // The next layer's input starts down now, beside this layer's recompute and backward.
-      if (host && i > first) host->prefetch(saved[i - 1 - first], layers_[i - 1]->name());
+      if (host && i > first && host->holds(i - 1 - first, last - first))
+        host->prefetch(saved[i - 1 - first], layers_[i - 1]->name());
       std::vector<Tensor> reused = std::move(s.kept);
       s.clear();
       s.kept = std::move(reused);

@@ -75,6 +75,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
   setup.activation_dtype = cfg.compute;
   setup.recompute = cfg.plan.activation_checkpointing;
   if (host_checkpoints) setup.checkpoint_host = host_.get();
+  setup.checkpoint_host_layers = cfg.plan.cpu_checkpointing_layers;
   setup.keep_attention = cfg.plan.keep_attention;
   setup.tiles = cfg.tiles;
   // The balance sums travel between stages only where the loss reads them: the metrics read the per-layer tables.

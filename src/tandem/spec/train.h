@@ -86,6 +86,9 @@ struct ParallelConfig {
   // The checkpointed layer inputs wait in host memory (parallel.cpu_checkpointing, or DeepSpeed's
   // activation_checkpointing.cpu_checkpointing); needs activation_checkpointing.
   bool cpu_checkpointing = false;
+  // With cpu_checkpointing: how many of each pipeline chunk's first layers send their inputs to host memory, the rest
+  // keeping theirs on the device (parallel.cpu_checkpointing_layers); unset: every one that can.
+  std::optional<int64_t> cpu_checkpointing_layers;
   // Each block keeps its attention's output and log-sum-exp from the forward, so that checkpointing's second forward
   // does not run attention again (parallel.keep_attention); needs activation_checkpointing.
   bool keep_attention = false;

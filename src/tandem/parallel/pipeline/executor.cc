@@ -26,7 +26,7 @@ PipelineExecutor::PipelineExecutor(nn::Model& model, ExecutorSetup setup, comm::
     out_shapes_.push_back(shape);
   }
   if (s_.recompute && s_.checkpoint_host)
-    host_checkpoints_ = std::make_unique<nn::HostCheckpoints>(device_, *s_.checkpoint_host);
+    host_checkpoints_ = std::make_unique<nn::HostCheckpoints>(device_, *s_.checkpoint_host, s_.checkpoint_host_layers);
   runner_ = std::make_unique<ChunkRunner>(model_, s_.recompute, hooks_, device_, host_checkpoints_.get());
   chunk_calls_ = runner_.get();
 }

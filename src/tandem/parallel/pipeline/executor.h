@@ -35,9 +35,10 @@ struct ExecutorSetup {
   bool recompute = false;               // activation checkpointing per layer
   // With recompute: the host memory the kept layer inputs wait in (parallel.cpu_checkpointing); null: the device.
   Device* checkpoint_host = nullptr;
-  bool keep_attention = false;  // with recompute: attention's output kept for the second forward (nn::Batch)
-  nn::Tiles tiles;              // the tokens the loss and the MLPs take at once, handed with each batch
-  nn::ContextSplit context;     // this rank's shard of the sequences, handed with each batch
+  int64_t checkpoint_host_layers = -1;  // of each chunk, the first layers whose inputs go there; -1: all that can
+  bool keep_attention = false;          // with recompute: attention's output kept for the second forward (nn::Batch)
+  nn::Tiles tiles;                      // the tokens the loss and the MLPs take at once, handed with each batch
+  nn::ContextSplit context;             // this rank's shard of the sequences, handed with each batch
   // A mixture of experts' balance sums when its loss reads them (nn::MoeBalance::sums, 2E f32 elements; 0: none). They
   // travel with each micro-batch: forward, a stage sends its running sums with its activation and the next copies them
   // into its own before its layers add to them; backward, the totals go back with the gradient, each stage copying
