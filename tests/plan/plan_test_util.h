@@ -57,8 +57,8 @@ struct MemCase {
     if (pp > 1 || virtual_stages > 1)
       os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
     os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (cpu_ckpt ? " host" : "")
-       << (cpu_ckpt_layers >= 0 ? std::to_string(cpu_ckpt_layers) : "")
-       << (keep_attention ? " keep" : "") << (bf16 ? " bf16" : "") << (offload.empty() ? "" : " offload " + offload);
+       << (cpu_ckpt_layers >= 0 ? std::to_string(cpu_ckpt_layers) : "") << (keep_attention ? " keep" : "")
+       << (bf16 ? " bf16" : "") << (offload.empty() ? "" : " offload " + offload);
     return os.str();
   }
 };
