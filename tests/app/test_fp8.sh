@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # FP8 training end to end ("fp8": {"enabled": true}): a llama whose block projections run in FP8 trains beside the
-# same run in bf16, says which projections run in FP8, keeps its losses within a few percent of bf16's (with each
-# recipe), a blockwise layer whose tensor-parallel share is not whole tiles and fp16 are refused before step 1.
+# same run in bf16, says which projections run in FP8 (and, for a mixture of experts, that its experts do not), keeps
+# its losses within a few percent of bf16's (with each recipe), a blockwise layer whose tensor-parallel share is not
+# whole tiles and fp16 are refused before step 1.
 # Usage: test_fp8.sh TANDEM_BINARY PYTHON. Prints one line per check and "N passed, M failed".
 set -u
 tandem="$1"
@@ -52,6 +53,14 @@ done
 run 300 "$tandem" train "$work/llama.json" --out "$work/min" --set fp8.enabled=true --set fp8.min_features=128
 grep -q 'fp8 (tensorwise): 0 of this rank.s 8 block projections' "$work/out"
 check "fp8.min_features 128 keeps every projection (each has the 64 hidden features) in bf16" $? "$(grep fp8 "$work/out")"
+
+# A mixture of experts: its attention's projections in FP8, and the line says its experts stay in bf16.
+run 120 "$tandem" train "$work/llama.json" --out "$work/moe" --set fp8.enabled=true --set steps=2 \
+  --set model.family=qwen3_moe --set model.num_experts=4 --set model.num_experts_per_tok=2 \
+  --set model.moe_intermediate_size=32
+grep -q 'fp8 (tensorwise): 4 of this rank.s 4 block projections .*the routers and experts of the 2 MoE layers, the head and the loss in bf16' "$work/out"
+check "a mixture of experts runs its 4 attention projections in FP8 and says its experts stay in bf16" $? \
+  "$(grep fp8 "$work/out"; tail -2 "$work/out")"
 
 # Two processes as one tensor-parallel pair: the same projections, the amaxes taken over the pair.
 run 300 "$tandem" train -n 2 "$work/llama.json" --out "$work/tp" --set fp8.enabled=true --set parallel.tensor=2 \

@@ -31,17 +31,21 @@ std::string describe_lora(parallel::Engine& engine, const spec::LoraConfig& l) {
   return line;
 }
 
-// "  fp8 (...): 6 of this rank's 8 block projections run their products in e4m3 ..."
+// "  fp8 (...): 6 of this rank's 8 block projections run their products in e4m3 ...": the experts of a mixture
+// stay in the compute dtype (nn/llama.cc counts only its attention's projections).
 std::string describe_fp8(parallel::Engine& engine, const spec::Fp8Config& fp8) {
   const nn::Model::Fp8Use use = engine.model().fp8_use();
-  char line[512];
+  const int moe_layers = engine.model().moe_routing().layers;
+  const std::string experts =
+      moe_layers > 0 ? ", the routers and experts of the " + std::to_string(moe_layers) + " MoE layers" : "";
+  char line[640];
   std::snprintf(
       line, sizeof line,
       "  fp8 (%s): %d of this rank's %d block projections run their products in e4m3 (inputs, weights) and "
-      "%s (gradients)%s; attention, norms, embeddings, the head and the loss in %s\n",
+      "%s (gradients)%s; attention, norms, embeddings%s, the head and the loss in %s\n",
       spec::fp8_recipe_name(fp8.recipe), use.fp8, use.projections, dtype_name(fp8.gradients).c_str(),
       use.fp8 < use.projections ? " (the others: fewer features than fp8.min_features, or not multiples of 16)" : "",
-      dtype_name(engine.store().compute_dtype()).c_str());
+      experts.c_str(), dtype_name(engine.store().compute_dtype()).c_str());
   return line;
 }
 
