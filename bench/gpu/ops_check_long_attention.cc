@@ -15,20 +15,21 @@
 namespace tandem::ops_check {
 namespace {
 
-constexpr int64_t kH = 32, kKv = 8, kD = 128, kW = (kH + 2 * kKv) * kD;
+constexpr int64_t kH = 32, kKv = 8, kD = 128;
 
 struct Buffers {
   Tensor qkv, y, lse, dy, dqkv, docs;
-  Buffers(CudaDevice& dev, int64_t b, int64_t t) {
+  Buffers(CudaDevice& dev, int64_t b, int64_t t, int64_t h = kH, int64_t kv = kKv) {
     const DType bf = DType::BF16;
+    const int64_t kW = (h + 2 * kv) * kD;
     Tensor f = Tensor::empty({b, t, kW}, DType::F32, dev, "draws");
     gpu::random_fill(f, RandomFill{RandomKind::Normal, 1.0f, 7, 0, 0, {}});
     qkv = Tensor::empty({b, t, kW}, bf, dev, "qkv");
     gpu::cast(f, qkv);
-    y = Tensor::empty({b, t, kH * kD}, bf, dev, "y");
-    dy = Tensor::empty({b, t, kH * kD}, bf, dev, "dy");
+    y = Tensor::empty({b, t, h * kD}, bf, dev, "y");
+    dy = Tensor::empty({b, t, h * kD}, bf, dev, "dy");
     gpu::fill(dy, 0.01f);
-    lse = Tensor::empty({b, kH, t}, DType::F32, dev, "lse");
+    lse = Tensor::empty({b, h, t}, DType::F32, dev, "lse");
     dqkv = Tensor::empty({b, t, kW}, bf, dev, "dqkv");
     docs = Tensor::zeros({b, t}, DType::I32, dev, "documents");
   }
@@ -95,6 +96,27 @@ void bench_long_attention(CudaDevice& dev) {
           1, reps);
       std::printf("  blocks of %5lld rows: bwd %9.2f ms %7.1f TFLOP/s, scratch %lld bytes (estimate)\n",
                   static_cast<long long>(r), rb, 2.5 * flops / (rb * 1e9), static_cast<long long>(scratch));
+      std::fflush(stdout);
+    }
+    // One group of a quarter of the heads (8 query heads over 2 kv heads) alone, in blocks of several heights: what
+    // the backward would run per head group if it cut the heads as well as the rows.
+    Buffers g(dev, sh.b, sh.t, kH / 4, kKv / 4);
+    gpu::attention_gqa_forward(g.qkv, kH / 4, kKv / 4, g.y, g.lse);
+    for (const int64_t r : {int64_t{512}, int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
+      const int64_t scratch = gpu::cudnn_attention_blocked_scratch(
+          gpu::cudnn_attention_block_workspace(sh.b, kH / 4, kKv / 4, r, sh.t, kD), r, sh.b, kH / 4, kKv / 4, sh.t, kD);
+      const double rb = median_ms(
+          dev,
+          [&] {
+            TANDEM_CHECK(gpu::attention_gqa_backward_in_blocks(g.qkv, kH / 4, kKv / 4, g.y, g.lse, g.dy, g.dqkv, r),
+                         "blocks of ", r, " rows");
+          },
+          1, reps);
+      std::printf(
+          "  H %lld / Hkv %lld, blocks of %5lld rows: bwd %9.2f ms %7.1f TFLOP/s (x4 heads: %7.1f ms), "
+          "scratch %lld bytes\n",
+          static_cast<long long>(kH / 4), static_cast<long long>(kKv / 4), static_cast<long long>(r), rb,
+          2.5 * flops / 4 / (rb * 1e9), 4 * rb, static_cast<long long>(scratch));
       std::fflush(stdout);
     }
   }
