@@ -73,8 +73,12 @@ TEST_P(Case, MatchesTheReferenceAndItsGradients) {
   }
   const auto params = layer.parameters();  // router, gate_up, down
   const Tensor x = randn(dev, {kN, kC}, 80), residual = randn(dev, {kN, kC}, 81), dy = randn(dev, {kN, kC}, 82);
-  MoeBalance balance{Tensor::zeros({kE}, DType::F32, dev, "counts"), Tensor::zeros({kE}, DType::F32, dev, "probsum"),
-                     2 * kN, balanced ? 0.3f : 0.0f, 0.5};
+  MoeBalance balance;
+  balance.counts = Tensor::zeros({kE}, DType::F32, dev, "counts");
+  balance.probsum = Tensor::zeros({kE}, DType::F32, dev, "probsum");
+  balance.rows = 2 * kN;
+  balance.coef = balanced ? 0.3f : 0.0f;
+  balance.share = 0.5;
   const LossSink sink{Tensor::zeros({1}, DType::F32, dev, "loss"), 1.0, 1.0f};
   Batch batch;
   batch.loss = &sink;
@@ -120,8 +124,12 @@ TEST(MoeMlp, OnlyACountingForwardAddsToTheBalance) {
   MoeMlp layer("moe", MoeShape{kC, kF, kE, kK, true});
   uint64_t seed = 90;
   for (Parameter* p : layer.parameters()) p->value = randn(dev, p->shape, ++seed);
-  MoeBalance balance{Tensor::zeros({kE}, DType::F32, dev, "counts"), Tensor::zeros({kE}, DType::F32, dev, "probsum"),
-                     kN, 0.1f, 1.0};
+  MoeBalance balance;
+  balance.counts = Tensor::zeros({kE}, DType::F32, dev, "counts");
+  balance.probsum = Tensor::zeros({kE}, DType::F32, dev, "probsum");
+  balance.rows = kN;
+  balance.coef = 0.1f;
+  balance.share = 1.0;
   Batch batch;
   batch.balance = &balance;
   const Tensor x = randn(dev, {kN, kC}, 95);
@@ -143,8 +151,12 @@ TEST(MoeMlp, AddsItsSumsToItsOwnRowOfThePerLayerTables) {
   MoeMlp layer("layers.3.moe", shape);
   uint64_t seed = 110;
   for (Parameter* p : layer.parameters()) p->value = randn(dev, p->shape, ++seed);
-  MoeBalance balance{Tensor::zeros({kE}, DType::F32, dev, "counts"), Tensor::zeros({kE}, DType::F32, dev, "probsum"),
-                     2 * kN, 0.0f, 1.0};
+  MoeBalance balance;
+  balance.counts = Tensor::zeros({kE}, DType::F32, dev, "counts");
+  balance.probsum = Tensor::zeros({kE}, DType::F32, dev, "probsum");
+  balance.rows = 2 * kN;
+  balance.coef = 0.0f;
+  balance.share = 1.0;
   balance.layer_counts = Tensor::zeros({2, kE}, DType::F32, dev, "layer counts");    // (2, E)
   balance.layer_probsum = Tensor::zeros({2, kE}, DType::F32, dev, "layer probsum");  // (2, E)
   Batch batch;

@@ -44,7 +44,10 @@ Result through_sink(Model& m, const Tensor& x, const Tensor& y, int64_t chunk_ro
                     bool recompute = false, int64_t mlp_rows = 0) {
   m.zero_grad();
   LossSink sink{Tensor::zeros({1}, DType::F32, x.device(), "loss sum"), static_cast<double>(y.numel()), 1.0f};
-  Batch batch{y, Tensor(), &sink, training, {}};
+  Batch batch;
+  batch.targets = y;
+  batch.loss = &sink;
+  batch.training = training;
   batch.tiles.loss_tokens = chunk_rows;
   batch.tiles.mlp_tokens = mlp_rows;
   std::vector<Saved> saved;

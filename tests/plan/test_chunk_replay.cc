@@ -46,9 +46,10 @@ Account step(const MemCase& c, int pp_rank, bool replay) {
   const device::WorkLog before = dev.work();
   engine.step(
       [&](int64_t, int64_t count) {
-        return parallel::pipeline::MicroBatch{
-            Tensor::empty(m.input_shape(count), m.input_dtype, dev, "batch inputs"),
-            Tensor::empty({count * m.rows_per_sample}, DType::I32, dev, "batch targets"), Tensor()};
+        parallel::pipeline::MicroBatch batch;
+        batch.inputs = Tensor::empty(m.input_shape(count), m.input_dtype, dev, "batch inputs");
+        batch.targets = Tensor::empty({count * m.rows_per_sample}, DType::I32, dev, "batch targets");
+        return batch;
       },
       0.0f, 1.0);
   return {dev.peak_bytes(), dev.at_peak(),       dev.peak_live_micro_batches(),

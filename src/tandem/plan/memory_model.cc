@@ -113,7 +113,8 @@ RankRun run_rank(const PlannedModel& m, const Setup& s, int dp_rank, int pp_rank
               Tensor::empty(m.input_shape(count), m.input_dtype, dev, "batch inputs"),
               Tensor::empty({count * m.rows_per_sample}, DType::I32, dev, "batch targets"),
               s.documents ? Tensor::empty(m.input_shape(count), DType::I32, dev, "batch documents") : Tensor(),
-              {}};
+              {},
+              nullptr};  // the engine's balance sums
         },
         0.0f, 1.0);
     r.work.actions = std::move(work_log.actions);
