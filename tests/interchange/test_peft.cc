@@ -296,6 +296,10 @@ TEST(PeftNames, TargetParametersSelectTheExpertsWithPeftsNestedNames) {
              "a projection's adapter is target_modules'");
   EXPECT_HAS(error_of([&] { lora_targets(llama(), experts_targeted({}, {"mlp.experts.down_proj"})); }),
              "no mixture-of-experts layer");
+  // Qwen2-MoE: the experts beside the shared expert; "down_proj" names the experts' parameter alone (the shared
+  // expert's and the dense MLP's are down_proj.weight).
+  EXPECT_EQ(sites_of(lora_targets(qwen2_moe(), experts_targeted({"shared_expert.gate_proj"}, {"down_proj"}))),
+            (std::vector<std::string>{"layers.0.moe.shared_gate_up.gate", "layers.0.moe.down"}));
 }
 
 // The experts' A (E, r, in) is PEFT's (E r, in) as it is; B (E, out, r) is PEFT's (out, r E) with B_e[o, k] at

@@ -134,6 +134,13 @@ TEST(ExpertLora, OnlyTheSitesAskedAndPeftsInitialisation) {
   EXPECT_FLOAT_EQ(a.bound, 1.0f / std::sqrt(static_cast<float>(kF)));
   EXPECT_EQ(b.init, Init::Uniform);
   EXPECT_FLOAT_EQ(b.bound, 1.0f / std::sqrt(static_cast<float>(kR * kE)));
+  // PEFT's default: B zeros, so the first loss is the base model's.
+  MoeMlp fresh("layers.3.moe", MoeShape{kC, kF, kE, kK, false});
+  fresh.freeze();
+  t.options.init = spec::LoraInit::Default;
+  ASSERT_EQ(fresh.add_lora(t), 1);
+  EXPECT_EQ(by_name(fresh).at("layers.3.moe.down.lora_B")->init, Init::Zeros);
+  EXPECT_EQ(by_name(fresh).at("layers.3.moe.down.lora_A")->init, Init::Uniform);
 }
 
 }  // namespace
