@@ -139,10 +139,11 @@ std::vector<Case> cases() {
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the exchange at ZeRO-3 with its experts' own
-// gathers, beside tp, and with the frozen experts of LoRA.
+// gathers, beside tp, with the frozen experts of LoRA, and with the experts' own adapters.
 std::map<std::string, std::vector<std::string>> subsets() {
   return {{"sanitized",
-           {"moe_dp4_pp1_tp1_cp1_ep2_zero3", "moe_dp2_pp1_tp2_cp1_ep2_zero0", "moe_lora_dp4_pp1_tp1_cp1_ep2_zero3"}}};
+           {"moe_dp4_pp1_tp1_cp1_ep2_zero3", "moe_dp2_pp1_tp2_cp1_ep2_zero0", "moe_lora_dp4_pp1_tp1_cp1_ep2_zero3",
+            "moe_expert_lora_dp4_pp1_tp1_cp1_ep2_zero3"}}};
 }
 
 Json base_config(const std::string& model, int dp) {
