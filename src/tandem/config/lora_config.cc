@@ -124,8 +124,8 @@ Json normalised_targets(const Json& t) {
   return names;
 }
 
-// "from_pretrained": DIR: the adapter's own r, lora_alpha, target_modules, target_parameters, use_rslora and bias
-// (target_parameters only where the adapter has some, so the config's own default stays []); lora_dropout from
+// "from_pretrained": DIR: the adapter's own r, lora_alpha, target_modules, target_parameters ([] where it has none),
+// use_rslora and bias; lora_dropout from
 // the config when given there (it changes training noise only, not what the adapter computes).
 void expand_from_adapter(Json& lora) {
   const Json& from = lora.at("from_pretrained");
@@ -152,8 +152,8 @@ void expand_from_adapter(Json& lora) {
 }
 
 // target_parameters: a list of non-empty names ([] is none); which parameters they select is decided with the model
-// (interchange/peft_names.h). PEFT computes no dropout on them (its ParamWrapper raises for lora_dropout != 0: the
-// adapter's input is not the expert's row alone once routed), so neither does Tandem.
+// (interchange/peft_names.h). PEFT's ParamWrapper folds the adapter into the weight, so no mask can fall on the
+// adapter's input alone, and it raises for any lora_dropout: so is it refused beside them here.
 bool check_target_parameters(Fields& l, double dropout) {
   const Json& t = read_setting(l, "target_parameters", Json::array());
   bool ok = t.is_array();
