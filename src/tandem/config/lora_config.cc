@@ -125,8 +125,8 @@ Json normalised_targets(const Json& t) {
 }
 
 // "from_pretrained": DIR: the adapter's own r, lora_alpha, target_modules, target_parameters ([] where it has none),
-// use_rslora and bias; lora_dropout from
-// the config when given there (it changes training noise only, not what the adapter computes).
+// use_rslora and bias; lora_dropout from the config when given there (it changes training noise only, not what the
+// adapter computes).
 void expand_from_adapter(Json& lora) {
   const Json& from = lora.at("from_pretrained");
   if (!from.is_string() || from.get<std::string>().empty())
