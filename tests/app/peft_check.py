@@ -3,18 +3,17 @@
 Usage: peft_check.py TANDEM_BINARY FAMILY, FAMILY one of llama, qwen3, qwen2_moe, qwen3_moe, gpt2.
 
 A tiny model of the family is made by transformers and saved with save_pretrained; PEFT adds an adapter with
-init_lora_weights=False (so B is not zero and the first step already moves both factors) on every projection, saved
-with save_pretrained (qwen3_moe: on attention's projections and, through target_parameters, on the experts' stacked
-gate_up_proj and down_proj, an adapter per expert). Tandem continues it from {"lora": {"from_pretrained": ADAPTER}} on the base
-{"model": {"from_pretrained": BASE}} for 3 steps of fp32 on a token file holding exactly one window (every step sees
-the same batch), on one process, on 4 used as tp2 x dp2 with ZeRO-3, (all but gpt2) as pp2 x dp2 with ZeRO-1 and
-(qwen3_moe) as dp4 with the experts and their adapters over 2 of the replicas at ZeRO-3; its
-losses must equal PEFT's with torch's AdamW (configured like Tandem's) within 1e-5. Each run's checkpoint is
-exported with --format peft, loaded by PeftModel.from_pretrained with no missing-key warning, and its logits
-compared with the torch-trained model's (1e-4); and with --format hf --merge, whose weights (read back by
-transformers, which stacks the experts Tandem writes one a tensor) must equal PEFT's merge_and_unload of that adapter
-within 1e-5 (relative to each tensor's largest element) and whose loss must equal the torch-trained model's.
-Prints one PASS or FAIL line per check and "N passed, M failed".
+init_lora_weights=False (so B is not zero and the first step already moves both factors) on every projection, saved with
+save_pretrained (qwen3_moe: on attention's projections and, through target_parameters, on the experts' stacked
+gate_up_proj and down_proj, an adapter per expert). Tandem continues it from {"lora": {"from_pretrained": ADAPTER}} on
+the base {"model": {"from_pretrained": BASE}} for 3 steps of fp32 on a token file holding exactly one window (every step
+sees the same batch), on one process, on 4 used as tp2 x dp2 with ZeRO-3, (all but gpt2) as pp2 x dp2 with ZeRO-1 and
+(qwen3_moe) as dp4 with the experts and their adapters over 2 of the replicas at ZeRO-3; its losses must equal PEFT's
+with torch's AdamW (configured like Tandem's) within 1e-5. Each run's checkpoint is exported with --format peft, loaded
+by PeftModel.from_pretrained with no missing-key warning, and its logits compared with the torch-trained model's (1e-4);
+and with --format hf --merge, whose weights (read back by transformers, which stacks the experts Tandem writes one a
+tensor) must equal PEFT's merge_and_unload of that adapter within 1e-5 (relative to each tensor's largest element) and
+whose loss must equal the torch-trained model's. Prints one PASS or FAIL line per check and "N passed, M failed".
 """
 
 import json
