@@ -1,8 +1,8 @@
-// ops_check's mixture-of-experts rows: the router (softmax, top-k, weights, its backward and the balance sums), the
-// grouping by expert, and the gather and combine of routed rows, CUDA against the CPU op at the Qwen3-30B-A3B shape's
-// router (128 experts, top 8) and a smaller odd one, and the sigmoid of Qwen2-MoE's shared-expert gate. Choices, rows
-// and offsets must be equal; the float outputs within the op bounds; the balance sums and the combine's backward the
-// same bits on a second run.
+// ops_check's mixture-of-experts rows: the experts' grouped products (and their LoRA adapters' narrow ones), the
+// router (softmax, top-k, weights, its backward and the balance sums), the grouping by expert, and the gather and
+// combine of routed rows, CUDA against the CPU op at the Qwen3-30B-A3B shape's router (128 experts, top 8) and a
+// smaller odd one, and the sigmoid of Qwen2-MoE's shared-expert gate. Choices, rows and offsets must be equal; the
+// float outputs within the op bounds; the balance sums and the combine's backward the same bits on a second run.
 #include "ops_check.h"
 
 namespace tandem::ops_check {
@@ -54,6 +54,35 @@ void check_moe(Suite& s) {
       gpu::grouped_weight_grad(dy.gpu, x.gpu, dw.gpu, rows);
       s.compare("grouped_weight_grad", t, shape, dw.gpu, dw.cpu);
     });
+    // The experts' LoRA adapters (nn/expert_lora.h): the narrow products of rank r over the same groups, H = x A_e^T
+    // (m, r), y += H B_e^T (beta 1 over the base's output), and their gradients; rank 4 puts each group's rows of H
+    // at 8-byte offsets in 16-bit types.
+    for (const int64_t r : {int64_t{4}, int64_t{16}}) {
+      const std::string lora = shape + " rank " + std::to_string(r);
+      s.run("grouped_matmul (LoRA)", dtype_name(t), lora, [&] {
+        auto x = s.make({m, k}, t, 635), a = s.make({5, r, k}, t, 636, 0.02f), b = s.make({5, n, r}, t, 637, 0.2f);
+        auto h = s.output({m, r}, t);
+        cpu::grouped_matmul(x.cpu, a.cpu, h.cpu, rows, true, 0.0f);
+        gpu::grouped_matmul(x.gpu, a.gpu, h.gpu, rows, true, 0.0f);
+        s.compare("grouped_matmul (LoRA down)", t, lora, h.gpu, h.cpu);
+        auto y = s.make({m, n}, t, 638);
+        cpu::grouped_matmul(h.cpu, b.cpu, y.cpu, rows, true, 1.0f);
+        gpu::grouped_matmul(s.upload(h.cpu, t), b.gpu, y.gpu, rows, true, 1.0f);
+        s.compare("grouped_matmul (LoRA up, beta 1)", t, lora, y.gpu, y.cpu);
+        auto dy = s.make({m, n}, t, 639);
+        auto g = s.output({m, r}, t);
+        cpu::grouped_matmul(dy.cpu, b.cpu, g.cpu, rows, false, 0.0f);
+        gpu::grouped_matmul(dy.gpu, b.gpu, g.gpu, rows, false, 0.0f);
+        s.compare("grouped_matmul (LoRA dy B)", t, lora, g.gpu, g.cpu);
+        auto db = s.make({5, n, r}, DType::F32, 640), da = s.make({5, r, k}, DType::F32, 641);
+        cpu::grouped_weight_grad(dy.cpu, h.cpu, db.cpu, rows);
+        gpu::grouped_weight_grad(dy.gpu, s.upload(h.cpu, t), db.gpu, rows);
+        s.compare("grouped_weight_grad (LoRA dB)", t, lora, db.gpu, db.cpu);
+        cpu::grouped_weight_grad(g.cpu, x.cpu, da.cpu, rows);
+        gpu::grouped_weight_grad(s.upload(g.cpu, t), x.gpu, da.gpu, rows);
+        s.compare("grouped_weight_grad (LoRA dA)", t, lora, da.gpu, da.cpu);
+      });
+    }
   }
   // The shared expert's gate: a sigmoid per token (f32, as the layer runs it) and its backward from the output.
   for (const int64_t n : {37, 16384}) {

@@ -1,7 +1,8 @@
 // The "lora" object: PEFT's defaults, the family's default targets, the refusals (unknown keys with the nearest one,
 // biases, other initialisations, an mlp, a bad regular expression), and "from_pretrained" on a PEFT adapter folder:
 // its values taken, a differing one refused, lora_dropout beside it kept, PEFT features that change the function
-// refused by name, idempotence.
+// refused by name, idempotence; target_parameters (the experts' adapters) read from the config and from a folder, with
+// target_modules [] beside it, and refused beside lora_dropout.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -121,21 +122,58 @@ TEST(LoraConfig, FromPretrainedTakesTheAdaptersValues) {
 }
 
 TEST(LoraConfig, FromPretrainedRefusesWhatPlainLoraDoesNotCompute) {
-  for (const auto& [key, value, part] : std::vector<std::tuple<std::string, Json, std::string>>{
-           {"use_dora", true, "DoRA"},
-           {"modules_to_save", {"lm_head"}, "whole modules"},
-           {"rank_pattern", {{"q_proj", 4}}, "per-module ranks"},
-           {"layers_to_transform", {0}, "subset of the layers"},
-           {"target_parameters", {"mlp.experts.gate_up_proj"}, "experts' stacked parameters"},
-           {"bias", "lora_only", "set \"bias\": \"none\""},
-           {"peft_type", "IA3", "LoRA adapters"},
-           {"some_future_feature", 3, "does not support it"}}) {
+  for (const auto& [key, value, part] :
+       std::vector<std::tuple<std::string, Json, std::string>>{{"use_dora", true, "DoRA"},
+                                                               {"modules_to_save", {"lm_head"}, "whole modules"},
+                                                               {"rank_pattern", {{"q_proj", 4}}, "per-module ranks"},
+                                                               {"layers_to_transform", {0}, "subset of the layers"},
+                                                               {"bias", "lora_only", "set \"bias\": \"none\""},
+                                                               {"peft_type", "IA3", "LoRA adapters"},
+                                                               {"some_future_feature", 3, "does not support it"}}) {
     Json a = peft_adapter_config();
     a[key] = value;
     const AdapterDir dir(a);
     EXPECT_HAS(error_of([&] { validate(llama_cfg({{"from_pretrained", dir.path()}})); }), part) << key;
   }
   EXPECT_HAS(error_of([] { validate(llama_cfg({{"from_pretrained", "/nonexistent/adapter"}})); }), "not a folder");
+}
+
+TEST(LoraConfig, TargetParametersAdaptTheExpertsWithoutDropout) {
+  const Json experts = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  spec::LoraConfig l = lora_config(validate(llama_cfg({{"target_parameters", experts}})));
+  EXPECT_EQ(l.target_parameters, experts.get<std::vector<std::string>>());
+  EXPECT_EQ(l.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));  // PEFT's default beside them too
+  EXPECT_TRUE(lora_config(validate(llama_cfg(Json::object()))).target_parameters.empty());
+  // target_modules [] adapts no module, as PEFT's: only beside target_parameters.
+  l = lora_config(validate(llama_cfg({{"target_parameters", experts}, {"target_modules", Json::array()}})));
+  EXPECT_TRUE(l.target_modules.empty());
+  EXPECT_HAS(error_of([&] {
+               validate(llama_cfg({{"target_parameters", experts}, {"lora_dropout", 0.1}}));
+             }),
+             "the experts' adapters take no dropout");
+  EXPECT_HAS(error_of([] {
+               validate(llama_cfg({{"target_parameters", "mlp.experts.down_proj"}}));
+             }),
+             "lora.target_parameters");
+  EXPECT_HAS(error_of([] { validate(llama_cfg({{"target_parameters", {""}}})); }), "lora.target_parameters");
+  // From a folder: the adapter's own, with its lora_dropout 0; a config's dropout beside it is refused.
+  Json a = peft_adapter_config();
+  a["target_parameters"] = experts;
+  a["target_modules"] = Json::array();
+  a["lora_dropout"] = 0.0;
+  const AdapterDir dir(a);
+  const Json v = validate(llama_cfg({{"from_pretrained", dir.path()}}));
+  EXPECT_EQ(v["lora"]["target_parameters"], experts);
+  EXPECT_EQ(validate(v), v);
+  EXPECT_TRUE(lora_config(v).target_modules.empty());
+  EXPECT_HAS(error_of([&] {
+               validate(llama_cfg({{"from_pretrained", dir.path()}, {"lora_dropout", 0.05}}));
+             }),
+             "take no dropout");
+  EXPECT_HAS(error_of([&] {
+               validate(llama_cfg({{"from_pretrained", dir.path()}, {"target_parameters", {"mlp.experts.down_proj"}}}));
+             }),
+             "'lora.target_parameters'");
 }
 
 }  // namespace

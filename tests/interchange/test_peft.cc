@@ -1,6 +1,8 @@
 // PEFT interchange: which modules a target list selects (PEFT's suffix rule, "all-linear", a regular expression) and
 // the sites and rows they map to, the refusals (the head, the embeddings, a name no module has), PEFT's tensor names,
-// the adapter files written and read back, a wrong shape and a stray tensor named, and the merge W + s B A.
+// the adapter files written and read back, a wrong shape and a stray tensor named, and the merge W + s B A; the
+// experts' adapters (target_parameters): their sites, PEFT's nested names, the interleaved B written, read back and
+// merged per expert.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -247,6 +249,135 @@ TEST(Peft, MergeAddsScalingTimesBAToTheAdaptedRowsOnly) {
       ASSERT_NEAR(weights["layers.0.qkv.weight"][static_cast<size_t>(row * 32 + col)], want, 1e-5)
           << row << ", " << col;
     }
+}
+
+// A Qwen3-MoE: layer 0 sparse (4 experts of width 16 over 32 channels), layer 1 dense.
+spec::LlamaConfig qwen3_moe() {
+  spec::LlamaConfig m = qwen2_moe();
+  m.family = spec::LlamaFamily::Qwen3Moe;
+  m.qkv_bias = false;
+  m.moe.shared_expert_intermediate_size = 0;
+  return m;
+}
+
+spec::LoraConfig experts_targeted(std::vector<std::string> modules, std::vector<std::string> parameters) {
+  spec::LoraConfig l = targeting(std::move(modules));
+  l.target_parameters = std::move(parameters);
+  return l;
+}
+
+// target_parameters selects a sparse layer's stacked gate_up_proj and down_proj by PEFT's suffix rule; with both
+// targeted PEFT nests gate_up_proj's wrapper inside down_proj's, so its tensors are named after experts.base_layer.
+TEST(PeftNames, TargetParametersSelectTheExpertsWithPeftsNestedNames) {
+  const spec::LlamaConfig m = qwen3_moe();
+  const std::vector<LoraSite> s =
+      lora_targets(m, experts_targeted({"q_proj"}, {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}));
+  EXPECT_EQ(sites_of(s), (std::vector<std::string>{"layers.0.qkv.q", "layers.1.qkv.q", "layers.0.moe.gate_up",
+                                                   "layers.0.moe.down"}));
+  EXPECT_EQ(s[2].module, "model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_EQ(s[2].weight, "layers.0.moe.gate_up.weight");
+  EXPECT_EQ(s[2].experts, 4);
+  EXPECT_EQ(s[2].in, 32);
+  EXPECT_EQ(s[2].out, 32);  // 2F
+  EXPECT_EQ(s[3].in, 16);
+  EXPECT_EQ(s[3].out, 32);
+  EXPECT_EQ(peft_lora_a_name(s[2].peft), "base_model.model.model.layers.0.mlp.experts.base_layer.lora_A.weight");
+  EXPECT_EQ(peft_lora_b_name(s[3].peft), "base_model.model.model.layers.0.mlp.experts.lora_B.weight");
+  EXPECT_EQ(peft_lora_a_name(s[0].peft), "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+  // One of the two: no nesting. target_modules [] adapts no module.
+  const std::vector<LoraSite> one = lora_targets(m, experts_targeted({}, {"gate_up_proj"}));
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].peft, "model.layers.0.mlp.experts");
+  // A name no expert parameter has, and a model without experts, are refused by name.
+  const std::string e = error_of([&] { lora_targets(m, experts_targeted({}, {"mlp.experts.gate_proj"})); });
+  EXPECT_HAS(e, "'mlp.experts.gate_proj', which no expert parameter of the model is");
+  EXPECT_HAS(e, "model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_HAS(error_of([&] { lora_targets(m, experts_targeted({}, {"self_attn.q_proj.weight"})); }),
+             "a projection's adapter is target_modules'");
+  EXPECT_HAS(error_of([&] { lora_targets(llama(), experts_targeted({}, {"mlp.experts.down_proj"})); }),
+             "no mixture-of-experts layer");
+  // Qwen2-MoE: the experts beside the shared expert; "down_proj" names the experts' parameter alone (the shared
+  // expert's and the dense MLP's are down_proj.weight).
+  EXPECT_EQ(sites_of(lora_targets(qwen2_moe(), experts_targeted({"shared_expert.gate_proj"}, {"down_proj"}))),
+            (std::vector<std::string>{"layers.0.moe.shared_gate_up.gate", "layers.0.moe.down"}));
+}
+
+// The experts' A (E, r, in) is PEFT's (E r, in) as it is; B (E, out, r) is PEFT's (out, r E) with B_e[o, k] at
+// [o, k E + e]: a B whose every element is distinct shows the interleaving. Read back, the same tensors.
+TEST(Peft, ExpertAdaptersRoundTripWithPeftsInterleavedB) {
+  const TempDir dir;
+  const spec::LlamaConfig m = qwen3_moe();
+  const spec::LoraConfig l = experts_targeted({"o_proj"}, {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"});
+  const int64_t E = 4, r = 2;
+  std::map<std::string, std::vector<float>> values;
+  std::map<std::string, Shape> shapes;
+  for (const LoraSite& s : lora_targets(m, l)) {
+    const Shape a = s.experts ? Shape{E, r, s.in} : Shape{r, s.in},
+                b = s.experts ? Shape{E, s.out, r} : Shape{s.out, r};
+    for (const auto& [name, shape] :
+         {std::pair<std::string, Shape>{tandem_lora_a_name(s.site), a}, {tandem_lora_b_name(s.site), b}}) {
+      std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) + 0.25f * static_cast<float>(values.size());
+      values[name] = v;
+      shapes[name] = shape;
+    }
+  }
+  std::map<std::string, HostWeights> host;
+  for (const auto& [n, v] : values) host[n] = {shapes.at(n), v.data()};
+  EXPECT_EQ(write_peft_folder(dir.path(), m, l, "base", host), 8);
+  std::ifstream in(fs::path(dir.path()) / "adapter_config.json");
+  const Json cfg = Json::parse(in);
+  EXPECT_EQ(cfg["target_parameters"], Json({"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}));
+  const checkpoint::SafetensorsFile file((fs::path(dir.path()) / "adapter_model.safetensors").string());
+  const std::string x = "base_model.model.model.layers.0.mlp.experts.";
+  EXPECT_EQ(file.shape(x + "base_layer.lora_A.weight"), (Shape{E * r, 32}));
+  EXPECT_EQ(file.shape(x + "base_layer.lora_B.weight"), (Shape{32, r * E}));
+  EXPECT_EQ(file.shape(x + "lora_A.weight"), (Shape{E * r, 16}));
+  ASSERT_EQ(file.shape(x + "lora_B.weight"), (Shape{32, r * E}));
+  const auto* a = static_cast<const float*>(file.data(x + "lora_A.weight"));
+  EXPECT_EQ(std::vector<float>(a, a + E * r * 16), values.at("layers.0.moe.down.lora_A"));
+  const auto* b = static_cast<const float*>(file.data(x + "lora_B.weight"));  // (out 32, r E)
+  const std::vector<float>& mine = values.at("layers.0.moe.down.lora_B");     // (E, 32, r)
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t o = 0; o < 32; ++o)
+      for (int64_t k = 0; k < r; ++k)
+        ASSERT_EQ(b[o * r * E + k * E + e], mine[static_cast<size_t>((e * 32 + o) * r + k)]) << e << o << k;
+  const auto source = open_peft_adapter(dir.path(), m, l);
+  std::set<std::string> names;
+  for (const auto& [n, v] : values) {
+    names.insert(n);
+    EXPECT_EQ(source->check(n, shapes.at(n)), "") << n;
+    std::vector<float> back(v.size());
+    source->read(n, 0, static_cast<int64_t>(v.size()), back.data());
+    EXPECT_EQ(back, v) << n;
+  }
+  EXPECT_TRUE(source->unused(names).empty());
+  EXPECT_HAS(source->check("layers.0.moe.down.lora_B", {E, 32, 4}), "needs (32, 16)");
+}
+
+// Each expert's weight W_e += s B_e A_e, every expert its own factors.
+TEST(Peft, MergeAddsEachExpertsOwnProduct) {
+  const spec::LlamaConfig m = qwen3_moe();
+  const spec::LoraConfig l = experts_targeted({}, {"down_proj"});
+  const int64_t E = 4, r = 2, C = 32, F = 16;
+  std::vector<float> a(static_cast<size_t>(E * r * F)), b(static_cast<size_t>(E * C * r));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = normal_at(5, 0, i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = normal_at(5, 1, i);
+  std::vector<float> w(static_cast<size_t>(E * C * F));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = normal_at(5, 2, i);
+  std::map<std::string, std::vector<float>> weights{{"layers.0.moe.down.weight", w}};
+  merge_lora(m, l,
+             {{"layers.0.moe.down.lora_A", {{E, r, F}, a.data()}}, {"layers.0.moe.down.lora_B", {{E, C, r}, b.data()}}},
+             weights);
+  const double s = 6.0 / 2.0;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t o = 0; o < C; ++o)
+      for (int64_t i = 0; i < F; ++i) {
+        double want = w[static_cast<size_t>((e * C + o) * F + i)];
+        for (int64_t k = 0; k < r; ++k) want += s * b[(e * C + o) * r + k] * a[(e * r + k) * F + i];
+        ASSERT_NEAR(weights.at("layers.0.moe.down.weight")[static_cast<size_t>((e * C + o) * F + i)], want, 1e-5)
+            << e << ", " << o << ", " << i;
+      }
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // expert, the normalised weights), its backward against finite differences of the weights and the balance term, the
 // balance sums and loss, the stable grouping by expert, the gather and combine against direct loops in every compute
 // dtype and the combine's backward against finite differences; the planner's balanced rows on the counting device;
-// refused shapes.
+// the grouped products' scratch as the counting device allocates it; refused shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -270,6 +270,37 @@ TEST(MoeOps, GroupedProductsAreEachGroupsProduct) {
               grouped_matmul(a, b, c, {3, 1, 2}, true);
             }).find("the groups hold 6 rows"),
             std::string::npos);
+}
+
+// The grouped products' scratch (the CPU's fp32 copies, a small product's rows padded, one group at a time) goes
+// through the device and is returned; its peak is the backend's scratch entry, which the counting device allocates for
+// the planner.
+TEST(MoeOps, GroupedProductsScratchIsWhatTheCountingDeviceAllocates) {
+  CpuDevice dev;
+  device::CountingDevice counting(DeviceKind::Cpu);
+  const std::vector<int64_t> rows = {3, 0, 2};
+  const auto planned = [&](const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), counting, "planned"); };
+  for (const bool weight_grad : {false, true}) {
+    // The weight gradient's product is transposed (never padded): in bf16, so its operands are widened.
+    const DType dtype = weight_grad ? DType::BF16 : DType::F32;
+    const Tensor a = randn_as(dev, {5, 6}, 81, dtype), b = randn_as(dev, {3, 4, 6}, 82, dtype);
+    const Tensor dy = randn_as(dev, {5, 4}, 83, dtype);
+    const Tensor c = Tensor::empty({5, 4}, DType::F32, dev, "c"), dw = Tensor::zeros({3, 4, 6}, DType::F32, dev, "dw");
+    const Tensor pa = planned(a), pb = planned(b), pdy = planned(dy), pc = planned(c), pdw = planned(dw);
+    const uint64_t live = dev.live_bytes(), planned_live = counting.live_bytes();
+    dev.reset_peak();
+    counting.reset_peak();
+    if (weight_grad) {
+      grouped_weight_grad(dy, a, dw, rows);
+      grouped_weight_grad(pdy, pa, pdw, rows);
+    } else {
+      grouped_matmul(a, b, c, rows, true);
+      grouped_matmul(pa, pb, pc, rows, true);
+    }
+    EXPECT_EQ(dev.live_bytes(), live);
+    EXPECT_GT(dev.peak_bytes(), live) << weight_grad;
+    EXPECT_EQ(counting.peak_bytes() - planned_live, dev.peak_bytes() - live) << weight_grad;
+  }
 }
 
 TEST(MoeOps, RefusesMismatchedShapes) {

@@ -79,7 +79,9 @@ struct Case {
   // the loss); "moe_quiet_sparse" (moe_quiet with both layers MoE: the metrics add up the stages'); "moe_lora" (LoRA
   // on the attention of a frozen base: the experts frozen, sharded over their own replicas); "moe_shared" (Qwen2-MoE:
   // its shared expert, whole on every expert slot and split over tp); "moe_shared_lora" (Qwen2-MoE with LoRA on the
-  // attention, the shared expert and its gate, with dropout: each adapter's mask keyed alike in every layout)
+  // attention, the shared expert and its gate, with dropout: each adapter's mask keyed alike in every layout);
+  // "moe_expert_lora" (LoRA on q and on the experts' stacked gate_up and down, PEFT's target_parameters: an adapter
+  // per expert, split over the expert slots with its expert)
   std::string model;
   int dp, pp, tp, cp, ep, zero;
   bool checkpointing = false;
@@ -130,14 +132,18 @@ std::vector<Case> cases() {
           {"moe_shared", 4, 1, 1, 1, 2, 3},
           {"moe_shared", 2, 1, 2, 1, 2, 1},
           {"moe_shared_lora", 4, 1, 1, 1, 2, 3},
-          {"moe_shared_lora", 2, 1, 2, 1, 2, 1}};
+          {"moe_shared_lora", 2, 1, 2, 1, 2, 1},
+          {"moe_expert_lora", 4, 1, 1, 1, 2, 3},
+          {"moe_expert_lora", 2, 1, 2, 1, 2, 1},
+          {"moe_expert_lora", 2, 2, 1, 1, 2, 3, true}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the exchange at ZeRO-3 with its experts' own
-// gathers, beside tp, and with the frozen experts of LoRA.
+// gathers, beside tp, with the frozen experts of LoRA, and with the experts' own adapters.
 std::map<std::string, std::vector<std::string>> subsets() {
   return {{"sanitized",
-           {"moe_dp4_pp1_tp1_cp1_ep2_zero3", "moe_dp2_pp1_tp2_cp1_ep2_zero0", "moe_lora_dp4_pp1_tp1_cp1_ep2_zero3"}}};
+           {"moe_dp4_pp1_tp1_cp1_ep2_zero3", "moe_dp2_pp1_tp2_cp1_ep2_zero0", "moe_lora_dp4_pp1_tp1_cp1_ep2_zero3",
+            "moe_expert_lora_dp4_pp1_tp1_cp1_ep2_zero3"}}};
 }
 
 Json base_config(const std::string& model, int dp) {
@@ -176,6 +182,12 @@ Json base_config(const std::string& model, int dp) {
   }
   if (model == "moe_lora")
     cfg["lora"] = {{"r", 4}, {"lora_alpha", 8}, {"target_modules", {"q_proj", "v_proj"}}, {"init_lora_weights", false}};
+  if (model == "moe_expert_lora")
+    cfg["lora"] = {{"r", 4},
+                   {"lora_alpha", 8},
+                   {"target_modules", {"q_proj"}},
+                   {"target_parameters", {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}},
+                   {"init_lora_weights", false}};
   if (model == "moe_shared_lora")
     cfg["lora"] = {{"r", 4},
                    {"lora_alpha", 8},
@@ -221,7 +233,7 @@ TEST_P(ExpertParallel, SameLossesAndParametersAsOneDevice) {
   const Result got = run_training(layout_config(c), &groups);
   // As test_equivalence.cc's llama: tp sums the input gradients' partial sums in another order (LoRA's factors feel it
   // most).
-  const bool lora = c.model == "moe_lora" || c.model == "moe_shared_lora";
+  const bool lora = c.model == "moe_lora" || c.model == "moe_shared_lora" || c.model == "moe_expert_lora";
   const Bounds b = c.tp == 1 ? kF32 : lora ? kF32LoraTp : kF32TpLlama;
   int failures = 0;
   if (testing::mpi_world().rank() == 0) {

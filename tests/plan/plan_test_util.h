@@ -31,7 +31,9 @@ struct MemCase {
   // "llama_qwen2_moe" (Qwen2-MoE's: the same experts with a shared expert of 32 and biases on q, k, v) |
   // "llama_qwen3_moe_every" (the same with every token routed to each of 4 experts: balanced whatever the router says,
   // so the rows an expert slot receives under expert parallelism are the prediction's) | "llama_olmoe_every" (OLMoE's
-  // whole q and k norms, every layer's token routed to each of 4 experts)
+  // whole q and k norms, every layer's token routed to each of 4 experts) | "llama_qwen3_moe_lora" and
+  // "llama_qwen3_moe_every_lora" (those two with LoRA on q and v and on the experts' gate_up and down: an adapter per
+  // expert, PEFT's target_parameters)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
   int cp = 1;  // parallel.context: each sequence over cp processes
@@ -82,6 +84,10 @@ inline MemCase mem_case(int dp, int pp, int tp, int zero = 0,
 }
 
 inline Json model_config(const std::string& model) {
+  const std::string lora = "_lora";
+  if (model.size() > lora.size() && model.compare(model.size() - lora.size(), lora.size(), lora) == 0 &&
+      model.find("_moe") != std::string::npos)
+    return model_config(model.substr(0, model.size() - lora.size()));
   if (model == "llama_qwen2_moe") {
     Json m = model_config("llama_qwen3_moe");
     m["family"] = "qwen2_moe";
@@ -132,8 +138,13 @@ inline Json model_config(const std::string& model) {
   return {{"type", "mlp"}, {"sizes", {256, 512, 512, 512, 512, 64}}, {"activation", "gelu"}};
 }
 
-// The "lora" object of a model of the grid (none but llama_lora's).
+// The "lora" object of a model of the grid (none but llama_lora's and the mixtures of experts' with LoRA).
 inline Json lora_config(const std::string& model) {
+  if (model == "llama_qwen3_moe_lora" || model == "llama_qwen3_moe_every_lora")
+    return {{"r", 8},
+            {"lora_alpha", 16},
+            {"target_modules", {"q_proj", "v_proj"}},
+            {"target_parameters", {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}}};
   if (model != "llama_lora") return nullptr;
   return {{"r", 8}, {"lora_alpha", 16}, {"target_modules", "all-linear"}};
 }

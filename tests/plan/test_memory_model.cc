@@ -133,6 +133,24 @@ std::vector<MemCase> grid() {
     c.ckpt = c.zero == 1;
     out.push_back(c);
   }
+  // LoRA on the experts (an adapter per expert, PEFT's target_parameters): the adapters' grouped products and their
+  // state beside the frozen experts; one device with and without recomputation, tp2 x dp2 at ZeRO-3 in bf16, and the
+  // experts with their adapters over 2 of 4 replicas at ZeRO-3.
+  for (MemCase c : {mem_case(1, 1, 1), mem_case(2, 1, 2, 3, spec::ScheduleKind::OneFOneB, 1, 2, true)}) {
+    c.model = "llama_qwen3_moe_lora";
+    c.steps = 1;
+    for (bool ckpt : {false, true}) {
+      c.ckpt = ckpt;
+      if (!ckpt || c.dp == 1) out.push_back(c);
+    }
+  }
+  {
+    MemCase c = mem_case(4, 1, 1, 3);
+    c.model = "llama_qwen3_moe_every_lora";
+    c.steps = 1;
+    c.ep = 2;
+    out.push_back(c);
+  }
   // OLMoE under tp: each slot's gains, the tokens' sums of squares and their sums over the slots; with recomputation.
   for (bool ckpt : {false, true}) {
     MemCase c = mem_case(1, 1, 2);

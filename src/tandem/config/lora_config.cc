@@ -55,10 +55,6 @@ std::string peft_refusal(const std::string& key) {
   if (key == "lora_bias") return "a trainable bias on lora_B is not supported";
   if (key == "exclude_modules") return "exclude_modules is not supported: list the target_modules to adapt instead";
   if (key == "trainable_token_indices") return "trainable token embeddings are not supported";
-  if (key == "target_parameters")
-    return "adapters on the experts' stacked parameters (target_parameters, PEFT's ParamWrapper) are not built yet "
-           "(docs/huggingface.md gives PEFT's format for them); the mixtures of experts take adapters on attention's "
-           "projections and Qwen2-MoE's shared expert (target_modules)";
   if (key == "use_qalora") return "QA-LoRA is not supported";
   return "";
 }
@@ -96,7 +92,8 @@ Json read_adapter_config(const std::string& dir) {
   if (a.contains("task_type") && !a.at("task_type").is_null() && a.at("task_type") != "CAUSAL_LM")
     TANDEM_FAIL(where, ": task_type ", show(a.at("task_type")),
                 " is not a causal language model's; Tandem trains CAUSAL_LM adapters");
-  const std::set<std::string> used = {"r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "bias"};
+  const std::set<std::string> used = {"r",          "lora_alpha", "lora_dropout",     "target_modules",
+                                      "use_rslora", "bias",       "target_parameters"};
   for (const auto& [key, value] : a.items()) {
     if (used.count(key) || inert_adapter_keys().count(key) || unset(value)) continue;
     const std::string why = peft_refusal(key);
@@ -112,6 +109,7 @@ Json read_adapter_config(const std::string& dir) {
   out["lora_dropout"] = a.value("lora_dropout", 0.0);
   out["use_rslora"] = a.value("use_rslora", false);
   out["bias"] = a.value("bias", std::string("none"));
+  out["target_parameters"] = unset(a.value("target_parameters", Json())) ? Json::array() : a.at("target_parameters");
   return out;
 }
 
@@ -126,8 +124,9 @@ Json normalised_targets(const Json& t) {
   return names;
 }
 
-// "from_pretrained": DIR: the adapter's own r, lora_alpha, target_modules, use_rslora and bias; lora_dropout from
-// the config when given there (it changes training noise only, not what the adapter computes).
+// "from_pretrained": DIR: the adapter's own r, lora_alpha, target_modules, target_parameters ([] where it has none),
+// use_rslora and bias; lora_dropout from the config when given there (it changes training noise only, not what the
+// adapter computes).
 void expand_from_adapter(Json& lora) {
   const Json& from = lora.at("from_pretrained");
   if (!from.is_string() || from.get<std::string>().empty())
@@ -135,10 +134,11 @@ void expand_from_adapter(Json& lora) {
                 ", not a folder name: give a PEFT adapter folder, e.g. \"from_pretrained\": \"my-adapter\"");
   const std::string dir = from.get<std::string>();
   const Json adapter = read_adapter_config(dir);
-  for (const char* key : {"r", "lora_alpha", "target_modules", "use_rslora", "bias"}) {
+  for (const char* key : {"r", "lora_alpha", "target_modules", "use_rslora", "bias", "target_parameters"}) {
     const Json& theirs = adapter.at(key);
     if (lora.contains(key)) {
-      const bool same = std::string(key) == "target_modules"
+      const std::string k = key;
+      const bool same = k == "target_modules" || k == "target_parameters"
                             ? normalised_targets(lora.at(key)) == normalised_targets(theirs)
                             : lora.at(key) == theirs;
       if (!same)
@@ -151,7 +151,27 @@ void expand_from_adapter(Json& lora) {
   if (!lora.contains("lora_dropout")) lora["lora_dropout"] = adapter.at("lora_dropout");
 }
 
-void check_targets(Fields& l, const std::string& model_type) {
+// target_parameters: a list of non-empty names ([] is none); which parameters they select is decided with the model
+// (interchange/peft_names.h). PEFT's ParamWrapper folds the adapter into the weight, so no mask can fall on the
+// adapter's input alone, and it raises for any lora_dropout: so is it refused beside them here.
+bool check_target_parameters(Fields& l, double dropout) {
+  const Json& t = read_setting(l, "target_parameters", Json::array());
+  bool ok = t.is_array();
+  for (size_t i = 0; ok && i < t.size(); ++i) ok = t[i].is_string() && !t[i].get<std::string>().empty();
+  if (!ok)
+    l.fail_type("target_parameters",
+                "a list of a mixture of experts' parameter names (e.g. [\"mlp.experts.gate_up_proj\", "
+                "\"mlp.experts.down_proj\"])");
+  if (!t.empty() && dropout > 0)
+    TANDEM_FAIL("config key 'lora.lora_dropout' is ", dropout,
+                " beside lora.target_parameters: the experts' adapters take no dropout (PEFT refuses it there too); "
+                "set \"lora_dropout\": 0");
+  return !t.empty();
+}
+
+// target_modules: a list (empty only beside target_parameters, as PEFT's target_modules=[]), "all-linear" or a
+// regular expression.
+void check_targets(Fields& l, const std::string& model_type, bool parameters) {
   const Json& t = read_setting(l, "target_modules", Json(default_lora_targets(model_type)));
   if (t.is_string()) {
     const std::string pattern = t.get<std::string>();
@@ -168,12 +188,12 @@ void check_targets(Fields& l, const std::string& model_type) {
     }
     return;
   }
-  bool ok = t.is_array() && !t.empty();
+  bool ok = t.is_array() && (!t.empty() || parameters);
   for (size_t i = 0; ok && i < t.size(); ++i) ok = t[i].is_string() && !t[i].get<std::string>().empty();
   if (!ok)
     l.fail_type("target_modules",
-                "a non-empty list of module names (e.g. [\"q_proj\", \"v_proj\"]), \"all-linear\" or a regular "
-                "expression");
+                "a non-empty list of module names (e.g. [\"q_proj\", \"v_proj\"]; [] only beside "
+                "target_parameters), \"all-linear\" or a regular expression");
 }
 
 }  // namespace
@@ -201,7 +221,7 @@ void validate_lora(Json& cfg, const std::string& model_type) {
   if (dropout >= 1.0)
     TANDEM_FAIL("config key 'lora.lora_dropout' is ", dropout,
                 ": it is the probability of dropping an adapter's input element, below 1 (PEFT's default 0)");
-  check_targets(l, model_type);
+  check_targets(l, model_type, check_target_parameters(l, dropout));
   read_setting(l, "use_rslora");
   if (l.has("bias") && l.raw("bias").is_string() && l.raw("bias") != "none")
     TANDEM_FAIL("config key 'lora.bias' is ", show(l.raw("bias")),
@@ -233,6 +253,7 @@ spec::LoraConfig lora_config(const Json& cfg) {
     c.target_modules = {kAllLinear};
   else
     c.target_modules = t.get<std::vector<std::string>>();
+  c.target_parameters = l.value("target_parameters", Json::array()).get<std::vector<std::string>>();
   const Json& init = l.at("init_lora_weights");
   c.init = init.is_string()   ? spec::LoraInit::Gaussian
            : init.get<bool>() ? spec::LoraInit::Default

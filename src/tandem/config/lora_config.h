@@ -13,8 +13,9 @@ namespace tandem::config {
 
 // Checks the config's "lora" object (when present) against the schema, writes its defaults (PEFT's, the settings
 // table's rows; the family's default target_modules) and, with "from_pretrained", takes r, lora_alpha, target_modules,
-// use_rslora and bias from the folder's adapter_config.json (a key given beside it must agree; lora_dropout given
-// beside it wins). Idempotent. `model_type` is the validated model's type.
+// target_parameters, use_rslora and bias from the folder's adapter_config.json (a key given beside it must agree;
+// lora_dropout given beside it wins, and is refused above 0 beside target_parameters). Idempotent. `model_type` is the
+// validated model's type.
 void validate_lora(Json& cfg, const std::string& model_type);
 
 // PEFT's default target_modules for a model type (transformers' llama: q_proj and v_proj; GPT-2: c_attn).

@@ -37,6 +37,10 @@ std::vector<Setting> lora_rows() {
                       "module names matched against the end of each Hugging Face module name, \"all-linear\", or a "
                       "regular expression the whole name must match"),
              "the family's: q_proj and v_proj (GPT-2: c_attn)"),
+      absent(of_shape("lora.target_parameters", Json(), "a list of names", "",
+                      "a mixture of experts' stacked expert parameters, PEFT's: \"mlp.experts.gate_up_proj\" and "
+                      "\"mlp.experts.down_proj\", an adapter of rank r per expert; not beside lora_dropout"),
+             "none"),
       when_used(bound(lora(&LoraConfig::use_rslora),
                       boolean("lora.use_rslora", {}, "", "scale by alpha / sqrt(r) instead of alpha / r"))),
       when_used(choice("lora.bias", "none", {"none"}, "", "the base's biases stay frozen; PEFT's \"none\" only")),
@@ -45,9 +49,12 @@ std::vector<Setting> lora_rows() {
                          "true, false or \"gaussian\"", "",
                          "fresh adapters as PEFT starts them: true (A kaiming-uniform, B zeros), false (both as "
                          "torch's nn.Linear) or \"gaussian\"")),
-      writes(lora(&LoraConfig::from_pretrained),
-             string("lora.from_pretrained", "",
-                    "a PEFT adapter folder to continue: its r, lora_alpha, target_modules, use_rslora and bias")),
+      writes(
+          lora(&LoraConfig::from_pretrained),
+          string(
+              "lora.from_pretrained", "",
+              "a PEFT adapter folder to continue: its r, lora_alpha, target_modules, target_parameters, use_rslora and "
+              "bias")),
       absent(of_shape("lora.task_type", Json(), "\"CAUSAL_LM\"", "", "PEFT's task type: a causal language model's"),
              "\"CAUSAL_LM\""),
   };

@@ -1,6 +1,7 @@
 // PEFT adapter files (peft.h): the reader, the writer and the merge.
 #include "tandem/interchange/peft.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -18,17 +19,37 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One adapter tensor: Tandem's name, PEFT's, its logical shape.
+// One adapter tensor: Tandem's name, PEFT's, its logical shape in Tandem. A module's A (r, in) and B (out, r) are the
+// same in both. An expert parameter's (peft_names.h): A (E, r, in) is PEFT's (E r, in) element for element; B
+// (E, out, r) is PEFT's (out, r E) with its columns interleaved, B_e[o, k] = lora_B[o, k E + e].
 struct AdapterTensor {
   std::string tandem, peft;
   Shape shape;
+  bool experts = false;  // an expert parameter's A or B
+  bool b = false;        // a B
+
+  // PEFT's shape for a Tandem tensor of `s`, this tensor's kind.
+  Shape peft_shape(const Shape& s) const {
+    if (!experts || s.size() != 3) return s;
+    return b ? Shape{s[1], s[2] * s[0]} : Shape{s[0] * s[1], s[2]};
+  }
+  // Where Tandem's element i is in PEFT's tensor.
+  int64_t peft_index(int64_t i) const {
+    if (!experts || !b) return i;
+    const int64_t E = shape[0], out = shape[1], r = shape[2], e = i / (out * r), o = i / r % out, k = i % r;
+    return o * r * E + k * E + e;
+  }
 };
 
 std::vector<AdapterTensor> adapter_tensors(const spec::ModelConfig& model, const spec::LoraConfig& lora) {
   std::vector<AdapterTensor> out;
+  const int64_t r = lora.r;
   for (const LoraSite& s : lora_targets(model, lora)) {
-    out.push_back({tandem_lora_a_name(s.site), peft_lora_a_name(s.module), {lora.r, s.in}});
-    out.push_back({tandem_lora_b_name(s.site), peft_lora_b_name(s.module), {s.out, lora.r}});
+    const bool e = s.experts > 0;
+    out.push_back({tandem_lora_a_name(s.site), peft_lora_a_name(s.peft), e ? Shape{s.experts, r, s.in} : Shape{r, s.in},
+                   e, false});
+    out.push_back({tandem_lora_b_name(s.site), peft_lora_b_name(s.peft),
+                   e ? Shape{s.experts, s.out, r} : Shape{s.out, r}, e, true});
   }
   return out;
 }
@@ -43,12 +64,14 @@ class PeftAdapterFile final : public WeightSource {
 
   std::string check(const std::string& name, const Shape& shape) const override {
     const auto it = by_tandem_.find(name);
-    if (it == by_tandem_.end()) return " Tandem's '" + name + "' is no adapter of lora.target_modules;";
+    if (it == by_tandem_.end())
+      return " Tandem's '" + name + "' is no adapter of lora.target_modules or target_parameters;";
     const std::string& peft = it->second.peft;
     if (!file_.contains(peft)) return " missing '" + peft + "' (for '" + name + "');";
-    if (file_.shape(peft) != shape)
-      return " '" + peft + "' is " + shape_str(file_.shape(peft)) + ", '" + name + "' needs " + shape_str(shape) +
-             " (A is (r, in), B is (out, r));";
+    const Shape want = it->second.peft_shape(shape);
+    if (file_.shape(peft) != want)
+      return " '" + peft + "' is " + shape_str(file_.shape(peft)) + ", '" + name + "' needs " + shape_str(want) +
+             " (A is (r, in), B is (out, r); an expert parameter's (E r, in) and (out, r E));";
     const DType d = file_.dtype(peft);
     if (d != DType::F32 && d != DType::BF16 && d != DType::F16)
       return " '" + peft + "' is " + dtype_name(d) + ", not F32, BF16 or F16;";
@@ -66,8 +89,9 @@ class PeftAdapterFile final : public WeightSource {
   }
 
   void read(const std::string& name, int64_t begin, int64_t end, float* out) const override {
-    const Elements e(file_, by_tandem_.at(name).peft);
-    for (int64_t i = begin; i < end; ++i) out[i - begin] = e[i];
+    const AdapterTensor& t = by_tandem_.at(name);
+    const Elements e(file_, t.peft);
+    for (int64_t i = begin; i < end; ++i) out[i - begin] = e[t.peft_index(i)];
   }
 
  private:
@@ -97,8 +121,17 @@ int write_peft_folder(const std::string& dir, const spec::ModelConfig& model, co
                       const std::string& base_model, const std::map<std::string, HostWeights>& adapters) {
   const std::vector<AdapterTensor> tensors = adapter_tensors(model, lora);
   std::vector<checkpoint::TensorEntry> entries;
-  for (const AdapterTensor& t : tensors)
-    entries.push_back({t.peft, DType::F32, t.shape, adapter(adapters, t.tandem, t.shape).data});
+  std::vector<std::vector<float>> reordered;  // the interleaved Bs in PEFT's layout
+  reordered.reserve(tensors.size());
+  for (const AdapterTensor& t : tensors) {
+    const float* data = adapter(adapters, t.tandem, t.shape).data;
+    if (t.experts && t.b) {
+      std::vector<float>& v = reordered.emplace_back(static_cast<size_t>(shape_numel(t.shape)));
+      for (int64_t i = 0; i < shape_numel(t.shape); ++i) v[static_cast<size_t>(t.peft_index(i))] = data[i];
+      data = v.data();
+    }
+    entries.push_back({t.peft, DType::F32, t.peft_shape(t.shape), data});
+  }
   checkpoint::write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), entries, {{"format", "pt"}});
 
   config::Json targets;
@@ -119,6 +152,7 @@ int write_peft_folder(const std::string& dir, const spec::ModelConfig& model, co
       {"lora_alpha", alpha == std::floor(alpha) ? config::Json(static_cast<int64_t>(alpha)) : config::Json(alpha)},
       {"lora_dropout", lora.lora_dropout},
       {"target_modules", targets},
+      {"target_parameters", lora.target_parameters.empty() ? config::Json() : config::Json(lora.target_parameters)},
       {"use_rslora", lora.use_rslora},
       {"bias", "none"},
       // GPT-2's projections are Conv1D, which PEFT adapts with fan_in_fan_out (A and B keep their shapes).
@@ -143,19 +177,28 @@ void merge_lora(const spec::ModelConfig& model, const spec::LoraConfig& lora,
   const double s = lora.scaling();
   const int64_t r = lora.r;
   for (const LoraSite& site : lora_targets(model, lora)) {
-    const float* a = adapter(adapters, tandem_lora_a_name(site.site), {r, site.in}).data;   // (r, in)
-    const float* b = adapter(adapters, tandem_lora_b_name(site.site), {site.out, r}).data;  // (out, r)
+    // A module's adapter is one expert's: W (out, in) at its rows += s B A; an expert parameter's each W_e += s B_e
+    // A_e.
+    const int64_t experts = std::max<int64_t>(site.experts, 1);
+    const Shape a_shape = site.experts ? Shape{experts, r, site.in} : Shape{r, site.in};
+    const Shape b_shape = site.experts ? Shape{experts, site.out, r} : Shape{site.out, r};
+    const float* a_all = adapter(adapters, tandem_lora_a_name(site.site), a_shape).data;  // (E, r, in)
+    const float* b_all = adapter(adapters, tandem_lora_b_name(site.site), b_shape).data;  // (E, out, r)
     const auto w = weights.find(site.weight);
     TANDEM_CHECK(w != weights.end(), "merge: no base weight '", site.weight, "'");
-    float* rows = w->second.data() + site.row * site.in;  // (out, in) of the weight's rows
-    TANDEM_CHECK(static_cast<int64_t>(w->second.size()) >= (site.row + site.out) * site.in, "merge: '", site.weight,
-                 "' is smaller than its adapters' rows");
-    for (int64_t o = 0; o < site.out; ++o)
-      for (int64_t i = 0; i < site.in; ++i) {
-        double acc = 0;
-        for (int64_t k = 0; k < r; ++k) acc += static_cast<double>(b[o * r + k]) * a[k * site.in + i];
-        rows[o * site.in + i] = static_cast<float>(rows[o * site.in + i] + s * acc);
-      }
+    TANDEM_CHECK(static_cast<int64_t>(w->second.size()) >= (site.row + experts * site.out) * site.in, "merge: '",
+                 site.weight, "' is smaller than its adapters' rows");
+    for (int64_t e = 0; e < experts; ++e) {
+      const float* a = a_all + e * r * site.in;                              // (r, in)
+      const float* b = b_all + e * site.out * r;                             // (out, r)
+      float* rows = w->second.data() + (site.row + e * site.out) * site.in;  // (out, in) of the weight's rows
+      for (int64_t o = 0; o < site.out; ++o)
+        for (int64_t i = 0; i < site.in; ++i) {
+          double acc = 0;
+          for (int64_t k = 0; k < r; ++k) acc += static_cast<double>(b[o * r + k]) * a[k * site.in + i];
+          rows[o * site.in + i] = static_cast<float>(rows[o * site.in + i] + s * acc);
+        }
+    }
   }
 }
 

@@ -17,21 +17,23 @@
 namespace tandem::interchange {
 
 // `dir`/adapter_model.safetensors as a WeightSource in Tandem's adapter names ("layers.0.qkv.q.lora_A" for PEFT's
-// "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"). check() names a missing tensor and a shape other
-// than A (r, in), B (out, r); unused() the file's tensors that are not adapters of `lora`'s targets (another model's,
-// DoRA's magnitudes, modules_to_save).
+// "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"; an expert parameter's A (E, r, in) from PEFT's
+// (E r, in) and B (E, out, r) from PEFT's (out, r E), B_e[o, k] = lora_B[o, k E + e]). check() names a missing
+// tensor and a shape other than A (r, in), B (out, r) (an expert parameter's (E r, in), (out, r E)); unused() the
+// file's tensors that are not adapters of `lora`'s targets (another model's, DoRA's magnitudes, modules_to_save).
 std::unique_ptr<WeightSource> open_peft_adapter(const std::string& dir, const spec::ModelConfig& model,
                                                 const spec::LoraConfig& lora);
 
 // Writes `dir`/adapter_config.json (peft_type LORA, task_type CAUSAL_LM, `base_model` as base_model_name_or_path, r,
-// lora_alpha, lora_dropout, target_modules, use_rslora, bias "none", and PEFT's off values for the rest) and
-// `dir`/adapter_model.safetensors in fp32 with PEFT's names, from `adapters` in Tandem's names (every target's A and
-// B, whole). "all-linear" is written as the modules it selected, as PEFT writes it. Returns the tensors written.
+// lora_alpha, lora_dropout, target_modules, target_parameters, use_rslora, bias "none", and PEFT's off values for the
+// rest) and `dir`/adapter_model.safetensors in fp32 with PEFT's names and layouts, from `adapters` in Tandem's names
+// (every target's A and B, whole). "all-linear" is written as the modules it selected, as PEFT writes it. Returns the
+// tensors written.
 int write_peft_folder(const std::string& dir, const spec::ModelConfig& model, const spec::LoraConfig& lora,
                       const std::string& base_model, const std::map<std::string, HostWeights>& adapters);
 
 // Merges the adapters into the base weights (Tandem's names): rows [row, row + out) of each adapted module's weight
-// += scaling * B A, in fp32 (double sums).
+// += scaling * B A, and each expert's W_e += scaling * B_e A_e of an adapted expert parameter, in fp32 (double sums).
 void merge_lora(const spec::ModelConfig& model, const spec::LoraConfig& lora,
                 const std::map<std::string, HostWeights>& adapters, std::map<std::string, std::vector<float>>& weights);
 

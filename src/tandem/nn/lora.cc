@@ -21,7 +21,7 @@ void LoraSites::check_all_added() const {
               added_, " of them");
 }
 
-void init_lora_pair(Parameter& a, Parameter& b, const LoraOptions& options, int64_t in_global) {
+void init_lora_pair(Parameter& a, Parameter& b, const LoraOptions& options, int64_t in_global, int64_t b_in) {
   a.bound = 1.0f / std::sqrt(static_cast<float>(in_global));
   if (options.init == spec::LoraInit::Gaussian) {
     a.init = Init::Normal;
@@ -29,7 +29,7 @@ void init_lora_pair(Parameter& a, Parameter& b, const LoraOptions& options, int6
   }
   if (options.init == spec::LoraInit::Random) {
     b.init = Init::Uniform;
-    b.bound = 1.0f / std::sqrt(static_cast<float>(options.r));
+    b.bound = 1.0f / std::sqrt(static_cast<float>(b_in > 0 ? b_in : options.r));
   }
   a.adapter = b.adapter = true;
 }

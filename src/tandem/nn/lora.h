@@ -92,8 +92,9 @@ class LoraSites {
 
 // PEFT's initialisations of a fresh adapter's A (r, in_global) and B (rows, r), declared Init::Uniform and Init::Zeros:
 // A as torch's nn.Linear (kaiming-uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B zeros; init_lora_weights
-// false leaves B as nn.Linear too (U(-1/sqrt(r), 1/sqrt(r))); "gaussian" draws A from N(0, 1/r). Marks both adapters.
-void init_lora_pair(Parameter& a, Parameter& b, const LoraOptions& options, int64_t in_global);
+// false leaves B as nn.Linear too (U(-1/sqrt(b_in), 1/sqrt(b_in)), b_in its nn.Linear's input width: r, or r E for the
+// experts' B, PEFT's (out, r E)); "gaussian" draws A from N(0, 1/r). Marks both adapters.
+void init_lora_pair(Parameter& a, Parameter& b, const LoraOptions& options, int64_t in_global, int64_t b_in = 0);
 
 // The adapters of one projection. Linear owns one, declares the parameters on itself and calls it in its forward
 // and backward.

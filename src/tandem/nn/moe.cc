@@ -15,6 +15,7 @@ MoeMlp::MoeMlp(std::string name, const MoeShape& s, TpSlot tp) : Layer(std::move
   router_ = &add_parameter("router.weight", {s.experts, s.dim}, Init::Normal, true);
   gate_up_ = &add_parameter("gate_up.weight", {s.experts, 2 * s.intermediate, s.dim}, Init::Normal, true);
   down_ = &add_parameter("down.weight", {s.experts, s.dim, s.intermediate}, Init::Normal, true);
+  per_expert_ = {gate_up_, down_};
   if (s.shared > 0) {
     shared_gate_ = &add_parameter("shared_expert_gate.weight", {1, s.dim}, Init::Normal, true);
     shared_gate_up_ =
@@ -25,9 +26,26 @@ MoeMlp::MoeMlp(std::string name, const MoeShape& s, TpSlot tp) : Layer(std::move
   }
 }
 
+std::unique_ptr<ExpertLora> MoeMlp::adapt_experts(const LoraTargets& targets, const std::string& part, int64_t out,
+                                                  int64_t in) {
+  if (!targets.sites.count(child_name(part))) return nullptr;
+  const LoraOptions& o = targets.options;
+  TANDEM_CHECK(o.dropout == 0.0f, name(), ": the experts' adapters take no dropout, ", o.dropout, " asked");
+  const int64_t E = shape_.experts;
+  Parameter& a = add_parameter(part + ".lora_A", {E, o.r, in}, Init::Uniform, true);  // (E, r, in)
+  Parameter& b = add_parameter(part + ".lora_B", {E, out, o.r}, Init::Zeros, true);   // (E, out, r)
+  init_lora_pair(a, b, o, in, E * o.r);  // PEFT's A (E r, in) and B (out, r E), each one nn.Linear
+  per_expert_.push_back(&a);
+  per_expert_.push_back(&b);
+  return std::make_unique<ExpertLora>(a, b, o.scaling);
+}
+
 int MoeMlp::add_lora(const LoraTargets& targets) {
-  if (!shared_gate_) return 0;
-  int added = shared_gate_up_->adapt(targets, 0, "gate") + shared_gate_up_->adapt(targets, 1, "up") +
+  gate_up_lora_ = adapt_experts(targets, "gate_up", 2 * shape_.intermediate, shape_.dim);
+  down_lora_ = adapt_experts(targets, "down", shape_.dim, shape_.intermediate);
+  const int experts = (gate_up_lora_ ? 1 : 0) + (down_lora_ ? 1 : 0);
+  if (!shared_gate_) return experts;
+  int added = experts + shared_gate_up_->adapt(targets, 0, "gate") + shared_gate_up_->adapt(targets, 1, "up") +
               shared_down_->adapt(targets, -1, "");
   if (!targets.sites.count(child_name("shared_expert_gate"))) return added;
   // The gate (C -> 1): replicated over tp with its input, so its adapter has no tp sums.
@@ -48,7 +66,7 @@ void MoeMlp::keep_experts(const ExpertSlot& slot) {
   slot_ = slot;
   if (!slot.active()) return;
   const int64_t L = shape_.experts / slot.size;
-  for (Parameter* p : {gate_up_, down_}) {
+  for (Parameter* p : per_expert_) {
     const int64_t per_expert = shape_numel(p->global_shape) / shape_.experts;
     p->shard = Shard{1, shape_.experts, per_expert, slot.rank, slot.size};
     p->shape = {L, p->global_shape[1], p->global_shape[2]};
@@ -79,6 +97,8 @@ enum SavedAt {
   kIdentity,
   kSharedRows,      // the shared expert's input rows (..., C), with the gate's adapter
   kSharedGateLora,  // the gate adapter's s x A^T (N, r)
+  kGateUpLora,      // the experts' adapters' s x A_e^T (R, r): gate_up's, then down's
+  kDownLora,
   kCount
 };
 // The shared expert's linears keep theirs in Saved::children.
@@ -149,8 +169,7 @@ Tensor MoeMlp::forward_add(const Tensor& x, const Tensor& residual, const Batch&
 
 Tensor MoeMlp::experts_forward(const Tensor& routed, const Tensor& offsets, const std::vector<int64_t>& per_expert,
                                Saved& saved) {
-  if (!slot_.active())
-    return products(saved.tensors[kRouted] = routed, per_expert, saved.tensors[kGateUp], saved.tensors[kHidden]);
+  if (!slot_.active()) return products(saved.tensors[kRouted] = routed, per_expert, saved);
   const int64_t M = routed.dim(0), C = routed.dim(1), E = shape_.experts;
   Device& dev = routed.device();
   // Every slot's rows per expert, then this slot's rows to their experts' slots and the rows of its own experts in.
@@ -165,7 +184,7 @@ Tensor MoeMlp::experts_forward(const Tensor& routed, const Tensor& offsets, cons
   Tensor expert_in = Tensor::empty({R, C}, routed.dtype(), dev, name() + " this slot's expert inputs");  // (R, C)
   ops::moe_gather(arrived, order, expert_in);
   arrived = Tensor();
-  const Tensor expert_out = products(expert_in, route.per_expert, saved.tensors[kGateUp], saved.tensors[kHidden]);
+  const Tensor expert_out = products(expert_in, route.per_expert, saved);
   Tensor leaving = Tensor::empty({R, C}, routed.dtype(), dev, name() + " outputs to the slots");  // (R, C) slot-major
   ops::moe_gather(expert_out, inverse, leaving);
   Tensor outputs = Tensor::empty({M, C}, routed.dtype(), dev, name() + " expert outputs");  // (M, C)
@@ -238,38 +257,45 @@ void MoeMlp::shared_backward(const Tensor& dy, const Tensor& dx, const Batch& ba
     shared_gate_lora_->backward(saved.tensors.at(kSharedRows), {saved.tensors.at(kSharedGateLora)}, dgate_x, dx, batch);
 }
 
-Tensor MoeMlp::products(const Tensor& x, const std::vector<int64_t>& rows, Tensor& gate_up, Tensor& hidden) {
+Tensor MoeMlp::products(const Tensor& x, const std::vector<int64_t>& rows, Saved& saved) {
   const int64_t R = x.dim(0), C = x.dim(1), F = shape_.intermediate;
   Device& dev = x.device();
-  gate_up = Tensor::empty({R, 2 * F}, x.dtype(), dev, name() + " expert gate_up");  // (R, 2F)
-  hidden = Tensor::empty({R, F}, x.dtype(), dev, name() + " expert hidden");        // (R, F)
-  Tensor out = Tensor::empty({R, C}, x.dtype(), dev, name() + " expert outputs");   // (R, C)
+  Tensor gate_up = Tensor::empty({R, 2 * F}, x.dtype(), dev, name() + " expert gate_up");  // (R, 2F)
+  Tensor hidden = Tensor::empty({R, F}, x.dtype(), dev, name() + " expert hidden");        // (R, F)
+  Tensor out = Tensor::empty({R, C}, x.dtype(), dev, name() + " expert outputs");          // (R, C)
   ops::grouped_matmul(x, gate_up_->value, gate_up, rows, true);
+  if (gate_up_lora_) saved.tensors[kGateUpLora] = gate_up_lora_->forward(x, rows, gate_up);
   ops::swiglu_forward(gate_up, hidden);
   ops::grouped_matmul(hidden, down_->value, out, rows, true);
+  if (down_lora_) saved.tensors[kDownLora] = down_lora_->forward(hidden, rows, out);
+  saved.tensors[kGateUp] = gate_up;
+  saved.tensors[kHidden] = hidden;
   return out;
 }
 
 Tensor MoeMlp::products_backward(const Tensor& dy, const std::vector<int64_t>& rows, const Tensor& x,
-                                 const Tensor& gate_up, const Tensor& hidden) {
+                                 const Saved& saved) {
+  const Tensor gate_up = saved.tensors.at(kGateUp), hidden = saved.tensors.at(kHidden);
   const int64_t R = dy.dim(0), C = dy.dim(1), F = shape_.intermediate;
   Device& dev = dy.device();
-  // down, SwiGLU (in place over gate_up), gate_up.
+  // down, SwiGLU (in place over gate_up), gate_up; each adapter's part added to its input's gradient.
   Tensor dhidden = Tensor::empty({R, F}, dy.dtype(), dev, name() + " expert hidden grad");  // (R, F)
   ops::grouped_matmul(dy, down_->value, dhidden, rows, false);
   if (down_->trainable) ops::grouped_weight_grad(dy, hidden, down_->grad, rows);
+  if (down_lora_) down_lora_->backward(hidden, saved.tensors.at(kDownLora), dy, rows, dhidden);
   ops::swiglu_backward(gate_up, dhidden, gate_up);
   Tensor dx = Tensor::empty({R, C}, dy.dtype(), dev, name() + " routed inputs grad");  // (R, C)
   ops::grouped_matmul(gate_up, gate_up_->value, dx, rows, false);
   if (gate_up_->trainable) ops::grouped_weight_grad(gate_up, x, gate_up_->grad, rows);
+  if (gate_up_lora_) gate_up_lora_->backward(x, saved.tensors.at(kGateUpLora), gate_up, rows, dx);
   return dx;
 }
 
 Tensor MoeMlp::experts_backward(const Tensor& doutputs, Saved& saved) {
-  const Tensor x = saved.tensors.at(kRouted), gate_up = saved.tensors.at(kGateUp), hidden = saved.tensors.at(kHidden);
+  const Tensor x = saved.tensors.at(kRouted);
   const int64_t M = doutputs.dim(0), C = doutputs.dim(1), E = shape_.experts;
   if (!slot_.active())
-    return products_backward(doutputs, ops::moe_expert_rows(saved.tensors.at(kOffsets), M), x, gate_up, hidden);
+    return products_backward(doutputs, ops::moe_expert_rows(saved.tensors.at(kOffsets), M), x, saved);
   Device& dev = doutputs.device();
   const ExpertRoute route = route_of(saved.tensors.at(kSlotOffsets), slot_.size, slot_.rank, E, M);
   const int64_t R = route.received();
@@ -278,7 +304,7 @@ Tensor MoeMlp::experts_backward(const Tensor& doutputs, Saved& saved) {
   Tensor dy = Tensor::empty({R, C}, doutputs.dtype(), dev, name() + " this slot's expert output grads");
   ops::moe_gather(arrived, saved.tensors.at(kOrder), dy);
   arrived = Tensor();
-  const Tensor dx = products_backward(dy, route.per_expert, x, gate_up, hidden);
+  const Tensor dx = products_backward(dy, route.per_expert, x, saved);
   Tensor leaving = Tensor::empty({R, C}, doutputs.dtype(), dev, name() + " input grads to the slots");
   ops::moe_gather(dx, saved.tensors.at(kInverse), leaving);
   Tensor drouted = Tensor::empty({M, C}, doutputs.dtype(), dev, name() + " routed inputs grad");  // (M, C)

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "tandem/nn/expert_lora.h"
 #include "tandem/nn/layer.h"
 #include "tandem/nn/linear.h"
 
@@ -42,7 +45,9 @@ struct MoeShape {
 // ".up" on the gate and up rows of shared_gate_up (PEFT's shared_expert.gate_proj and up_proj), "<name>.shared_down"
 // (shared_expert.down_proj), and its gate one of its own, "<name>.shared_expert_gate" (PEFT's shared_expert_gate):
 // A (r, C) and B (1, r) whole on every slot, s (x A^T) B^T added to the gate's fp32 logit before the sigmoid. The
-// router and the experts stay frozen without adapters.
+// experts take adapters of rank r per expert on their stacked parameters (expert_lora.h; PEFT's target_parameters),
+// "<name>.gate_up" (A "<name>.gate_up.lora_A" (E, r, C), B ".lora_B" (E, 2F, r)) and "<name>.down" (A (E, r, F),
+// B (E, C, r)), split over the expert slots with their experts. The router stays frozen without adapters.
 class MoeMlp final : public Layer {
  public:
   MoeMlp(std::string name, const MoeShape& shape, TpSlot tp = {});
@@ -55,7 +60,8 @@ class MoeMlp final : public Layer {
   Tensor backward(const Tensor& dy, const Batch& batch, Saved& saved) override;
   Tensor backward(const Tensor& dy, Saved& saved) override { return backward(dy, Batch{}, saved); }
   const MoeShape& shape() const { return shape_; }
-  // Adds the shared expert's adapters that `targets` names (the caller freezes the layer); returns how many.
+  // Adds the adapters that `targets` names, the shared expert's and the experts' (the caller freezes the layer);
+  // returns how many.
   int add_lora(const LoraTargets& targets);
 
  protected:
@@ -68,11 +74,13 @@ class MoeMlp final : public Layer {
                          Saved& saved);
   // doutputs (M, C) -> the routed rows' gradients (M, C); accumulates the experts' weight gradients.
   Tensor experts_backward(const Tensor& doutputs, Saved& saved);
-  // The experts' products over `rows` (this slot's experts'): x (R, C) -> (R, C), gate_up (R, 2F) and hidden (R, F)
-  // kept; and back.
-  Tensor products(const Tensor& x, const std::vector<int64_t>& rows, Tensor& gate_up, Tensor& hidden);
-  Tensor products_backward(const Tensor& dy, const std::vector<int64_t>& rows, const Tensor& x, const Tensor& gate_up,
-                           const Tensor& hidden);
+  // The experts' products over `rows` (this slot's experts'): x (R, C) -> (R, C), keeping in `saved` gate_up (R, 2F),
+  // hidden (R, F) and the experts' adapters' outputs s x A_e^T (R, r) where they have adapters; and back, with x.
+  Tensor products(const Tensor& x, const std::vector<int64_t>& rows, Saved& saved);
+  Tensor products_backward(const Tensor& dy, const std::vector<int64_t>& rows, const Tensor& x, const Saved& saved);
+  // The experts' adapter at "<name>.<part>" (part "gate_up" or "down", weight (E, out, in)), when `targets` names it.
+  std::unique_ptr<ExpertLora> adapt_experts(const LoraTargets& targets, const std::string& part, int64_t out,
+                                            int64_t in);
   // The shared expert: y (N, C) += sigmoid(x gate^T) down(swiglu(gate_up(x))) for x (..., C) (the micro-batch's rows,
   // (B, T, C), as its adapters' dropout keys them); and back, dx (N, C) += its input's gradient (the gate's included).
   void shared_forward(const Tensor& x, const Tensor& y, const Batch& batch, Saved& saved);
@@ -83,6 +91,9 @@ class MoeMlp final : public Layer {
   Parameter* router_;   // (E, C)
   Parameter* gate_up_;  // (E, 2F, C)
   Parameter* down_;     // (E, C, F)
+  // The experts' adapters under LoRA, else null: gate_up's and down's.
+  std::unique_ptr<ExpertLora> gate_up_lora_, down_lora_;
+  std::vector<Parameter*> per_expert_;  // every parameter split along the expert dim: the weights and their adapters
   // The shared expert (shape.shared > 0), else null.
   std::unique_ptr<Linear> shared_gate_up_;          // (2Fs / tp, C)
   std::unique_ptr<Linear> shared_down_;             // (C, Fs / tp)

@@ -28,6 +28,11 @@ struct LoraConfig {
   // when none is given.
   std::vector<std::string> target_modules;
   std::string target_regex;
+  // PEFT's target_parameters: a mixture of experts' stacked expert parameters ("mlp.experts.gate_up_proj",
+  // "mlp.experts.down_proj"), matched as target_modules' list entries are against each parameter's Hugging Face name
+  // ("model.layers.<i>.mlp.experts.gate_up_proj"); each matched one carries an adapter of rank r per expert. Empty:
+  // none.
+  std::vector<std::string> target_parameters;
   bool use_rslora = false;  // scaling alpha / sqrt(r) instead of alpha / r
   LoraInit init = LoraInit::Default;
   std::string from_pretrained;  // a PEFT adapter folder (adapter_config.json, adapter_model.safetensors), or ""

@@ -17,6 +17,8 @@ const Scratch& scratch() {
     s.linear_forward = &linear_forward_scratch;
     s.fp8_matmul = &fp8_matmul_scratch;
     s.linear_weight_grad = &linear_weight_grad_scratch;
+    s.grouped_matmul = &grouped_matmul_scratch;
+    s.grouped_weight_grad = &grouped_weight_grad_scratch;
     s.attention_gqa_forward = &attention_gqa_forward_scratch;
     s.attention_gqa_backward = &attention_gqa_backward_scratch;
     s.attention_gqa_documents_forward = &attention_gqa_documents_forward_scratch;

@@ -4,6 +4,8 @@
 // when the work pays for it (op_util.h). Ids or targets outside [0, vocab) throw.
 #pragma once
 
+#include <vector>
+
 #include "tandem/core/tensor.h"
 #include "tandem/ops/backend.h"
 #include "tandem/ops/ops.h"
@@ -24,6 +26,11 @@ int64_t fp8_matmul_scratch(const ScratchContext& ctx, const Tensor& a, const Ten
                            bool fast_accum, Fp8Blocks a_blocks, Fp8Blocks b_blocks);
 int64_t linear_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dweight,
                                    const Tensor& dbias);
+// The grouped products' (moe.cc): the largest of their groups' matmul scratch, each freed before the next group's.
+int64_t grouped_matmul_scratch(const ScratchContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+                               const std::vector<int64_t>& rows, bool trans_b, float beta);
+int64_t grouped_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                                    const std::vector<int64_t>& rows);
 int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
                                       const Tensor& y, const Tensor& lse);
 int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,

@@ -127,6 +127,24 @@ std::vector<int64_t> moe_expert_rows(const Tensor& offsets, int64_t rows) {
   return out;
 }
 
+int64_t grouped_matmul_scratch(const ScratchContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+                               const std::vector<int64_t>& rows, bool trans_b, float beta) {
+  int64_t most = 0;
+  for_each_group(b, rows, [&](const Tensor& w, int64_t first, int64_t n) {
+    most = std::max(most, matmul_scratch(ctx, a.rows(first, n), w, c.rows(first, n), false, trans_b, beta));
+  });
+  return most;
+}
+
+int64_t grouped_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                                    const std::vector<int64_t>& rows) {
+  int64_t most = 0;
+  for_each_group(dw, rows, [&](const Tensor& w, int64_t first, int64_t n) {
+    most = std::max(most, linear_weight_grad_scratch(ctx, dy.rows(first, n), x.rows(first, n), w, Tensor()));
+  });
+  return most;
+}
+
 void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const std::vector<int64_t>& rows, bool trans_b,
                     float beta) {
   for_each_group(b, rows, [&](const Tensor& w, int64_t first, int64_t n) {
