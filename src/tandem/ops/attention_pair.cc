@@ -1,0 +1,118 @@
+// The front end of ring attention's ops (attention_pair.h): each call's tensors checked, then run by the CPU kernels,
+// or counted on a counting device as counting.cc counts the op table's (the CPU kernels' scratch taken and freed, the
+// work added to the device's log). A GPU has no kernels for them yet: refused by name.
+#include "tandem/ops/attention_pair.h"
+
+#include "tandem/device/counting_device.h"
+#include "tandem/ops/cpu/attention_pair.h"
+#include "tandem/ops/op_checks.h"
+
+namespace tandem::ops {
+namespace {
+
+using namespace checks;
+
+// q (B, Tq, H D) and kv (B, Tk, 2 Hkv D) of one dtype, H a multiple of Hkv; a causal pair's blocks of one length.
+void check_pair(const char* op, const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask) {
+  TANDEM_CHECK(q.rank() == 3 && kv.rank() == 3 && q.dim(0) == kv.dim(0), op, ": q ", shape_str(q.shape()), " and kv ",
+               shape_str(kv.shape()), " are not (B, Tq, H D) and (B, Tk, 2 Hkv D)");
+  TANDEM_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, op, ": ", heads, " heads over ", kv_heads,
+               " kv heads");
+  TANDEM_CHECK(q.dim(2) % heads == 0 && kv.dim(2) == 2 * kv_heads * (q.dim(2) / heads), op, ": q ",
+               shape_str(q.shape()), " of ", heads, " heads and kv ", shape_str(kv.shape()), " of ", kv_heads,
+               " heads differ in head dim");
+  TANDEM_CHECK(mask == PairMask::Full || q.dim(1) == kv.dim(1), op, ": a causal pair needs blocks of one length, got ",
+               q.dim(1), " queries and ", kv.dim(1), " keys");
+  check_compute(op, {{"q", q}, {"kv", kv}});
+}
+
+void check_output(const char* op, const Tensor& q, int heads, const Tensor& y, const Tensor& lse) {
+  check_f32(op, "lse", lse);
+  TANDEM_CHECK(y.shape() == q.shape() && lse.shape() == Shape({q.dim(0), heads, q.dim(1)}), op, ": y ",
+               shape_str(y.shape()), " and lse ", shape_str(lse.shape()), " for q ", shape_str(q.shape()), " of ",
+               heads, " heads");
+}
+
+// Half the multiply-adds of the whole blocks for a causal pair: q k^T and P v, 2 B H Tq Tk D each.
+double pair_flops(const Tensor& q, const Tensor& kv, PairMask mask) {
+  const double full = 4.0 * static_cast<double>(q.dim(0)) * static_cast<double>(q.dim(1)) *
+                      static_cast<double>(kv.dim(1)) * static_cast<double>(q.dim(2));
+  return mask == PairMask::Causal ? full / 2 : full;
+}
+
+// On a counting device (t's): the kernel's scratch taken and freed, the work recorded.
+void count(const Tensor& t, int64_t scratch, double attention_flops, double bytes) {
+  device::CountingDevice* d = device::as_counting(t.device());
+  if (d->planned() == DeviceKind::Cuda)
+    TANDEM_FAIL(
+        "ring attention (parallel.context_attention \"ring\") runs on CPU processes only so far: the CUDA "
+        "backend has no kernels for its block pairs");
+  const PurposeScope scope(*d, MemoryPurpose::Transient);
+  if (scratch > 0) d->release(d->allocate(static_cast<size_t>(scratch), "op scratch"), static_cast<size_t>(scratch));
+  device::WorkLog& w = d->work();
+  w.ops += 1;
+  w.attention_flops += attention_flops;
+  w.bytes += bytes;
+}
+
+// The CPU kernels, or the refusal of any other device.
+void check_cpu(const char* op, const Tensor& t) {
+  TANDEM_CHECK(t.device().kind() == DeviceKind::Cpu, op, " (ring attention, parallel.context_attention \"ring\") ",
+               "runs on CPU processes only so far; ", t.device().name(), " has no kernels for it");
+}
+
+int threads_of(const Tensor& t) { return device::as_counting(t.device())->cpu_threads(); }
+
+}  // namespace
+
+void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask, const Tensor& y,
+                            const Tensor& lse) {
+  const char* op = "attention_pair_forward";
+  check_devices(op, q, kv, y, lse);
+  check_pair(op, q, kv, heads, kv_heads, mask);
+  check_output(op, q, heads, y, lse);
+  check_f32(op, "y", y);
+  if (device::as_counting(q.device()))
+    return count(q, cpu::attention_pair_forward_scratch(threads_of(q), q, kv, heads, kv_heads), pair_flops(q, kv, mask),
+                 0);
+  check_cpu(op, q);
+  cpu::attention_pair_forward(q, kv, heads, kv_heads, mask, y, lse);
+}
+
+void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor& y, const Tensor& lse) {
+  const char* op = "attention_merge";
+  check_devices(op, y, lse, y_part, lse_part);
+  for (const Named& t : {Named{"y", y}, Named{"lse", lse}, Named{"y_part", y_part}, Named{"lse_part", lse_part}})
+    check_f32(op, t.first, t.second);
+  check_same_shape(op, "y", y, "y_part", y_part);
+  check_same_shape(op, "lse", lse, "lse_part", lse_part);
+  TANDEM_CHECK(y.rank() == 3 && lse.rank() == 3 && lse.dim(0) == y.dim(0) && lse.dim(2) == y.dim(1) && lse.dim(1) > 0 &&
+                   y.dim(2) % lse.dim(1) == 0,
+               op, ": y ", shape_str(y.shape()), " and lse ", shape_str(lse.shape()),
+               " are not (B, T, H D) and (B, H, T)");
+  const double bytes = 4.0 * 3 * static_cast<double>(y.numel() + lse.numel());
+  if (device::as_counting(y.device())) return count(y, 0, 0, bytes);
+  check_cpu(op, y);
+  cpu::attention_merge(y_part, lse_part, y, lse);
+}
+
+void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask, const Tensor& y,
+                             const Tensor& lse, const Tensor& dy, const Tensor& dq, const Tensor& dkv) {
+  const char* op = "attention_pair_backward";
+  check_devices(op, q, kv, y, lse, dy, dq, dkv);
+  check_pair(op, q, kv, heads, kv_heads, mask);
+  check_output(op, q, heads, y, lse);
+  check_compute(op, {{"q", q}, {"y", y}, {"dy", dy}});
+  check_same_shape(op, "y", y, "dy", dy);
+  check_same_shape(op, "q", q, "dq", dq);
+  check_same_shape(op, "kv", kv, "dkv", dkv);
+  check_f32(op, "dq", dq);
+  check_f32(op, "dkv", dkv);
+  if (device::as_counting(q.device()))
+    return count(q, cpu::attention_pair_backward_scratch(threads_of(q), q, kv, heads, kv_heads),
+                 2.5 * pair_flops(q, kv, mask), 0);
+  check_cpu(op, q);
+  cpu::attention_pair_backward(q, kv, heads, kv_heads, mask, y, lse, dy, dq, dkv);
+}
+
+}  // namespace tandem::ops
