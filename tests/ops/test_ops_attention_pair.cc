@@ -1,9 +1,9 @@
 // Ring attention's block-pair ops (ops/attention_pair.h) against the whole-sequence attention: a sequence of 4 blocks
 // with each query block's pairs (the causal pair on its own block, full pairs on the earlier blocks) merged in two
 // orders gives attention_gqa_forward's y and lse, and the pairs' backward with the merged y and lse gives
-// attention_gqa_backward's dq, dk and dv; grouped-query and multi-head; the merge takes a part whole where nothing is
-// merged yet; the scratch through the device as the counting device takes it, and the counting device refusing a
-// planned GPU.
+// attention_gqa_backward's dq, dk and dv; grouped-query and multi-head; with documents, attention_gqa_documents'; the
+// merge takes a part whole where nothing is merged yet and leaves out a part that saw no key; the scratch through the
+// device as the counting device takes it, and the counting device refusing a planned GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,8 +64,8 @@ struct Blocks {
 };
 
 // Cuts qkv (B, T, W) into `count` blocks and runs, for query block i, its pairs with kv blocks 0 .. i (`reversed`:
-// i .. 0), merging each.
-Blocks ring_forward(const Tensor& qkv, const Dims& s, int count, bool reversed) {
+// i .. 0), merging each; with `documents` (B, T) i32 attention kept inside them.
+Blocks ring_forward(const Tensor& qkv, const Dims& s, int count, bool reversed, const Tensor& documents = Tensor()) {
   Device& dev = qkv.device();
   Blocks r;
   r.n = s.t / count;
@@ -82,7 +82,7 @@ Blocks ring_forward(const Tensor& qkv, const Dims& s, int count, bool reversed) 
       const int j = reversed ? i - step : step;
       Tensor y_part = Tensor::empty(y.shape(), DType::F32, dev, "y part");
       Tensor lse_part = Tensor::empty(lse.shape(), DType::F32, dev, "lse part");
-      attention_pair_forward(r.q[i], r.kv[j], heads, kv, j == i ? PairMask::Causal : PairMask::Full, y_part, lse_part);
+      attention_pair_forward(r.q[i], r.kv[j], heads, kv, PairPlace{i * r.n, j * r.n, documents}, y_part, lse_part);
       attention_merge(y_part, lse_part, y, lse);
     }
     r.y.push_back(y);
@@ -125,8 +125,8 @@ TEST_P(OpsAttentionPair, MergedPairsAreTheWholeSequencesAttention) {
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j <= i; ++j) {
       const Tensor dy_i = block(dy, i * r.n, r.n, 0, s.h * s.d);
-      attention_pair_backward(r.q[i], r.kv[j], heads, kv, j == i ? PairMask::Causal : PairMask::Full, r.y[i], r.lse[i],
-                              dy_i, dq[i], dkv[j]);
+      attention_pair_backward(r.q[i], r.kv[j], heads, kv, PairPlace{i * r.n, j * r.n, Tensor()}, r.y[i], r.lse[i], dy_i,
+                              dq[i], dkv[j]);
     }
   Tensor got = Tensor::empty(qkv.shape(), DType::F32, dev, "ring dqkv");
   for (int i = 0; i < 4; ++i) {
@@ -141,8 +141,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OpsAttentionPair,
                                            Dims{1, 16, 6, 2, 4},    // 3 query heads a kv head
                                            Dims{2, 8, 3, 3, 16}));  // multi-head
 
-// Where nothing is merged yet (lse -inf), the merge takes the part as it is, bit for bit.
-TEST(OpsAttentionPairMerge, TakesThePartWholeIntoAnEmptyResult) {
+// Where nothing is merged yet (lse -inf), the merge takes the part as it is, bit for bit; a part that saw no key (lse
+// -inf) leaves the result as it is.
+TEST(OpsAttentionPairMerge, TakesThePartWholeIntoAnEmptyResultAndLeavesOutAnEmptyPart) {
   device::CpuDevice dev;
   Tensor y_part = randn(dev, {2, 5, 12}, 9), lse_part = randn(dev, {2, 3, 5}, 10);
   Tensor y = Tensor::zeros(y_part.shape(), DType::F32, dev, "y");
@@ -151,6 +152,55 @@ TEST(OpsAttentionPairMerge, TakesThePartWholeIntoAnEmptyResult) {
   attention_merge(y_part, lse_part, y, lse);
   EXPECT_TRUE(testing::bit_equal(y, y_part));
   EXPECT_TRUE(testing::bit_equal(lse, lse_part));
+  Tensor empty_y = Tensor::zeros(y.shape(), DType::F32, dev, "empty part");
+  Tensor empty_lse = Tensor::empty(lse.shape(), DType::F32, dev, "empty part lse");
+  fill(empty_lse, -std::numeric_limits<float>::infinity());
+  attention_merge(empty_y, empty_lse, y, lse);
+  EXPECT_TRUE(testing::bit_equal(y, y_part));
+  EXPECT_TRUE(testing::bit_equal(lse, lse_part));
+}
+
+// Documents packed into the sequence: the pairs with each row's keys cut at its document's start give
+// attention_gqa_documents' y, lse and gradients. The documents (lengths 5, 9, 1, 9) end and begin inside blocks of 6,
+// so some rows see none of an earlier block's keys.
+TEST(OpsAttentionPairDocuments, MergedPairsAreTheWholeSequencesAttentionInsideDocuments) {
+  const Dims s{2, 24, 4, 2, 8};
+  const int heads = 4, kv = 2;
+  device::CpuDevice dev;
+  Tensor qkv = randn(dev, {s.b, s.t, s.width()}, 5);
+  Tensor dy = randn(dev, {s.b, s.t, s.h * s.d}, 6);
+  std::vector<int32_t> ids;
+  for (int64_t b = 0; b < s.b; ++b)
+    for (int64_t t = 0; t < s.t; ++t) ids.push_back(static_cast<int32_t>(t < 5 ? 0 : t < 14 ? 1 : t < 15 ? 2 : 3));
+  const Tensor documents = testing::ids_tensor(dev, ids).view({s.b, s.t});
+  Tensor y = Tensor::empty({s.b, s.t, s.h * s.d}, DType::F32, dev, "y");
+  Tensor lse = Tensor::empty({s.b, s.h, s.t}, DType::F32, dev, "lse");
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, dev, "dqkv");
+  attention_gqa_documents_forward(qkv, heads, kv, documents, y, lse);
+  attention_gqa_documents_backward(qkv, heads, kv, documents, y, lse, dy, dqkv);
+
+  const Blocks r = ring_forward(qkv, s, 4, false, documents);
+  Tensor got_y = Tensor::empty(y.shape(), DType::F32, dev, "ring y");
+  Tensor got = Tensor::empty(qkv.shape(), DType::F32, dev, "ring dqkv");
+  for (int i = 0; i < 4; ++i) {
+    put(r.y[i], got_y, i * r.n, 0);
+    EXPECT_LT(rel_error(values(r.lse[i]), values(lse_block(lse, i * r.n, r.n))), 1e-6) << "block " << i;
+  }
+  EXPECT_LT(rel_error(values(got_y), values(y)), 2e-6);
+  std::vector<Tensor> dq, dkv;
+  for (int i = 0; i < 4; ++i) {
+    dq.push_back(Tensor::zeros(r.q[i].shape(), DType::F32, dev, "dq"));
+    dkv.push_back(Tensor::zeros(r.kv[i].shape(), DType::F32, dev, "dkv"));
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j <= i; ++j)
+      attention_pair_backward(r.q[i], r.kv[j], heads, kv, PairPlace{i * r.n, j * r.n, documents}, r.y[i], r.lse[i],
+                              block(dy, i * r.n, r.n, 0, s.h * s.d), dq[i], dkv[j]);
+  for (int i = 0; i < 4; ++i) {
+    put(dq[i], got, i * r.n, 0);
+    put(dkv[i], got, i * r.n, s.h * s.d);
+  }
+  EXPECT_LT(rel_error(values(got), values(dqkv)), 1e-5);
 }
 
 // The scratch goes through the device and is returned, its peak what the scratch functions say, which the counting
@@ -165,12 +215,13 @@ TEST(OpsAttentionPairScratch, ThroughTheDeviceAndCountedAlike) {
   const int threads = omp_get_max_threads();
   const uint64_t live = dev.live_bytes();
   dev.reset_peak();
-  attention_pair_forward(q, kvs, heads, kv, PairMask::Full, y, lse);
+  const PairPlace full{s.t, 0, Tensor()}, causal{0, 0, Tensor()};  // keys before the queries; the same positions
+  attention_pair_forward(q, kvs, heads, kv, full, y, lse);
   EXPECT_EQ(dev.live_bytes(), live);
   const auto forward = static_cast<uint64_t>(cpu::attention_pair_forward_scratch(threads, q, kvs, heads, kv));
   EXPECT_EQ(dev.peak_bytes() - live, forward);
   dev.reset_peak();
-  attention_pair_backward(q, kvs, heads, kv, PairMask::Full, q, lse, q, dq, dkv);
+  attention_pair_backward(q, kvs, heads, kv, full, q, lse, q, dq, dkv);
   const auto backward = static_cast<uint64_t>(cpu::attention_pair_backward_scratch(threads, q, kvs, heads, kv));
   EXPECT_EQ(dev.peak_bytes() - live, backward);
   EXPECT_GE(forward, static_cast<uint64_t>(s.t * s.t) * sizeof(float));  // the scores at least
@@ -180,18 +231,18 @@ TEST(OpsAttentionPairScratch, ThroughTheDeviceAndCountedAlike) {
   const Tensor cq = like(q), ckv = like(kvs), cy = like(y), clse = like(lse), cdq = like(dq), cdkv = like(dkv);
   const uint64_t counted_live = counting.live_bytes();
   counting.reset_peak();
-  attention_pair_forward(cq, ckv, heads, kv, PairMask::Full, cy, clse);
+  attention_pair_forward(cq, ckv, heads, kv, full, cy, clse);
   EXPECT_EQ(counting.peak_bytes() - counted_live, forward);
   counting.reset_peak();
-  attention_pair_backward(cq, ckv, heads, kv, PairMask::Causal, cq, clse, cq, cdq, cdkv);
+  attention_pair_backward(cq, ckv, heads, kv, causal, cq, clse, cq, cdq, cdkv);
   EXPECT_EQ(counting.peak_bytes() - counted_live, backward);
-  const double full = 4.0 * s.b * s.t * s.t * s.h * s.d;
-  EXPECT_DOUBLE_EQ(counting.work().attention_flops, full + 2.5 * full / 2);
+  const double flops = 4.0 * s.b * s.t * s.t * s.h * s.d;
+  EXPECT_DOUBLE_EQ(counting.work().attention_flops, flops + 2.5 * flops / 2);
 
   device::CountingDevice gpu(DeviceKind::Cuda);
   const auto on_gpu = [&](const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), gpu, "counted"); };
   const std::string msg = testing::error_of(
-      [&] { attention_pair_forward(on_gpu(q), on_gpu(kvs), heads, kv, PairMask::Full, on_gpu(y), on_gpu(lse)); });
+      [&] { attention_pair_forward(on_gpu(q), on_gpu(kvs), heads, kv, full, on_gpu(y), on_gpu(lse)); });
   EXPECT_NE(msg.find("runs on CPU processes only so far"), std::string::npos) << msg;
 }
 

@@ -109,12 +109,9 @@ Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   if (!kept_attention(saved, att, lse)) {
     att = Tensor::empty({B, Ta, heads * (c_local / heads_)}, x.dtype(), x.device(), name() + " attention output");
     lse = Tensor::empty({B, heads, Ta}, DType::F32, x.device(), name() + " attention lse");
-    const Tensor& documents = batch.documents;  // (B, Ta) or none
-    TANDEM_CHECK(!(ring && documents.defined()), name(),
-                 ": ring attention does not keep attention inside documents (spec::check_context_attention refuses "
-                 "this run)");
+    const Tensor& documents = batch.documents;  // (B, T) of the whole sequences, or none
     if (ring)
-      ring_attention_forward(cp, qkv, heads, heads, att, lse);  // multi-head: Hkv = H
+      ring_attention_forward(cp, qkv, heads, heads, documents, att, lse);  // multi-head: Hkv = H
     else if (documents.defined())
       ops::attention_gqa_documents_forward(qkv, heads, heads, documents, att, lse);  // multi-head: Hkv = H
     else
@@ -146,9 +143,9 @@ Tensor GptBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   Tensor datt = proj_.backward(dx1, batch, saved.children[kProj]);  // (B, T, C / tp)
   if (cp.active() && !ring) datt = cp.gather_sequence(datt, {datt.dim(2)});
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, Ta, 3C / tp)
-  const Tensor& documents = batch.documents;                                                  // (B, Ta) or none
+  const Tensor& documents = batch.documents;  // (B, T) of the whole sequences, or none
   if (ring)
-    ring_attention_backward(cp, qkv, heads, heads, att, lse, datt, dqkv);
+    ring_attention_backward(cp, qkv, heads, heads, documents, att, lse, datt, dqkv);
   else if (documents.defined())
     ops::attention_gqa_documents_backward(qkv, heads, heads, documents, att, lse, datt, dqkv);
   else

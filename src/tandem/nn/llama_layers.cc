@@ -235,12 +235,9 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   if (!kept_attention(saved, att, lse)) {
     att = Tensor::empty({B, Ta, heads * d}, x.dtype(), dev, name() + " attention output");
     lse = Tensor::empty({B, heads, Ta}, DType::F32, dev, name() + " attention lse");
-    const Tensor& documents = batch.documents;  // (B, Ta) or none
-    TANDEM_CHECK(!(ring && documents.defined()), name(),
-                 ": ring attention does not keep attention inside documents (spec::check_context_attention refuses "
-                 "this run)");
+    const Tensor& documents = batch.documents;  // (B, T) of the whole sequences, or none
     if (ring)
-      ring_attention_forward(cp, qkv, heads, kv_heads, att, lse);
+      ring_attention_forward(cp, qkv, heads, kv_heads, documents, att, lse);
     else if (documents.defined())
       ops::attention_gqa_documents_forward(qkv, heads, kv_heads, documents, att, lse);
     else
@@ -337,9 +334,9 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   Tensor datt = o_.backward(dx1, batch, saved.children[kO]);  // (B, T, H D / tp)
   if (cp.active() && !ring) datt = cp.gather_sequence(datt, {heads_ * d});
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, Ta, (H + 2 Hkv) D / tp)
-  const Tensor& documents = batch.documents;                                         // (B, Ta) or none
+  const Tensor& documents = batch.documents;  // (B, T) of the whole sequences, or none
   if (ring)
-    ring_attention_backward(cp, qkv, heads, kv_heads, att, lse, datt, dqkv);
+    ring_attention_backward(cp, qkv, heads, kv_heads, documents, att, lse, datt, dqkv);
   else if (documents.defined())
     ops::attention_gqa_documents_backward(qkv, heads, kv_heads, documents, att, lse, datt, dqkv);
   else

@@ -65,19 +65,19 @@ void lse_unchunk(const Chunked& from, const Tensor& lse) {
 }
 
 // The pairs shard `rank` computes with the blocks of shard `source`: each of its query chunks k against each key chunk
-// m, by their places in the sequence (chunk r early, 2 cp - 1 - r late); empty pairs left out. In chunk order.
+// m, placed in the sequence (chunk r early, 2 cp - 1 - r late); a key chunk after the query chunk left out. In chunk
+// order.
 struct Pair {
   int k, m;
-  ops::PairMask mask;
+  ops::PairPlace place;
 };
-std::vector<Pair> pairs_of(const ContextSplit& cp, int source) {
-  const auto place = [&](int shard, int k) { return k == 0 ? shard : 2 * cp.size - 1 - shard; };
+std::vector<Pair> pairs_of(const ContextSplit& cp, int source, int64_t c, const Tensor& documents) {
   std::vector<Pair> out;
   for (int k = 0; k < 2; ++k)
     for (int m = 0; m < 2; ++m) {
-      const int q = place(cp.rank, k), key = place(source, m);
-      if (key < q) out.push_back({k, m, ops::PairMask::Full});
-      if (key == q) out.push_back({k, m, ops::PairMask::Causal});
+      const int64_t q0 = cp.chunk_start_of(cp.rank, 2 * c * cp.size, k),
+                    k0 = cp.chunk_start_of(source, 2 * c * cp.size, m);
+      if (k0 <= q0) out.push_back({k, m, ops::PairPlace{q0, k0, documents}});
     }
   return out;
 }
@@ -89,8 +89,8 @@ constexpr int kKeys = 0, kGrads = 1;
 
 }  // namespace
 
-void ring_attention_forward(const ContextSplit& cp, const Tensor& qkv, int heads, int kv_heads, const Tensor& y,
-                            const Tensor& lse) {
+void ring_attention_forward(const ContextSplit& cp, const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
+                            const Tensor& y, const Tensor& lse) {
   const int64_t B = qkv.dim(0), Tl = qkv.dim(1), W = qkv.dim(2), d = W / (heads + 2 * kv_heads), c = Tl / 2;
   const int64_t Wq = heads * d, Wkv = 2 * kv_heads * d;
   Device& dev = qkv.device();
@@ -106,8 +106,8 @@ void ring_attention_forward(const ContextSplit& cp, const Tensor& qkv, int heads
   for (int step = 0; step < cp.size; ++step) {
     std::unique_ptr<ContextExchange::Pass> pass;
     if (step + 1 < cp.size) pass = cp.exchange->pass(held.t, next.t, kKeys);
-    for (const Pair& p : pairs_of(cp, source_at(cp, step))) {
-      ops::attention_pair_forward(q.chunk(p.k), held.chunk(p.m), heads, kv_heads, p.mask, part, part_lse);
+    for (const Pair& p : pairs_of(cp, source_at(cp, step), c, documents)) {
+      ops::attention_pair_forward(q.chunk(p.k), held.chunk(p.m), heads, kv_heads, p.place, part, part_lse);
       ops::attention_merge(part, part_lse, out.chunk(p.k), out_lse.chunk(p.k));
     }
     if (!pass) continue;
@@ -118,8 +118,9 @@ void ring_attention_forward(const ContextSplit& cp, const Tensor& qkv, int heads
   lse_unchunk(out_lse, lse);
 }
 
-void ring_attention_backward(const ContextSplit& cp, const Tensor& qkv, int heads, int kv_heads, const Tensor& y,
-                             const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
+void ring_attention_backward(const ContextSplit& cp, const Tensor& qkv, int heads, int kv_heads,
+                             const Tensor& documents, const Tensor& y, const Tensor& lse, const Tensor& dy,
+                             const Tensor& dqkv) {
   const int64_t B = qkv.dim(0), W = qkv.dim(2), d = W / (heads + 2 * kv_heads), c = qkv.dim(1) / 2;
   const int64_t Wq = heads * d, Wkv = 2 * kv_heads * d;
   Device& dev = qkv.device();
@@ -137,8 +138,8 @@ void ring_attention_backward(const ContextSplit& cp, const Tensor& qkv, int head
   for (int step = 0; step < cp.size; ++step) {
     std::unique_ptr<ContextExchange::Pass> pass;
     if (step + 1 < cp.size) pass = cp.exchange->pass(held.t, next.t, kKeys);
-    for (const Pair& p : pairs_of(cp, source_at(cp, step)))
-      ops::attention_pair_backward(q.chunk(p.k), held.chunk(p.m), heads, kv_heads, p.mask, out.chunk(p.k),
+    for (const Pair& p : pairs_of(cp, source_at(cp, step), c, documents))
+      ops::attention_pair_backward(q.chunk(p.k), held.chunk(p.m), heads, kv_heads, p.place, out.chunk(p.k),
                                    out_lse.chunk(p.k), dout.chunk(p.k), dq.chunk(p.k), dheld.chunk(p.m));
     // The gradient goes on with its keys (after the last step, home: shard r + 1's held ones are shard r + 1's own).
     cp.exchange->pass(dheld.t, dnext.t, kGrads)->wait();

@@ -12,8 +12,9 @@ namespace {
 
 using namespace checks;
 
-// q (B, Tq, H D) and kv (B, Tk, 2 Hkv D) of one dtype, H a multiple of Hkv; a causal pair's blocks of one length.
-void check_pair(const char* op, const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask) {
+// q (B, Tq, H D) and kv (B, Tk, 2 Hkv D) of one dtype, H a multiple of Hkv; the blocks' places inside the documents'
+// sequences.
+void check_pair(const char* op, const Tensor& q, const Tensor& kv, int heads, int kv_heads, const PairPlace& place) {
   TANDEM_CHECK(q.rank() == 3 && kv.rank() == 3 && q.dim(0) == kv.dim(0), op, ": q ", shape_str(q.shape()), " and kv ",
                shape_str(kv.shape()), " are not (B, Tq, H D) and (B, Tk, 2 Hkv D)");
   TANDEM_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, op, ": ", heads, " heads over ", kv_heads,
@@ -21,8 +22,16 @@ void check_pair(const char* op, const Tensor& q, const Tensor& kv, int heads, in
   TANDEM_CHECK(q.dim(2) % heads == 0 && kv.dim(2) == 2 * kv_heads * (q.dim(2) / heads), op, ": q ",
                shape_str(q.shape()), " of ", heads, " heads and kv ", shape_str(kv.shape()), " of ", kv_heads,
                " heads differ in head dim");
-  TANDEM_CHECK(mask == PairMask::Full || q.dim(1) == kv.dim(1), op, ": a causal pair needs blocks of one length, got ",
-               q.dim(1), " queries and ", kv.dim(1), " keys");
+  TANDEM_CHECK(place.q0 >= 0 && place.k0 >= 0, op, ": blocks at positions ", place.q0, " and ", place.k0);
+  if (place.documents.defined()) {
+    check_devices(op, q, place.documents);
+    check_dtype(op, "documents", place.documents, DType::I32);
+    TANDEM_CHECK(place.documents.rank() == 2 && place.documents.dim(0) == q.dim(0) &&
+                     place.q0 + q.dim(1) <= place.documents.dim(1) && place.k0 + kv.dim(1) <= place.documents.dim(1),
+                 op, ": documents ", shape_str(place.documents.shape()), " do not hold the query block [", place.q0,
+                 ", ", place.q0 + q.dim(1), ") and the key block [", place.k0, ", ", place.k0 + kv.dim(1),
+                 ") of B = ", q.dim(0), " sequences");
+  }
   check_compute(op, {{"q", q}, {"kv", kv}});
 }
 
@@ -33,11 +42,12 @@ void check_output(const char* op, const Tensor& q, int heads, const Tensor& y, c
                heads, " heads");
 }
 
-// Half the multiply-adds of the whole blocks for a causal pair: q k^T and P v, 2 B H Tq Tk D each.
-double pair_flops(const Tensor& q, const Tensor& kv, PairMask mask) {
+// q k^T and P v, 2 B H Tq Tk D multiply-adds each where every key precedes every query; half of that where the blocks
+// meet (a causal pair), as attention_gqa's causal attention is counted.
+double pair_flops(const Tensor& q, const Tensor& kv, const PairPlace& place) {
   const double full = 4.0 * static_cast<double>(q.dim(0)) * static_cast<double>(q.dim(1)) *
                       static_cast<double>(kv.dim(1)) * static_cast<double>(q.dim(2));
-  return mask == PairMask::Causal ? full / 2 : full;
+  return place.k0 + kv.dim(1) <= place.q0 + 1 ? full : full / 2;
 }
 
 // On a counting device (t's): the kernel's scratch taken and freed, the work recorded.
@@ -65,18 +75,18 @@ int threads_of(const Tensor& t) { return device::as_counting(t.device())->cpu_th
 
 }  // namespace
 
-void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask, const Tensor& y,
-                            const Tensor& lse) {
+void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, const PairPlace& place,
+                            const Tensor& y, const Tensor& lse) {
   const char* op = "attention_pair_forward";
   check_devices(op, q, kv, y, lse);
-  check_pair(op, q, kv, heads, kv_heads, mask);
+  check_pair(op, q, kv, heads, kv_heads, place);
   check_output(op, q, heads, y, lse);
   check_f32(op, "y", y);
   if (device::as_counting(q.device()))
-    return count(q, cpu::attention_pair_forward_scratch(threads_of(q), q, kv, heads, kv_heads), pair_flops(q, kv, mask),
-                 0);
+    return count(q, cpu::attention_pair_forward_scratch(threads_of(q), q, kv, heads, kv_heads),
+                 pair_flops(q, kv, place), 0);
   check_cpu(op, q);
-  cpu::attention_pair_forward(q, kv, heads, kv_heads, mask, y, lse);
+  cpu::attention_pair_forward(q, kv, heads, kv_heads, place, y, lse);
 }
 
 void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor& y, const Tensor& lse) {
@@ -96,11 +106,12 @@ void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor&
   cpu::attention_merge(y_part, lse_part, y, lse);
 }
 
-void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask, const Tensor& y,
-                             const Tensor& lse, const Tensor& dy, const Tensor& dq, const Tensor& dkv) {
+void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, const PairPlace& place,
+                             const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dq,
+                             const Tensor& dkv) {
   const char* op = "attention_pair_backward";
   check_devices(op, q, kv, y, lse, dy, dq, dkv);
-  check_pair(op, q, kv, heads, kv_heads, mask);
+  check_pair(op, q, kv, heads, kv_heads, place);
   check_output(op, q, heads, y, lse);
   check_compute(op, {{"q", q}, {"y", y}, {"dy", dy}});
   check_same_shape(op, "y", y, "dy", dy);
@@ -110,9 +121,9 @@ void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int k
   check_f32(op, "dkv", dkv);
   if (device::as_counting(q.device()))
     return count(q, cpu::attention_pair_backward_scratch(threads_of(q), q, kv, heads, kv_heads),
-                 2.5 * pair_flops(q, kv, mask), 0);
+                 2.5 * pair_flops(q, kv, place), 0);
   check_cpu(op, q);
-  cpu::attention_pair_backward(q, kv, heads, kv_heads, mask, y, lse, dy, dq, dkv);
+  cpu::attention_pair_backward(q, kv, heads, kv_heads, place, y, lse, dy, dq, dkv);
 }
 
 }  // namespace tandem::ops

@@ -36,7 +36,7 @@ PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfi
     if (fp8.enabled && plan.layout.tp > 1) train::build_model(model, nn::TpSlot{0, plan.layout.tp}, lora, fp8);
   };
   m.check_attention = [model](const layout::ParallelPlan& plan, bool gpu) {
-    spec::check_context_attention(model, plan.layout.cp, plan.layout.tp, plan.context_attention, false, gpu);
+    spec::check_context_attention(model, plan.layout.cp, plan.layout.tp, plan.context_attention, gpu);
   };
   return m;
 }

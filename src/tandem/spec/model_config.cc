@@ -150,23 +150,19 @@ void check_context(const ModelConfig& model, int cp, int tp, ContextAttention at
                 "the devices instead and needs no whole heads");
 }
 
-void check_context_attention(const ModelConfig& model, int cp, int tp, ContextAttention request, bool documents,
-                             bool gpu) {
-  if (cp == 1 || std::holds_alternative<MlpConfig>(model)) return;
+void check_context_attention(const ModelConfig& model, int cp, int tp, ContextAttention request, bool gpu) {
+  if (cp == 1 || !gpu || std::holds_alternative<MlpConfig>(model)) return;
   const auto [heads, kv_heads] = slot_heads(model, tp);
-  if (context_attention_used(request, heads, kv_heads, cp) != ContextAttention::Ring || (!documents && !gpu)) return;
-  // What ring attention does not do yet, and the way out.
-  const std::string lack = documents ? "does not keep attention inside documents (data.document_mask) yet"
-                                     : "runs on CPU processes only so far (the CUDA backend has no kernels for its "
-                                       "block pairs)";
-  const std::string without = documents ? "remove data.document_mask" : "train on CPU processes (--device cpu)";
+  if (context_attention_used(request, heads, kv_heads, cp) != ContextAttention::Ring) return;
+  const std::string lack = "runs on CPU processes only so far (the CUDA backend has no kernels for its block pairs)";
   if (request == ContextAttention::Ring)
-    TANDEM_FAIL("parallel.context_attention \"ring\" ", lack, ": ", without, ", or use \"heads\"",
+    TANDEM_FAIL("parallel.context_attention \"ring\" ", lack,
+                ": train on CPU processes (--device cpu), or use \"heads\"",
                 heads_split(heads, kv_heads, cp) ? "" : (" (" + heads_remedy(heads, kv_heads, tp) + ")"));
   TANDEM_FAIL(heads_do_not_split(heads, kv_heads, cp, tp),
               ", so parallel.context_attention \"auto\" chose ring attention, which ", lack,
-              "; neither runs this: attention by heads would need whole heads (", heads_remedy(heads, kv_heads, tp),
-              "), ring attention would need to ", without);
+              "; neither runs this on GPUs: attention by heads would need whole heads (",
+              heads_remedy(heads, kv_heads, tp), "), ring attention CPU processes (--device cpu)");
 }
 
 void check_experts(const ModelConfig& model, int ep) {

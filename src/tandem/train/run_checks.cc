@@ -19,8 +19,7 @@ namespace tandem::train {
 namespace fs = std::filesystem;
 
 void check_context_attention(const config::TrainConfig& cfg, const layout::ParallelPlan& plan, bool gpu) {
-  const bool documents = cfg.data.document_mask || (cfg.eval.enabled && cfg.eval.data.document_mask);
-  spec::check_context_attention(cfg.model, plan.layout.cp, plan.layout.tp, plan.context_attention, documents, gpu);
+  spec::check_context_attention(cfg.model, plan.layout.cp, plan.layout.tp, plan.context_attention, gpu);
 }
 
 RunChecks::RunChecks(const config::TrainConfig& cfg, const TrainOptions& options, layout::Groups& groups, bool print)

@@ -1,8 +1,9 @@
 // CPU kernels of ring attention's block pairs (ops/attention_pair.h), over f32, bf16 and f16 inputs with fp32 math.
-// Forward takes one (batch, query head) pair per task: q, k, v widened into fp32 scratch, the scores and their masked
-// softmax formed whole (Tq, Tk), and P v written into the f32 output. Backward takes one (batch, kv head) pair, which
-// walks the query heads of its group in order and adds each one's dk and dv straight into the f32 accumulator: a fixed
-// order, no atomics, so the result does not depend on the thread count.
+// Each query row sees a range [lo, hi) of the key block, from its place and its document's (keys_seen), found once a
+// call before the parallel regions. Forward takes one (batch, query head) pair per task: q, k, v widened into fp32
+// scratch, the scores and their masked softmax formed whole (Tq, Tk), and P v written into the f32 output. Backward
+// takes one (batch, kv head) pair, which walks the query heads of its group in order and adds each one's dk and dv
+// straight into the f32 accumulator: a fixed order, no atomics, so the result does not depend on the thread count.
 // Layouts: q, y, dy, dq (B, Tq, H D), query head h at column h D; kv, dkv (B, Tk, 2 Hkv D), k head g at g D and v head
 // g at (Hkv + g) D; lse (B, H, Tq).
 #include "tandem/ops/cpu/attention_pair.h"
@@ -13,7 +14,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
+#include "tandem/ops/cpu/document_starts.h"
 #include "tandem/ops/cpu/element.h"
 #include "tandem/ops/op_util.h"
 
@@ -61,16 +65,29 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
               static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-// The keys [0, end) query row i sees.
-int64_t keys_seen(PairMask mask, int64_t i, int64_t tk) { return mask == PairMask::Causal ? i + 1 : tk; }
+// The keys [lo, hi) of the block that each query row sees (pairs of (B, Tq)): up to its own position, from its
+// document's first (`starts`: document_starts of the whole sequences).
+std::vector<std::pair<int64_t, int64_t>> keys_seen(const PairPlace& place, const Dims& s) {
+  const int64_t b = s.b, tq = s.tq, tk = s.tk, t = place.documents.defined() ? place.documents.dim(1) : 0;
+  const std::vector<int64_t> starts = document_starts(place.documents, b, t);
+  std::vector<std::pair<int64_t, int64_t>> seen(static_cast<size_t>(b * tq));
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 0; i < tq; ++i) {
+      const int64_t hi = std::clamp<int64_t>(place.q0 + i - place.k0 + 1, 0, tk);
+      const int64_t first = t > 0 ? starts[static_cast<size_t>(bi * t + place.q0 + i)] : 0;
+      seen[static_cast<size_t>(bi * tq + i)] = {std::clamp<int64_t>(first - place.k0, 0, hi), hi};
+    }
+  return seen;
+}
 
 template <class T>
-void forward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_heads, PairMask mask, const Tensor& y,
-                    const Tensor& lse) {
+void forward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_heads, const PairPlace& place,
+                    const Tensor& y, const Tensor& lse) {
   const Dims s = dims_of(q_in, kv_in, heads, kv_heads);
   if (empty(s)) return;
   const int64_t tasks = s.b * s.h, tq = s.tq, tk = s.tk, d = s.d, ld_q = s.h * d, ld_kv = 2 * s.kv * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto seen = keys_seen(place, s);
   const int teams = teams_of(s, tasks, 1, omp_get_max_threads());
   const int64_t per_thread = forward_per_thread(s);
   Tensor scratch = Tensor::empty({teams, per_thread}, DType::F32, q_in.device(), "attention pair scratch");
@@ -96,16 +113,22 @@ void forward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_h
       float* row_lse = lse_out + bh * tq;                            // (Tq)
       for (int64_t i = 0; i < tq; ++i) {
         float* row = p + i * tk;
-        const int64_t end = keys_seen(mask, i, tk);
-        const float mx = *std::max_element(row, row + end);
+        const auto [lo, hi] = seen[static_cast<size_t>(bi * tq + i)];
+        if (lo >= hi) {  // no key of this block: nothing to merge
+          std::fill(row, row + tk, 0.0f);
+          row_lse[i] = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        const float mx = *std::max_element(row + lo, row + hi);
         double sum = 0.0;
-        for (int64_t j = 0; j < end; ++j) {
+        for (int64_t j = lo; j < hi; ++j) {
           row[j] = std::exp(row[j] - mx);
           sum += row[j];
         }
         const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < end; ++j) row[j] *= inv;
-        std::fill(row + end, row + tk, 0.0f);
+        for (int64_t j = lo; j < hi; ++j) row[j] *= inv;
+        std::fill(row, row + lo, 0.0f);
+        std::fill(row + hi, row + tk, 0.0f);
         row_lse[i] = mx + static_cast<float>(std::log(sum));
       }
       gemm(false, false, tq, d, tk, 1.0f, p, tk, v, d, 0.0f, out + bi * tq * ld_q + hi * d, ld_q);  // y = P v
@@ -114,12 +137,13 @@ void forward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_h
 }
 
 template <class T>
-void backward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_heads, PairMask mask, const Tensor& y,
-                     const Tensor& lse, const Tensor& dy, const Tensor& dq, const Tensor& dkv) {
+void backward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_heads, const PairPlace& place,
+                     const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dq, const Tensor& dkv) {
   const Dims s = dims_of(q_in, kv_in, heads, kv_heads);
   if (empty(s)) return;
   const int64_t tasks = s.b * s.kv, tq = s.tq, tk = s.tk, d = s.d, ld_q = s.h * d, ld_kv = 2 * s.kv * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto seen = keys_seen(place, s);
   const int teams = teams_of(s, tasks, s.rep(), omp_get_max_threads());
   const int64_t per_thread = backward_per_thread(s);
   Tensor scratch = Tensor::empty({teams, per_thread}, DType::F32, q_in.device(), "attention pair scratch");
@@ -165,13 +189,15 @@ void backward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_
         for (int64_t i = 0; i < tq; ++i) {
           float* prow = p + i * tk;
           float* srow = g_s + i * tk;
-          const int64_t end = keys_seen(mask, i, tk);
-          for (int64_t j = 0; j < end; ++j) {
+          const auto [lo, hi] = seen[static_cast<size_t>(bi * tq + i)];
+          for (int64_t j = lo; j < hi; ++j) {
             prow[j] = std::exp(prow[j] - row_lse[i]);
             srow[j] = prow[j] * (srow[j] - row_dot[i]);  // dS = P (dP - D_i)
           }
-          std::fill(prow + end, prow + tk, 0.0f);
-          std::fill(srow + end, srow + tk, 0.0f);
+          std::fill(prow, prow + std::min(lo, hi), 0.0f);
+          std::fill(srow, srow + std::min(lo, hi), 0.0f);
+          std::fill(prow + hi, prow + tk, 0.0f);
+          std::fill(srow + hi, srow + tk, 0.0f);
         }
         gemm(false, false, tq, d, tk, scale, g_s, tk, k, d, 1.0f, dq_out + bi * tq * ld_q + hi * d, ld_q);  // dQ +=
         gemm(true, false, tk, d, tq, 1.0f, p, tk, g_o, d, 1.0f, g_v, ld_kv);   // dV += P^T dO
@@ -183,15 +209,16 @@ void backward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_
 
 }  // namespace
 
-void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask, const Tensor& y,
-                            const Tensor& lse) {
-  visit_float(q.dtype(), [&](auto t) { forward_kernel<decltype(t)>(q, kv, heads, kv_heads, mask, y, lse); });
+void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, const PairPlace& place,
+                            const Tensor& y, const Tensor& lse) {
+  visit_float(q.dtype(), [&](auto t) { forward_kernel<decltype(t)>(q, kv, heads, kv_heads, place, y, lse); });
 }
 
-void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask, const Tensor& y,
-                             const Tensor& lse, const Tensor& dy, const Tensor& dq, const Tensor& dkv) {
+void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, const PairPlace& place,
+                             const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dq,
+                             const Tensor& dkv) {
   visit_float(q.dtype(),
-              [&](auto t) { backward_kernel<decltype(t)>(q, kv, heads, kv_heads, mask, y, lse, dy, dq, dkv); });
+              [&](auto t) { backward_kernel<decltype(t)>(q, kv, heads, kv_heads, place, y, lse, dy, dq, dkv); });
 }
 
 void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor& y, const Tensor& lse) {
@@ -212,6 +239,7 @@ void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor&
       ls[r] = c;
       continue;
     }
+    if (c == -std::numeric_limits<float>::infinity()) continue;  // the part saw no key
     const float mx = std::max(a, c);
     const float merged = mx + std::log(std::exp(a - mx) + std::exp(c - mx));
     const float wa = std::exp(a - merged), wc = std::exp(c - merged);

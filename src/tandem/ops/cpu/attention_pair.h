@@ -8,11 +8,11 @@
 
 namespace tandem::ops::cpu {
 
-void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask, const Tensor& y,
-                            const Tensor& lse);
+void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, const PairPlace& place,
+                            const Tensor& y, const Tensor& lse);
 void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor& y, const Tensor& lse);
-void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, PairMask mask, const Tensor& y,
-                             const Tensor& lse, const Tensor& dy, const Tensor& dq, const Tensor& dkv);
+void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int kv_heads, const PairPlace& place,
+                             const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dq, const Tensor& dkv);
 
 // Bytes of f32 scratch the kernels above allocate on q's device with `threads` OpenMP threads.
 int64_t attention_pair_forward_scratch(int threads, const Tensor& q, const Tensor& kv, int heads, int kv_heads);
