@@ -39,10 +39,10 @@ class ContextExchange {
     virtual ~Pass() = default;
     virtual void wait() = 0;
   };
-  // Ring attention's step: `send` to the next shard (rank + 1 mod cp), `recv` (the same shape) from the previous one,
-  // on `channel` (0 or 1; each keeps its messages in order). Started now, so compute runs while it travels; every
-  // shard starts its passes in the same order.
-  virtual std::unique_ptr<Pass> pass(const Tensor& send, const Tensor& recv, int channel) = 0;
+  // Ring attention's step: `send` to the next shard (rank + 1 mod cp), `recv` (the same shape) from the previous one.
+  // Started now, so compute runs while it travels; every shard starts its passes in the same order, and they arrive in
+  // that order.
+  virtual std::unique_ptr<Pass> pass(const Tensor& send, const Tensor& recv) = 0;
 };
 
 struct ContextSplit {

@@ -84,9 +84,6 @@ std::vector<Pair> pairs_of(const ContextSplit& cp, int source, int64_t c, const 
 
 int source_at(const ContextSplit& cp, int step) { return (cp.rank - step + cp.size) % cp.size; }
 
-// The kv channel and the gradients' (ContextExchange::pass).
-constexpr int kKeys = 0, kGrads = 1;
-
 }  // namespace
 
 void ring_attention_forward(const ContextSplit& cp, const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,
@@ -105,7 +102,7 @@ void ring_attention_forward(const ContextSplit& cp, const Tensor& qkv, int heads
   Tensor part_lse = Tensor::empty({B, heads, c}, DType::F32, dev, "ring attention partial lse");
   for (int step = 0; step < cp.size; ++step) {
     std::unique_ptr<ContextExchange::Pass> pass;
-    if (step + 1 < cp.size) pass = cp.exchange->pass(held.t, next.t, kKeys);
+    if (step + 1 < cp.size) pass = cp.exchange->pass(held.t, next.t);
     for (const Pair& p : pairs_of(cp, source_at(cp, step), c, documents)) {
       ops::attention_pair_forward(q.chunk(p.k), held.chunk(p.m), heads, kv_heads, p.place, part, part_lse);
       ops::attention_merge(part, part_lse, out.chunk(p.k), out_lse.chunk(p.k));
@@ -137,12 +134,12 @@ void ring_attention_backward(const ContextSplit& cp, const Tensor& qkv, int head
   Chunked dnext{Tensor::empty(held.t.shape(), DType::F32, dev, "ring attention key grad (next)")};
   for (int step = 0; step < cp.size; ++step) {
     std::unique_ptr<ContextExchange::Pass> pass;
-    if (step + 1 < cp.size) pass = cp.exchange->pass(held.t, next.t, kKeys);
+    if (step + 1 < cp.size) pass = cp.exchange->pass(held.t, next.t);
     for (const Pair& p : pairs_of(cp, source_at(cp, step), c, documents))
       ops::attention_pair_backward(q.chunk(p.k), held.chunk(p.m), heads, kv_heads, p.place, out.chunk(p.k),
                                    out_lse.chunk(p.k), dout.chunk(p.k), dq.chunk(p.k), dheld.chunk(p.m));
     // The gradient goes on with its keys (after the last step, home: shard r + 1's held ones are shard r + 1's own).
-    cp.exchange->pass(dheld.t, dnext.t, kGrads)->wait();
+    cp.exchange->pass(dheld.t, dnext.t)->wait();
     std::swap(dheld, dnext);
     if (!pass) continue;
     pass->wait();
