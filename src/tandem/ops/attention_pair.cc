@@ -1,10 +1,11 @@
-// The front end of ring attention's ops (attention_pair.h): each call's tensors checked, then run by the CPU kernels,
-// or counted on a counting device as counting.cc counts the op table's (the CPU kernels' scratch taken and freed, the
-// work added to the device's log). A GPU has no kernels for them yet: refused by name.
+// The front end of ring attention's ops (attention_pair.h): each call's tensors checked, then run by the CPU or the
+// CUDA kernels, or counted on a counting device as counting.cc counts the op table's (the planned backend's kernels'
+// scratch taken and freed, the work added to the device's log).
 #include "tandem/ops/attention_pair.h"
 
 #include "tandem/device/counting_device.h"
 #include "tandem/ops/cpu/attention_pair.h"
+#include "tandem/ops/cuda/attention_pair.h"
 #include "tandem/ops/op_checks.h"
 
 namespace tandem::ops {
@@ -50,13 +51,11 @@ double pair_flops(const Tensor& q, const Tensor& kv, const PairPlace& place) {
   return place.k0 + kv.dim(1) <= place.q0 + 1 ? full : full / 2;
 }
 
-// On a counting device (t's): the kernel's scratch taken and freed, the work recorded.
-void count(const Tensor& t, int64_t scratch, double attention_flops, double bytes) {
+// On a counting device (t's): the planned backend's kernel's scratch (`cpu`, `gpu` bytes) taken and freed, the work
+// recorded.
+void count(const Tensor& t, int64_t cpu, int64_t gpu, double attention_flops, double bytes) {
   device::CountingDevice* d = device::as_counting(t.device());
-  if (d->planned() == DeviceKind::Cuda)
-    TANDEM_FAIL(
-        "ring attention (parallel.context_attention \"ring\") runs on CPU processes only so far: the CUDA "
-        "backend has no kernels for its block pairs");
+  const int64_t scratch = d->planned() == DeviceKind::Cuda ? gpu : cpu;
   const PurposeScope scope(*d, MemoryPurpose::Transient);
   if (scratch > 0) d->release(d->allocate(static_cast<size_t>(scratch), "op scratch"), static_cast<size_t>(scratch));
   device::WorkLog& w = d->work();
@@ -65,10 +64,14 @@ void count(const Tensor& t, int64_t scratch, double attention_flops, double byte
   w.bytes += bytes;
 }
 
-// The CPU kernels, or the refusal of any other device.
-void check_cpu(const char* op, const Tensor& t) {
-  TANDEM_CHECK(t.device().kind() == DeviceKind::Cpu, op, " (ring attention, parallel.context_attention \"ring\") ",
-               "runs on CPU processes only so far; ", t.device().name(), " has no kernels for it");
+// Whether the GPU's kernels run the call (a CUDA tensor in a CUDA build); else the CPU's, which refuse any other
+// device.
+bool on_gpu(const char* op, const Tensor& t) {
+  if (t.device().kind() == DeviceKind::Cpu) return false;
+#ifdef TANDEM_WITH_CUDA
+  if (t.device().kind() == DeviceKind::Cuda) return true;
+#endif
+  no_backend(op, t);
 }
 
 int threads_of(const Tensor& t) { return device::as_counting(t.device())->cpu_threads(); }
@@ -83,9 +86,13 @@ void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv
   check_output(op, q, heads, y, lse);
   check_f32(op, "y", y);
   if (device::as_counting(q.device()))
-    return count(q, cpu::attention_pair_forward_scratch(threads_of(q), q, kv, heads, kv_heads),
+    return count(q, cpu::attention_pair_forward_scratch(threads_of(q), q, kv, heads, kv_heads), 0,
                  pair_flops(q, kv, place), 0);
-  check_cpu(op, q);
+#ifdef TANDEM_WITH_CUDA
+  if (on_gpu(op, q)) return cuda::attention_pair_forward(q, kv, heads, kv_heads, place, y, lse);
+#else
+  on_gpu(op, q);
+#endif
   cpu::attention_pair_forward(q, kv, heads, kv_heads, place, y, lse);
 }
 
@@ -101,8 +108,12 @@ void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor&
                op, ": y ", shape_str(y.shape()), " and lse ", shape_str(lse.shape()),
                " are not (B, T, H D) and (B, H, T)");
   const double bytes = 4.0 * 3 * static_cast<double>(y.numel() + lse.numel());
-  if (device::as_counting(y.device())) return count(y, 0, 0, bytes);
-  check_cpu(op, y);
+  if (device::as_counting(y.device())) return count(y, 0, 0, 0, bytes);
+#ifdef TANDEM_WITH_CUDA
+  if (on_gpu(op, y)) return cuda::attention_merge(y_part, lse_part, y, lse);
+#else
+  on_gpu(op, y);
+#endif
   cpu::attention_merge(y_part, lse_part, y, lse);
 }
 
@@ -121,8 +132,13 @@ void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int k
   check_f32(op, "dkv", dkv);
   if (device::as_counting(q.device()))
     return count(q, cpu::attention_pair_backward_scratch(threads_of(q), q, kv, heads, kv_heads),
-                 2.5 * pair_flops(q, kv, place), 0);
-  check_cpu(op, q);
+                 cuda::attention_pair_backward_scratch_bytes(q.dim(0), heads, q.dim(1)), 2.5 * pair_flops(q, kv, place),
+                 0);
+#ifdef TANDEM_WITH_CUDA
+  if (on_gpu(op, q)) return cuda::attention_pair_backward(q, kv, heads, kv_heads, place, y, lse, dy, dq, dkv);
+#else
+  on_gpu(op, q);
+#endif
   cpu::attention_pair_backward(q, kv, heads, kv_heads, place, y, lse, dy, dq, dkv);
 }
 

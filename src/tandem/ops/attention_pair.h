@@ -5,9 +5,9 @@
 // all of them.
 //
 // These ops sit outside the op table (op_list.h) so far: the front end (attention_pair.cc) checks them and runs the CPU
-// kernels (cpu/attention_pair.cc), or on a counting device takes the CPU kernels' scratch and records their work as the
-// table's ops do (counting.cc); a GPU has no kernels for them yet and is refused (spec::check_context_attention says so
-// before step 1).
+// kernels (cpu/attention_pair.cc) or the CUDA ones (cuda/attention_pair.cu: plain, not tiled on the tensor cores), or
+// on a counting device takes the planned backend's kernels' scratch and records their work as the table's ops do
+// (counting.cc).
 // Legend: B batch, Tq and Tk the query and key blocks' tokens, H query heads, Hkv key/value heads, D head dim, T the
 // whole sequence.
 // Dtypes: q, kv, y (backward) and dy any one float dtype; the partial y, the merged y and every lse f32; dq and dkv f32
