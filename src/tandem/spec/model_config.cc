@@ -150,21 +150,6 @@ void check_context(const ModelConfig& model, int cp, int tp, ContextAttention at
                 "the devices instead and needs no whole heads");
 }
 
-void check_context_attention(const ModelConfig& model, int cp, int tp, ContextAttention request, bool gpu) {
-  if (cp == 1 || !gpu || std::holds_alternative<MlpConfig>(model)) return;
-  const auto [heads, kv_heads] = slot_heads(model, tp);
-  if (context_attention_used(request, heads, kv_heads, cp) != ContextAttention::Ring) return;
-  const std::string lack = "runs on CPU processes only so far (the CUDA backend has no kernels for its block pairs)";
-  if (request == ContextAttention::Ring)
-    TANDEM_FAIL("parallel.context_attention \"ring\" ", lack,
-                ": train on CPU processes (--device cpu), or use \"heads\"",
-                heads_split(heads, kv_heads, cp) ? "" : (" (" + heads_remedy(heads, kv_heads, tp) + ")"));
-  TANDEM_FAIL(heads_do_not_split(heads, kv_heads, cp, tp),
-              ", so parallel.context_attention \"auto\" chose ring attention, which ", lack,
-              "; neither runs this on GPUs: attention by heads would need whole heads (",
-              heads_remedy(heads, kv_heads, tp), "), ring attention CPU processes (--device cpu)");
-}
-
 void check_experts(const ModelConfig& model, int ep) {
   if (ep == 1) return;
   const auto* llama = std::get_if<LlamaConfig>(&model);

@@ -53,10 +53,6 @@ void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
 // family only.
 void check_context(const ModelConfig& model, int cp, int tp, ContextAttention attention);
 
-// Throws Error, saying what to change, where the attention a context split uses (context_attention_used) is ring and
-// the run is on a `gpu`, which has no kernels for it yet. Under auto the message names both attentions.
-void check_context_attention(const ModelConfig& model, int cp, int tp, ContextAttention request, bool gpu);
-
 // Throws Error, saying what to change, when the experts cannot be spread over `ep` expert-parallel slots: the model
 // must have mixture-of-experts layers and ep must divide their number of experts.
 void check_experts(const ModelConfig& model, int ep);
