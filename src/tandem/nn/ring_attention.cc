@@ -1,3 +1,5 @@
+// Ring attention (ring_attention.h): the chunks of a shard's q and of the travelling k | v, the block pairs each step
+// computes, the merge of their outputs, and the backward's gradients passed on with their keys.
 #include "tandem/nn/ring_attention.h"
 
 #include <limits>
