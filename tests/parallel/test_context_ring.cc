@@ -3,10 +3,10 @@
 // trained with ring attention at cp 4, and at cp 2 beside dp 2 at ZeRO-3, tp 2, pp 2 (with recomputation) and LoRA; a
 // gpt at cp 2 beside dp 2; a llama of 6 query heads over 2 key/value heads at cp 4, which attention by heads cannot
 // split, trained by ring under the default "auto"; attention inside documents (a llama at cp 4, and at cp 2 beside dp
-// at ZeRO-3 with recomputation; a gpt beside tp); Qwen3's per-head norms beside tp: each must match the one-device run
-// within the fp32 bounds of equivalence_bounds.h, as every other layout does, and in bf16 within its bf16 bounds. Ring
-// attention's merges and gradient sums run in a fixed order: the same bits twice. "heads" for heads that do not split
-// is refused before step 1 by name. Run under mpirun -np 4.
+// at ZeRO-3 with recomputation; a gpt beside tp); Qwen3's per-head norms beside tp; attention kept for the
+// recomputation: each must match the one-device run within the fp32 bounds of equivalence_bounds.h, as every other
+// layout does, and in bf16 within its bf16 bounds. Ring attention's merges and gradient sums run in a fixed order: the
+// same bits twice. "heads" for heads that do not split is refused before step 1 by name. Run under mpirun -np 4.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -28,7 +28,7 @@ struct Case {
   // "llama" (8 query heads over 2 key/value heads), "llama_lora" (LoRA on every projection of a frozen base), "gpt"
   // (multi-head), "llama_6q" (6 query heads over 2: no split by heads at cp 4), "llama_docs" and "gpt_docs" (attention
   // inside documents, id 5 ending each), "llama_qwen3" (Qwen3's per-head q and k norms), "llama_bf16" (compute in
-  // bf16, against one device's bf16 run)
+  // bf16, against one device's bf16 run), "llama_keep" (with recomputation, attention's output and lse kept for it)
   std::string model;
   int dp, pp, tp, cp, zero;
   bool checkpointing = false;
@@ -80,6 +80,7 @@ Json layout_config(const Case& c) {
                      {"context_attention", c.attention},
                      {"activation_checkpointing", c.checkpointing},
                      {"timeout_s", 120}};
+  if (c.model == "llama_keep") cfg["parallel"]["keep_attention"] = true;
   return cfg;
 }
 
@@ -129,7 +130,8 @@ std::vector<Case> cases() {
           {"llama_docs", 2, 1, 1, 2, 3, true},
           {"gpt_docs", 1, 1, 2, 2, 0},
           {"llama_qwen3", 1, 1, 2, 2, 0},
-          {"llama_bf16", 2, 1, 1, 2, 1}};
+          {"llama_bf16", 2, 1, 1, 2, 1},
+          {"llama_keep", 2, 1, 1, 2, 1, true}};
 }
 
 // What the AddressSanitizer + UBSan suite runs (tandem_mpi_subset): the ring over 4 shards, and with documents beside
