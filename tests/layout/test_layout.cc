@@ -445,6 +445,11 @@ TEST(ContextLayout, TheModelMustSplitBySequenceAndHeads) {
   // Under "auto" (the default) such heads run by a ring: any heads split.
   EXPECT_NO_THROW(validate_for_model(cp3, llama(12, 6, 2), 1));
   EXPECT_NO_THROW(validate_for_model(cp4, llama(16, 6, 2), 1));
+  using spec::ContextAttention;
+  EXPECT_EQ(spec::context_attention_of(llama(16, 6, 2), 4, 1, ContextAttention::Auto), ContextAttention::Ring);
+  EXPECT_EQ(spec::context_attention_of(llama(16, 8, 2), 4, 1, ContextAttention::Auto), ContextAttention::Heads);
+  EXPECT_EQ(spec::context_attention_of(llama(16, 8, 2), 4, 1, ContextAttention::Ring), ContextAttention::Ring);
+  EXPECT_EQ(spec::context_attention_of(llama(16, 6, 2), 1, 1, ContextAttention::Ring), ContextAttention::Heads);
   // A gpt splits as a llama whose key/value heads are its heads.
   EXPECT_NO_THROW(validate_for_model(cp2, gpt(2, 4, 64), 1));
   EXPECT_HAS(model_error(cp2tp2_heads, gpt(2, 2, 64)),

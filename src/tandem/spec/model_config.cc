@@ -150,6 +150,12 @@ void check_context(const ModelConfig& model, int cp, int tp, ContextAttention at
                 "the devices instead and needs no whole heads");
 }
 
+ContextAttention context_attention_of(const ModelConfig& model, int cp, int tp, ContextAttention request) {
+  if (cp == 1 || std::holds_alternative<MlpConfig>(model)) return ContextAttention::Heads;
+  const auto [heads, kv_heads] = slot_heads(model, tp);
+  return context_attention_used(request, heads, kv_heads, cp);
+}
+
 void check_experts(const ModelConfig& model, int ep) {
   if (ep == 1) return;
   const auto* llama = std::get_if<LlamaConfig>(&model);

@@ -53,6 +53,10 @@ void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
 // family only.
 void check_context(const ModelConfig& model, int cp, int tp, ContextAttention attention);
 
+// The attention a split of the model's sequences over `cp` shards runs beside `tp` slots under `request`
+// (context_attention_used on a slot's heads): Heads or Ring; Heads without a split (cp 1) or for an mlp.
+ContextAttention context_attention_of(const ModelConfig& model, int cp, int tp, ContextAttention request);
+
 // Throws Error, saying what to change, when the experts cannot be spread over `ep` expert-parallel slots: the model
 // must have mixture-of-experts layers and ep must divide their number of experts.
 void check_experts(const ModelConfig& model, int ep);
