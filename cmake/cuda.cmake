@@ -133,6 +133,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/moe.cu
   ${_tandem_ops}/attention_gqa.cc
   ${_tandem_ops}/attention_gqa.cu
+  ${_tandem_ops}/attention_pair.cu
   ${_tandem_ops}/attention_blocks.cu
   ${_tandem_ops}/attention_flash_forward.cu
   ${_tandem_ops}/attention_flash_backward.cu)

@@ -36,6 +36,7 @@ constexpr Family kFamilies[] = {{"matmul", check_matmul},
                                 {"rotary", check_rotary},
                                 {"swiglu", check_swiglu},
                                 {"attention_gqa", check_attention_gqa},
+                                {"attention_pair", check_attention_pair},
                                 {"fp8", check_fp8},
                                 {"moe", check_moe}};
 

@@ -226,6 +226,7 @@ void check_head_norm(Suite& s);
 void check_rotary(Suite& s);
 void check_swiglu(Suite& s);
 void check_attention_gqa(Suite& s);
+void check_attention_pair(Suite& s);
 void check_fp8(Suite& s);
 void check_moe(Suite& s);
 

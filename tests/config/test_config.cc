@@ -264,6 +264,24 @@ TEST(Config, TypesAndRanges) {
   EXPECT_TRUE(parse(validate(c), 1).parallel.planned);
 }
 
+// parallel.context_attention: "auto" unless given, "heads" or "ring" as written, and anything else refused with the
+// names it takes.
+TEST(Config, ContextAttentionTakesItsThreeNames) {
+  Json c = gpt_cfg();
+  EXPECT_EQ(parse(validate(c), 1).parallel.context_attention, spec::ContextAttention::Auto);
+  c["parallel"] = {{"context_attention", "heads"}};
+  EXPECT_EQ(parse(validate(c), 1).parallel.context_attention, spec::ContextAttention::Heads);
+  c["parallel"] = {{"context_attention", "ring"}};
+  EXPECT_EQ(parse(validate(c), 1).parallel.context_attention, spec::ContextAttention::Ring);
+  c["parallel"] = {{"context_attention", "ulysses"}};
+  const std::string msg = error_of([&] { validate(c); });
+  EXPECT_HAS(msg, "parallel.context_attention");
+  EXPECT_HAS(msg, "ulysses");
+  EXPECT_HAS(msg, "auto");
+  EXPECT_HAS(msg, "heads");
+  EXPECT_HAS(msg, "ring");
+}
+
 TEST(Config, Fp16AndBf16Conflict) {
   Json c = mlp_cfg();
   c["fp16"] = {{"enabled", true}};

@@ -134,6 +134,7 @@ TEST(Settings, ParseWritesEachBoundKeyIntoItsField) {
     "tensorboard": {"enabled": true, "output_path": "tb", "job_name": "j"}, "checkpoint": {"every": 2, "keep": 1,
     "at_end": false, "async": false}, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
     "parallel": {"virtual_gpus": 2, "pipeline": 2, "tensor": 1, "context": 1, "expert": 1, "schedule": "interleaved",
+                 "context_attention": "ring",
                  "virtual_stages": 2, "activation_checkpointing": true, "cpu_checkpointing": true, "timeout_s": 45.5,
                  "stages": [[0, 0], [1, 1]]}})"));
   const Json v = validate(cfg);
@@ -152,6 +153,7 @@ TEST(Settings, ParseWritesEachBoundKeyIntoItsField) {
   EXPECT_EQ(tc.batch_config.accum, 2);
   EXPECT_EQ(tc.parallel.pipeline, 2);
   EXPECT_EQ(tc.parallel.schedule, spec::ScheduleKind::Interleaved);
+  EXPECT_EQ(tc.parallel.context_attention, spec::ContextAttention::Ring);
   EXPECT_EQ(tc.parallel.stages, (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 1}}));
   EXPECT_FALSE(tc.parallel.planned);
   Json automatic = gpt_cfg();

@@ -415,11 +415,15 @@ TEST(ContextLayout, ResolveTakesContextAsGivenAndDerivesTheRest) {
 }
 
 TEST(ContextLayout, TheModelMustSplitBySequenceAndHeads) {
-  const ParallelPlan cp2 = resolve_parallel(config::parallel_config(Json::parse(R"({"context": 2})")), 2);
-  const ParallelPlan cp2tp2 =
-      resolve_parallel(config::parallel_config(Json::parse(R"({"context": 2, "tensor": 2})")), 4);
-  const ParallelPlan cp3 = resolve_parallel(config::parallel_config(Json::parse(R"({"context": 3})")), 3);
-  const ParallelPlan cp4 = resolve_parallel(config::parallel_config(Json::parse(R"({"context": 4})")), 4);
+  const auto plan = [](const char* json, int world) {
+    return resolve_parallel(config::parallel_config(Json::parse(json)), world);
+  };
+  const ParallelPlan cp2 = plan(R"({"context": 2})", 2), cp2tp2 = plan(R"({"context": 2, "tensor": 2})", 4);
+  const ParallelPlan cp3 = plan(R"({"context": 3})", 3), cp4 = plan(R"({"context": 4})", 4);
+  // Attention by heads asked for: the heads must split.
+  const ParallelPlan cp2tp2_heads = plan(R"({"context": 2, "tensor": 2, "context_attention": "heads"})", 4);
+  const ParallelPlan cp3_heads = plan(R"({"context": 3, "context_attention": "heads"})", 3);
+  const ParallelPlan cp4_heads = plan(R"({"context": 4, "context_attention": "heads"})", 4);
   EXPECT_NO_THROW(validate_for_model(cp2, llama(16, 4, 2), 1));
   EXPECT_NO_THROW(validate_for_model(cp2tp2, llama(16, 8, 4), 1));
   EXPECT_EQ(model_error(cp2, llama(18, 4, 2)),
@@ -427,20 +431,31 @@ TEST(ContextLayout, TheModelMustSplitBySequenceAndHeads) {
             "equal chunks, an early and a late one on each device (which balances the causal mask); choose a seq_len "
             "that is a multiple of 4");
   // Fewer key/value heads a slot than shards: each is repeated over the shards whose query heads use it.
-  EXPECT_NO_THROW(validate_for_model(cp2tp2, llama(16, 4, 2), 1));
-  EXPECT_NO_THROW(validate_for_model(cp4, llama(16, 8, 2), 1));
-  EXPECT_EQ(model_error(cp3, llama(12, 6, 2)),
+  EXPECT_NO_THROW(validate_for_model(cp2tp2_heads, llama(16, 4, 2), 1));
+  EXPECT_NO_THROW(validate_for_model(cp4_heads, llama(16, 8, 2), 1));
+  EXPECT_EQ(model_error(cp3_heads, llama(12, 6, 2)),
             "parallel.context 3 does not split the 6 query heads over 2 key/value heads of each of the 1 "
-            "tensor-parallel slot: attention regroups each sequence by heads over the context-parallel devices "
-            "(all-to-all), so each needs whole heads; choose a context size that divides 2, or a multiple of 2 that "
-            "divides 6 (each key/value head is then repeated over the devices that share it)");
+            "tensor-parallel slot: parallel.context_attention \"heads\" regroups each sequence by heads over the "
+            "context-parallel devices (all-to-all), so each needs whole heads; choose a context size that divides 2, "
+            "or a multiple of 2 that divides 6 (each key/value head is then repeated over the devices that share it); "
+            "or set parallel.context_attention \"ring\" (or \"auto\"), which passes key/value blocks around the "
+            "devices instead and needs no whole heads");
   // A multiple of the kv heads that does not divide the query heads: a shard's query heads would straddle two.
-  EXPECT_HAS(model_error(cp4, llama(16, 6, 2)), "parallel.context 4 does not split the 6 query heads over 2");
+  EXPECT_HAS(model_error(cp4_heads, llama(16, 6, 2)), "parallel.context 4 does not split the 6 query heads over 2");
+  // Under "auto" (the default) such heads run by a ring: any heads split.
+  EXPECT_NO_THROW(validate_for_model(cp3, llama(12, 6, 2), 1));
+  EXPECT_NO_THROW(validate_for_model(cp4, llama(16, 6, 2), 1));
+  using spec::ContextAttention;
+  EXPECT_EQ(spec::context_attention_of(llama(16, 6, 2), 4, 1, ContextAttention::Auto), ContextAttention::Ring);
+  EXPECT_EQ(spec::context_attention_of(llama(16, 8, 2), 4, 1, ContextAttention::Auto), ContextAttention::Heads);
+  EXPECT_EQ(spec::context_attention_of(llama(16, 8, 2), 4, 1, ContextAttention::Ring), ContextAttention::Ring);
+  EXPECT_EQ(spec::context_attention_of(llama(16, 6, 2), 1, 1, ContextAttention::Ring), ContextAttention::Heads);
   // A gpt splits as a llama whose key/value heads are its heads.
   EXPECT_NO_THROW(validate_for_model(cp2, gpt(2, 4, 64), 1));
-  EXPECT_HAS(model_error(cp2tp2, gpt(2, 2, 64)),
+  EXPECT_HAS(model_error(cp2tp2_heads, gpt(2, 2, 64)),
              "parallel.context 2 does not split the 1 query heads over 1 key/value heads of each of the 2 "
              "tensor-parallel slots");
+  EXPECT_NO_THROW(validate_for_model(cp2tp2, gpt(2, 2, 64), 1));
   EXPECT_HAS(model_error(cp2, mlp({4, 8, 3})), "an mlp model reads feature vectors: remove parallel.context");
 }
 

@@ -36,8 +36,9 @@ struct MemCase {
   // expert, PEFT's target_parameters)
   std::string model;
   int dp = 1, pp = 1, tp = 1, zero = 0;
-  int cp = 1;  // parallel.context: each sequence over cp processes
-  int ep = 1;  // parallel.expert: the experts over ep replicas
+  int cp = 1;                     // parallel.context: each sequence over cp processes
+  std::string context_attention;  // parallel.context_attention ("": the default, auto)
+  int ep = 1;                     // parallel.expert: the experts over ep replicas
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool ckpt = false;
@@ -55,7 +56,8 @@ struct MemCase {
   std::string name() const {
     std::ostringstream os;
     os << model << " dp" << dp << " pp" << pp << " tp" << tp << (cp > 1 ? " cp" + std::to_string(cp) : "")
-       << (ep > 1 ? " ep" + std::to_string(ep) : "") << " zero" << zero;
+       << (context_attention.empty() ? "" : " " + context_attention) << (ep > 1 ? " ep" + std::to_string(ep) : "")
+       << " zero" << zero;
     if (pp > 1 || virtual_stages > 1)
       os << " " << spec::schedule_name(schedule) << (virtual_stages > 1 ? "-v" + std::to_string(virtual_stages) : "");
     os << " micro " << micro << "x" << global / (micro * dp) << (ckpt ? " ckpt" : "") << (cpu_ckpt ? " host" : "")
@@ -192,6 +194,7 @@ inline Json case_config(const MemCase& c) {
                 {"timeout_s", 120}}}};
   if (c.virtual_stages > 1) cfg["parallel"]["virtual_stages"] = c.virtual_stages;
   if (c.cp > 1) cfg["parallel"]["context"] = c.cp;
+  if (!c.context_attention.empty()) cfg["parallel"]["context_attention"] = c.context_attention;
   if (c.ep > 1) cfg["parallel"]["expert"] = c.ep;
   if (c.cpu_ckpt) cfg["parallel"]["cpu_checkpointing"] = true;
   if (c.cpu_ckpt && c.cpu_ckpt_layers >= 0) cfg["parallel"]["cpu_checkpointing_layers"] = c.cpu_ckpt_layers;

@@ -88,6 +88,19 @@ std::vector<MemCase> grid() {
   repeated.model = "llama";
   repeated.cp = 4;
   out.push_back(repeated);
+  // Ring attention: each sequence over 4 processes, and over 2 beside dp at ZeRO-3 (with activation checkpointing, and
+  // with documents), and a gpt's beside dp: the key/value blocks in flight, the merged outputs and the gradients
+  // travelling with the blocks among the buffers.
+  for (auto [model, dp, cp, zero, ckpt] :
+       {std::tuple{"llama", 1, 4, 0, false}, std::tuple{"llama", 2, 2, 3, true},
+        std::tuple{"llama_docs", 2, 2, 3, false}, std::tuple{"gpt", 2, 2, 1, false}}) {
+    MemCase c = mem_case(dp, 1, 1, zero);
+    c.model = model;
+    c.cp = cp;
+    c.context_attention = "ring";
+    c.ckpt = ckpt;
+    out.push_back(c);
+  }
   // Expert parallelism over real exchanges: the experts over 2 of 4 replicas at ZeRO-3, every token routed to every
   // expert (so each slot receives the balanced prediction's rows).
   MemCase moe = mem_case(4, 1, 1, 3);

@@ -124,6 +124,10 @@ std::vector<Setting> parallel_rows() {
   Names<ScheduleKind> schedules;
   for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved})
     schedules.emplace_back(k, spec::schedule_name(k));
+  Names<spec::ContextAttention> attentions;
+  for (spec::ContextAttention a :
+       {spec::ContextAttention::Auto, spec::ContextAttention::Heads, spec::ContextAttention::Ring})
+    attentions.emplace_back(a, spec::context_attention_name(a));
   const Field stages = {[](const Run& r) { return Json(r.parallel.stages); },
                         [](Run& r, const Json& j) {
                           r.parallel.stages.clear();
@@ -146,6 +150,11 @@ std::vector<Setting> parallel_rows() {
              absent(integer("parallel.context", Json(), 1, kIntMax, "sequence_parallel_size",
                             "cp: devices each sequence is split over (docs/long-context.md)"),
                     "1")),
+      writes(named(attentions, &Run::parallel, &ParallelConfig::context_attention),
+             absent(choice("parallel.context_attention", Json(), spec::context_attention_names(), "",
+                           "how attention runs over the context shards: heads (all-to-all by heads), ring (key/value "
+                           "blocks passed around the shards), or auto: heads where the heads split, ring otherwise"),
+                    spec::context_attention_name(par.context_attention))),
       writes(given(&ParallelConfig::expert),
              absent(integer("parallel.expert", Json(), 1, kIntMax, "expert_parallel.autoep_size",
                             "ep: ranks of one ZeRO group each mixture-of-experts layer's experts are spread over"),

@@ -81,6 +81,7 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
         "\"cpu_checkpointing\": true");
   plan.cpu_checkpointing_layers = p.cpu_checkpointing_layers.value_or(-1);
   plan.keep_attention = p.keep_attention;
+  plan.context_attention = p.context_attention;
   if (plan.keep_attention && !plan.activation_checkpointing)
     TANDEM_FAIL(
         "parallel.keep_attention keeps attention's output for activation checkpointing's recomputation, so it needs "
@@ -93,7 +94,7 @@ ParallelPlan resolve_parallel(const spec::ParallelConfig& p, int world) {
 void validate_for_model(const ParallelPlan& plan, const spec::ModelConfig& model, int64_t micro_batches) {
   const Layout& l = plan.layout;
   spec::check_layout(model, l.pp, l.tp, plan.virtual_stages, plan.stages);
-  spec::check_context(model, l.cp, l.tp);
+  spec::check_context(model, l.cp, l.tp, plan.context_attention);
   spec::check_experts(model, l.ep);
   if (plan.schedule == spec::ScheduleKind::Interleaved && l.pp > 1 && micro_batches % l.pp != 0)
     TANDEM_FAIL("the interleaved schedule needs gradient_accumulation_steps (micro-batches per step, here ",

@@ -52,6 +52,9 @@ int rank_of(const Layout& layout, const Coord& c);
 // Everything the "parallel" config object says, resolved against the world size.
 struct ParallelPlan {
   Layout layout;
+  // How attention runs over the cp shards (parallel.context_attention): auto, heads or ring as the config asks; each
+  // block resolves auto by its heads (spec::context_attention_used).
+  spec::ContextAttention context_attention = spec::ContextAttention::Auto;
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool activation_checkpointing = false;

@@ -115,7 +115,7 @@ Tensor ContextSplit::scatter_sequence(const Tensor& x, const std::vector<int64_t
 int ContextSplit::kv_copies(int64_t kv_heads) const {
   if (kv_heads % size == 0) return 1;
   TANDEM_CHECK(size % kv_heads == 0, "context parallelism: ", kv_heads, " key/value heads over ", size,
-               " shards (spec::check_context refuses this layout)");
+               " shards: attention by heads cannot regroup them (spec::heads_split; auto runs ring attention instead)");
   return static_cast<int>(size / kv_heads);
 }
 

@@ -1,7 +1,9 @@
 // Context parallelism: each sequence of a micro-batch split over the cp devices of one stage (layout.h), so that a
-// device holds T / cp of its tokens in every layer. Everything but attention works on its own tokens; attention
-// regroups by all-to-all (DeepSpeed's Ulysses): before it, every shard trades its tokens of all heads for all tokens
-// of 1 / cp of the heads, runs causal attention over the whole sequence for those heads, and trades back.
+// device holds T / cp of its tokens in every layer. Everything but attention works on its own tokens. Attention runs in
+// one of two ways (parallel.context_attention, spec/context_attention.h): by heads, regrouping by all-to-all
+// (DeepSpeed's Ulysses): before it, every shard trades its tokens of all heads for all tokens of 1 / cp of the heads,
+// runs causal attention over the whole sequence for those heads, and trades back; or by a ring (ring_attention.h): each
+// shard keeps its tokens of every head and the key/value blocks of the shards pass around the cp group.
 //
 // The causal load balance: a sequence is cut into 2 cp chunks of T / (2 cp) tokens, and shard r holds chunks r and
 // 2 cp - 1 - r, back to back (Megatron's order: an early and a late chunk, so a ring exchange would also balance; under
@@ -10,9 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tandem/core/tensor.h"
+#include "tandem/spec/context_attention.h"
 
 namespace tandem::nn {
 
@@ -28,14 +32,31 @@ class ContextExchange {
   virtual void sum(const Tensor& x) = 0;
   // t (any shape) in place: the elementwise maximum over the cp group (FP8's amaxes of blocks that span the tokens).
   virtual void max(const Tensor& t) = 0;
+
+  // A ring pass in flight: wait() returns once this shard's send and receive are both done.
+  class Pass {
+   public:
+    virtual ~Pass() = default;
+    virtual void wait() = 0;
+  };
+  // Ring attention's step: `send` to the next shard (rank + 1 mod cp), `recv` (the same shape) from the previous one.
+  // Started now, so compute runs while it travels; every shard starts its passes in the same order, and they arrive in
+  // that order.
+  virtual std::unique_ptr<Pass> pass(const Tensor& send, const Tensor& recv) = 0;
 };
 
 struct ContextSplit {
   int rank = 0;
   int size = 1;
-  ContextExchange* exchange = nullptr;  // required when size > 1
+  ContextExchange* exchange = nullptr;                              // required when size > 1
+  spec::ContextAttention attention = spec::ContextAttention::Auto;  // as the config asks
 
   bool active() const { return size > 1; }
+  // Whether a slot of `heads` query heads over `kv_heads` runs ring attention (spec::context_attention_used), else
+  // attention by heads; false with whole sequences.
+  bool ring(int64_t heads, int64_t kv_heads) const {
+    return active() && spec::context_attention_used(attention, heads, kv_heads, size) == spec::ContextAttention::Ring;
+  }
   // t in place: the elementwise maximum over the shards; nothing with whole sequences.
   void max(const Tensor& t) const {
     if (active()) exchange->max(t);

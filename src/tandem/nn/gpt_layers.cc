@@ -1,6 +1,7 @@
 #include "tandem/nn/gpt_layers.h"
 
 #include "tandem/nn/loss.h"
+#include "tandem/nn/ring_attention.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::nn {
@@ -97,24 +98,28 @@ Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
   saved.children.assign(kNumChildren, Saved{});
   Tensor qkv = qkv_.forward(ln1_.forward(x, saved.children[kLn1]), batch, saved.children[kQkv]);  // (B, T, 3C / tp)
   const int64_t c_local = qkv.dim(2) / 3;
-  // Under context parallelism attention sees every token of 1 / cp of this slot's heads: (B, cp T, 3C / (tp cp)).
+  // Under context parallelism by heads attention sees every token of 1 / cp of this slot's heads: (B, cp T, 3C / (tp
+  // cp)); by a ring this shard's tokens of every head (nn/ring_attention.h).
   const ContextSplit& cp = batch.context;
-  if (cp.active()) qkv = cp.gather_sequence(qkv, {c_local, c_local, c_local});
-  const int heads = heads_ / cp.size;
+  const bool ring = cp.ring(heads_, heads_);
+  if (cp.active() && !ring) qkv = cp.gather_sequence(qkv, {c_local, c_local, c_local});
+  const int heads = ring ? heads_ : heads_ / cp.size;
   const int64_t Ta = qkv.dim(1);  // the tokens attention sees
   Tensor att, lse;                // (B, Ta, C / tp), (B, H, Ta): the first forward's, when it kept them for this one
   if (!kept_attention(saved, att, lse)) {
-    att = Tensor::empty({B, Ta, c_local / cp.size}, x.dtype(), x.device(), name() + " attention output");
+    att = Tensor::empty({B, Ta, heads * (c_local / heads_)}, x.dtype(), x.device(), name() + " attention output");
     lse = Tensor::empty({B, heads, Ta}, DType::F32, x.device(), name() + " attention lse");
-    const Tensor& documents = batch.documents;  // (B, Ta) or none
-    if (documents.defined())
+    const Tensor& documents = batch.documents;  // (B, T) of the whole sequences, or none
+    if (ring)
+      ring_attention_forward(cp, qkv, heads, heads, documents, att, lse);  // multi-head: Hkv = H
+    else if (documents.defined())
       ops::attention_gqa_documents_forward(qkv, heads, heads, documents, att, lse);  // multi-head: Hkv = H
     else
       ops::attention_forward(qkv, heads, att, lse);
     keep_attention(batch, att, lse, saved);
   }
   // (B, T, C / tp): this shard's tokens of every head again
-  const Tensor att_rows = cp.active() ? cp.scatter_sequence(att, {c_local}) : att;
+  const Tensor att_rows = cp.active() && !ring ? cp.scatter_sequence(att, {c_local}) : att;
   Tensor x1 = proj_.forward_add(att_rows, x, batch, saved.children[kProj]);  // (B, T, C): x + proj(att), one pass
   Tensor h = fc_.forward(ln2_.forward(x1, saved.children[kLn2]), batch, saved.children[kFc]);  // (B, T, 4C)
   h = gelu_.forward(h, saved.children[kGelu]);
@@ -127,7 +132,8 @@ Tensor GptBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   // qkv, att and lse as attention saw them: every token of this shard's heads under context parallelism.
   const Tensor qkv = saved.tensors.at(0), att = saved.tensors.at(1), lse = saved.tensors.at(2);
   const ContextSplit& cp = batch.context;
-  const int heads = heads_ / cp.size;
+  const bool ring = cp.ring(heads_, heads_);
+  const int heads = ring ? heads_ : heads_ / cp.size;
   // MLP branch: dx1 = dy + ln2'(fc'(gelu'(out'(dy))))
   Tensor g = out_.backward(dy, batch, saved.children[kOut]);
   g = gelu_.backward(g, saved.children[kGelu]);
@@ -135,16 +141,18 @@ Tensor GptBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   Tensor dx1 = ln2_.backward_add(g, dy, saved.children[kLn2]);  // (B, T, C): dy + ln2'(g), one pass
   // Attention branch: dx = dx1 + ln1'(qkv'(attention'(proj'(dx1))))
   Tensor datt = proj_.backward(dx1, batch, saved.children[kProj]);  // (B, T, C / tp)
-  if (cp.active()) datt = cp.gather_sequence(datt, {datt.dim(2)});
+  if (cp.active() && !ring) datt = cp.gather_sequence(datt, {datt.dim(2)});
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device(), name() + " qkv grad");  // (B, Ta, 3C / tp)
-  const Tensor& documents = batch.documents;                                                  // (B, Ta) or none
-  if (documents.defined())
+  const Tensor& documents = batch.documents;  // (B, T) of the whole sequences, or none
+  if (ring)
+    ring_attention_backward(cp, qkv, heads, heads, documents, att, lse, datt, dqkv);
+  else if (documents.defined())
     ops::attention_gqa_documents_backward(qkv, heads, heads, documents, att, lse, datt, dqkv);
   else
     ops::attention_backward(qkv, heads, att, lse, datt, dqkv);
   saved.tensors.clear();
   datt = Tensor();
-  if (cp.active()) {  // (B, T, 3C / tp): this shard's tokens of q | k | v of every head
+  if (cp.active() && !ring) {  // (B, T, 3C / tp): this shard's tokens of q | k | v of every head
     const int64_t c_local = dqkv.dim(2) / 3 * cp.size;
     dqkv = cp.scatter_sequence(dqkv, {c_local, c_local, c_local});
   }

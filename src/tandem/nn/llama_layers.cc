@@ -4,6 +4,7 @@
 
 #include "tandem/device/counting_device.h"
 #include "tandem/nn/loss.h"
+#include "tandem/nn/ring_attention.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::nn {
@@ -178,6 +179,28 @@ int64_t LlamaBlock::mlp_tile(const Batch& batch, int64_t rows, DType dtype) cons
   return mlp_tile_rows(batch.tiles.mlp_tokens, rows, down_->in_features(), dtype);
 }
 
+namespace {
+// Runs `op` (ops::rotary_forward or its backward, in place) on the first `heads` heads of qkv (B, Tl, W) at its tokens'
+// whole-sequence positions: `ring`, this shard's own tokens, one call per sequence and run of the split; else qkv holds
+// every token in order (rows 0..T-1 of the tables).
+void rotate(void (*op)(const Tensor&, const Tensor&, const Tensor&, int, const Tensor&), const Tensor& qkv,
+            const Tensor& cos, const Tensor& sin, int heads, const ContextSplit& cp, bool ring) {
+  if (!ring) return op(qkv, cos, sin, heads, qkv);
+  const int64_t B = qkv.dim(0), Tl = qkv.dim(1), W = qkv.dim(2), half = cos.dim(1);
+  for (int64_t b = 0; b < B; ++b)
+    for (const ContextSplit::Run& r : cp.runs(Tl * cp.size)) {
+      const Tensor rows = qkv.flat_slice((b * Tl + r.local) * W, r.count * W, {1, r.count, W});
+      op(rows, cos.flat_slice(r.position * half, r.count * half, {r.count, half}),
+         sin.flat_slice(r.position * half, r.count * half, {r.count, half}), heads, rows);
+    }
+}
+}  // namespace
+
+std::pair<int, int> LlamaBlock::attention_heads(const ContextSplit& cp) const {
+  if (!cp.active() || cp.ring(heads_, kv_heads_)) return {heads_, kv_heads_};
+  return {heads_ / cp.size, kv_heads_ * cp.kv_copies(kv_heads_) / cp.size};
+}
+
 Tensor LlamaBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) { return run(x, batch, saved, true); }
 
 Tensor LlamaBlock::forward_for_backward(const Tensor& x, const Batch& batch, Saved& saved) {
@@ -197,28 +220,32 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
   // normalised over every head of a token, which a shard holds only before the regrouping: there, on its own tokens.
   Tensor raw, rstd;
   if (norm_whole_) qkv = head_norm(qkv, 1, 1, raw, rstd);
-  // Under context parallelism attention sees every token of 1 / cp of this slot's heads: (B, cp T, (H + 2 r Hkv) D /
-  // (tp cp)), in position order, so the rotation below is the one-device rotation of those heads (r: the copies of
-  // each kv head where the slot has fewer than cp, nn/context_split.h).
-  if (cp.active()) qkv = cp.gather_qkv(qkv, heads_, kv_heads_);
-  const int heads = heads_ / cp.size, kv_heads = kv_heads_ * cp.kv_copies(kv_heads_) / cp.size;
+  // Under context parallelism by heads attention sees every token of 1 / cp of this slot's heads: (B, cp T, (H + 2 r
+  // Hkv) D / (tp cp)), in position order, so the rotation below is the one-device rotation of those heads (r: the
+  // copies of each kv head where the slot has fewer than cp, nn/context_split.h). By a ring it keeps this shard's
+  // tokens of every head, rotated at their places in the sequence (nn/ring_attention.h).
+  const bool ring = cp.ring(heads_, kv_heads_);
+  if (cp.active() && !ring) qkv = cp.gather_qkv(qkv, heads_, kv_heads_);
+  const auto [heads, kv_heads] = attention_heads(cp);
   const int64_t Ta = qkv.dim(1);                                                  // the tokens attention sees
   if (q_norm_ && !norm_whole_) qkv = head_norm(qkv, heads, kv_heads, raw, rstd);  // each head on its own
   // q and k rotated in place, v passed over.
-  ops::rotary_forward(qkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, qkv);
+  rotate(ops::rotary_forward, qkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, cp, ring);
   Tensor att, lse;  // (B, Ta, H D / tp), (B, H / tp, Ta): the first forward's, when it kept them for this one
   if (!kept_attention(saved, att, lse)) {
     att = Tensor::empty({B, Ta, heads * d}, x.dtype(), dev, name() + " attention output");
     lse = Tensor::empty({B, heads, Ta}, DType::F32, dev, name() + " attention lse");
-    const Tensor& documents = batch.documents;  // (B, Ta) or none
-    if (documents.defined())
+    const Tensor& documents = batch.documents;  // (B, T) of the whole sequences, or none
+    if (ring)
+      ring_attention_forward(cp, qkv, heads, kv_heads, documents, att, lse);
+    else if (documents.defined())
       ops::attention_gqa_documents_forward(qkv, heads, kv_heads, documents, att, lse);
     else
       ops::attention_gqa_forward(qkv, heads, kv_heads, att, lse);
     keep_attention(batch, att, lse, saved);
   }
   // (B, T, H D / tp): this shard's tokens of every head again
-  const Tensor att_rows = cp.active() ? cp.scatter_sequence(att, {heads_ * d}) : att;
+  const Tensor att_rows = cp.active() && !ring ? cp.scatter_sequence(att, {heads_ * d}) : att;
   Tensor x1 = o_.forward_add(att_rows, x, batch, saved.children[kO]);  // (B, T, C): x + o(att), one pass
   if (moe_) {
     // Only a first forward adds to the balance sums; activation checkpointing's second keeps what backward reads.
@@ -298,25 +325,28 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   const Tensor raw = saved.tensors.at(4), rstd = saved.tensors.at(5);  // qk_norm's, or undefined
   Device& dev = dy.device();
   const ContextSplit& cp = batch.context;
-  const int heads = heads_ / cp.size, kv_heads = kv_heads_ * cp.kv_copies(kv_heads_) / cp.size;
+  const bool ring = cp.ring(heads_, kv_heads_);
+  const auto [heads, kv_heads] = attention_heads(cp);
   const int64_t d = att.dim(2) / heads;
   Tensor dx1 = mlp_backward(dy, batch, saved);  // (B, T, C)
   // Attention branch: dx = dx1 + attn_norm'(qkv'(head_norm'(rope'(attention'(o'(dx1)))))), the rotation and the head
   // norm (with qk_norm) undone in place.
   Tensor datt = o_.backward(dx1, batch, saved.children[kO]);  // (B, T, H D / tp)
-  if (cp.active()) datt = cp.gather_sequence(datt, {heads_ * d});
+  if (cp.active() && !ring) datt = cp.gather_sequence(datt, {heads_ * d});
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev, name() + " qkv grad");  // (B, Ta, (H + 2 Hkv) D / tp)
-  const Tensor& documents = batch.documents;                                         // (B, Ta) or none
-  if (documents.defined())
+  const Tensor& documents = batch.documents;  // (B, T) of the whole sequences, or none
+  if (ring)
+    ring_attention_backward(cp, qkv, heads, kv_heads, documents, att, lse, datt, dqkv);
+  else if (documents.defined())
     ops::attention_gqa_documents_backward(qkv, heads, kv_heads, documents, att, lse, datt, dqkv);
   else
     ops::attention_gqa_backward(qkv, heads, kv_heads, att, lse, datt, dqkv);
   saved.tensors.clear();
   datt = Tensor();
-  ops::rotary_backward(dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, dqkv);
+  rotate(ops::rotary_backward, dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, cp, ring);
   if (q_norm_ && !norm_whole_) head_norm_backward(dqkv, raw, rstd, heads, kv_heads);
-  if (cp.active()) dqkv = cp.scatter_qkv(dqkv, heads_, kv_heads_);  // (B, T, (H + 2 Hkv) D / tp), copies summed
-  if (norm_whole_) head_norm_backward(dqkv, raw, rstd, 1, 1);       // on this shard's own tokens, as forward
+  if (cp.active() && !ring) dqkv = cp.scatter_qkv(dqkv, heads_, kv_heads_);  // (B, T, (H + 2 Hkv) D / tp)
+  if (norm_whole_) head_norm_backward(dqkv, raw, rstd, 1, 1);                // on this shard's own tokens, as forward
   Tensor dx = attn_norm_.backward_add(qkv_.backward(dqkv, batch, saved.children[kQkv]), dx1, saved.children[kAttnNorm]);
   saved.clear();
   return dx;

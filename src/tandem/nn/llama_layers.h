@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tandem/nn/linear.h"
@@ -126,6 +127,9 @@ class LlamaBlock final : public Layer {
   // The forward; `output` false (activation checkpointing's second forward) skips a tiled MLP, whose result no one
   // reads there.
   Tensor run(const Tensor& x, const Batch& batch, Saved& saved, bool output);
+  // The query and key/value heads attention runs on this shard: the slot's own by a ring (or without context
+  // parallelism), by heads its 1 / cp of them (the kv heads repeated where the slot has fewer than cp).
+  std::pair<int, int> attention_heads(const ContextSplit& cp) const;
   // One tile's h = swiglu(gate_up(mlp_norm(x1))): x1 (n, C) -> h (n, F / tp), gate_up (n, 2F / tp) kept for the
   // SwiGLU's gradient, what the norm and gate_up save for their backward in `norm` and `up`.
   Tensor mlp_tile_up(const Tensor& x1, Saved& norm, Saved& up, Tensor& gate_up);

@@ -20,7 +20,7 @@ Engine::Engine(const std::function<nn::Model(nn::TpSlot)>& build, const EngineCo
     TANDEM_CHECK(input_shape.size() == 2, "context parallelism splits token sequences; the model reads ",
                  shape_str(input_shape));
     context_exchange_ = std::make_unique<CommContextExchange>(*groups.cp);
-    context_ = nn::ContextSplit{groups.coord.cp, l.cp, context_exchange_.get()};
+    context_ = nn::ContextSplit{groups.coord.cp, l.cp, context_exchange_.get(), cfg.plan.context_attention};
   }
   model_ = build(nn::TpSlot{groups.coord.tp, l.tp, tp_reducer_.get()});
   if (l.ep > 1) {

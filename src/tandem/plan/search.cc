@@ -194,7 +194,9 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
   base.cpu_threads = opt.cpu_threads;
   base.tiles = opt.tiles;
   // Context shards (cp > 1) where the options allow them and the model takes them (a gpt's or a llama's sequences; an
-  // mlp is refused by valid_for_model); like tp they stay inside a node, their all-to-all beside tp's collectives.
+  // mlp is refused by valid_for_model), their attention as parallel.context_attention's "auto" picks it (by heads where
+  // they split, else by a ring); like tp they stay inside a node, their exchanges beside
+  // tp's collectives.
   for (int dp : divisors(opt.devices))
     for (int pp : divisors(opt.devices / dp))
       for (int cp : divisors(opt.devices / (dp * pp))) {

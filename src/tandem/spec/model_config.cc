@@ -1,6 +1,8 @@
 // Each model family's answers to what the trainer, the data and the planner ask of a model (model_config.h).
 #include "tandem/spec/model_config.h"
 
+#include <sstream>
+
 #include "tandem/core/error.h"
 
 namespace tandem::spec {
@@ -88,41 +90,70 @@ void check_mlp_layout(const MlpConfig& m, int pp, int tp, int virtual_stages, co
   if (!stages.empty()) TANDEM_FAIL("parallel.stages applies to gpt blocks; mlp stages are balanced");
 }
 
-// The context split's rules for any decoder: equal chunks of each sequence, and whole heads on every shard after the
-// regrouping. Each tensor-parallel slot's `heads` query heads split over cp; its `kv_heads` too, or, where it has
-// fewer than cp, each is repeated cp / kv_heads times so that every shard gets the one its query heads use (cp a
-// multiple of kv_heads). The one place for this rule (nn/context_split.h repeats the heads, plan/search.cc asks here).
-void check_context_split(int64_t seq_len, int64_t heads, int64_t kv_heads, int cp, int tp) {
+// The context split's rule for any decoder: equal chunks of each sequence (nn/context_split.h).
+void check_context_chunks(int64_t seq_len, int cp) {
   if (seq_len % (2 * cp) != 0)
     TANDEM_FAIL("model.seq_len ", seq_len, " is not divisible by 2 x parallel.context = ", 2 * cp,
                 ": each sequence is cut into that many equal chunks, an early and a late one on each device (which "
                 "balances the causal mask); choose a seq_len that is a multiple of ",
                 2 * cp);
-  const bool kv_split = kv_heads % cp == 0, kv_repeated = cp % kv_heads == 0;
-  if (heads % cp != 0 || !(kv_split || kv_repeated))
-    TANDEM_FAIL("parallel.context ", cp, " does not split the ", heads, " query heads over ", kv_heads,
-                " key/value heads of each of the ", tp, " tensor-parallel slot", tp == 1 ? "" : "s",
-                ": attention regroups each sequence by heads over the context-parallel devices (all-to-all), so "
-                "each needs whole heads; choose a context size that divides ",
-                kv_heads, ", or a multiple of ", kv_heads, " that divides ", heads,
-                " (each key/value head is then repeated over the devices that share it)",
-                tp > 1 ? ", or fewer tensor-parallel slots" : "");
+}
+
+// What attention by heads needs that a tensor-parallel slot's heads do not give (heads_split false), as the words of a
+// message.
+std::string heads_do_not_split(int64_t heads, int64_t kv_heads, int cp, int tp) {
+  std::ostringstream os;
+  os << "parallel.context " << cp << " does not split the " << heads << " query heads over " << kv_heads
+     << " key/value heads of each of the " << tp << " tensor-parallel slot" << (tp == 1 ? "" : "s");
+  return os.str();
+}
+
+// The remedies of attention by heads: the context sizes it takes.
+std::string heads_remedy(int64_t heads, int64_t kv_heads, int tp) {
+  std::ostringstream os;
+  os << "choose a context size that divides " << kv_heads << ", or a multiple of " << kv_heads << " that divides "
+     << heads << " (each key/value head is then repeated over the devices that share it)"
+     << (tp > 1 ? ", or fewer tensor-parallel slots" : "");
+  return os.str();
+}
+
+// One tensor-parallel slot's query and key/value heads (a gpt's are both its heads); none for an mlp.
+std::pair<int64_t, int64_t> slot_heads(const ModelConfig& model, int tp) {
+  return std::visit(Cases{[](const MlpConfig&) {
+                            return std::pair<int64_t, int64_t>{0, 0};
+                          },
+                          [&](const GptConfig& g) {
+                            return std::pair<int64_t, int64_t>{g.heads / tp, g.heads / tp};
+                          },
+                          [&](const LlamaConfig& c) {
+                            return std::pair<int64_t, int64_t>{c.num_attention_heads / tp, c.num_key_value_heads / tp};
+                          }},
+                    model);
 }
 
 }  // namespace
 
-void check_context(const ModelConfig& model, int cp, int tp) {
+void check_context(const ModelConfig& model, int cp, int tp, ContextAttention attention) {
   if (cp == 1) return;
-  std::visit(Cases{[&](const MlpConfig&) {
-                     TANDEM_FAIL(
-                         "parallel.context splits token sequences over devices; an mlp model reads feature "
-                         "vectors: remove parallel.context");
-                   },
-                   [&](const GptConfig& g) { check_context_split(g.seq_len, g.heads / tp, g.heads / tp, cp, tp); },
-                   [&](const LlamaConfig& c) {
-                     check_context_split(c.seq_len, c.num_attention_heads / tp, c.num_key_value_heads / tp, cp, tp);
-                   }},
-             model);
+  if (std::holds_alternative<MlpConfig>(model))
+    TANDEM_FAIL(
+        "parallel.context splits token sequences over devices; an mlp model reads feature vectors: remove "
+        "parallel.context");
+  check_context_chunks(model_io(model).seq_len, cp);
+  const auto [heads, kv_heads] = slot_heads(model, tp);
+  if (attention == ContextAttention::Heads && !heads_split(heads, kv_heads, cp))
+    TANDEM_FAIL(heads_do_not_split(heads, kv_heads, cp, tp),
+                ": parallel.context_attention \"heads\" regroups each sequence by heads over the context-parallel "
+                "devices (all-to-all), so each needs whole heads; ",
+                heads_remedy(heads, kv_heads, tp),
+                "; or set parallel.context_attention \"ring\" (or \"auto\"), which passes key/value blocks around "
+                "the devices instead and needs no whole heads");
+}
+
+ContextAttention context_attention_of(const ModelConfig& model, int cp, int tp, ContextAttention request) {
+  if (cp == 1 || std::holds_alternative<MlpConfig>(model)) return ContextAttention::Heads;
+  const auto [heads, kv_heads] = slot_heads(model, tp);
+  return context_attention_used(request, heads, kv_heads, cp);
 }
 
 void check_experts(const ModelConfig& model, int ep) {

@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "tandem/spec/context_attention.h"
 #include "tandem/spec/models.h"
 
 namespace tandem::spec {
@@ -47,9 +48,14 @@ void check_layout(const ModelConfig& model, int pp, int tp, int virtual_stages,
                   const std::vector<std::pair<int64_t, int64_t>>& stages);
 
 // Throws Error, saying what to change, when each sequence cannot be split over `cp` context-parallel shards: seq_len
-// into 2 cp equal chunks, and each of the `tp` slots' query and key/value heads over the cp shards (attention's
-// all-to-all regroups by heads). The Llama family only.
-void check_context(const ModelConfig& model, int cp, int tp);
+// into 2 cp equal chunks, and under `attention` Heads each of the `tp` slots' query and key/value heads over the cp
+// shards (heads_split: attention's all-to-all regroups by heads; auto and ring take any heads). Gpt and the Llama
+// family only.
+void check_context(const ModelConfig& model, int cp, int tp, ContextAttention attention);
+
+// The attention a split of the model's sequences over `cp` shards runs beside `tp` slots under `request`
+// (context_attention_used on a slot's heads): Heads or Ring; Heads without a split (cp 1) or for an mlp.
+ContextAttention context_attention_of(const ModelConfig& model, int cp, int tp, ContextAttention request);
 
 // Throws Error, saying what to change, when the experts cannot be spread over `ep` expert-parallel slots: the model
 // must have mixture-of-experts layers and ep must divide their number of experts.

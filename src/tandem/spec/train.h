@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/spec/context_attention.h"
 #include "tandem/spec/schedule.h"
 
 namespace tandem::spec {
@@ -80,7 +81,9 @@ struct ParallelConfig {
   bool planned = false;
   std::optional<int> virtual_gpus, pipeline, tensor, virtual_stages;
   std::optional<int> context;  // context-parallel shards of each sequence (DeepSpeed's sequence_parallel_size)
-  std::optional<int> expert;   // expert-parallel slots inside the replicas (DeepSpeed's expert_parallel.autoep_size)
+  // How attention runs over the context shards (parallel.context_attention, spec/context_attention.h).
+  ContextAttention context_attention = ContextAttention::Auto;
+  std::optional<int> expert;  // expert-parallel slots inside the replicas (DeepSpeed's expert_parallel.autoep_size)
   spec::ScheduleKind schedule = spec::ScheduleKind::OneFOneB;
   bool activation_checkpointing = false;
   // The checkpointed layer inputs wait in host memory (parallel.cpu_checkpointing, or DeepSpeed's

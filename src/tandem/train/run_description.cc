@@ -74,6 +74,13 @@ void print_setup(const config::TrainConfig& cfg, const layout::ParallelPlan& pla
               !plan.activation_checkpointing ? ""
               : plan.cpu_checkpointing       ? ", activation checkpointing (the inputs in host memory)"
                                              : ", activation checkpointing");
+  if (l.cp > 1)
+    std::printf(
+        "context: each sequence over %d devices, attention %s (parallel.context_attention %s)\n", l.cp,
+        spec::context_attention_of(cfg.model, l.cp, l.tp, plan.context_attention) == spec::ContextAttention::Ring
+            ? "by a ring of key/value blocks"
+            : "by heads (all-to-all)",
+        spec::context_attention_name(plan.context_attention).c_str());
   if (cfg.offload_optimizer.enabled()) {
     const bool gpu = kind == DeviceKind::Cuda;  // a CPU device's host memory is plain either way
     const auto where = [gpu](const spec::OffloadConfig& o) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tandem/ops/cpu/cpu_ops.h"
+#include "tandem/ops/cpu/document_starts.h"
 #include "tandem/ops/cpu/element.h"
 #include "tandem/ops/op_util.h"
 
@@ -116,23 +117,6 @@ void causal_probs_row(float* row, int64_t i, int64_t width, int64_t start, float
   for (int64_t j = start; j <= i; ++j) row[j] = std::exp(row[j] - lse);
   std::fill(row, row + start, 0.0f);
   std::fill(row + i + 1, row + width, 0.0f);
-}
-
-// starts (B, T): the first position of each position's document (documents (B, T), non-decreasing in T), or all 0
-// without documents. Checked here, before the parallel regions (an exception must not leave one).
-std::vector<int64_t> document_starts(const Tensor& documents, int64_t b, int64_t t) {
-  std::vector<int64_t> starts(static_cast<size_t>(b * t), 0);
-  if (!documents.defined()) return starts;
-  const int32_t* ids = documents.i32();
-  for (int64_t bi = 0; bi < b; ++bi)
-    for (int64_t i = 1; i < t; ++i) {
-      const int32_t prev = ids[bi * t + i - 1], cur = ids[bi * t + i];
-      if (cur < prev)
-        TANDEM_FAIL("attention with documents: document id ", cur, " at position ", i, " of sequence ", bi, " follows ",
-                    prev, ": ids must not decrease along a sequence (documents are packed in order)");
-      starts[static_cast<size_t>(bi * t + i)] = cur == prev ? starts[static_cast<size_t>(bi * t + i - 1)] : i;
-    }
-  return starts;
 }
 
 template <class T>
