@@ -181,6 +181,20 @@ std::map<std::string, std::vector<float>> random_adapters(const spec::ModelConfi
   return out;
 }
 
+// Every tensor of `values` reads back from `source` with its shape and its values, and nothing else is left in it.
+void expect_reads_back(const WeightSource& source, const std::map<std::string, std::vector<float>>& values,
+                       const std::map<std::string, Shape>& shapes) {
+  std::set<std::string> names;
+  for (const auto& [n, v] : values) {
+    names.insert(n);
+    EXPECT_EQ(source.check(n, shapes.at(n)), "") << n;
+    std::vector<float> back(v.size());
+    source.read(n, 0, static_cast<int64_t>(v.size()), back.data());
+    EXPECT_EQ(back, v) << n;
+  }
+  EXPECT_TRUE(source.unused(names).empty());
+}
+
 TEST(Peft, AdapterFilesRoundTripWithPeftsNamesAndConfig) {
   const TempDir dir;
   spec::LoraConfig l = targeting({"all-linear"});
@@ -204,15 +218,7 @@ TEST(Peft, AdapterFilesRoundTripWithPeftsNamesAndConfig) {
   EXPECT_EQ(file.shape("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight"), (Shape{16, 2}));
   // Read back in Tandem's names.
   const auto source = open_peft_adapter(dir.path(), llama(), l);
-  std::set<std::string> names;
-  for (const auto& [n, v] : adapters) {
-    names.insert(n);
-    EXPECT_EQ(source->check(n, shapes.at(n)), "") << n;
-    std::vector<float> back(v.size());
-    source->read(n, 0, static_cast<int64_t>(v.size()), back.data());
-    EXPECT_EQ(back, v) << n;
-  }
-  EXPECT_TRUE(source->unused(names).empty());
+  expect_reads_back(*source, adapters, shapes);
   // Another rank's targets: q and v only leave the rest unused; a rank of 4 is a wrong shape.
   const auto fewer = open_peft_adapter(dir.path(), llama(), targeting({"q_proj", "v_proj"}));
   std::set<std::string> qv;
@@ -343,15 +349,7 @@ TEST(Peft, ExpertAdaptersRoundTripWithPeftsInterleavedB) {
       for (int64_t k = 0; k < r; ++k)
         ASSERT_EQ(b[o * r * E + k * E + e], mine[static_cast<size_t>((e * 32 + o) * r + k)]) << e << o << k;
   const auto source = open_peft_adapter(dir.path(), m, l);
-  std::set<std::string> names;
-  for (const auto& [n, v] : values) {
-    names.insert(n);
-    EXPECT_EQ(source->check(n, shapes.at(n)), "") << n;
-    std::vector<float> back(v.size());
-    source->read(n, 0, static_cast<int64_t>(v.size()), back.data());
-    EXPECT_EQ(back, v) << n;
-  }
-  EXPECT_TRUE(source->unused(names).empty());
+  expect_reads_back(*source, values, shapes);
   EXPECT_HAS(source->check("layers.0.moe.down.lora_B", {E, 32, 4}), "needs (32, 16)");
 }
 
