@@ -3,6 +3,7 @@
 //   - a model whose training state only fits sharded: only ZeRO layouts fit;
 //   - fast links and room to spare: plain data parallelism wins (no bubble, no tp sums, least traffic);
 //   - a model that fits nowhere: the table says so and names the memory the smallest layout needs.
+// The largest cases (a 70B-class model, the 8B offloaded) are in test_search_large.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <set>
 
+#include "search_test_util.h"
 #include "tandem/config/config.h"
 #include "tandem/core/units.h"
 #include "tandem/parallel/zero/parameter_store.h"
@@ -20,22 +22,8 @@ namespace tandem {
 namespace {
 
 using config::Json;
-
-// Without offload: these cases are about what fits on the devices themselves (Offload.* tries host memory too).
-plan::SearchOptions options(int devices, uint64_t memory, int64_t global) {
-  plan::SearchOptions o;
-  o.devices = devices;
-  o.device_memory = memory;
-  o.rates = plan::builtin_rates("cpu");
-  o.cpu_threads = 1;
-  o.global_batch = global;
-  o.offload = false;
-  return o;
-}
-
-void print(const char* title, const plan::SearchResult& r, const plan::SearchOptions& o) {
-  std::printf("[%s]\n%s\n", title, plan::format_table(r, o, 8).c_str());
-}
+using testing::print_search;
+using testing::search_options;
 
 TEST(Search, ALayerLargerThanADeviceNeedsTensorParallelism) {
   // Linear 0 is 2048 x 8192: its fp32 values alone are 64 MiB, over the 60 MiB budget. Any layout that keeps
@@ -43,9 +31,9 @@ TEST(Search, ALayerLargerThanADeviceNeedsTensorParallelism) {
   const spec::MlpConfig model{{2048, 8192, 16}};
   const uint64_t budget = 60ull << 20;
   ASSERT_GT(int64_t{2048} * 8192 * 4, static_cast<int64_t>(budget));
-  const auto o = options(8, budget, 8);
+  const auto o = search_options(8, budget, 8);
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
-  print("one layer over a device's memory", r, o);
+  print_search("one layer over a device's memory", r, o);
   ASSERT_FALSE(r.fit.empty());
   for (const auto& c : r.fit) EXPECT_GE(c.setup.plan.layout.tp, 2) << c.name();
   bool some_tp1 = false;
@@ -61,9 +49,9 @@ TEST(Search, StateThatOnlyFitsShardedNeedsZero) {
   // budget of 15 B per parameter leaves exactly ZeRO-1.
   const spec::MlpConfig model{{1024, 1024}};
   const int64_t P = 1024 * 1024 + 1024;
-  const auto o = options(2, static_cast<uint64_t>(15 * P), 2);
+  const auto o = search_options(2, static_cast<uint64_t>(15 * P), 2);
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
-  print("training state that fits only sharded", r, o);
+  print_search("training state that fits only sharded", r, o);
   ASSERT_FALSE(r.fit.empty());
   for (const auto& c : r.fit) {
     EXPECT_EQ(c.setup.plan.layout.dp, 2) << c.name();
@@ -71,39 +59,9 @@ TEST(Search, StateThatOnlyFitsShardedNeedsZero) {
   }
 }
 
-TEST(Search, SeventyBClassOnEightH200sFitsOnlyDividedEightWays) {
-  // 65.3B parameters in bf16 with an fp32 master, fp32 gradients and fp32 moments: 18 B per parameter, 1.07 TiB
-  // against 8 x 141 GiB = 1.10 TiB. It fits only with all of it divided 8 ways: ZeRO-3 over the replicas of a
-  // dp x pp x tp = 8 layout, or tp 8 (136.8 GiB of state per slot, small micro-batches, checkpointing). ZeRO 0-2
-  // with dp > 1 keep every replica's bf16 values (and fp32 gradients at 0-1) whole; pp 8 holds 8 micro-batches'
-  // activations and its sends on the first stage.
-  // The preset lives in configs/ once moved there, src/tandem/plan/presets/ until then.
-  std::string path = std::string(TANDEM_SOURCE_DIR) + "/configs/gpt_70b.json";
-  if (!std::filesystem::exists(path)) path = std::string(TANDEM_SOURCE_DIR) + "/src/tandem/plan/presets/gpt_70b.json";
-  const config::TrainConfig cfg = config::parse(config::load_config(path, {}));
-  auto o = options(8, 141ull << 30, config::global_batch(cfg.batch_config));
-  o.rates = plan::builtin_rates("h200");
-  o.dtype_bytes = 2;
-  const plan::SearchResult r = plan::search_layouts(plan::planned_model(cfg.model), o);
-  print("70B-class on 8 x H200", r, o);
-  ASSERT_FALSE(r.fit.empty());
-  bool tp8 = false;
-  for (const auto& c : r.fit) {
-    EXPECT_TRUE(c.setup.zero_stage == 3 || c.setup.plan.layout.tp == 8) << c.name();
-    tp8 |= c.setup.plan.layout.tp == 8;
-  }
-  EXPECT_TRUE(tp8);
-  EXPECT_EQ(r.fit.front().setup.zero_stage, 3);  // the fastest: ZeRO-3 (tp 8's all-reduces cost more)
-  // On 4 devices nothing fits: the state alone is 4 x 60.8 GiB per device even fully sharded.
-  o.devices = 4;
-  const plan::SearchResult four = plan::search_layouts(plan::planned_model(cfg.model), o);
-  EXPECT_TRUE(four.fit.empty());
-  EXPECT_GT(four.no_fit.front().memory.peak(), int64_t{243} << 30);
-}
-
 TEST(Search, WithRoomAndFastLinksPlainDataParallelismWins) {
   const spec::GptConfig model{256, 32, 64, 4, 4};
-  auto o = options(4, 0, 16);
+  auto o = search_options(4, 0, 16);
   o.rates.dp_bus_bw = o.rates.tp_bus_bw = o.rates.pp_p2p_bw = 1e15;
   o.rates.latency_s = 1e-9;
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
@@ -129,7 +87,7 @@ TEST(Search, LongSequencesOnlyFitSplitOverContextShards) {
   m.num_hidden_layers = 4;
   m.num_attention_heads = 8;
   m.num_key_value_heads = 4;
-  auto o = options(4, 0, 4);
+  auto o = search_options(4, 0, 4);
   o.context = false;
   const plan::SearchResult whole = plan::search_layouts(plan::planned_model(m), o);
   o.context = true;
@@ -145,7 +103,7 @@ TEST(Search, LongSequencesOnlyFitSplitOverContextShards) {
   ASSERT_LT(least_split, least_whole);
   o.device_memory = static_cast<uint64_t>(least_split + least_whole) / 2;
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(m), o);
-  print("a long-sequence llama on 4 devices", r, o);
+  print_search("a long-sequence llama on 4 devices", r, o);
   ASSERT_FALSE(r.fit.empty());
   for (const auto& c : r.fit) EXPECT_GT(c.setup.plan.layout.cp, 1) << c.name();
   const plan::Candidate& best = r.fit.front();
@@ -168,7 +126,7 @@ TEST(Search, Fp8BlockwiseContextShardsOnlyWhereTheirTilesAreWhole) {
   spec::Fp8Config fp8;
   fp8.enabled = true;
   fp8.recipe = spec::Fp8Recipe::Blockwise;
-  auto o = options(2, 0, 2);
+  auto o = search_options(2, 0, 2);
   o.context = true;
   for (const int64_t seq_len : {256, 512}) {
     m.seq_len = seq_len;
@@ -195,7 +153,7 @@ TEST(Search, ContextLayoutsRepeatKeyValueHeadsWhereTheQueryHeadsSplitElseRunARin
   m.num_hidden_layers = 2;
   m.num_attention_heads = 8;
   m.num_key_value_heads = 2;
-  auto o = options(4, 1ull << 40, 4);
+  auto o = search_options(4, 1ull << 40, 4);
   o.context = true;
   // The (tp, cp) pairs of every candidate tried.
   auto pairs = [&](const spec::LlamaConfig& model) {
@@ -232,7 +190,7 @@ TEST(Search, ExpertsThatOnlyFitSpreadNeedExpertParallelism) {
   m.moe.num_experts_per_tok = 2;
   m.moe.moe_intermediate_size = 256;
   m.moe.norm_topk_prob = true;
-  auto o = options(4, 0, 8);
+  auto o = search_options(4, 0, 8);
   const plan::SearchResult all = plan::search_layouts(plan::planned_model(m), o);
   int64_t least_whole = INT64_MAX, least_spread = INT64_MAX;
   std::set<int> eps;
@@ -248,7 +206,7 @@ TEST(Search, ExpertsThatOnlyFitSpreadNeedExpertParallelism) {
   ASSERT_LT(least_spread, least_whole);
   o.device_memory = static_cast<uint64_t>(least_spread + least_whole) / 2;
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(m), o);
-  print("a mixture of experts on 4 devices", r, o);
+  print_search("a mixture of experts on 4 devices", r, o);
   ASSERT_FALSE(r.fit.empty());
   const auto spread = std::find_if(r.fit.begin(), r.fit.end(), [](const plan::Candidate& c) {
     return c.setup.plan.layout.ep > 1 && c.setup.zero_stage == 0;
@@ -261,15 +219,15 @@ TEST(Search, ExpertsThatOnlyFitSpreadNeedExpertParallelism) {
   // A dense model is never given expert slots.
   m.family = spec::LlamaFamily::Qwen3;
   m.moe = {};
-  for (const auto& c : plan::search_layouts(plan::planned_model(m), options(4, 0, 8)).fit)
+  for (const auto& c : plan::search_layouts(plan::planned_model(m), search_options(4, 0, 8)).fit)
     EXPECT_EQ(c.setup.plan.layout.ep, 1) << c.name();
 }
 
 TEST(Search, NothingFitsSaysHowMuchMemoryItWouldNeed) {
   const spec::GptConfig model{1024, 64, 128, 2, 4};
-  const auto o = options(2, 1 << 20, 4);  // 1 MiB: the parameters alone are more
+  const auto o = search_options(2, 1 << 20, 4);  // 1 MiB: the parameters alone are more
   const plan::SearchResult r = plan::search_layouts(plan::planned_model(model), o);
-  print("nothing fits", r, o);
+  print_search("nothing fits", r, o);
   EXPECT_TRUE(r.fit.empty());
   ASSERT_FALSE(r.no_fit.empty());
   for (size_t i = 1; i < r.no_fit.size(); ++i) EXPECT_LE(r.no_fit[i - 1].memory.peak(), r.no_fit[i].memory.peak());
@@ -283,63 +241,12 @@ TEST(Search, NothingFitsSaysHowMuchMemoryItWouldNeed) {
 // The seed's situation: Llama-3-8B (T 2048, 16 sequences, bf16) on 4 devices of 24 GiB. Nothing fits on the
 // devices (the smallest peak is 29.9 GiB); with host memory the planner answers with an offloaded layout, its config
 // keys, its host bytes and a time that counts the copies and the host AdamW, priced with a GPU's rates.
-TEST(Offload, TheEightBOnFourDevicesOf24GiBGetsAnOffloadedAnswer) {
-  const config::TrainConfig cfg =
-      config::parse(config::load_config(std::string(TANDEM_SOURCE_DIR) + "/configs/llama3_8b.json", {}));
-  plan::SearchOptions o = options(4, uint64_t{24} << 30, config::global_batch(cfg.batch_config));
-  o.rates = plan::builtin_rates("h200");
-  o.dtype_bytes = 2;
-  o.offload = false;
-  const plan::PlannedModel model = plan::planned_model(cfg.model);
-  EXPECT_TRUE(plan::search_layouts(model, o).fit.empty());
-  o.offload = true;
-  o.host_memory = uint64_t{512} << 30;
-  const plan::SearchResult r = plan::search_layouts(model, o);
-  print("Llama-3-8B on 4 x 24 GiB with host memory", r, o);
-  ASSERT_FALSE(r.fit.empty());
-  const plan::Candidate& best = r.fit.front();
-  EXPECT_TRUE(best.setup.offload_optimizer.enabled()) << best.name();
-  EXPECT_LE(best.memory.peak(), int64_t{24} << 30);
-  EXPECT_GT(best.memory.host_peak(), 0);
-  EXPECT_LE(best.memory.host_per_node(4), int64_t{512} << 30);
-  EXPECT_GT(best.time.offload_s, 0);
-  EXPECT_GT(best.time.host_s, 0);
-  const std::string keys = best.config_keys();
-  EXPECT_NE(keys.find("\"offload_optimizer\":{\"device\":\"cpu\""), std::string::npos) << keys;
-  const std::string table = plan::format_table(r, o, 5);
-  EXPECT_NE(table.find("the fastest candidate offloads to host memory"), std::string::npos) << table;
-  // A node with too little host memory for any of them: nothing fits, and the reason says host memory.
-  o.host_memory = uint64_t{8} << 30;
-  const plan::SearchResult small = plan::search_layouts(model, o);
-  for (const plan::Candidate& c : small.fit) EXPECT_FALSE(c.setup.offload_optimizer.enabled()) << c.name();
-  bool host_reason = false;
-  for (const plan::Candidate& c : small.no_fit)
-    host_reason |= c.why_not.find("of host memory per node") != std::string::npos;
-  EXPECT_TRUE(host_reason);
-  // With too little host memory for every offloaded candidate and nothing fitting without it, the table says host
-  // memory is short and by how much, not that the devices would need the smallest (offloaded) peak.
-  o.offload = true;
-  o.devices = 4;
-  ASSERT_TRUE(small.fit.empty());
-  const std::string answer = plan::format_table(small, o, 5);
-  EXPECT_EQ(answer.find("that much memory per device would be needed"), std::string::npos) << answer;
-  EXPECT_NE(answer.find("device memory is not what is short, host memory is"), std::string::npos) << answer;
-  int64_t least = INT64_MAX;
-  for (const plan::Candidate& c : small.no_fit)
-    if (c.short_of_host) least = std::min(least, c.memory.host_per_node(4));
-  ASSERT_NE(least, INT64_MAX);
-  EXPECT_NE(answer.find("--host-memory " + format_bytes(static_cast<uint64_t>(least))), std::string::npos) << answer;
-  EXPECT_NE(answer.find(format_bytes(static_cast<uint64_t>(least - (int64_t{8} << 30))) + " more than the 8.0 GiB"),
-            std::string::npos)
-      << answer;
-}
-
 // One device with room beside the offloaded optimizer: the search also offers the first layer's optimizer kept on the
 // device (offload_optimizer.ratio below 1; its update is the one the next step would wait for on the host), with less
 // host memory and its config keys, and --explain reads its name back to the same prediction.
 TEST(Offload, WithRoomTheFirstLayersOptimizerStaysOnTheDevice) {
   const spec::GptConfig model{64, 1024, 256, 2, 4};  // T 64, V 1024, d 256: the embedding and head are the big layers
-  plan::SearchOptions o = options(1, 0, 8);
+  plan::SearchOptions o = search_options(1, 0, 8);
   o.offload = true;
   o.host_memory = uint64_t{1} << 30;
   const plan::PlannedModel planned = plan::planned_model(model);
@@ -350,7 +257,7 @@ TEST(Offload, WithRoomTheFirstLayersOptimizerStaysOnTheDevice) {
     if (!c.setup.offload_optimizer.enabled()) smallest = std::min(smallest, c.memory.peak());
   o.device_memory = static_cast<uint64_t>(smallest - 1);
   const plan::SearchResult r = plan::search_layouts(planned, o);
-  print("first layer kept on the device", r, o);
+  print_search("first layer kept on the device", r, o);
   const plan::Candidate* part = nullptr;
   for (const plan::Candidate& c : r.fit)
     if (c.setup.offload_optimizer.enabled() && c.setup.offload_optimizer.ratio < 1 && !part) part = &c;
@@ -393,7 +300,7 @@ TEST(Offload, TheRatioKeepingTheFirstLayersKeepsThemUnderTheStoresRule) {
 }
 
 TEST(Search, ExplainSpecParsesAndDerivesWhatIsLeftOut) {
-  auto o = options(4, 0, 64);
+  auto o = search_options(4, 0, 64);
   plan::Setup s = plan::parse_candidate("dp2,pp2,tp1,zero1,micro16", o);
   EXPECT_EQ(s.plan.layout.dp, 2);
   EXPECT_EQ(s.plan.layout.pp, 2);
@@ -545,7 +452,7 @@ TEST(Search, LoraRunsAreNeverOffloaded) {
       {{"model", model}, {"lora", {{"r", 4}, {"target_modules", {"q_proj", "v_proj"}}}}, {"train_batch_size", 4}}));
   const plan::PlannedModel lora = plan::planned_model(t.model, t.lora);
   EXPECT_FALSE(lora.offloadable);
-  plan::SearchOptions o = options(1, 64 << 10, 4);
+  plan::SearchOptions o = search_options(1, 64 << 10, 4);
   o.offload = true;
   o.host_memory = 1ull << 30;
   const plan::SearchResult r = plan::search_layouts(lora, o);
