@@ -212,11 +212,7 @@ void backward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& d
         gather(o_all + bi * t * ld_y + hi * d, ld_y, t, d, o);
         gather(g_all + bi * t * ld_y + hi * d, ld_y, t, d, g_o);
         // Softmax backward: dS = P (dP - D_i), where D_i = sum_j P_ij dP_ij = rowsum(dO * O) since O = P V.
-        for (int64_t i = 0; i < t; ++i) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < d; ++j) acc += g_o[i * d + j] * o[i * d + j];
-          row_dot[i] = acc;
-        }
+        row_dots(g_o, o, t, d, row_dot);
         const float* row_lse = lse_in + (bi * s.h + hi) * t;  // (T)
         for (int64_t r0 = 0; r0 < t; r0 += plan.block) {
           const int64_t r1 = std::min(t, r0 + plan.block), n_rows = r1 - r0;

@@ -178,11 +178,7 @@ void backward_kernel(const Tensor& q_in, const Tensor& kv_in, int heads, int kv_
         gather(qs + bi * tq * ld_q + hi * d, ld_q, tq, d, q);
         gather(ys + bi * tq * ld_q + hi * d, ld_q, tq, d, o);
         gather(dys + bi * tq * ld_q + hi * d, ld_q, tq, d, g_o);
-        for (int64_t i = 0; i < tq; ++i) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < d; ++j) acc += g_o[i * d + j] * o[i * d + j];
-          row_dot[i] = acc;
-        }
+        row_dots(g_o, o, tq, d, row_dot);
         const float* row_lse = lse_in + (bi * s.h + hi) * tq;             // (Tq)
         gemm(false, true, tq, tk, d, scale, q, d, k, d, 0.0f, p, tk);     // S, then P
         gemm(false, true, tq, tk, d, 1.0f, g_o, d, v, d, 0.0f, g_s, tk);  // dP = dO v^T

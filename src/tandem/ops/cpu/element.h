@@ -27,6 +27,16 @@ inline void store(Bf16* p, int64_t i, float v) { p[i].bits = f32_to_bf16(v); }
 inline void store(F16* p, int64_t i, float v) { p[i].bits = f32_to_f16(v); }
 
 // v rounded to the storage type T and widened again: what a store then a load gives.
+// Attention's backward: out[i] = sum_j a[i d + j] b[i d + j] for each of `rows` rows of d (rowsum(dO * O), the D_i of
+// dS = P (dP - D_i)), summed in column order.
+inline void row_dots(const float* a, const float* b, int64_t rows, int64_t d, float* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < d; ++j) acc += a[i * d + j] * b[i * d + j];
+    out[i] = acc;
+  }
+}
+
 template <class T>
 inline float rounded(float v) {
   T t[1];
