@@ -3,7 +3,7 @@
 // rows past kCudnnAttentionWorkspaceLimit, or the flash kernels), with TFLOP/s forward and backward, the backward's
 // scratch as cuDNN gives it and as the planner estimates it, and the first call's time (its graphs are built then).
 // At 128k the flash kernels beside (attention kept inside one document: theirs), and the deterministic backward in
-// blocks of other heights than the rule's.
+// blocks of other heights than the rule's, its heads whole or in groups.
 #include <cudnn.h>
 
 #include <chrono>
@@ -19,17 +19,17 @@ constexpr int64_t kH = 32, kKv = 8, kD = 128;
 
 struct Buffers {
   Tensor qkv, y, lse, dy, dqkv, docs;
-  Buffers(CudaDevice& dev, int64_t b, int64_t t, int64_t h = kH, int64_t kv = kKv) {
+  Buffers(CudaDevice& dev, int64_t b, int64_t t) {
     const DType bf = DType::BF16;
-    const int64_t kW = (h + 2 * kv) * kD;
+    const int64_t kW = (kH + 2 * kKv) * kD;
     Tensor f = Tensor::empty({b, t, kW}, DType::F32, dev, "draws");
     gpu::random_fill(f, RandomFill{RandomKind::Normal, 1.0f, 7, 0, 0, {}});
     qkv = Tensor::empty({b, t, kW}, bf, dev, "qkv");
     gpu::cast(f, qkv);
-    y = Tensor::empty({b, t, h * kD}, bf, dev, "y");
-    dy = Tensor::empty({b, t, h * kD}, bf, dev, "dy");
+    y = Tensor::empty({b, t, kH * kD}, bf, dev, "y");
+    dy = Tensor::empty({b, t, kH * kD}, bf, dev, "dy");
     gpu::fill(dy, 0.01f);
-    lse = Tensor::empty({b, h, t}, DType::F32, dev, "lse");
+    lse = Tensor::empty({b, kH, t}, DType::F32, dev, "lse");
     dqkv = Tensor::empty({b, t, kW}, bf, dev, "dqkv");
     docs = Tensor::zeros({b, t}, DType::I32, dev, "documents");
   }
@@ -83,40 +83,28 @@ void bench_long_attention(CudaDevice& dev) {
         dev, [&] { gpu::attention_gqa_documents_backward(x.qkv, kH, kKv, x.docs, x.y, x.lse, x.dy, x.dqkv); }, 1, reps);
     std::printf("  flash kernels: fwd %9.2f ms %7.1f TFLOP/s, bwd %9.2f ms %7.1f TFLOP/s\n", ff, flops / (ff * 1e9), fb,
                 2.5 * flops / (fb * 1e9));
-    // The deterministic backward in blocks of other heights than the rule's (scratch_sizes.h), with what each holds.
-    for (const int64_t r : {int64_t{256}, int64_t{1024}, int64_t{2048}}) {
+    // The deterministic backward in blocks of other shapes than the rule's: heights, and the heads whole or in groups
+    // (each block's graph over H / groups query heads in turn), with the scratch each holds.
+    struct Blocking {
+      int64_t groups, rows;
+    };
+    for (const Blocking k :
+         {Blocking{1, 256}, Blocking{1, 512}, Blocking{1, 1024}, Blocking{2, 1024}, Blocking{2, 2048},
+          Blocking{4, 1024}, Blocking{4, 2048}, Blocking{4, 4096}, Blocking{8, 4096}, Blocking{8, 8192}}) {
+      const int64_t gh = kH / k.groups, gkv = kKv / k.groups;
       const int64_t scratch = gpu::cudnn_attention_blocked_scratch(
-          gpu::cudnn_attention_block_workspace(sh.b, kH, kKv, r, sh.t, kD), r, sh.b, kH, kKv, sh.t, kD);
+          gpu::cudnn_attention_block_workspace(sh.b, gh, gkv, k.rows, sh.t, kD), k.rows, sh.b, kH, kKv, sh.t, kD);
       const double rb = median_ms(
           dev,
           [&] {
-            TANDEM_CHECK(gpu::attention_gqa_backward_in_blocks(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv, r),
-                         "blocks of ", r, " rows");
+            TANDEM_CHECK(
+                gpu::attention_gqa_backward_in_blocks(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv, k.rows, k.groups),
+                "blocks of ", k.rows, " rows, heads in ", k.groups);
           },
           1, reps);
-      std::printf("  blocks of %5lld rows: bwd %9.2f ms %7.1f TFLOP/s, scratch %lld bytes (estimate)\n",
-                  static_cast<long long>(r), rb, 2.5 * flops / (rb * 1e9), static_cast<long long>(scratch));
-      std::fflush(stdout);
-    }
-    // One group of a quarter of the heads (8 query heads over 2 kv heads) alone, in blocks of several heights: what
-    // the backward would run per head group if it cut the heads as well as the rows.
-    Buffers g(dev, sh.b, sh.t, kH / 4, kKv / 4);
-    gpu::attention_gqa_forward(g.qkv, kH / 4, kKv / 4, g.y, g.lse);
-    for (const int64_t r : {int64_t{512}, int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
-      const int64_t scratch = gpu::cudnn_attention_blocked_scratch(
-          gpu::cudnn_attention_block_workspace(sh.b, kH / 4, kKv / 4, r, sh.t, kD), r, sh.b, kH / 4, kKv / 4, sh.t, kD);
-      const double rb = median_ms(
-          dev,
-          [&] {
-            TANDEM_CHECK(gpu::attention_gqa_backward_in_blocks(g.qkv, kH / 4, kKv / 4, g.y, g.lse, g.dy, g.dqkv, r),
-                         "blocks of ", r, " rows");
-          },
-          1, reps);
-      std::printf(
-          "  H %lld / Hkv %lld, blocks of %5lld rows: bwd %9.2f ms %7.1f TFLOP/s (x4 heads: %7.1f ms), "
-          "scratch %lld bytes\n",
-          static_cast<long long>(kH / 4), static_cast<long long>(kKv / 4), static_cast<long long>(r), rb,
-          2.5 * flops / 4 / (rb * 1e9), 4 * rb, static_cast<long long>(scratch));
+      std::printf("  heads in %lld groups, blocks of %5lld rows: bwd %9.2f ms %7.1f TFLOP/s, scratch %lld bytes\n",
+                  static_cast<long long>(k.groups), static_cast<long long>(k.rows), rb, 2.5 * flops / (rb * 1e9),
+                  static_cast<long long>(scratch));
       std::fflush(stdout);
     }
   }

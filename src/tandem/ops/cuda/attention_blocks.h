@@ -33,10 +33,10 @@ cudaError_t attention_blocks_finish(const BlockSums& s, int64_t summed, cudaStre
 // [0, t) (the last what is left): what cuDNN's padding mask cuts each block's graph to, written on the device.
 cudaError_t attention_blocks_lengths(int32_t* lengths, int64_t b, int64_t t, int64_t rows, cudaStream_t stream);
 
-// ops.h's attention_gqa_backward with cuDNN's deterministic graphs in blocks of `rows` query rows whatever the
-// shape, for checks of the blocks at sizes the rule (scratch_sizes.h) would run whole. False when cuDNN cannot run
-// them (nothing written).
+// ops.h's attention_gqa_backward with cuDNN's deterministic graphs in blocks of `rows` query rows, each block's graph
+// over `groups` head groups in turn (scratch_sizes.h), whatever the shape, for checks of the blocks at sizes the rule
+// would run otherwise. False when cuDNN cannot run them or `groups` does not divide H and Hkv (nothing written).
 bool attention_gqa_backward_in_blocks(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
-                                      const Tensor& dy, const Tensor& dqkv, int64_t rows);
+                                      const Tensor& dy, const Tensor& dqkv, int64_t rows, int64_t groups = 1);
 
 }  // namespace tandem::ops::cuda

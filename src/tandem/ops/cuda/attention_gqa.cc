@@ -48,8 +48,8 @@ namespace fe = cudnn_frontend;
 // Tensor uids in the variant packs.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKv };
 
-// (backward, dtype, B, H, Hkv, T, rows, D)
-using GraphKey = std::array<int64_t, 8>;
+// (backward, dtype, B, H, Hkv, T, rows, D, head groups)
+using GraphKey = std::array<int64_t, 9>;
 
 struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;  // null when cuDNN cannot run this shape
@@ -80,13 +80,17 @@ struct GqaAttentionContext {
 
 // The whole attention (rows 0), or the backward's graph for blocks of `rows` query rows (scratch_sizes.h): queries
 // [keys - rows, keys) against keys [0, keys), the causal mask aligned to the bottom right, the graph's keys all T and
-// each block's own given at run time (cuDNN's padding mask: per batch element, the query and key lengths). The
-// buffers keep their (B, T, ...) strides either way.
+// each block's own given at run time (cuDNN's padding mask: per batch element, the query and key lengths). A block's
+// graph may take one of `groups` groups of the heads, H / groups query heads over Hkv / groups kv heads, run in turn
+// (scratch_sizes.h). The buffers keep their (B, T, ...) strides either way.
 struct GqaShape {
   int64_t b, h, kv, t, d;
   int64_t rows = 0;
+  int64_t groups = 1;
   int64_t width() const { return (h + 2 * kv) * d; }  // W
   int64_t q_rows() const { return rows ? rows : t; }
+  int64_t graph_h() const { return h / groups; }    // the query heads one graph takes
+  int64_t graph_kv() const { return kv / groups; }  // and its kv heads
 };
 
 GqaShape shape_of(const Tensor& qkv, int heads, int kv_heads) {
@@ -101,7 +105,7 @@ int64_t v_offset(const GqaShape& s) { return (s.h + s.kv) * s.d; }
 std::vector<int64_t> qkv_strides(const GqaShape& s) { return {s.t * s.width(), s.d, s.width(), 1}; }
 std::vector<int64_t> y_strides(const GqaShape& s) { return {s.t * s.h * s.d, s.d, s.h * s.d, 1}; }
 // A block's statistic is a packed copy of its rows (scratch_sizes.h: cuDNN before 9.26 takes no strided one).
-std::vector<int64_t> stats_strides(const GqaShape& s) { return {s.h * s.q_rows(), s.q_rows(), 1, 1}; }
+std::vector<int64_t> stats_strides(const GqaShape& s) { return {s.graph_h() * s.q_rows(), s.q_rows(), 1, 1}; }
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const char* name, int64_t uid,
                                                     std::vector<int64_t> dims, std::vector<int64_t> strides) {
@@ -113,11 +117,11 @@ std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const c
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> q_tensor(fe::graph::Graph& g, const GqaShape& s) {
-  return input(g, "q", kQ, {s.b, s.h, s.q_rows(), s.d}, qkv_strides(s));
+  return input(g, "q", kQ, {s.b, s.graph_h(), s.q_rows(), s.d}, qkv_strides(s));
 }
 std::shared_ptr<fe::graph::Tensor_attributes> kv_tensor(fe::graph::Graph& g, const char* name, int64_t uid,
                                                         const GqaShape& s) {
-  return input(g, name, uid, {s.b, s.kv, s.t, s.d}, qkv_strides(s));
+  return input(g, name, uid, {s.b, s.graph_kv(), s.t, s.d}, qkv_strides(s));
 }
 
 // Runs the build steps; the first failure's message, or "" when the graph is ready.
@@ -172,12 +176,12 @@ Built build_backward(const GqaShape& s, DType t, cudnnHandle_t handle, bool dete
   auto q = q_tensor(*g, s);
   auto k = kv_tensor(*g, "k", kK, s);
   auto v = kv_tensor(*g, "v", kV, s);
-  auto o = input(*g, "o", kO, {s.b, s.h, s.q_rows(), s.d}, y_strides(s));
-  auto d_o = input(*g, "dO", kDO, {s.b, s.h, s.q_rows(), s.d}, y_strides(s));
+  auto o = input(*g, "o", kO, {s.b, s.graph_h(), s.q_rows(), s.d}, y_strides(s));
+  auto d_o = input(*g, "dO", kDO, {s.b, s.graph_h(), s.q_rows(), s.d}, y_strides(s));
   auto stats = g->tensor(fe::graph::Tensor_attributes()
                              .set_name("stats")
                              .set_uid(kStats)
-                             .set_dim({s.b, s.h, s.q_rows(), 1})
+                             .set_dim({s.b, s.graph_h(), s.q_rows(), 1})
                              .set_stride(stats_strides(s))
                              .set_data_type(fe::DataType_t::FLOAT));
   auto options =
@@ -199,9 +203,9 @@ Built build_backward(const GqaShape& s, DType t, cudnnHandle_t handle, bool dete
     options.set_padding_mask(true).set_seq_len_q(length("seq_q", kSeqQ)).set_seq_len_kv(length("seq_kv", kSeqKv));
   }
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
-  dq->set_output(true).set_uid(kDQ).set_dim({s.b, s.h, s.q_rows(), s.d}).set_stride(qkv_strides(s));
-  dk->set_output(true).set_uid(kDK).set_dim({s.b, s.kv, s.t, s.d}).set_stride(qkv_strides(s));
-  dv->set_output(true).set_uid(kDV).set_dim({s.b, s.kv, s.t, s.d}).set_stride(qkv_strides(s));
+  dq->set_output(true).set_uid(kDQ).set_dim({s.b, s.graph_h(), s.q_rows(), s.d}).set_stride(qkv_strides(s));
+  dk->set_output(true).set_uid(kDK).set_dim({s.b, s.graph_kv(), s.t, s.d}).set_stride(qkv_strides(s));
+  dv->set_output(true).set_uid(kDV).set_dim({s.b, s.graph_kv(), s.t, s.d}).set_stride(qkv_strides(s));
   std::string why = finish_graph(*g, handle);
   return {why.empty() ? g : nullptr, why};
 }
@@ -213,12 +217,13 @@ std::string shape_text(const GqaShape& s, DType t) {
                 static_cast<long long>(s.d), dtype_name(t).c_str());
   std::string text = buf;
   if (s.rows) text += ", blocks of " + std::to_string(s.rows) + " query rows";
+  if (s.groups > 1) text += ", the heads in " + std::to_string(s.groups) + " groups";
   return text;
 }
 
 // The cached graph for this shape, built on first use; null graph when cuDNN cannot run it (reported once).
 const CachedGraph& graph_for(GqaAttentionContext& ctx, bool backward, const GqaShape& s, DType t) {
-  const GraphKey key{backward, static_cast<int64_t>(t), s.b, s.h, s.kv, s.t, s.rows, s.d};
+  const GraphKey key{backward, static_cast<int64_t>(t), s.b, s.h, s.kv, s.t, s.rows, s.d, s.groups};
   auto it = ctx.graphs.find(key);
   if (it != ctx.graphs.end()) return it->second;
   Built built;
@@ -277,29 +282,32 @@ char* offset(const Tensor& t, int64_t elements) {
   return static_cast<char*>(t.raw()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
-// The blocked backward's graphs, blocks of `rows` rows (scratch_sizes.h) and a shorter last one if T needs it, built
-// on first use; the widest one's workspace, or -1 when cuDNN cannot run them.
-int64_t block_graphs(GqaAttentionContext& ctx, const GqaShape& s, DType t, int64_t rows, const CachedGraph** full,
-                     const CachedGraph** last) {
+// The blocked backward's graphs, blocks of `b.rows` rows (scratch_sizes.h) and a shorter last one if T needs it, each
+// over one of `b.groups` head groups, built on first use; the widest one's workspace, or -1 when cuDNN cannot run them.
+int64_t block_graphs(GqaAttentionContext& ctx, const GqaShape& s, DType t, const CudnnAttentionBlocks& b,
+                     const CachedGraph** full, const CachedGraph** last) {
   GqaShape block = s;
-  block.rows = rows;
+  block.rows = b.rows;
+  block.groups = b.groups;
   *full = &graph_for(ctx, true, block, t);
-  block.rows = s.t - (cudnn_attention_blocks(rows, s.t) - 1) * rows;
+  block.rows = s.t - (cudnn_attention_blocks(b.rows, s.t) - 1) * b.rows;
   *last = &graph_for(ctx, true, block, t);
   if (!(*full)->graph || !(*last)->graph) return -1;
   return std::max((*full)->workspace, (*last)->workspace);
 }
 
 // The deterministic backward in blocks of query rows (scratch_sizes.h): each block's dq rows go straight into dqkv,
-// its dk and dv (keys [0, a + rows)) into dqkv's k and v columns, summed into an f32 accumulator in block order; the
-// last block's are added to the sums and rounded into dqkv. One allocation holds the largest block's workspace and
-// the accumulator. False when cuDNN cannot run a block (nothing written).
-bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const GqaShape& s, int64_t rows,
-                        const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv) {
+// its dk and dv (keys [0, a + rows)) into dqkv's k and v columns, head group after head group, summed into an f32
+// accumulator in block order; the last block's are added to the sums and rounded into dqkv. One allocation holds the
+// largest block's workspace and the accumulator. False when cuDNN cannot run a block (nothing written).
+bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const GqaShape& s,
+                        const CudnnAttentionBlocks& shape, const Tensor& qkv, const Tensor& y, const Tensor& lse,
+                        const Tensor& dy, const Tensor& dqkv) {
   const CachedGraph *full = nullptr, *last = nullptr;
-  const int64_t widest = block_graphs(ctx, s, qkv.dtype(), rows, &full, &last);
+  const int64_t widest = block_graphs(ctx, s, qkv.dtype(), shape, &full, &last);
   if (widest < 0) return false;
-  const int64_t blocks = cudnn_attention_blocks(rows, s.t);
+  const int64_t rows = shape.rows, blocks = cudnn_attention_blocks(rows, s.t);
+  const int64_t gh = s.h / shape.groups, gkv = s.kv / shape.groups;  // one graph's heads
   const int64_t bytes = cudnn_attention_blocked_scratch(widest, rows, s.b, s.h, s.kv, s.t, s.d);
   Tensor scratch = Tensor::empty({bytes / 4}, DType::F32, dev,
                                  "cuDNN attention backward blocks: workspace, statistic rows, lengths, dk dv sums");
@@ -317,17 +325,24 @@ bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const
       qkv.dtype() == DType::F16};
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t a = i * rows, n = std::min(rows, s.t - a);
-    // The block's rows of lse (B, H, T) packed as (B, H, n).
-    TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(stats, n * 4, static_cast<char*>(lse.raw()) + a * 4, s.t * 4, n * 4, s.b * s.h,
-                                        cudaMemcpyDeviceToDevice, dev.compute_stream()));
-    std::unordered_map<int64_t, void*> pack{
-        {kQ, offset(qkv, a * s.width())},   {kK, offset(qkv, k_offset(s))},       {kV, offset(qkv, v_offset(s))},
-        {kO, offset(y, a * s.h * s.d)},     {kDO, offset(dy, a * s.h * s.d)},     {kStats, stats},
-        {kDQ, offset(dqkv, a * s.width())}, {kDK, offset(dqkv, k_offset(s))},     {kDV, offset(dqkv, v_offset(s))},
-        {kSeqQ, lengths + 2 * s.b * i},     {kSeqKv, lengths + 2 * s.b * i + s.b}};
     const bool final_block = i + 1 == blocks;
-    const fe::error_t status = (final_block ? last : full)->graph->execute(ctx.handle, pack, ws);
-    TANDEM_CHECK(status.is_good(), "cuDNN grouped-query attention backward (a block) failed: ", status.err_msg);
+    for (int64_t g = 0; g < shape.groups; ++g) {
+      // The block's rows of the group's lse (B, H, T) packed as (B, gh, n).
+      for (int64_t e = 0; e < s.b; ++e)
+        TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(stats + 4 * e * gh * n, n * 4,
+                                            static_cast<char*>(lse.raw()) + 4 * ((e * s.h + g * gh) * s.t + a), s.t * 4,
+                                            n * 4, gh, cudaMemcpyDeviceToDevice, dev.compute_stream()));
+      const int64_t q = g * gh * s.d, k = g * gkv * s.d;  // the group's first q and k (or v) column
+      std::unordered_map<int64_t, void*> pack{
+          {kQ, offset(qkv, a * s.width() + q)},   {kK, offset(qkv, k_offset(s) + k)},
+          {kV, offset(qkv, v_offset(s) + k)},     {kO, offset(y, a * s.h * s.d + q)},
+          {kDO, offset(dy, a * s.h * s.d + q)},   {kStats, stats},
+          {kDQ, offset(dqkv, a * s.width() + q)}, {kDK, offset(dqkv, k_offset(s) + k)},
+          {kDV, offset(dqkv, v_offset(s) + k)},   {kSeqQ, lengths + 2 * s.b * i},
+          {kSeqKv, lengths + 2 * s.b * i + s.b}};
+      const fe::error_t status = (final_block ? last : full)->graph->execute(ctx.handle, pack, ws);
+      TANDEM_CHECK(status.is_good(), "cuDNN grouped-query attention backward (a block) failed: ", status.err_msg);
+    }
     TANDEM_CUDA_CHECK(final_block ? attention_blocks_finish(sums, a, dev.compute_stream())
                                   : attention_blocks_add(sums, a + n, a, dev.compute_stream()));
   }
@@ -420,9 +435,10 @@ void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Te
     device::CudaDevice& dev = cuda_device(dqkv);
     GqaAttentionContext& ctx = dev.context<GqaAttentionContext>();
     std::lock_guard<std::mutex> lock(ctx.mu);
-    const int64_t rows = ctx.deterministic ? cudnn_attention_block_rows(s.b, s.h, s.kv, s.t, s.d) : s.t;
-    if (rows > 0 && rows < s.t) {
-      if (backward_in_blocks(ctx, dev, s, rows, qkv, y, lse, dy, dqkv)) return;
+    const CudnnAttentionBlocks blocks =
+        ctx.deterministic ? cudnn_attention_blocking(s.b, s.h, s.kv, s.t, s.d) : CudnnAttentionBlocks{s.t, 1};
+    if (blocks.rows > 0 && blocks.rows < s.t) {
+      if (backward_in_blocks(ctx, dev, s, blocks, qkv, y, lse, dy, dqkv)) return;
       TANDEM_CHECK(flash_attention_supported(fs),
                    "attention_gqa_backward: cuDNN cannot run the deterministic backward in blocks for ",
                    shape_text(s, qkv.dtype()), ", and the flash kernels cannot take it");
@@ -472,16 +488,18 @@ void attention_gqa_documents_backward(const Tensor& qkv, int heads, int kv_heads
 }
 
 bool attention_gqa_backward_in_blocks(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
-                                      const Tensor& dy, const Tensor& dqkv, int64_t rows) {
+                                      const Tensor& dy, const Tensor& dqkv, int64_t rows, int64_t groups) {
 #if TANDEM_HAVE_CUDNN_FRONTEND
   const GqaShape s = shape_of(qkv, heads, kv_heads);
-  if (rows <= 0 || !cudnn_can_take(qkv.dtype(), {qkv.raw(), y.raw(), dy.raw(), dqkv.raw()}, s)) return false;
+  if (rows <= 0 || groups <= 0 || s.h % groups != 0 || s.kv % groups != 0 ||
+      !cudnn_can_take(qkv.dtype(), {qkv.raw(), y.raw(), dy.raw(), dqkv.raw()}, s))
+    return false;
   device::CudaDevice& dev = cuda_device(dqkv);
   GqaAttentionContext& ctx = dev.context<GqaAttentionContext>();
   std::lock_guard<std::mutex> lock(ctx.mu);
-  return backward_in_blocks(ctx, dev, s, rows, qkv, y, lse, dy, dqkv);
+  return backward_in_blocks(ctx, dev, s, CudnnAttentionBlocks{rows, groups}, qkv, y, lse, dy, dqkv);
 #else
-  (void)qkv, (void)heads, (void)kv_heads, (void)y, (void)lse, (void)dy, (void)dqkv, (void)rows;
+  (void)qkv, (void)heads, (void)kv_heads, (void)y, (void)lse, (void)dy, (void)dqkv, (void)rows, (void)groups;
   return false;
 #endif
 }
@@ -496,11 +514,12 @@ int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, i
     return 0;
   GqaAttentionContext& ctx = dev->context<GqaAttentionContext>();
   std::lock_guard<std::mutex> lock(ctx.mu);
-  const int64_t rows = backward && ctx.deterministic ? cudnn_attention_block_rows(s.b, s.h, s.kv, s.t, s.d) : s.t;
-  if (rows > 0 && rows < s.t) {
+  const CudnnAttentionBlocks blocks =
+      backward && ctx.deterministic ? cudnn_attention_blocking(s.b, s.h, s.kv, s.t, s.d) : CudnnAttentionBlocks{s.t, 1};
+  if (blocks.rows > 0 && blocks.rows < s.t) {
     const CachedGraph *full = nullptr, *last = nullptr;
-    const int64_t widest = block_graphs(ctx, s, qkv.dtype(), rows, &full, &last);
-    return widest < 0 ? 0 : cudnn_attention_blocked_scratch(widest, rows, s.b, s.h, s.kv, s.t, s.d);
+    const int64_t widest = block_graphs(ctx, s, qkv.dtype(), blocks, &full, &last);
+    return widest < 0 ? 0 : cudnn_attention_blocked_scratch(widest, blocks.rows, s.b, s.h, s.kv, s.t, s.d);
   }
   const CachedGraph& entry = graph_for(ctx, backward, s, qkv.dtype());
   return entry.graph ? (entry.workspace + 3) / 4 * 4 : 0;

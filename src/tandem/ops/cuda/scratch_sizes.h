@@ -100,20 +100,47 @@ inline int64_t cudnn_attention_block_workspace(int64_t b, int64_t h, int64_t kv,
 // and v columns, which an f32 (B, T, 2 Hkv D) accumulator sums block after block in a fixed order (the same bits
 // every run). One graph serves every block of one height: its keys are all T, cut to the block's own at run time
 // (cuDNN's padding mask), so a block's dP tiles are sized for rows x T. The height is the largest power of two, 64 at
-// least, whose 2 B H rows T bytes of dP fit kCudnnAttentionBlockDpLimit; the last block takes what is left.
+// least, whose 2 B H rows T bytes of dP (of one head group's H, below) fit kCudnnAttentionBlockDpLimit; the last block
+// takes what is left.
 inline constexpr int64_t kCudnnAttentionBlockDpLimit = int64_t{4} << 30;
 inline constexpr int64_t kCudnnAttentionMinBlockRows = 64;
 
-// The height of the deterministic backward's blocks, which cover rows [0, R), [R, 2R), ... (the last what is left):
-// seq (one block: the whole graph runs) when the whole graph's workspace fits kCudnnAttentionWorkspaceLimit or one
-// block can hold every row; 0 when not even 64 rows fit kCudnnAttentionBlockDpLimit (the flash kernels run then).
-inline int64_t cudnn_attention_block_rows(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d) {
-  if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit) return seq;
-  auto fits = [&](int64_t rows) { return 2 * b * h * rows * seq <= kCudnnAttentionBlockDpLimit; };
-  if (!fits(kCudnnAttentionMinBlockRows)) return 0;
+// A block's graph may take the heads in groups, H / groups query heads over Hkv / groups kv heads, one group after
+// another (each its own query and key columns of qkv and dqkv): a group's dP tiles are 2 B (H / groups) rows T bytes,
+// so the same kCudnnAttentionBlockDpLimit holds blocks `groups` times taller, and the dk and dv sums run once for
+// every `groups` times as many rows. The number of groups aimed at is kCudnnAttentionBlockGroups, cut to the largest
+// that divides both H and Hkv.
+inline constexpr int64_t kCudnnAttentionBlockGroups = 1;
+
+inline int64_t cudnn_attention_block_groups(int64_t h, int64_t kv) {
+  int64_t groups = std::min(kCudnnAttentionBlockGroups, kv);
+  while (groups > 1 && (h % groups != 0 || kv % groups != 0)) --groups;
+  return std::max<int64_t>(groups, 1);
+}
+
+// The deterministic backward's blocks: `rows` query rows each, covering [0, R), [R, 2R), ... (the last what is left),
+// every block's graph run over `groups` head groups.
+struct CudnnAttentionBlocks {
+  int64_t rows = 0;
+  int64_t groups = 1;
+};
+
+// The blocks' shape: rows seq (one block, the heads whole: the whole graph runs) when the whole graph's workspace fits
+// kCudnnAttentionWorkspaceLimit or one block can hold every row; rows 0 when not even 64 rows of a head group fit
+// kCudnnAttentionBlockDpLimit (the flash kernels run then).
+inline CudnnAttentionBlocks cudnn_attention_blocking(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d) {
+  if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit) return {seq, 1};
+  const int64_t groups = cudnn_attention_block_groups(h, kv);
+  auto fits = [&](int64_t rows) { return 2 * b * (h / groups) * rows * seq <= kCudnnAttentionBlockDpLimit; };
+  if (!fits(kCudnnAttentionMinBlockRows)) return {0, 1};
   int64_t rows = kCudnnAttentionMinBlockRows;
   while (2 * rows <= seq && fits(2 * rows)) rows *= 2;
-  return std::min(rows, seq);
+  return rows >= seq ? CudnnAttentionBlocks{seq, 1} : CudnnAttentionBlocks{rows, groups};
+}
+
+// The blocks' height alone (seq: whole; 0: the flash kernels).
+inline int64_t cudnn_attention_block_rows(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d) {
+  return cudnn_attention_blocking(b, h, kv, seq, d).rows;
 }
 
 inline int64_t cudnn_attention_blocks(int64_t rows, int64_t seq) { return (seq + rows - 1) / rows; }
@@ -148,11 +175,13 @@ inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int6
 inline int64_t attention_cudnn_workspace_estimate(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
                                                   bool backward) {
   if (!cudnn_attention_shape(t, d, (h + 2 * kv) * d) || attention_uses_flash(t, b, h, kv, seq, d, false)) return 0;
-  const int64_t rows = backward && attention_deterministic() ? cudnn_attention_block_rows(b, h, kv, seq, d) : seq;
-  if (rows >= seq) return cudnn_attention_deterministic_workspace(b, h, kv, seq, d, backward);  // whole
-  // The graphs' keys are all T (the padding mask cuts them): the widest is the tallest block's.
-  return cudnn_attention_blocked_scratch(cudnn_attention_block_workspace(b, h, kv, rows, seq, d), rows, b, h, kv, seq,
-                                         d);
+  const CudnnAttentionBlocks blocks =
+      backward && attention_deterministic() ? cudnn_attention_blocking(b, h, kv, seq, d) : CudnnAttentionBlocks{seq, 1};
+  if (blocks.rows >= seq) return cudnn_attention_deterministic_workspace(b, h, kv, seq, d, backward);  // whole
+  // The graphs' keys are all T (the padding mask cuts them): the widest is the tallest block's, of one head group.
+  const int64_t g = blocks.groups;
+  return cudnn_attention_blocked_scratch(cudnn_attention_block_workspace(b, h / g, kv / g, blocks.rows, seq, d),
+                                         blocks.rows, b, h, kv, seq, d);
 }
 
 }  // namespace tandem::ops::cuda
