@@ -17,6 +17,8 @@
 #     or "8b_offload" (the full 8B in full training, its optimizer in host memory but the first 15% of its layers':
 #     offload_optimizer ratio 0.85; no Liger run).
 #   GPU_LONG_LIMIT: the seconds each long run may take (default 240; a 256k step takes about 130 s).
+#   GPU_LONG_LIGER_COMPILE: "0" (the default: Liger's side eager), "1" (each decoder layer under torch.compile,
+#     hf_liger.py --compile, runs named liger_..._compiled) or "0 1"; Tandem's ratio is to the faster of a length's.
 #   GPU_LONG_SHORT=0 leaves the T 2048 run out; GPU_LONG_STEPS (default 3) the steps of each run (Liger: that many
 #     timed after one warm-up step).
 #   GPU_LONG_DRY=1 prints the commands and checks the configs with `tandem plan` (works without a GPU).
@@ -100,8 +102,12 @@ for t in $lengths; do
   if [ -n "$anchors" ] && [ "$model" != 8b_offload ]; then
     liger_args=(--layers 8 --full)
     [ "$model" = 8b_lora ] && liger_args=(--layers 32)
-    run "liger_${model}_t${t}" "${GPU_LONG_LIMIT:-240}" "${PYTHON:-python3}" "$anchors/hf_liger.py" "${liger_args[@]}" \
-      --seq "$t" --micro 1 --accum 1 --warmup 1 --steps "$steps"
+    for compiled in ${GPU_LONG_LIGER_COMPILE:-0}; do
+      suffix="" extra=()
+      [ "$compiled" = 1 ] && suffix=_compiled extra=(--compile)
+      run "liger_${model}_t${t}${suffix}" "${GPU_LONG_LIMIT:-240}" "${PYTHON:-python3}" "$anchors/hf_liger.py" \
+        "${liger_args[@]}" "${extra[@]}" --seq "$t" --micro 1 --accum 1 --warmup 1 --steps "$steps"
+    done
   fi
 done
 
@@ -121,7 +127,8 @@ for log in sorted(glob.glob(os.path.join(out, "liger_*.log"))):
         print(f"{name:36s} no step: {'out of memory' if res and res[-1].get('oom') else 'see its log'}")
         continue
     r = res[-1]
-    liger[(name.split("_t")[0][len("liger_"):], int(r["seq"]))] = r["tokens_per_s"]
+    key = (name.split("_t")[0][len("liger_"):], int(r["seq"]))
+    liger[key] = max(liger.get(key, 0), r["tokens_per_s"])
     print(f"{name:36s} {r['tokens_per_s']:9.0f} tok/s  peak {r['peak_mem_GiB']:7.2f} GiB  loss {r['losses'][-1]:.4f}")
 for cfg in sorted(glob.glob(os.path.join(out, "*.json"))):
     name = os.path.basename(cfg)[:-5]
@@ -150,7 +157,7 @@ for cfg in sorted(glob.glob(os.path.join(out, "*.json"))):
     predicted = rows[-1].get("predicted_peak_bytes", 0)
     t = int(re.search(r"_t(\d+)", name).group(1))
     base = liger.get((name.split("_t")[0] if name.startswith("8b_") else "8l", t))
-    ratio = f"  {tokens / secs / base:.3f}x Liger" if base else ""
+    ratio = f"  {tokens / secs / base:.3f}x Liger (its faster run)" if base else ""
     print(f"{name:36s} {tokens / secs:9.0f} tok/s  peak {peak / 2**30:7.2f} GiB ({peak} bytes, predicted {predicted})"
           f"  loss {rows[-1]['loss']:.4f}{ratio}")
 PY
