@@ -108,12 +108,22 @@ inline constexpr int64_t kCudnnAttentionMinBlockRows = 64;
 // A block's graph may take the heads in groups, H / groups query heads over Hkv / groups kv heads, one group after
 // another (each its own query and key columns of qkv and dqkv): a group's dP tiles are 2 B (H / groups) rows T bytes,
 // so the same kCudnnAttentionBlockDpLimit holds blocks `groups` times taller, and the dk and dv sums run once for
-// every `groups` times as many rows. The number of groups aimed at is kCudnnAttentionBlockGroups, cut to the largest
-// that divides both H and Hkv.
+// every `groups` times as many rows. The number of groups aimed at is kCudnnAttentionBlockGroups, or N where
+// TANDEM_ATTENTION_BLOCK_GROUPS=N is in the environment (to measure the rule against other counts; the planner reads
+// the same), cut to the largest that divides both H and Hkv.
 inline constexpr int64_t kCudnnAttentionBlockGroups = 1;
 
+inline int64_t attention_block_groups_aimed() {
+  static const int64_t groups = [] {
+    const char* n = std::getenv("TANDEM_ATTENTION_BLOCK_GROUPS");
+    const int64_t asked = n ? std::atoll(n) : 0;
+    return asked > 0 ? asked : kCudnnAttentionBlockGroups;
+  }();
+  return groups;
+}
+
 inline int64_t cudnn_attention_block_groups(int64_t h, int64_t kv) {
-  int64_t groups = std::min(kCudnnAttentionBlockGroups, kv);
+  int64_t groups = std::min(attention_block_groups_aimed(), kv);
   while (groups > 1 && (h % groups != 0 || kv % groups != 0)) --groups;
   return std::max<int64_t>(groups, 1);
 }
