@@ -1,0 +1,104 @@
+// How the experts' grouped products (ops.h: grouped_matmul, grouped_weight_grad) run on CUDA, and THE rule choosing
+// it, followed by the op (gemm.cc) and the planner's scratch (scratch.cc) alike, so the predicted memory stays exact.
+// Two paths: the per-expert loop (one untimed cuBLASLt product per non-empty group, queued one after another) and
+// one cublasGemmGroupedBatchedEx call over every non-empty group (grouped_gemm.cu), whose three arrays of device
+// pointers (cuBLAS's A, B and C of each group) are written on the device into scratch from the device arena.
+// Plain C++: every build compiles it (the planner plans GPUs anywhere).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tandem/core/tensor.h"
+
+namespace tandem::ops::cuda {
+
+enum class GroupedPath { Loop, OneCall };
+
+// One of the grouped call's pointer arrays: group g's matrix, whose rows begin at row f of the routed rows, starts at
+// base + g * group_bytes + f * row_bytes (one of the two strides is 0: a stacked expert matrix or a group's rows).
+struct PointerStep {
+  const void* base = nullptr;
+  int64_t group_bytes = 0;
+  int64_t row_bytes = 0;
+};
+
+// The grouped call's operands in cuBLAS's column-major terms (gemm_plan.cc: a row-major product is computed as its
+// transpose, so cuBLAS's A is our second operand and its B our first): A and B of type `in`, C of type `out`.
+struct GroupedOperands {
+  PointerStep a, b, c;
+  DType in, out;
+};
+
+// grouped_matmul, a (M, K) rows of group g @ op(b[g]) into c (M, N): cuBLAS's A is b[g] (G, N, K) or (G, K, N), its B
+// the group's rows of a, its C those of c.
+inline GroupedOperands grouped_matmul_operands(const Tensor& a, const Tensor& b, const Tensor& c) {
+  const int64_t in = static_cast<int64_t>(dtype_size(a.dtype())), out = static_cast<int64_t>(dtype_size(c.dtype()));
+  return {.a = {b.raw(), b.dim(1) * b.dim(2) * in, 0},
+          .b = {a.raw(), 0, a.dim(1) * in},
+          .c = {c.raw(), 0, c.dim(1) * out},
+          .in = a.dtype(),
+          .out = c.dtype()};
+}
+
+// grouped_weight_grad, dw[g] (G, N, K) += dy (M, N) rows of g ^T @ x (M, K) rows of g: cuBLAS's A is the group's rows
+// of x, its B those of dy, its C dw[g].
+inline GroupedOperands grouped_weight_grad_operands(const Tensor& dy, const Tensor& x, const Tensor& dw) {
+  const int64_t in = static_cast<int64_t>(dtype_size(dy.dtype())), out = static_cast<int64_t>(dtype_size(dw.dtype()));
+  return {.a = {x.raw(), 0, x.dim(1) * in},
+          .b = {dy.raw(), 0, dy.dim(1) * in},
+          .c = {dw.raw(), dw.dim(1) * dw.dim(2) * out, 0},
+          .in = dy.dtype(),
+          .out = dw.dtype()};
+}
+
+// Whether cublasGemmGroupedBatchedEx takes these operands, from its documentation (cuBLAS 13):
+// - types: with CUBLAS_COMPUTE_32F and f32 scales it takes A, B and C all bf16, all f16 or all f32; no f32 C for
+//   16-bit inputs. So an f32 c or dw beside bf16 or f16 inputs (the training layer's f32 weight gradients) stays
+//   on the loop;
+// - alignment: for 16-bit inputs every matrix pointer should be 16-byte aligned (a looser rule by K exists, but
+//   16 bytes is the one it names as safe): the bases, each group's stride and each row's stride in bytes are
+//   multiples of 16, so every group's pointer is.
+inline bool grouped_call_takes(const GroupedOperands& o) {
+  if (o.in != o.out) return false;
+  for (const PointerStep& s : {o.a, o.b, o.c}) {
+    if (reinterpret_cast<uintptr_t>(s.base) % 16 != 0 || s.group_bytes % 16 != 0 || s.row_bytes % 16 != 0) return false;
+  }
+  return true;
+}
+
+inline int64_t nonempty_groups(const std::vector<int64_t>& rows) {
+  int64_t n = 0;
+  for (int64_t r : rows) n += r > 0 ? 1 : 0;
+  return n;
+}
+
+// The path asked for in the environment: TANDEM_GROUPED_GEMM=one_call asks for the one call (read once, here);
+// anything else, or nothing, the loop.
+inline GroupedPath grouped_path_asked() {
+  static const GroupedPath asked = [] {
+    const char* v = std::getenv("TANDEM_GROUPED_GEMM");
+    return v && std::string(v) == "one_call" ? GroupedPath::OneCall : GroupedPath::Loop;
+  }();
+  return asked;
+}
+
+// THE rule: the one call where it is asked for, cuBLAS takes the operands, some group has rows and the experts'
+// (N, K) matrices are not empty; the loop otherwise. The loop by default: the one call has not yet been measured
+// against it on a GPU (ops_check --family moe prints both at the Qwen3-30B-A3B shapes), so it is not yet the default.
+inline GroupedPath grouped_path(const GroupedOperands& o, int64_t n, int64_t k, const std::vector<int64_t>& rows,
+                                GroupedPath asked = grouped_path_asked()) {
+  if (asked == GroupedPath::Loop || n <= 0 || k <= 0 || nonempty_groups(rows) == 0) return GroupedPath::Loop;
+  return grouped_call_takes(o) ? GroupedPath::OneCall : GroupedPath::Loop;
+}
+
+// The one call's scratch: its three arrays of device pointers (cuBLAS's A, B and C), one 8-byte pointer per
+// non-empty group each; none on the loop.
+inline int64_t grouped_pointer_bytes(const std::vector<int64_t>& rows) { return 3 * 8 * nonempty_groups(rows); }
+inline int64_t grouped_scratch_bytes(GroupedPath path, const std::vector<int64_t>& rows) {
+  return path == GroupedPath::OneCall ? grouped_pointer_bytes(rows) : 0;
+}
+
+}  // namespace tandem::ops::cuda
