@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 
+#include "tandem/device/counting_device.h"
 #include "tandem/device/cpu_device.h"
 #include "tandem/ops/backend.h"
 #include "tandem/ops/cuda/grouped_path.h"
+#include "tandem/ops/ops.h"
 
 namespace tandem::ops::cuda {
 namespace {
@@ -98,6 +101,28 @@ TEST(GroupedRule, TheScratchTableFollowsTheRule) {
   if (std::getenv("TANDEM_GROUPED_GEMM") == nullptr) {
     EXPECT_EQ(want, 0);
   }
+}
+
+// Through the front end on the planner's counting device (planning a GPU): the call's pointer arrays where the one
+// call is asked for (ctest's test_ops_grouped_rule_one_call runs this binary with TANDEM_GROUPED_GEMM=one_call) and
+// cuBLAS takes the product; nothing on the loop (the default run) or for a product the call does not take.
+TEST(GroupedRule, TheCountingDeviceAllocatesThePointersOnlyWhereTheCallRuns) {
+  device::CountingDevice dev(DeviceKind::Cuda);
+  const bool asked = grouped_path_asked() == kOne;
+  const auto scratch_of = [&](const std::function<void()>& op) {
+    op();  // the fixed workspaces come with the device's first op
+    const uint64_t live = dev.live_bytes();
+    dev.reset_peak();
+    op();
+    return static_cast<int64_t>(dev.peak_bytes() - live);
+  };
+  const Matmul m = matmul(dev, DType::BF16, DType::BF16, 48, 64);
+  EXPECT_EQ(scratch_of([&] { ops::grouped_matmul(m.a, m.b, m.c, kRows, true); }), asked ? 3 * 8 * 3 : 0);
+  const Tensor dy = Tensor::empty({9, 48}, DType::BF16, dev, "dy");
+  const Tensor dw = Tensor::empty({4, 48, 64}, DType::BF16, dev, "dw");
+  EXPECT_EQ(scratch_of([&] { ops::grouped_weight_grad(dy, m.a, dw, kRows); }), asked ? 3 * 8 * 3 : 0);
+  const Tensor dw32 = Tensor::empty({4, 48, 64}, DType::F32, dev, "dw");
+  EXPECT_EQ(scratch_of([&] { ops::grouped_weight_grad(dy, m.a, dw32, kRows); }), 0);
 }
 
 }  // namespace
