@@ -2,8 +2,8 @@
 // (ops/cuda/grouped_path.h, grouped_gemm.h), named explicitly whatever the rule picks: against the CPU op in every
 // case the loop's rows cover (uneven rows with an empty group, both forms of the stack, beta 1, the weight gradient
 // accumulating), over more groups than one launch of the pointer kernel writes, the same bits on a second run, and
-// the f32 weight gradient of 16-bit inputs refused (cuBLAS's call has no such type combination). bench_moe times both
-// paths side by side at the Qwen3-30B-A3B experts' shapes.
+// the f32 weight gradient of 16-bit inputs refused (cuBLAS's call documents no such type combination; a last note
+// says whether it takes it anyway). bench_moe times both paths side by side at the Qwen3-30B-A3B experts' shapes.
 #include <tuple>
 
 #include "ops_check.h"
@@ -87,6 +87,22 @@ void check_moe_grouped(Suite& s) {
     cpu::grouped_weight_grad(c.cpu, a.cpu, dw.cpu, many);
     gpu::grouped_weight_grad_on(kOne, s.upload(c.cpu, bf), a.gpu, dw.gpu, many);
     s.compare("grouped_weight_grad (one call, 300)", bf, many_shape, dw.gpu, dw.cpu);
+  });
+  // Not among cuBLAS's documented type combinations: bf16 inputs into an f32 C, the training layer's weight gradients.
+  // The rule keeps them on the loop; the call is tried here directly, last of the checks (an undocumented case could
+  // fault the context), and a note, not a row, says whether this cuBLAS takes it and how close it comes.
+  s.run("grouped_weight_grad (call, f32 dw)", "bf16", shape, [&] {
+    auto dy = s.make({m, n}, bf, 653), x = s.make({m, k}, bf, 654);
+    auto dw = s.make({5, n, k}, DType::F32, 655);
+    cpu::grouped_weight_grad(dy.cpu, x.cpu, dw.cpu, rows);
+    try {
+      gpu::queue_grouped_call(s.dev(), gpu::grouped_weight_grad_call(dy.gpu, x.gpu, dw.gpu), rows);
+      s.dev().synchronize();
+      std::printf("note: cuBLAS's grouped call took bf16 inputs into an f32 dw (undocumented): rel error %.3e\n",
+                  rel_error(dw.gpu.to_host_floats(), dw.cpu.to_host_floats()));
+    } catch (const Error& e) {
+      std::printf("note: cuBLAS's grouped call refused bf16 inputs into an f32 dw, as documented: %s\n", e.what());
+    }
   });
 }
 

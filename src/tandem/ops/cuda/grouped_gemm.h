@@ -34,12 +34,16 @@ struct GroupedCall {
   float beta = 0.0f;
 };
 
-// Queues the call on the device's compute stream: a kernel writes the three pointer arrays (3 x the non-empty groups
-// x 8 bytes, grouped_pointer_bytes, from the device arena) from the bases and the groups' first rows passed by value,
-// then cublasGemmGroupedBatchedEx reads them, with one cuBLAS group of one product per non-empty expert. Nothing
-// waits for the GPU. cuBLAS runs in its default math mode with reduced-precision reductions disallowed (every sum in
-// fp32, rounded once into C), without atomics (the same bits every run), in the cuBLASLt products' workspace
-// (gemm_plan.h: one per device, the planner's fixed bytes).
+// The call of each op (gemm.cc), whatever the rule says: ops_check also tries one cuBLAS does not document.
+GroupedCall grouped_matmul_call(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_b, float beta);
+GroupedCall grouped_weight_grad_call(const Tensor& dy, const Tensor& x, const Tensor& dw);
+
+// Queues the call on the device's compute stream, without asking the rule: a kernel writes the three pointer arrays (3
+// x the non-empty groups x 8 bytes, grouped_pointer_bytes, from the device arena) from the bases and the groups' first
+// rows passed by value, then cublasGemmGroupedBatchedEx reads them, with one cuBLAS group of one product per non-empty
+// expert. Nothing waits for the GPU. cuBLAS runs in its default math mode with reduced-precision reductions disallowed
+// (every sum in fp32, rounded once into C), without atomics (the same bits every run), in the cuBLASLt products'
+// workspace (gemm_plan.h: one per device, the planner's fixed bytes).
 void queue_grouped_call(device::CudaDevice& dev, const GroupedCall& call, const std::vector<int64_t>& rows);
 
 }  // namespace tandem::ops::cuda
