@@ -4,6 +4,7 @@
 // accumulating), over more groups than one launch of the pointer kernel writes, the same bits on a second run, and
 // the f32 weight gradient of 16-bit inputs refused (cuBLAS's call documents no such type combination; a last note
 // says whether it takes it anyway). bench_moe times both paths side by side at the Qwen3-30B-A3B experts' shapes.
+#include <algorithm>
 #include <tuple>
 
 #include "ops_check.h"
@@ -121,6 +122,10 @@ void bench_moe(CudaDevice& dev) {
     given += skewed[e];
   }
   skewed[0] += routed - given;
+  const auto [few, most] = std::minmax_element(skewed.begin(), skewed.end());
+  std::printf("\nskewed routing: %lld to %lld rows an expert, %lld experts without rows\n",
+              static_cast<long long>(*few), static_cast<long long>(*most),
+              static_cast<long long>(std::count(skewed.begin(), skewed.end(), int64_t{0})));
   Tensor x = Tensor::empty({routed, hidden}, bf, dev, "x"), gu = Tensor::empty({routed, 2 * width}, bf, dev, "gate_up");
   Tensor h = Tensor::empty({routed, width}, bf, dev, "hidden"), y = Tensor::empty({routed, hidden}, bf, dev, "y");
   Tensor w_gu = Tensor::empty({experts, 2 * width, hidden}, bf, dev, "w gate_up");
@@ -129,7 +134,7 @@ void bench_moe(CudaDevice& dev) {
   Tensor dw_d = Tensor::zeros({experts, hidden, width}, bf, dev, "dw down");
   Tensor dw_d32 = Tensor::zeros({experts, hidden, width}, DType::F32, dev, "dw down f32");
   Tensor dw_gu32 = Tensor::zeros({experts, 2 * width, hidden}, DType::F32, dev, "dw gate_up f32");
-  std::printf("\n%-50s %9s %9s %9s %9s %8s\n", "grouped products, Qwen3-30B-A3B experts (bf16)", "loop ms", "TFLOP/s",
+  std::printf("%-50s %9s %9s %9s %9s %8s\n", "grouped products, Qwen3-30B-A3B experts (bf16)", "loop ms", "TFLOP/s",
               "1 call ms", "TFLOP/s", "speedup");
   for (const auto& [split, rows] :
        {std::pair<const char*, const std::vector<int64_t>&>{"balanced", balanced}, {"skewed", skewed}}) {

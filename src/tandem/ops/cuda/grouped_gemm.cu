@@ -50,7 +50,8 @@ struct GroupedContext {
   explicit GroupedContext(device::CudaDevice& dev) {
     TANDEM_CUBLAS_CHECK(cublasCreate(&handle));
     TANDEM_CUBLAS_CHECK(cublasSetStream(handle, dev.compute_stream()));
-    // The cuBLASLt products' workspace: on the same stream, so never in use by both at once, and already counted.
+    // After the stream (setting one puts the default workspace back): the cuBLASLt products' workspace, on the same
+    // stream, so never in use by both at once, and already counted by the planner, in place of a pool of cuBLAS's own.
     TANDEM_CUBLAS_CHECK(cublasSetWorkspace(handle, gemm_workspace(dev), static_cast<size_t>(kGemmWorkspaceBytes)));
     TANDEM_CUBLAS_CHECK(cublasSetMathMode(
         handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
