@@ -76,35 +76,6 @@ void check_one_call(const char* op, const GroupedOperands& o, int64_t n, int64_t
 
 }  // namespace
 
-// cuBLAS's column-major C_g = op(A_g) op(B_g) + beta C_g with A_g = b[g] (N, K) or (K, N), B_g = the group's rows of a
-// (K, rows), C_g those of c (N, rows).
-GroupedCall grouped_matmul_call(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_b, float beta) {
-  return {.op = "grouped_matmul",
-          .operands = grouped_matmul_operands(a, b, c),
-          .trans_a = trans_b,
-          .m = cols_of(c),
-          .k = cols_of(a),
-          .lda = b.dim(2),
-          .ldb = cols_of(a),
-          .ldc = cols_of(c),
-          .beta = beta};
-}
-
-// cuBLAS's column-major dw[g] (K, N) += A_g B_g^T with A_g the group's rows of x (K, rows) and B_g those of dy (N,
-// rows), the sum over the group's rows.
-GroupedCall grouped_weight_grad_call(const Tensor& dy, const Tensor& x, const Tensor& dw) {
-  return {.op = "grouped_weight_grad",
-          .operands = grouped_weight_grad_operands(dy, x, dw),
-          .trans_b = true,
-          .m = dw.dim(2),
-          .n = dw.dim(1),
-          .rows_are_depth = true,
-          .lda = cols_of(x),
-          .ldb = cols_of(dy),
-          .ldc = dw.dim(2),
-          .beta = 1.0f};
-}
-
 // The loop: the groups' products one after another, each queued untimed (its rows change from step to step).
 void grouped_matmul_on(GroupedPath path, const Tensor& a, const Tensor& b, const Tensor& c,
                        const std::vector<int64_t>& rows, bool trans_b, float beta) {

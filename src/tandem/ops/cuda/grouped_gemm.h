@@ -9,6 +9,7 @@
 
 #include "tandem/core/tensor.h"
 #include "tandem/device/cuda/cuda_device.h"
+#include "tandem/ops/cuda/grouped_call.h"
 #include "tandem/ops/cuda/grouped_path.h"
 
 namespace tandem::ops::cuda {
@@ -19,24 +20,6 @@ void grouped_matmul_on(GroupedPath path, const Tensor& a, const Tensor& b, const
                        const std::vector<int64_t>& rows, bool trans_b, float beta);
 void grouped_weight_grad_on(GroupedPath path, const Tensor& dy, const Tensor& x, const Tensor& dw,
                             const std::vector<int64_t>& rows);
-
-// One grouped product in cuBLAS's column-major terms: for each group g with rows[g] > 0, whose rows begin at row f of
-// the routed rows, C_g (m, n) = op(A_g) op(B_g) + beta C_g, summed over a depth k in fp32, the matrices where
-// `operands` puts them. The group's rows are n (grouped_matmul: a column of cuBLAS's C per routed row) or, with
-// rows_are_depth, k (the weight gradient: the sum runs over the routed rows); that field is left 0.
-struct GroupedCall {
-  const char* op;  // for errors
-  GroupedOperands operands;
-  bool trans_a = false, trans_b = false;  // cuBLAS's op(A), op(B)
-  int64_t m = 0, n = 0, k = 0;
-  bool rows_are_depth = false;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-  float beta = 0.0f;
-};
-
-// The call of each op (gemm.cc), whatever the rule says: ops_check also tries one cuBLAS does not document.
-GroupedCall grouped_matmul_call(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_b, float beta);
-GroupedCall grouped_weight_grad_call(const Tensor& dy, const Tensor& x, const Tensor& dw);
 
 // Queues the call on the device's compute stream, without asking the rule: a kernel writes the three pointer arrays (3
 // x the non-empty groups x 8 bytes, grouped_pointer_bytes, from the device arena) from the bases and the groups' first

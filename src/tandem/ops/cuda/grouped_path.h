@@ -2,8 +2,8 @@
 // it, followed by the op (gemm.cc) and the planner's scratch (scratch.cc) alike, so the predicted memory stays exact.
 // Two paths: the per-expert loop (one untimed cuBLASLt product per non-empty group, queued one after another) and
 // one cublasGemmGroupedBatchedEx call over every non-empty group (grouped_gemm.cu), whose three arrays of device
-// pointers (cuBLAS's A, B and C of each group) are written on the device into scratch from the device arena.
-// Plain C++: every build compiles it (the planner plans GPUs anywhere).
+// pointers (cuBLAS's A, B and C of each group, grouped_call.h) are written on the device into scratch from the device
+// arena. Plain C++: every build compiles it (the planner plans GPUs anywhere).
 #pragma once
 
 #include <cstdint>
@@ -12,47 +12,11 @@
 #include <vector>
 
 #include "tandem/core/tensor.h"
+#include "tandem/ops/cuda/grouped_call.h"
 
 namespace tandem::ops::cuda {
 
 enum class GroupedPath { Loop, OneCall };
-
-// One of the grouped call's pointer arrays: group g's matrix, whose rows begin at row f of the routed rows, starts at
-// base + g * group_bytes + f * row_bytes (one of the two strides is 0: a stacked expert matrix or a group's rows).
-struct PointerStep {
-  const void* base = nullptr;
-  int64_t group_bytes = 0;
-  int64_t row_bytes = 0;
-};
-
-// The grouped call's operands in cuBLAS's column-major terms (gemm_plan.cc: a row-major product is computed as its
-// transpose, so cuBLAS's A is our second operand and its B our first): A and B of type `in`, C of type `out`.
-struct GroupedOperands {
-  PointerStep a, b, c;
-  DType in, out;
-};
-
-// grouped_matmul, a (M, K) rows of group g @ op(b[g]) into c (M, N): cuBLAS's A is b[g] (G, N, K) or (G, K, N), its B
-// the group's rows of a, its C those of c.
-inline GroupedOperands grouped_matmul_operands(const Tensor& a, const Tensor& b, const Tensor& c) {
-  const int64_t in = static_cast<int64_t>(dtype_size(a.dtype())), out = static_cast<int64_t>(dtype_size(c.dtype()));
-  return {.a = {b.raw(), b.dim(1) * b.dim(2) * in, 0},
-          .b = {a.raw(), 0, a.dim(1) * in},
-          .c = {c.raw(), 0, c.dim(1) * out},
-          .in = a.dtype(),
-          .out = c.dtype()};
-}
-
-// grouped_weight_grad, dw[g] (G, N, K) += dy (M, N) rows of g ^T @ x (M, K) rows of g: cuBLAS's A is the group's rows
-// of x, its B those of dy, its C dw[g].
-inline GroupedOperands grouped_weight_grad_operands(const Tensor& dy, const Tensor& x, const Tensor& dw) {
-  const int64_t in = static_cast<int64_t>(dtype_size(dy.dtype())), out = static_cast<int64_t>(dtype_size(dw.dtype()));
-  return {.a = {x.raw(), 0, x.dim(1) * in},
-          .b = {dy.raw(), 0, dy.dim(1) * in},
-          .c = {dw.raw(), dw.dim(1) * dw.dim(2) * out, 0},
-          .in = dy.dtype(),
-          .out = dw.dtype()};
-}
 
 // Whether cublasGemmGroupedBatchedEx takes these operands, from its documentation (cuBLAS 13):
 // - types: with CUBLAS_COMPUTE_32F and f32 scales it takes A, B and C all bf16, all f16 or all f32; no f32 C for
