@@ -39,19 +39,25 @@ inline int64_t nonempty_groups(const std::vector<int64_t>& rows) {
   return n;
 }
 
-// The path asked for in the environment: TANDEM_GROUPED_GEMM=one_call asks for the one call (read once, here);
-// anything else, or nothing, the loop.
+// The path where the environment names none: the loop, until the one call has been measured against it on a GPU
+// (ops_check --family moe prints both at the Qwen3-30B-A3B shapes). The one line to change to make the call the
+// default.
+inline constexpr GroupedPath kGroupedPathDefault = GroupedPath::Loop;
+
+// The path asked for: TANDEM_GROUPED_GEMM=one_call or =loop in the environment (read once, here), else
+// kGroupedPathDefault.
 inline GroupedPath grouped_path_asked() {
   static const GroupedPath asked = [] {
     const char* v = std::getenv("TANDEM_GROUPED_GEMM");
-    return v && std::string(v) == "one_call" ? GroupedPath::OneCall : GroupedPath::Loop;
+    const std::string named = v ? v : "";
+    if (named == "one_call") return GroupedPath::OneCall;
+    return named == "loop" ? GroupedPath::Loop : kGroupedPathDefault;
   }();
   return asked;
 }
 
-// THE rule: the one call where it is asked for, cuBLAS takes the operands, some group has rows and the experts'
-// (N, K) matrices are not empty; the loop otherwise. The loop by default: the one call has not yet been measured
-// against it on a GPU (ops_check --family moe prints both at the Qwen3-30B-A3B shapes), so it is not yet the default.
+// THE rule: the one call where it is asked for (by default, kGroupedPathDefault: not yet), cuBLAS takes the operands,
+// some group has rows and the experts' (N, K) matrices are not empty; the loop otherwise.
 inline GroupedPath grouped_path(const GroupedOperands& o, int64_t n, int64_t k, const std::vector<int64_t>& rows,
                                 GroupedPath asked = grouped_path_asked()) {
   if (asked == GroupedPath::Loop || n <= 0 || k <= 0 || nonempty_groups(rows) == 0) return GroupedPath::Loop;
