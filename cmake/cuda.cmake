@@ -123,6 +123,7 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/fp8_quantize.cu
   ${_tandem_ops}/gemm.cc
   ${_tandem_ops}/gemm_plan.cc
+  ${_tandem_ops}/grouped_gemm.cu
   ${_tandem_ops}/layernorm.cu
   ${_tandem_ops}/op_timer.cc
   ${_tandem_ops}/reduce.cu
@@ -139,7 +140,9 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/attention_flash_backward.cu)
 target_include_directories(tandem_ops_cuda PUBLIC ${_tandem_root}/src)
 # nvrtc: cudnn-frontend compiles some of its engines at run time.
-target_link_libraries(tandem_ops_cuda PUBLIC tandem_device_cuda CUDA::cublasLt CUDA::cudart CUDA::nvrtc tandem::cudnn)
+# cublas: the experts' grouped products in one call (grouped_gemm.cu); every other product is cuBLASLt's.
+target_link_libraries(tandem_ops_cuda PUBLIC tandem_device_cuda CUDA::cublas CUDA::cublasLt CUDA::cudart CUDA::nvrtc
+                                             tandem::cudnn)
 tandem_cuda_host_flags(tandem_ops_cuda)
 # -lineinfo: kernel source lines in profilers at no runtime cost. (After the mapping above: an nvcc flag.)
 target_compile_options(tandem_ops_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)

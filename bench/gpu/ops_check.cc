@@ -5,8 +5,9 @@
 // for the dtype (f32, bf16, f16), for sum_squares, or exact. ctest runs it as the test cuda_ops_check (label gpu).
 // Usage: ops_check [--no-bench] [--family NAME] [--filter=<substring of the op name>]. Exit status 1 when any row
 //        fails. --family (or --family=NAME) runs one family's checks and its timings (fp8: the FP8 ops and linear
-//        layer, timed by bench_fp8; attention_gqa: the main timings and the long-attention table; any other
-//        family: the main timings); --filter keeps the checks whose op name holds the substring.
+//        layer, timed by bench_fp8; attention_gqa: the main timings and the long-attention table; moe: the main
+//        timings and the experts' grouped products on both CUDA paths, bench_moe; any other family: the main
+//        timings); --filter keeps the checks whose op name holds the substring.
 //        ops_check --print-tolerances: the table of tolerances.h, one "name bound" a line (needs no GPU).
 #include "ops_check.h"
 
@@ -89,6 +90,7 @@ int run(int argc, char** argv) {
   if (do_bench && family != "fp8") bench(dev);
   if (do_bench && (family.empty() || family == "attention_gqa")) bench_long_attention(dev);
   if (do_bench && (family.empty() || family == "fp8")) bench_fp8(dev);
+  if (do_bench && (family.empty() || family == "moe")) bench_moe(dev);
   return s.failures() ? 1 : 0;
 }
 

@@ -229,11 +229,14 @@ void check_attention_gqa(Suite& s);
 void check_attention_pair(Suite& s);
 void check_fp8(Suite& s);
 void check_moe(Suite& s);
+void check_moe_grouped(Suite& s);  // called by check_moe
 
 // Timings of the main ops and the cuDNN attention workspaces (ops_check_bench.cc), and of the FP8 linear layer
 // against bf16 (ops_check_fp8.cc), and of attention at 2k to 128k tokens (ops_check_long_attention.cc).
 void bench(CudaDevice& dev);
 void bench_fp8(CudaDevice& dev);
 void bench_long_attention(CudaDevice& dev);
+// The experts' grouped products on both CUDA paths at the Qwen3-30B-A3B shapes (ops_check_moe_grouped.cc).
+void bench_moe(CudaDevice& dev);
 
 }  // namespace tandem::ops_check

@@ -185,6 +185,8 @@ void check_moe(Suite& s) {
       }
     }
   }
+  // The experts' products on the one-call path (ops_check_moe_grouped.cc), last: the rows above run the rule's path.
+  check_moe_grouped(s);
 }
 
 }  // namespace tandem::ops_check

@@ -26,6 +26,7 @@
 #include "tandem/ops/cuda/cuda_ops.h"
 #include "tandem/ops/cuda/cuda_util.h"
 #include "tandem/ops/cuda/gemm_plan.h"
+#include "tandem/ops/cuda/grouped_gemm.h"
 #include "tandem/ops/op_util.h"
 
 namespace tandem::ops::cuda {
@@ -52,10 +53,39 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
       dev, {.op = "matmul", .a = a, .b = b, .c_in = c, .d = c, .trans_a = trans_a, .trans_b = trans_b, .beta = beta});
 }
 
-// The groups' products one after another, each queued untimed (its rows change from step to step).
+// The experts' grouped products on the rule's path (grouped_path.h).
 void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const std::vector<int64_t>& rows, bool trans_b,
                     float beta) {
+  grouped_matmul_on(grouped_path(grouped_matmul_operands(a, b, c), b.dim(1), b.dim(2), rows), a, b, c, rows, trans_b,
+                    beta);
+}
+
+void grouped_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const std::vector<int64_t>& rows) {
+  grouped_weight_grad_on(grouped_path(grouped_weight_grad_operands(dy, x, dw), dw.dim(1), dw.dim(2), rows), dy, x, dw,
+                         rows);
+}
+
+namespace {
+
+void check_one_call(const char* op, const GroupedOperands& o, int64_t n, int64_t k, const std::vector<int64_t>& rows) {
+  TANDEM_CHECK(grouped_path(o, n, k, rows, GroupedPath::OneCall) == GroupedPath::OneCall, op,
+               ": cuBLAS's grouped call does not take this product (it needs a, b and c of one dtype, every matrix "
+               "16-byte aligned, and some rows): ",
+               dtype_name(o.in), " into ", dtype_name(o.out));
+}
+
+}  // namespace
+
+// The loop: the groups' products one after another, each queued untimed (its rows change from step to step).
+void grouped_matmul_on(GroupedPath path, const Tensor& a, const Tensor& b, const Tensor& c,
+                       const std::vector<int64_t>& rows, bool trans_b, float beta) {
   device::CudaDevice& dev = cuda_device(c);
+  if (path == GroupedPath::OneCall) {
+    const GroupedCall call = grouped_matmul_call(a, b, c, trans_b, beta);
+    check_one_call(call.op, call.operands, b.dim(1), b.dim(2), rows);
+    queue_grouped_call(dev, call, rows);
+    return;
+  }
   for_each_group(b, rows, [&](const Tensor& w, int64_t first, int64_t n) {
     const Tensor ag = a.rows(first, n), cg = c.rows(first, n);
     queue_product(dev, {.op = "grouped_matmul",
@@ -69,8 +99,15 @@ void grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const std
   });
 }
 
-void grouped_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const std::vector<int64_t>& rows) {
+void grouped_weight_grad_on(GroupedPath path, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                            const std::vector<int64_t>& rows) {
   device::CudaDevice& dev = cuda_device(dw);
+  if (path == GroupedPath::OneCall) {
+    const GroupedCall call = grouped_weight_grad_call(dy, x, dw);
+    check_one_call(call.op, call.operands, dw.dim(1), dw.dim(2), rows);
+    queue_grouped_call(dev, call, rows);
+    return;
+  }
   for_each_group(dw, rows, [&](const Tensor& w, int64_t first, int64_t n) {
     const Tensor dyg = dy.rows(first, n), xg = x.rows(first, n);
     queue_product(dev, {.op = "grouped_weight_grad",

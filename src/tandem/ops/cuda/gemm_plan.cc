@@ -40,24 +40,6 @@ namespace {
 constexpr size_t kWorkspaceBytes = static_cast<size_t>(kGemmWorkspaceBytes);
 constexpr int kCandidates = 8;  // heuristic results asked for and timed at a plan's first call
 
-cudaDataType_t cuda_type(DType t) {
-  switch (t) {
-    case DType::F32:
-      return CUDA_R_32F;
-    case DType::BF16:
-      return CUDA_R_16BF;
-    case DType::F16:
-      return CUDA_R_16F;
-    case DType::E4M3:
-      return CUDA_R_8F_E4M3;
-    case DType::E5M2:
-      return CUDA_R_8F_E5M2;
-    case DType::I32:
-      break;
-  }
-  TANDEM_FAIL("matmul: dtype ", dtype_name(t), " is not a float dtype");
-}
-
 cublasLtMatmulMatrixScale_t cublas_mode(ScaleMode m) {
   switch (m) {
     case ScaleMode::Scalar:
@@ -355,9 +337,9 @@ bool queue_product(device::CudaDevice& dev, const Product& p) {
                     .trans_b = p.trans_b,
                     .ld_a = cols_of(p.a),
                     .ld_b = cols_of(p.b),
-                    .a_type = cuda_type(p.a.dtype()),
-                    .b_type = cuda_type(p.b.dtype()),
-                    .d_type = cuda_type(p.d.dtype()),
+                    .a_type = gemm_data_type(p.a.dtype()),
+                    .b_type = gemm_data_type(p.b.dtype()),
+                    .d_type = gemm_data_type(p.d.dtype()),
                     .align_a = alignment_of(p.a.raw()),
                     .align_b = alignment_of(p.b.raw()),
                     .align_c = alignment_of(p.c_in.raw()),
@@ -390,6 +372,26 @@ bool queue_product(device::CudaDevice& dev, const Product& p) {
   TANDEM_CUBLAS_CHECK(status);
   return true;
 }
+
+cudaDataType_t gemm_data_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    case DType::F16:
+      return CUDA_R_16F;
+    case DType::E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::E5M2:
+      return CUDA_R_8F_E5M2;
+    case DType::I32:
+      break;
+  }
+  TANDEM_FAIL("matmul: dtype ", dtype_name(t), " is not a float dtype");
+}
+
+void* gemm_workspace(device::CudaDevice& dev) { return dev.context<GemmContext>().workspace.raw(); }
 
 EpilogueCounts epilogue_counts(device::CudaDevice& dev) {
   GemmContext& ctx = dev.context<GemmContext>();

@@ -1,7 +1,10 @@
 // The cuBLASLt product behind every CUDA GEMM op (gemm.cc: matmul, linear_forward, linear_weight_grad, fp8_matmul):
 // one description of a row-major product, queued through a per-device cache of descriptors and chosen algorithms
-// (gemm_plan.cc says how they are chosen). Host code only; no cuBLASLt type appears here.
+// (gemm_plan.cc says how they are chosen). Host code only; no cuBLASLt type appears here (cudaDataType_t is the
+// CUDA runtime's).
 #pragma once
+
+#include <library_types.h>
 
 #include "tandem/core/tensor.h"
 #include "tandem/device/cuda/cuda_device.h"
@@ -56,5 +59,12 @@ struct Product {
 // Queues the product on the device's compute stream. m, n, k > 0. Returns false, queuing nothing, when cuBLASLt has no
 // algorithm with the epilogue (the caller then does without it); without an epilogue, a missing algorithm throws.
 bool queue_product(device::CudaDevice& dev, const Product& p);
+
+// The CUDA type of a float dtype (f32, bf16, f16, e4m3, e5m2) as cuBLAS names it; other dtypes throw.
+cudaDataType_t gemm_data_type(DType t);
+
+// The device's cuBLASLt workspace (kGemmWorkspaceBytes, workspace.h), made with the device's first product and kept:
+// the grouped call (grouped_gemm.h) runs in it too, on the same stream.
+void* gemm_workspace(device::CudaDevice& dev);
 
 }  // namespace tandem::ops::cuda

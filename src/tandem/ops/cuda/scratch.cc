@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "tandem/ops/backend.h"
+#include "tandem/ops/cuda/grouped_path.h"
 #include "tandem/ops/cuda/scratch_sizes.h"
 #include "tandem/ops/cuda/workspace.h"
 #include "tandem/ops/op_util.h"
@@ -77,6 +78,17 @@ int64_t linear_weight_grad_scratch(const ScratchContext&, const Tensor& dy, cons
   return dweight.dtype() == DType::F32 ? std::max(sums, dbias.numel() * 4) : sums;
 }
 
+// gemm.cc, grouped_gemm.cu: the grouped call's pointer arrays where the rule (grouped_path.h) takes it; none on the
+// per-expert loop.
+int64_t grouped_matmul_scratch(const ScratchContext&, const Tensor& a, const Tensor& b, const Tensor& c,
+                               const std::vector<int64_t>& rows, bool, float) {
+  return grouped_scratch_bytes(grouped_path(grouped_matmul_operands(a, b, c), b.dim(1), b.dim(2), rows), rows);
+}
+int64_t grouped_weight_grad_scratch(const ScratchContext&, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                                    const std::vector<int64_t>& rows) {
+  return grouped_scratch_bytes(grouped_path(grouped_weight_grad_operands(dy, x, dw), dw.dim(1), dw.dim(2), rows), rows);
+}
+
 // rmsnorm.cu: dgamma's f32 partials, (blocks, C) in the packed pass, (slices, C) in the general one.
 int64_t rmsnorm_backward_scratch(const ScratchContext&, const Tensor&, const Tensor& x, const Tensor&, const Tensor&,
                                  const Tensor&, const Tensor&) {
@@ -105,6 +117,8 @@ const Scratch& scratch() {
     s.layernorm_backward = &layernorm_backward_scratch;
     s.layernorm_backward_add = &layernorm_backward_add_scratch;
     s.linear_weight_grad = &linear_weight_grad_scratch;
+    s.grouped_matmul = &grouped_matmul_scratch;
+    s.grouped_weight_grad = &grouped_weight_grad_scratch;
     s.rmsnorm_backward = &rmsnorm_backward_scratch;
     s.rmsnorm_backward_add = &rmsnorm_backward_add_scratch;
     s.head_norm_backward = &head_norm_backward_scratch;
