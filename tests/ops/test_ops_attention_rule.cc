@@ -68,5 +68,36 @@ TEST(AttentionRule, TheFlashKernelsTakeWhatNoBlockFitsAndDocuments) {
   EXPECT_FALSE(attention_uses_flash(kBf, 1, 32, 8, int64_t{1} << 21, 96, false));
 }
 
+TEST(AttentionRule, HeadGroupsAreTheLargestCountAimedAtThatDividesBothHeadCounts) {
+  EXPECT_EQ(cudnn_attention_block_groups(32, 8, 4), 4);
+  EXPECT_EQ(cudnn_attention_block_groups(32, 8, 16), 8);  // no more groups than kv heads
+  EXPECT_EQ(cudnn_attention_block_groups(6, 2, 4), 2);    // 4 and 3 do not divide Hkv 2
+  EXPECT_EQ(cudnn_attention_block_groups(12, 12, 8), 6);  // multi-head: 8 and 7 do not divide 12
+  EXPECT_EQ(cudnn_attention_block_groups(32, 1, 4), 1);   // multi-query: one group
+  EXPECT_EQ(cudnn_attention_block_groups(32, 8, 1), 1);
+}
+
+TEST(AttentionRule, HeadGroupsHoldTallerBlocksInTheSameDpBytes) {
+  // The Llama-3-8B shape at 128k over 4 head groups: 2 x 8 x 2048 x 131072 bytes of dP is 4 GiB, so 64 blocks of 2048
+  // rows, each run 4 times; the scratch is the 2048-row graph's workspace over 8 query heads (its GQA dq sums a
+  // quarter of the whole heads'), the whole heads' statistic rows, the lengths and the f32 sums.
+  const int64_t t = 131072;
+  const CudnnAttentionBlocks four = cudnn_attention_blocking(1, 32, 8, t, 128, 4);
+  EXPECT_EQ(four.rows, 2048);
+  EXPECT_EQ(four.groups, 4);
+  const CudnnAttentionBlocks one = cudnn_attention_blocking(1, 32, 8, t, 128, 1);
+  EXPECT_EQ(one.rows, 512);
+  EXPECT_EQ(one.groups, 1);
+  EXPECT_EQ(cudnn_attention_block_workspace(1, 8, 2, 2048, t, 128),
+            2 * 8 * 2048 * t + 4 * 8 * 2048 + 256 + 4 * 8 * t * 128);
+  // Short sequences run whole with the heads whole, whatever is aimed at; 2M tokens fit 64 rows of 8 heads.
+  EXPECT_EQ(cudnn_attention_blocking(4, 32, 8, 2048, 64, 4).rows, 2048);
+  EXPECT_EQ(cudnn_attention_blocking(4, 32, 8, 2048, 64, 4).groups, 1);
+  const CudnnAttentionBlocks long_four = cudnn_attention_blocking(1, 32, 8, int64_t{1} << 21, 128, 4);
+  EXPECT_EQ(long_four.rows, 128);
+  EXPECT_EQ(long_four.groups, 4);
+  EXPECT_EQ(cudnn_attention_blocking(1, 32, 8, int64_t{1} << 21, 128, 1).rows, 0);
+}
+
 }  // namespace
 }  // namespace tandem::ops::cuda

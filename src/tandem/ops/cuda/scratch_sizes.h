@@ -122,8 +122,8 @@ inline int64_t attention_block_groups_aimed() {
   return groups;
 }
 
-inline int64_t cudnn_attention_block_groups(int64_t h, int64_t kv) {
-  int64_t groups = std::min(attention_block_groups_aimed(), kv);
+inline int64_t cudnn_attention_block_groups(int64_t h, int64_t kv, int64_t aimed = attention_block_groups_aimed()) {
+  int64_t groups = std::min(aimed, kv);
   while (groups > 1 && (h % groups != 0 || kv % groups != 0)) --groups;
   return std::max<int64_t>(groups, 1);
 }
@@ -138,9 +138,10 @@ struct CudnnAttentionBlocks {
 // The blocks' shape: rows seq (one block, the heads whole: the whole graph runs) when the whole graph's workspace fits
 // kCudnnAttentionWorkspaceLimit or one block can hold every row; rows 0 when not even 64 rows of a head group fit
 // kCudnnAttentionBlockDpLimit (the flash kernels run then).
-inline CudnnAttentionBlocks cudnn_attention_blocking(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d) {
+inline CudnnAttentionBlocks cudnn_attention_blocking(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
+                                                     int64_t aimed_groups = attention_block_groups_aimed()) {
   if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit) return {seq, 1};
-  const int64_t groups = cudnn_attention_block_groups(h, kv);
+  const int64_t groups = cudnn_attention_block_groups(h, kv, aimed_groups);
   auto fits = [&](int64_t rows) { return 2 * b * (h / groups) * rows * seq <= kCudnnAttentionBlockDpLimit; };
   if (!fits(kCudnnAttentionMinBlockRows)) return {0, 1};
   int64_t rows = kCudnnAttentionMinBlockRows;
