@@ -200,6 +200,17 @@ TEST(Llama, WhatTheModelConsumesAndCosts) {
   EXPECT_DOUBLE_EQ(extra_flops_per_row(c), 12.0 * 16 * (32 * 64) * 2048);
 }
 
+TEST(Llama, AMixtureOfExpertsCostsTheExpertsATokenReaches) {
+  // Qwen3-MoE's shape cut to 4 layers, the second dense (mlp_only_layers): 3 sparse layers whose tokens reach 8 of 128
+  // experts of 3 C F parameters each, so 6 x the other 120 experts' parameters come off the attention's 12 L d T.
+  Json m = Json::parse(R"({"type": "llama", "family": "qwen3_moe", "seq_len": 256, "vocab_size": 1024,
+    "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 64, "num_experts": 128, "num_experts_per_tok": 8,
+    "moe_intermediate_size": 96, "mlp_only_layers": [1]})");
+  const LlamaConfig c = llama_of(m);
+  EXPECT_DOUBLE_EQ(extra_flops_per_row(c), 12.0 * 4 * (4 * 64) * 256 - 6.0 * 3 * 120 * 3 * 256 * 96);
+}
+
 TEST(Llama, LayoutChecks) {
   const LlamaConfig c = llama_of(llama_1b());  // 32 heads, 8 kv heads, 16 layers, vocab 128256, mlp 8192
   EXPECT_NO_THROW(check_layout(c, 1, 8, 1, {}));

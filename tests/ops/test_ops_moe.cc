@@ -303,6 +303,25 @@ TEST(MoeOps, GroupedProductsScratchIsWhatTheCountingDeviceAllocates) {
   }
 }
 
+// The counting backend records the 16-bit grouped products as grouped FLOPs, which the time model prices at their own
+// rate (many small products run slower than one large one), and the fp32 ones as fp32 products: 2 x each group's rows
+// x the stack's (N, K) matrix, forward and weight gradient alike.
+TEST(MoeOps, CountingBackendRecordsGroupedFlopsApart) {
+  const std::vector<int64_t> rows = {3, 0, 2};
+  for (const DType dtype : {DType::BF16, DType::F32}) {
+    device::CountingDevice dev(DeviceKind::Cuda);
+    const Tensor a = Tensor::empty({5, 6}, dtype, dev, "a"), b = Tensor::empty({3, 4, 6}, dtype, dev, "b");
+    const Tensor c = Tensor::empty({5, 4}, dtype, dev, "c"), dw = Tensor::empty({3, 4, 6}, dtype, dev, "dw");
+    grouped_matmul(a, b, c, rows, true);
+    grouped_weight_grad(c, a, dw, rows);
+    const double flops = 2 * 2.0 * 5 * 4 * 6;
+    const device::WorkLog w = dev.work();
+    EXPECT_DOUBLE_EQ(w.grouped_flops, dtype == DType::F32 ? 0.0 : flops) << dtype_name(dtype);
+    EXPECT_DOUBLE_EQ(w.gemm_flops_fp32, dtype == DType::F32 ? flops : 0.0) << dtype_name(dtype);
+    EXPECT_DOUBLE_EQ(w.gemm_flops, 0.0);
+  }
+}
+
 TEST(MoeOps, RefusesMismatchedShapes) {
   CpuDevice dev;
   const Tensor logits = randn(dev, {3, 4}, 61);

@@ -474,6 +474,7 @@ TEST(Search, LoraRunsAreNeverOffloaded) {
 TEST(Rates, BuiltInsAndFilesRoundTrip) {
   const plan::Rates h = plan::builtin_rates("h200");
   EXPECT_EQ(h.gemm_flops, 650e12);
+  EXPECT_EQ(h.grouped_flops, 75e12);
   EXPECT_EQ(h.op_overhead_s, 8e-6);
   EXPECT_EQ(h.tp_bus_bw, 329e9);
   EXPECT_EQ(h.device, "cuda");
@@ -482,12 +483,14 @@ TEST(Rates, BuiltInsAndFilesRoundTrip) {
   r.name = "test host";
   r.gemm_flops_fp32 = 12.5e9;
   r.attention_flops = 7e9;
+  r.grouped_flops = 3e9;
   r.op_overhead_s = 2e-6;
   plan::save_rates(r, path);
   const plan::Rates back = plan::load_rates(path);
   EXPECT_EQ(back.name, "test host");
   EXPECT_EQ(back.gemm_flops_fp32, 12.5e9);
   EXPECT_EQ(back.attention_flops, 7e9);
+  EXPECT_EQ(back.grouped_flops, 3e9);
   EXPECT_EQ(back.op_overhead_s, 2e-6);
   EXPECT_EQ(back.dp_bus_bw, r.dp_bus_bw);
   std::filesystem::remove(path);

@@ -21,6 +21,7 @@ struct WorkLog {
   double gemm_flops = 0;       // matrix products with 16-bit operands
   double gemm_flops_fp32 = 0;  // matrix products with fp32 operands
   double gemm_flops_fp8 = 0;   // matrix products with FP8 operands (e4m3, e5m2)
+  double grouped_flops = 0;    // a mixture of experts' grouped products with 16-bit operands (many small products)
   double attention_flops = 0;  // fused causal attention, forward and backward
   double bytes = 0;            // bytes read and written by every other op (elementwise, norms, the loss, AdamW)
   double ops = 0;              // kernel calls

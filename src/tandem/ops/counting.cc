@@ -32,6 +32,7 @@ void record(device::WorkLog& w, const A&... a) {
   w.gemm_flops += k.gemm_flops;
   w.gemm_flops_fp32 += k.gemm_flops_fp32;
   w.gemm_flops_fp8 += k.gemm_flops_fp8;
+  w.grouped_flops += k.grouped_flops;
   w.attention_flops += k.attention_flops;
   w.bytes += k.bytes;
 }

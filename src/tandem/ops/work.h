@@ -16,9 +16,10 @@ struct OpWork {
   double gemm_flops = 0;       // matmul with 16-bit operands
   double gemm_flops_fp32 = 0;  // matmul with fp32 operands
   double gemm_flops_fp8 = 0;   // fp8_matmul
+  double grouped_flops = 0;    // grouped_matmul / grouped_weight_grad with 16-bit operands (fp32 ones: gemm_flops_fp32)
   double attention_flops = 0;  // causal attention, forward and backward
   double bytes = 0;            // every other op
-  double flops() const { return gemm_flops + gemm_flops_fp32 + gemm_flops_fp8 + attention_flops; }
+  double flops() const { return gemm_flops + gemm_flops_fp32 + gemm_flops_fp8 + grouped_flops + attention_flops; }
 };
 
 namespace work_detail {
@@ -81,10 +82,10 @@ OpWork work_of(const A&... a) {
   } else if constexpr (id == OpId::grouped_matmul) {
     // Every group's product: 2 x its rows x the stack's matrix.
     const auto& [x, stack, c, rows, trans_b, beta] = std::tie(a...);
-    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = work_detail::grouped_flops(rows, stack);
+    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.grouped_flops) = work_detail::grouped_flops(rows, stack);
   } else if constexpr (id == OpId::grouped_weight_grad) {
     const auto& [dy, x, stack, rows] = std::tie(a...);
-    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.gemm_flops) = work_detail::grouped_flops(rows, stack);
+    (x.dtype() == DType::F32 ? w.gemm_flops_fp32 : w.grouped_flops) = work_detail::grouped_flops(rows, stack);
   } else if constexpr (id == OpId::linear_forward) {
     // The product's FLOPs; the epilogue's reads of bias and residual as bytes.
     const auto& [x, weight, bias, residual, y] = std::tie(a...);

@@ -22,7 +22,8 @@ struct PlannedModel {
   int64_t rows_per_sample = 1;     // rows of the loss per sample: T for a language model, 1 for a classifier
   std::string type = "model";      // what `tandem plan` calls it: "gpt", "mlp", or a custom model's name
   const char* unit = "samples/s";  // what tokens_per_s counts: "tok/s" or "samples/s"
-  // Model FLOPs per loss row on top of 6 x parameters (the attention's 12 L d T per token for a gpt).
+  // Model FLOPs per loss row on top of 6 x parameters (spec::extra_flops_per_row: the attention's 12 L d T per token,
+  // less the experts a token does not reach).
   double extra_flops_per_row = 0;
   // Throws Error (with what to change) when the layout cannot hold the model: heads, vocabulary or widths not
   // divisible by tp, a stage map that does not cover the layers; and with `micro` samples a micro-batch (0: not chosen

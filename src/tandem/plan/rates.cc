@@ -20,6 +20,11 @@ Rates builtin_rates(const std::string& name) {
     // FP8 tensor cores (1979 TFLOP/s peak, twice bf16's): fitted to the Llama 3.2 1B and 8-layer Llama-3-8B runs of
     // 2026-12-02 in FP8 so their predicted steps err as the same runs' in bf16 do (4-5% slow; docs/benchmarks.md).
     r.gemm_flops_fp8 = 1300e12;
+    // The experts' grouped products, one cuBLASLt product per expert over its rows: 56-76 TFLOP/s in the op profile
+    // of the 8-layer Qwen3-30B-A3B shape (128 experts of about 256 rows a product), fitted so that shape's step at
+    // micro 4 x 2 is predicted at the 579 ms measured beside transformers (docs/benchmarks.md, 2026-12-04; another
+    // call of that day ran the same step in 413 ms).
+    r.grouped_flops = 75e12;
     r.attention_flops = 220e12;  // cuDNN fused attention, forward 256 / backward 199 TFLOP/s at T=1024 D=64
     r.memory_bw = 4.0e12;        // HBM3e, 4.8 TB/s peak
     r.op_overhead_s = 8e-6;      // launch and tail of each kernel: what makes micro-batches of 1-2 slower
@@ -47,6 +52,7 @@ config::Json rates_to_json(const Rates& r) {
                       {"gemm_flops", r.gemm_flops},
                       {"gemm_flops_fp32", r.gemm_flops_fp32},
                       {"gemm_flops_fp8", r.gemm_flops_fp8},
+                      {"grouped_flops", r.grouped_flops},
                       {"attention_flops", r.attention_flops},
                       {"memory_bw", r.memory_bw},
                       {"op_overhead_s", r.op_overhead_s},
@@ -78,6 +84,7 @@ Rates rates_from_json(const config::Json& j) {
   num("gemm_flops", r.gemm_flops);
   num("gemm_flops_fp32", r.gemm_flops_fp32);
   num("gemm_flops_fp8", r.gemm_flops_fp8);
+  num("grouped_flops", r.grouped_flops);
   num("attention_flops", r.attention_flops);
   num("memory_bw", r.memory_bw);
   if (j.contains("op_overhead_s")) {

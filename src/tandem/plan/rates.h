@@ -14,6 +14,7 @@ struct Rates {
   double gemm_flops = 30e9;       // FLOP/s of large matmuls in a 16-bit compute dtype
   double gemm_flops_fp32 = 30e9;  // FLOP/s of large matmuls in fp32
   double gemm_flops_fp8 = 30e9;   // FLOP/s of large FP8 matmuls (fp8_matmul; on the CPU the fp32 product it runs)
+  double grouped_flops = 30e9;    // FLOP/s of a mixture of experts' grouped products (many small ones), 16-bit
   double attention_flops = 30e9;  // FLOP/s of causal attention (forward and backward), 16-bit compute dtype
   double memory_bw = 8e9;         // B/s of elementwise work (bytes read plus bytes written)
   double op_overhead_s = 0;       // fixed cost of each op (kernel launch, small-kernel tail), on top of its work

@@ -56,8 +56,8 @@ class Pricing {
     // Attention in fp32 runs no faster than an fp32 product.
     const double attention = fp32_ ? std::min(r_.attention_flops, r_.gemm_flops_fp32) : r_.attention_flops;
     s.compute = w.gemm_flops / r_.gemm_flops + w.gemm_flops_fp32 / r_.gemm_flops_fp32 +
-                w.gemm_flops_fp8 / r_.gemm_flops_fp8 + w.attention_flops / attention + w.bytes / r_.memory_bw +
-                w.ops * r_.op_overhead_s;
+                w.gemm_flops_fp8 / r_.gemm_flops_fp8 + w.grouped_flops / r_.grouped_flops +
+                w.attention_flops / attention + w.bytes / r_.memory_bw + w.ops * r_.op_overhead_s;
     auto comm = [&](CommAxis a) {
       const auto i = static_cast<size_t>(a);
       return w.comm_calls[i] * r_.latency_s + w.comm_bus_bytes[i] / bw_[i];

@@ -220,8 +220,14 @@ double extra_flops_per_row(const ModelConfig& model) {
               return 12.0 * static_cast<double>(g.layers) * static_cast<double>(g.dim) * static_cast<double>(g.seq_len);
             },
             [](const LlamaConfig& c) {
+              int64_t sparse = 0;
+              for (int64_t i = 0; i < c.num_hidden_layers; ++i) sparse += sparse_layer(c, i) ? 1 : 0;
+              const double idle_experts =
+                  static_cast<double>(sparse) * (c.moe.num_experts - c.moe.num_experts_per_tok) * 3.0 *
+                  static_cast<double>(c.hidden_size) * static_cast<double>(c.moe.moe_intermediate_size);
               return 12.0 * static_cast<double>(c.num_hidden_layers) *
-                     static_cast<double>(c.num_attention_heads * c.head_dim) * static_cast<double>(c.seq_len);
+                         static_cast<double>(c.num_attention_heads * c.head_dim) * static_cast<double>(c.seq_len) -
+                     6.0 * idle_experts;
             }},
       model);
 }

@@ -37,7 +37,8 @@ ModelIO model_io(const ModelConfig& model);
 int64_t rows_per_sample(const ModelConfig& model);
 
 // Model FLOPs per loss row on top of 6 x parameters: the attention, 12 L d T per token with d the width of the
-// heads (a gpt's dim, a llama's num_attention_heads x head_dim); 0 for an mlp.
+// heads (a gpt's dim, a llama's num_attention_heads x head_dim), less 6 x the experts' parameters a token does not
+// reach (E - k of a sparse layer's E, each 3 C F); 0 for an mlp.
 double extra_flops_per_row(const ModelConfig& model);
 
 // Throws Error, saying what to change, when the model cannot be cut into `pp` x `virtual_stages` pipeline chunks
