@@ -12,6 +12,8 @@
 #   top 2, V 512, T 64) on the CPU: the dry run that shows the script works end to end without a GPU.
 #   MOE_BENCH_STEPS (default 6): Tandem's steps (its speed is the median of those after the second).
 #   MOE_BENCH_COMPILE=1: transformers' decoder layers under torch.compile (hf_moe.py --compile).
+#   MOE_BENCH_GROUPED="loop one_call": Tandem's runs once for each of the experts' product paths named
+#   (TANDEM_GROUPED_GEMM), beside one transformers run; default: the path the rule takes.
 set -u
 bin="$1"
 out="$2"
@@ -51,9 +53,12 @@ if [ "$mode" = lora ]; then
   hf_extra=(--micro 2 --accum 4 --experts grouped_mm --lora --checkpoint)
 fi
 
+paths="${MOE_BENCH_GROUPED:-default}"
+for path in $paths; do
 for split in "${splits[@]}"; do
   read -r micro accum <<<"$split"
   name="tandem_m${micro}"
+  [ "$path" = default ] || name="tandem_${path}_m${micro}"
   cat >"$out/$name.json" <<JSON
 { "model": { "type": "llama", "family": "qwen3_moe", $model, "norm_topk_prob": true, "output_router_logits": true,
     "router_aux_loss_coef": 0.001, "rms_norm_eps": 1e-6, "tie_word_embeddings": false },
@@ -61,12 +66,15 @@ for split in "${splits[@]}"; do
   "steps": $steps, "seed": 1, $extra,
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-4 } }, "checkpoint": { "every": 0, "at_end": false } }
 JSON
-  echo "== Tandem: qwen3_moe $shape ($mode), T $seq, micro $micro x $accum"
-  timeout 500 "$bin/tandem" train "$out/$name.json" --device "$device" --out "$out/$name" --overwrite \
+  echo "== Tandem: qwen3_moe $shape ($mode), T $seq, micro $micro x $accum, experts' products: $path"
+  grouped=()
+  [ "$path" = default ] || grouped=(env "TANDEM_GROUPED_GEMM=$path")
+  timeout 500 "${grouped[@]}" "$bin/tandem" train "$out/$name.json" --device "$device" --out "$out/$name" --overwrite \
     </dev/null >"$out/$name.log" 2>&1
   rc=$?
   echo "tandem micro $micro: exit $rc"
   [ $rc -eq 0 ] || { status=1; grep -v "^  " "$out/$name.log" | tail -3; }
+done
 done
 
 echo "== transformers Qwen3MoeForCausalLM ($mode): ${hf_extra[*]}"
@@ -81,23 +89,24 @@ else
   echo "hf_moe: needs a GPU, not run"
 fi
 
-"$python" - "$out" <<'PY' || status=1
+"$python" - "$out" $paths <<'PY' || status=1
 import json, re, statistics, sys
 out = sys.argv[1]
 rows = {}
-for micro in (2, 4, 8):
-    name = f"tandem_m{micro}"
+for micro, path in ((m, p) for p in sys.argv[2:] for m in (2, 4, 8)):
+    name = f"tandem_m{micro}" if path == "default" else f"tandem_{path}_m{micro}"
     try:
         steps = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl") if '"loss"' in l]
         log = open(f"{out}/{name}.log").read()
     except OSError:
         continue
     pred = re.search(r"predicted peak per device: ([0-9.]+ [KMG]iB)", log)
-    rows[micro] = {"tokens_per_s": statistics.median(s["tokens_per_s"] for s in (steps[2:] or steps)),
+    label = f"micro {micro}" + ("" if path == "default" else f", {path}")
+    rows[label] = {"tokens_per_s": statistics.median(s["tokens_per_s"] for s in (steps[2:] or steps)),
                    "peak_GiB": max(s["peak_bytes"] for s in steps) / 2**30, "predicted": pred.group(1) if pred else None,
                    "losses": [s["loss"] for s in steps]}
-    r = rows[micro]
-    print(f"Tandem micro {micro}: {r['tokens_per_s']:.0f} tok/s, peak {r['peak_GiB']:.2f} GiB (predicted "
+    r = rows[label]
+    print(f"Tandem {label}: {r['tokens_per_s']:.0f} tok/s, peak {r['peak_GiB']:.2f} GiB (predicted "
           f"{r['predicted']}), losses {', '.join(f'{l:.4f}' for l in r['losses'])}")
 hf = {}
 try:
@@ -109,10 +118,10 @@ if hf.get("tokens_per_s"):
     print(f"transformers grouped_mm{' compiled' if hf.get('compile') else ''} micro {hf['micro']} x {hf['accum']}: "
           f"{hf['tokens_per_s']:.0f} tok/s, peak "
           f"{hf['peak_mem_GiB']:.2f} GiB")
+    for label, r in rows.items():
+        print(f"Tandem {label} / transformers: {r['tokens_per_s'] / hf['tokens_per_s']:.3f}x")
 elif hf:
     print("transformers:", json.dumps(hf))
-    for micro, r in rows.items():
-        print(f"Tandem micro {micro} / transformers: {r['tokens_per_s'] / hf['tokens_per_s']:.3f}x")
 json.dump({"tandem": rows, "transformers": hf}, open(f"{out}/moe.json", "w"), indent=1)
 sys.exit(0 if rows else 1)
 PY
