@@ -328,13 +328,12 @@ void check_attention_gqa_flash(Suite& s) {
 }
 
 // One backward row and its bitwise rerun: `backward(qkv, y, lse, dy, dqkv)` runs the GPU's from the CPU forward's y
-// and lse, compared with the CPU's backward.
+// and lse, compared with the CPU's backward. `bwd` names the rows (--filter picks them by it).
 template <class Backward>
 void check_backward(Suite& s, DType t, const std::string& shape, int64_t b, int64_t seq, int64_t h, int64_t kv,
-                    int64_t d, uint64_t seed, Backward&& backward) {
+                    int64_t d, uint64_t seed, Backward&& backward, const std::string& bwd = "attention_gqa_backward") {
   const int64_t w = (h + 2 * kv) * d, cy = h * d;
   const int heads = static_cast<int>(h), kvh = static_cast<int>(kv);
-  const std::string bwd = "attention_gqa_backward";
   s.run(bwd, dtype_name(t), shape, [&] {
     auto qkv = s.make({b, seq, w}, t, seed);
     auto dy = s.make({b, seq, cy}, t, seed + 1);
@@ -363,19 +362,20 @@ void check_attention_gqa_blocks(Suite& s) {
     int64_t b, t, h, kv, d, rows, groups;
   };
   const std::vector<Case> cases = {{2, 1000, 8, 2, 64, 256, 1},   {1, 777, 4, 4, 128, 128, 1},
-                                   {1, 2048, 32, 8, 128, 512, 1}, {2, 1000, 8, 2, 64, 256, 2},
-                                   {1, 777, 4, 4, 128, 128, 4},   {1, 2048, 32, 8, 128, 1024, 4}};
+                                   {1, 2048, 32, 8, 128, 512, 1}, {1, 777, 4, 4, 128, 128, 4},
+                                   {2, 1000, 8, 2, 64, 256, 2},   {1, 2048, 32, 8, 128, 1024, 4}};
   for (DType t : {DType::BF16, DType::F16}) {
     for (const Case& c : cases) {
       const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
       const std::string shape = dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + " blocks " +
                                 std::to_string(c.rows) + (c.groups > 1 ? " heads in " + std::to_string(c.groups) : "");
-      check_backward(s, t, shape, c.b, c.t, c.h, c.kv, c.d, 236,
-                     [&](const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& out) {
-                       TANDEM_CHECK(
-                           gpu::attention_gqa_backward_in_blocks(qkv, heads, kv, y, lse, dy, out, c.rows, c.groups),
-                           "cuDNN cannot run the blocks");
-                     });
+      check_backward(
+          s, t, shape, c.b, c.t, c.h, c.kv, c.d, 236,
+          [&](const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& out) {
+            TANDEM_CHECK(gpu::attention_gqa_backward_in_blocks(qkv, heads, kv, y, lse, dy, out, c.rows, c.groups),
+                         "cuDNN cannot run the blocks");
+          },
+          c.groups > 1 ? "attention_gqa_backward_blocks_groups" : "attention_gqa_backward_blocks");
     }
   }
 }

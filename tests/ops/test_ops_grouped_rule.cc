@@ -1,6 +1,6 @@
 // The rule that picks the CUDA path of the experts' grouped products (ops/cuda/grouped_path.h), which the op's
-// dispatch and the planner's scratch both follow: the per-expert loop unless the one cuBLAS grouped call is asked for
-// (TANDEM_GROUPED_GEMM=one_call), and then only where cuBLAS takes the operands (one dtype throughout, every matrix
+// dispatch and the planner's scratch both follow: the one cuBLAS grouped call unless the per-expert loop is asked for
+// (TANDEM_GROUPED_GEMM=loop), and then only where cuBLAS takes the operands (one dtype throughout, every matrix
 // pointer 16-byte aligned) and some group has rows; the call's scratch is its three pointer arrays. Plain C++: it
 // runs without a GPU (the GPU side is bench/gpu/ops_check's moe rows).
 #include <gtest/gtest.h>
@@ -35,15 +35,15 @@ Matmul matmul(Device& dev, DType in, DType out, int64_t n, int64_t k) {
           Tensor::empty({9, n}, out, dev, "c")};
 }
 
-TEST(GroupedRule, TheLoopUnlessTheOneCallIsAskedFor) {
+TEST(GroupedRule, TheOneCallUnlessTheLoopIsAskedFor) {
   CpuDevice dev;
   const Matmul m = matmul(dev, DType::BF16, DType::BF16, 48, 64);
   EXPECT_EQ(m.path(kLoop), kLoop);
   EXPECT_EQ(m.path(kOne), kOne);
   if (std::getenv("TANDEM_GROUPED_GEMM") == nullptr) {
-    EXPECT_EQ(kGroupedPathDefault, kLoop);  // until the one call is measured on a GPU
-    EXPECT_EQ(grouped_path_asked(), kLoop);
-    EXPECT_EQ(grouped_path(grouped_matmul_operands(m.a, m.b, m.c), 48, 64, kRows), kLoop);
+    EXPECT_EQ(kGroupedPathDefault, kOne);  // measured faster on a GPU (grouped_path.h)
+    EXPECT_EQ(grouped_path_asked(), kOne);
+    EXPECT_EQ(grouped_path(grouped_matmul_operands(m.a, m.b, m.c), 48, 64, kRows), kOne);
   }
 }
 
@@ -85,7 +85,8 @@ TEST(GroupedRule, TheOneCallsScratchIsThreePointersPerNonEmptyGroup) {
   EXPECT_EQ(grouped_scratch_bytes(kLoop, kRows), 0);
 }
 
-// The planner's scratch table follows the rule: on the default path, the loop, the products allocate nothing.
+// The planner's scratch table follows the rule: on the default path, the one call, the products allocate its pointer
+// arrays (on the loop, nothing).
 TEST(GroupedRule, TheScratchTableFollowsTheRule) {
   CpuDevice dev;
   const Matmul m = matmul(dev, DType::BF16, DType::BF16, 48, 64);
@@ -100,13 +101,13 @@ TEST(GroupedRule, TheScratchTableFollowsTheRule) {
   EXPECT_EQ(s.grouped_weight_grad(ScratchContext{}, dy, m.a, dw, kRows),
             grouped_scratch_bytes(grouped_path(grouped_weight_grad_operands(dy, m.a, dw), 48, 64, kRows), kRows));
   if (std::getenv("TANDEM_GROUPED_GEMM") == nullptr) {
-    EXPECT_EQ(want, 0);
+    EXPECT_EQ(want, 3 * 8 * 3);  // the call's three pointer arrays over the 3 groups with rows
   }
 }
 
 // Through the front end on the planner's counting device (planning a GPU): the call's pointer arrays where the one
-// call is asked for (ctest's test_ops_grouped_rule_one_call runs this binary with TANDEM_GROUPED_GEMM=one_call) and
-// cuBLAS takes the product; nothing on the loop (the default run) or for a product the call does not take.
+// call runs (the default run) and cuBLAS takes the product; nothing on the loop (ctest's test_ops_grouped_rule_loop
+// runs this binary with TANDEM_GROUPED_GEMM=loop) or for a product the call does not take.
 TEST(GroupedRule, TheCountingDeviceAllocatesThePointersOnlyWhereTheCallRuns) {
   device::CountingDevice dev(DeviceKind::Cuda);
   const bool asked = grouped_path_asked() == kOne;
