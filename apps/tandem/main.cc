@@ -43,7 +43,6 @@
 #include "tandem/plan/search.h"
 #include "tandem/train/agreed_error.h"
 #include "tandem/train/checkpoint.h"
-#include "tandem/train/run_checks.h"
 #include "tandem/train/run_folder.h"
 #include "tandem/train/stop_signal.h"
 #include "tandem/train/trainer.h"
@@ -151,7 +150,6 @@ int64_t preflight(const tandem::config::TrainConfig& tc, const tandem::layout::P
                   tandem::device::AccountedDevice* gpu, uint64_t gpu_memory, bool print) {
   using namespace tandem;
   layout::validate_for_model(plan, tc.model, tc.batch.accum);  // its messages say what to change; say them first
-  train::check_context_attention(tc, plan, gpu != nullptr);
   plan::PreflightOptions o;
   o.backend = gpu ? plan::Backend::Cuda : plan::Backend::Cpu;
   o.device_free_bytes = gpu_memory;

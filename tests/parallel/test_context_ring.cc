@@ -6,8 +6,7 @@
 // at ZeRO-3 with recomputation; a gpt beside tp); Qwen3's per-head norms beside tp; attention kept for the
 // recomputation: each must match the one-device run within the fp32 bounds of equivalence_bounds.h, as every other
 // layout does, and in bf16 within its bf16 bounds. Ring attention's merges and gradient sums run in a fixed order: the
-// same bits twice. The refusals before step 1: "heads" for heads that do not split, and the ring on a GPU, each by
-// name. Run under mpirun -np 4.
+// same bits twice. "heads" for heads that do not split is refused before step 1 by name. Run under mpirun -np 4.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -161,31 +160,6 @@ TEST(ContextRingRuns, HeadsThatDoNotSplitAreRefusedUnderHeads) {
       << msg;
   EXPECT_NE(msg.find("parallel.context_attention \"heads\" regroups"), std::string::npos) << msg;
   EXPECT_NE(msg.find("or set parallel.context_attention \"ring\""), std::string::npos) << msg;
-}
-
-// Ring attention on a GPU (no kernels for its block pairs yet): "ring" refused by name, and "auto" where the heads do
-// not split names both attentions; heads that split run by heads there, and CPU processes take the ring.
-TEST(ContextRingRuns, AGpuIsRefusedTheRingByName) {
-  spec::LlamaConfig m;
-  m.seq_len = 16;
-  m.num_attention_heads = 8;
-  m.num_key_value_heads = 2;
-  const spec::ModelConfig eight = m;
-  using spec::ContextAttention;
-  std::string msg =
-      testing::error_of([&] { spec::check_context_attention(eight, 4, 1, ContextAttention::Ring, true); });
-  EXPECT_NE(msg.find("parallel.context_attention \"ring\" runs on CPU processes only so far"), std::string::npos)
-      << msg;
-  EXPECT_NO_THROW(spec::check_context_attention(eight, 4, 1, ContextAttention::Auto, true));
-  EXPECT_NO_THROW(spec::check_context_attention(eight, 4, 1, ContextAttention::Ring, false));
-  m.num_attention_heads = 6;
-  const spec::ModelConfig six = m;
-  msg = testing::error_of([&] { spec::check_context_attention(six, 4, 1, ContextAttention::Auto, true); });
-  EXPECT_NE(msg.find("parallel.context 4 does not split the 6 query heads over 2 key/value heads"), std::string::npos)
-      << msg;
-  EXPECT_NE(msg.find("so parallel.context_attention \"auto\" chose ring attention"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("neither runs this on GPUs"), std::string::npos) << msg;
-  EXPECT_NO_THROW(spec::check_context_attention(six, 4, 1, ContextAttention::Auto, false));
 }
 
 }  // namespace

@@ -35,9 +35,6 @@ PlannedModel planned_model(const spec::ModelConfig& model, const spec::LoraConfi
     // FP8's products split over tp slots need whole blocks a slot (Linear::use_fp8): one slot's layers built to see.
     if (fp8.enabled && plan.layout.tp > 1) train::build_model(model, nn::TpSlot{0, plan.layout.tp}, lora, fp8);
   };
-  m.check_attention = [model](const layout::ParallelPlan& plan, bool gpu) {
-    spec::check_context_attention(model, plan.layout.cp, plan.layout.tp, plan.context_attention, gpu);
-  };
   return m;
 }
 

@@ -29,9 +29,6 @@ struct PlannedModel {
   // divisible by tp, a stage map that does not cover the layers; and with `micro` samples a micro-batch (0: not chosen
   // yet), when FP8 cannot scale a context shard's tokens as one device does. Null: only what building the model checks.
   std::function<void(const layout::ParallelPlan& plan, int64_t micro, int64_t micro_batches)> validate;
-  // Throws Error (with what to change) when the attention a context split uses (spec::check_context_attention) cannot
-  // run on the planned device: ring attention on a `gpu`. Null: anything runs.
-  std::function<void(const layout::ParallelPlan& plan, bool gpu)> check_attention;
   // Whether its optimizer state and parameters may be offloaded: not under LoRA, which the config refuses with
   // offload (only the adapters train; the frozen base stays on the device).
   bool offloadable = true;

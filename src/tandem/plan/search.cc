@@ -80,17 +80,6 @@ bool valid_for_model(const layout::ParallelPlan& plan, const PlannedModel& model
   }
 }
 
-// Whether the attention of the layout's context split runs on the planned device (ring attention: CPU processes only).
-bool attention_runs(const layout::ParallelPlan& plan, const PlannedModel& model, bool gpu) {
-  if (!model.check_attention) return true;
-  try {
-    model.check_attention(plan, gpu);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 }  // namespace
 
 std::string Candidate::name() const {
@@ -206,7 +195,7 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
   base.tiles = opt.tiles;
   // Context shards (cp > 1) where the options allow them and the model takes them (a gpt's or a llama's sequences; an
   // mlp is refused by valid_for_model), their attention as parallel.context_attention's "auto" picks it (by heads where
-  // they split, else by a ring, which a GPU does not run yet); like tp they stay inside a node, their exchanges beside
+  // they split, else by a ring); like tp they stay inside a node, their exchanges beside
   // tp's collectives.
   for (int dp : divisors(opt.devices))
     for (int pp : divisors(opt.devices / dp))
@@ -218,7 +207,6 @@ SearchResult search_layouts(const PlannedModel& model, const SearchOptions& opt)
           layout::ParallelPlan probe;
           probe.layout = layout::Layout{dp, pp, tp, cp};
           if (!valid_for_model(probe, model, 0, opt.global_batch / dp)) continue;
-          if (!attention_runs(probe, model, base.backend == Backend::Cuda)) continue;
         }
         ++result.layouts;
         for (int micro : divisors(opt.global_batch / dp)) {

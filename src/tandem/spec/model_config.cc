@@ -156,21 +156,6 @@ ContextAttention context_attention_of(const ModelConfig& model, int cp, int tp, 
   return context_attention_used(request, heads, kv_heads, cp);
 }
 
-void check_context_attention(const ModelConfig& model, int cp, int tp, ContextAttention request, bool gpu) {
-  if (!gpu || context_attention_of(model, cp, tp, request) != ContextAttention::Ring) return;
-  const auto [heads, kv_heads] = slot_heads(model, tp);
-  const std::string lack =
-      "runs on CPU processes only so far (its CUDA kernels for the block pairs are built but not yet checked on a GPU)";
-  if (request == ContextAttention::Ring)
-    TANDEM_FAIL("parallel.context_attention \"ring\" ", lack,
-                ": train on CPU processes (--device cpu), or use \"heads\"",
-                heads_split(heads, kv_heads, cp) ? "" : (" (" + heads_remedy(heads, kv_heads, tp) + ")"));
-  TANDEM_FAIL(heads_do_not_split(heads, kv_heads, cp, tp),
-              ", so parallel.context_attention \"auto\" chose ring attention, which ", lack,
-              "; neither runs this on GPUs: attention by heads would need whole heads (",
-              heads_remedy(heads, kv_heads, tp), "), ring attention CPU processes (--device cpu)");
-}
-
 void check_experts(const ModelConfig& model, int ep) {
   if (ep == 1) return;
   const auto* llama = std::get_if<LlamaConfig>(&model);

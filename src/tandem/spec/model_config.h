@@ -58,11 +58,6 @@ void check_context(const ModelConfig& model, int cp, int tp, ContextAttention at
 // (context_attention_used on a slot's heads): Heads or Ring; Heads without a split (cp 1) or for an mlp.
 ContextAttention context_attention_of(const ModelConfig& model, int cp, int tp, ContextAttention request);
 
-// Throws Error, saying what to change, where the attention a context split uses (context_attention_of) is ring and
-// the run is on a `gpu`: its CUDA kernels have not been checked on a GPU yet. Under auto the message names both
-// attentions.
-void check_context_attention(const ModelConfig& model, int cp, int tp, ContextAttention request, bool gpu);
-
 // Throws Error, saying what to change, when the experts cannot be spread over `ep` expert-parallel slots: the model
 // must have mixture-of-experts layers and ep must divide their number of experts.
 void check_experts(const ModelConfig& model, int ep);

@@ -18,10 +18,6 @@ namespace tandem::train {
 
 namespace fs = std::filesystem;
 
-void check_context_attention(const config::TrainConfig& cfg, const layout::ParallelPlan& plan, bool gpu) {
-  spec::check_context_attention(cfg.model, plan.layout.cp, plan.layout.tp, plan.context_attention, gpu);
-}
-
 RunChecks::RunChecks(const config::TrainConfig& cfg, const TrainOptions& options, layout::Groups& groups, bool print)
     : cfg_(cfg), options_(options), groups_(groups), print_(print) {}
 

@@ -15,10 +15,6 @@
 
 namespace tandem::train {
 
-// The attention a context split uses against what ring attention does not do yet (spec::check_context_attention): run
-// on a `gpu`. The app asks before its preflight, the trainer before step 1.
-void check_context_attention(const config::TrainConfig& cfg, const layout::ParallelPlan& plan, bool gpu);
-
 class RunChecks {
  public:
   // `print`: this rank prints (rank 0 of a run that prints).

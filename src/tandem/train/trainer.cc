@@ -74,7 +74,6 @@ Trainer::Trainer(config::TrainConfig cfg, layout::ParallelPlan plan, ModelBuilde
                    plan_.layout.ep == groups_->layout.ep,
                "groups built for ", groups_->layout.str(), ", the plan is for ", plan_.layout.str());
   layout::validate_for_model(plan_, cfg_.model, cfg_.batch.accum);
-  check_context_attention(cfg_, plan_, options_.device && options_.device->kind() == DeviceKind::Cuda);
   // FP8's scales of a shard's tokens are those of one device's where its tiles of tokens fit the split.
   nn::check_fp8_context(cfg_.fp8, cfg_.batch.micro, spec::model_io(cfg_.model).seq_len, plan_.layout.cp);
   // Held-out data, drawn with the run's seed: synthetic data keeps its teacher (the function it learns), and a token
