@@ -21,16 +21,20 @@ TEST(AttentionRule, ShortSequencesRunCudnnWhole) {
 }
 
 TEST(AttentionRule, LongSequencesRunInBlocksOfTheTallestHeightThatFits) {
-  // The Llama-3-8B shape at 128k: 2 x 32 x 512 x 131072 bytes of dP is 4 GiB, so 256 blocks of 512 rows.
+  // The Llama-3-8B shape at 128k, its heads in the rule's 8 groups (4 query heads over 1 kv head each): 2 x 4 x 4096 x
+  // 131072 bytes of dP is 4 GiB, so 32 blocks of 4096 rows, each run over the 8 groups.
   const int64_t t = 131072;
-  EXPECT_EQ(cudnn_attention_block_rows(1, 32, 8, t, 128), 512);
-  EXPECT_EQ(cudnn_attention_blocks(512, t), 256);
+  EXPECT_EQ(cudnn_attention_block_rows(1, 32, 8, t, 128), 4096);
+  EXPECT_EQ(cudnn_attention_blocking(1, 32, 8, t, 128).groups, 8);
+  EXPECT_EQ(cudnn_attention_blocks(4096, t), 32);
   EXPECT_FALSE(attention_uses_flash(kBf, 1, 32, 8, t, 128, false));
-  // The scratch: the 512-row graph's workspace (its keys all T), the (H, 512) f32 statistic, the 256 blocks' query and
-  // key lengths, each rounded to 256 bytes, then the (T, 2 Hkv D) f32 sums: 7,516,326,144 bytes, what cuDNN 9.19 gave
-  // on an H200 (docs/benchmarks.md).
-  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, t, 128, true), 7516326144);
-  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, 32768, 128, true), 5100798464);
+  // The scratch: the 4096-row graph's workspace over 4 query heads (its keys all T), the (H, 4096) f32 statistic, the
+  // 32 blocks' query and key lengths, each rounded to 256 bytes, then the (T, 2 Hkv D) f32 sums: 5,637,734,912 bytes,
+  // the planner's peak of the 128k step equal to the measured one on an H100 (docs/benchmarks.md). At 32k: 2 blocks
+  // of 16384 rows.
+  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, t, 128, true), 5637734912);
+  EXPECT_EQ(cudnn_attention_block_rows(1, 32, 8, 32768, 128), 16384);
+  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, 32768, 128, true), 4632871424);
   // The forward runs whole (cuDNN's forward workspace does not grow with T).
   EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, t, 128, false), 256);
 }
@@ -46,8 +50,9 @@ TEST(AttentionRule, OneBlockOfEveryRowIsTheWholeGraph) {
 TEST(AttentionRule, TheHeightIsThePowerOfTwoThatFitsWhateverTheLength) {
   for (const int64_t t : {int64_t{131072 + 64}, int64_t{100000}, int64_t{262144 + 1000}}) {
     SCOPED_TRACE(t);
-    const int64_t rows = cudnn_attention_block_rows(1, 32, 8, t, 128);
-    auto fits = [&](int64_t r) { return 2 * 32 * r * t <= kCudnnAttentionBlockDpLimit; };
+    const CudnnAttentionBlocks blocks = cudnn_attention_blocking(1, 32, 8, t, 128);
+    const int64_t rows = blocks.rows, group_heads = 32 / blocks.groups;
+    auto fits = [&](int64_t r) { return 2 * group_heads * r * t <= kCudnnAttentionBlockDpLimit; };
     EXPECT_GE(rows, kCudnnAttentionMinBlockRows);
     EXPECT_EQ(rows & (rows - 1), 0);
     EXPECT_TRUE(fits(rows));
@@ -57,15 +62,17 @@ TEST(AttentionRule, TheHeightIsThePowerOfTwoThatFitsWhateverTheLength) {
 }
 
 TEST(AttentionRule, TheFlashKernelsTakeWhatNoBlockFitsAndDocuments) {
-  // 1M tokens: 64 rows against every key are 4 GiB of dP, the most a block may have; 2M are past it.
-  EXPECT_EQ(cudnn_attention_block_rows(1, 32, 8, int64_t{1} << 20, 128), 64);
-  EXPECT_EQ(cudnn_attention_block_rows(1, 32, 8, int64_t{1} << 21, 128), 0);
-  EXPECT_TRUE(attention_uses_flash(kBf, 1, 32, 8, int64_t{1} << 21, 128, false));
-  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, int64_t{1} << 21, 128, true), 0);
+  // 8M tokens: 64 rows of a head group (4 query heads) against every key are 4 GiB of dP, the most a block may have;
+  // 16M are past it.
+  const int64_t t8m = int64_t{1} << 23, t16m = int64_t{1} << 24;
+  EXPECT_EQ(cudnn_attention_block_rows(1, 32, 8, t8m, 128), 64);
+  EXPECT_EQ(cudnn_attention_block_rows(1, 32, 8, t16m, 128), 0);
+  EXPECT_TRUE(attention_uses_flash(kBf, 1, 32, 8, t16m, 128, false));
+  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, t16m, 128, true), 0);
   EXPECT_TRUE(attention_uses_flash(kBf, 4, 32, 8, 2048, 64, true));
   // Shapes the flash kernels cannot take never go to them: f32, or D 96.
-  EXPECT_FALSE(attention_uses_flash(DType::F32, 1, 32, 8, int64_t{1} << 21, 128, false));
-  EXPECT_FALSE(attention_uses_flash(kBf, 1, 32, 8, int64_t{1} << 21, 96, false));
+  EXPECT_FALSE(attention_uses_flash(DType::F32, 1, 32, 8, t16m, 128, false));
+  EXPECT_FALSE(attention_uses_flash(kBf, 1, 32, 8, t16m, 96, false));
 }
 
 TEST(AttentionRule, HeadGroupsAreTheLargestCountAimedAtThatDividesBothHeadCounts) {
@@ -90,7 +97,7 @@ TEST(AttentionRule, HeadGroupsHoldTallerBlocksInTheSameDpBytes) {
   EXPECT_EQ(one.groups, 1);
   EXPECT_EQ(cudnn_attention_block_workspace(1, 8, 2, 2048, t, 128),
             2 * 8 * 2048 * t + 4 * 8 * 2048 + 256 + 4 * 8 * t * 128);
-  // Short sequences run whole with the heads whole, whatever is aimed at; 2M tokens fit 64 rows of 8 heads.
+  // Short sequences run whole with the heads whole, whatever is aimed at; 2M tokens fit 128 rows of 8 heads.
   EXPECT_EQ(cudnn_attention_blocking(4, 32, 8, 2048, 64, 4).rows, 2048);
   EXPECT_EQ(cudnn_attention_blocking(4, 32, 8, 2048, 64, 4).groups, 1);
   const CudnnAttentionBlocks long_four = cudnn_attention_blocking(1, 32, 8, int64_t{1} << 21, 128, 4);

@@ -110,8 +110,10 @@ inline constexpr int64_t kCudnnAttentionMinBlockRows = 64;
 // so the same kCudnnAttentionBlockDpLimit holds blocks `groups` times taller, and the dk and dv sums run once for
 // every `groups` times as many rows. The number of groups aimed at is kCudnnAttentionBlockGroups, or N where
 // TANDEM_ATTENTION_BLOCK_GROUPS=N is in the environment (to measure the rule against other counts; the planner reads
-// the same), cut to the largest that divides both H and Hkv.
-inline constexpr int64_t kCudnnAttentionBlockGroups = 1;
+// the same), cut to the largest that divides both H and Hkv. 8 (one kv head a group for Llama-3's 8): on an H100 the
+// 8-layer Llama-3-8B shape's 128k step ran 7,670 tok/s over 1 group (256 blocks of 512 rows), 9,213 over 4 (64 of
+// 2,048) and 9,415 over 8 (32 of 4,096), its peak lower each time (docs/benchmarks.md, 2026-12-05).
+inline constexpr int64_t kCudnnAttentionBlockGroups = 8;
 
 inline int64_t attention_block_groups_aimed() {
   static const int64_t groups = [] {
