@@ -47,6 +47,11 @@ std::vector<MemCase> cases() {
   add("gpt", mem_case(1, 1, 1), "cpu");  // beside offloaded optimizer state, in the same host memory
   add("llama", mem_case(1, 2, 1, 0, spec::ScheduleKind::OneFOneB));  // the first 2 layers of each stage's alone
   out.back().cpu_ckpt_layers = 2;
+  // LoRA on every projection in bf16, two steps of one micro-batch: the fused projections' merged adapters (q, k, v
+  // and gate, up) hold nothing in the second step's backward that the first's did not (the peak of either is the
+  // plan's, which runs one).
+  add("llama_lora", mem_case(1, 1, 1, 0, spec::ScheduleKind::OneFOneB, 1, 2, true));
+  out.back().global = 2;
   return out;
 }
 

@@ -82,23 +82,6 @@ Tensor LoraAdapters::dropped(const Adapter& a, const Tensor& rows, int64_t sampl
 
 bool LoraAdapters::merged(const Batch& batch) const { return adapters_.size() > 1 && !masking(batch); }
 
-const Tensor& LoraAdapters::identity(DType dtype, Device& device) const {
-  for (const Tensor& t : identities_)
-    if (t.dtype() == dtype) return t;
-  const int64_t kr = static_cast<int64_t>(adapters_.size()) * options_.r;
-  Tensor one = Tensor::zeros({kr, kr}, DType::F32, device, "LoRA block identity");
-  std::vector<float> host(static_cast<size_t>(kr * kr), 0.0f);
-  for (int64_t i = 0; i < kr; ++i) host[static_cast<size_t>(i * kr + i)] = 1.0f;
-  one.copy_from_host(host.data());
-  if (dtype != DType::F32) {
-    Tensor cast = Tensor::empty({kr, kr}, dtype, device, "LoRA block identity");
-    ops::cast(one, cast);
-    one = cast;
-  }
-  identities_.push_back(one);
-  return identities_.back();
-}
-
 Tensor LoraAdapters::stacked_a(const Tensor& like) const {
   const int64_t r = options_.r;
   Tensor a = Tensor::empty({static_cast<int64_t>(adapters_.size()) * r, in_local_}, like.dtype(), like.device(),
@@ -110,11 +93,10 @@ Tensor LoraAdapters::stacked_a(const Tensor& like) const {
 Tensor LoraAdapters::block_diagonal_b(const Tensor& like) const {
   const int64_t r = options_.r, kr = static_cast<int64_t>(adapters_.size()) * r;
   Tensor b = Tensor::zeros({out_local_, kr}, like.dtype(), like.device(), "LoRA B of the merged adapters");
-  const Tensor& eye = identity(like.dtype(), like.device());
-  // B_blk's rows of adapter j = B_j (rows, r) E_j^T, E_j^T = rows [j r, (j + 1) r) of the identity (r, k r).
+  // Adapter j's B_j (rows, r) at its block's rows, columns [j r, (j + 1) r).
   for (size_t j = 0; j < adapters_.size(); ++j) {
     const Adapter& a = adapters_[j];
-    ops::matmul(a.b->value, eye.rows(static_cast<int64_t>(j) * r, r), b.rows(a.row, a.rows), false, false);
+    ops::copy_columns(a.b->value, 0, b.rows(a.row, a.rows), static_cast<int64_t>(j) * r, r);
   }
   return b;  // (out_local, k r)
 }
@@ -197,13 +179,14 @@ void LoraAdapters::backward_merged(const Tensor& rows, const Tensor& h, const Te
                                    float beta) const {
   const int64_t n = rows.dim(0), r = options_.r, kr = static_cast<int64_t>(adapters_.size()) * r;
   Device& device = rows.device();
-  // dB_j += (dY^T (s H_cat))[its rows, columns j r..]: the rows picked as a view, the columns by E_j.
+  // dB_j += (dY^T (s H_cat))[its rows, columns j r..]: the rows picked as a view, the columns copied out.
   Tensor all = Tensor::empty({out_local_, kr}, DType::F32, device, "LoRA B gradient of the merged adapters");
   ops::matmul(g_out, h, all, true, false);
-  const Tensor& eye = identity(DType::F32, device);
   for (size_t j = 0; j < adapters_.size(); ++j) {
     const Adapter& a = adapters_[j];
-    ops::matmul(all.rows(a.row, a.rows), eye.rows(static_cast<int64_t>(j) * r, r), a.b->grad, false, true, 1.0f);
+    Tensor part = Tensor::empty({a.rows, r}, DType::F32, device, a.b->name + " gradient of the merged adapters");
+    ops::copy_columns(all.rows(a.row, a.rows), static_cast<int64_t>(j) * r, part, 0, r);
+    ops::axpy(1.0f, part, a.b->grad);
   }
   // G_cat = s dY B_blk (N, k r); dX = beta dX + G_cat A_cat; dA_cat = G_cat^T X, summed over the slots of a column
   // split.

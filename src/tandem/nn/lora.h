@@ -14,8 +14,8 @@
 // (k r, in) and B_blk (out, k r) block-diagonal (B_j at its block's rows and columns [j r, (j + 1) r)), so the
 // layer's output, its gradient and its input gradient are read and written once per pass instead of k times. Each
 // output still sums only its own adapter's r terms (plus exact zeros), so the forward is the separate adapters' to the
-// bit. B_j goes into B_blk, and dB_j out of dY^T H_cat, through products with rows of the identity: each element sums
-// one exact product with 1 and exact zeros, so the placement is exact (fp32 sums, as every product here).
+// bit. B_j is copied into B_blk's columns, and dB_j's part of dY^T H_cat copied out of them and added (ops::
+// copy_columns): the placement is exact, and nothing is kept from one call to the next.
 //
 // Tensor parallelism (Megatron's notation; slot i of tp, X the layer's input):
 //   column-parallel, W = [W_1; ..; W_tp] split by rows, X replicated. A is whole on every slot; B = [B_1; ..; B_tp]
@@ -138,8 +138,6 @@ class LoraAdapters {
   // A_cat (k r, in_local) and B_blk (out_local, k r) of the merged form.
   Tensor stacked_a(const Tensor& like) const;
   Tensor block_diagonal_b(const Tensor& like) const;
-  // The (k r, k r) identity in `dtype` on the layer's device, made once per dtype: its rows place and pick blocks.
-  const Tensor& identity(DType dtype, Device& device) const;
   std::vector<Tensor> down_merged(const Tensor& rows) const;
   void backward_merged(const Tensor& rows, const Tensor& h, const Tensor& g_out, const Tensor& g_in, float beta) const;
   // Whether this micro-batch's inputs are masked: dropout > 0 while training.
@@ -153,7 +151,6 @@ class LoraAdapters {
   TpSlot tp_;
   int64_t in_local_, in_global_, out_local_;
   std::vector<Adapter> adapters_;
-  mutable std::vector<Tensor> identities_;  // identity(): at most one per dtype
 };
 
 }  // namespace tandem::nn
