@@ -180,7 +180,7 @@ void cast(const Tensor& src, const Tensor& dst);
 
 // A block of columns between two tables of the same rows and dtype: dst[r, dst_col + j] = src[r, src_col + j] for every
 // row r and j < width, with src (N, Ws) and dst (N, Wd) read as the rows of their last dim (context parallelism's
-// regrouping of heads, nn/context_split.h). src and dst must not overlap.
+// regrouping of heads, nn/context_split.h; LoRA's merged adapters' blocks, nn/lora.h). src and dst must not overlap.
 void copy_columns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width);
 
 // ---- Llama-family decoders: RMSNorm (whole rows and per head), rotary embedding, SwiGLU, grouped-query attention ----
