@@ -8,7 +8,8 @@
 #   GPU_LONG_T: the sequence lengths (default "32768 65536 131072"; empty: none).
 #   GPU_LONG_ATTENTION: "deterministic" (the default attention), "nondeterministic"
 #     (TANDEM_NONDETERMINISTIC_ATTENTION=1), or both (the default); "deterministic_gN" is the deterministic one with
-#     its backward's blocks over N head groups (TANDEM_ATTENTION_BLOCK_GROUPS=N) rather than the rule's count.
+#     its backward's blocks over N head groups (TANDEM_ATTENTION_BLOCK_GROUPS=N) rather than the rule's count, and
+#     "deterministic_bN" with N GiB of dP a block (TANDEM_ATTENTION_BLOCK_BYTES) rather than 4 (both: _gN_bM).
 #   GPU_LONG_HOST_CKPT: "0" (the default), "1" (the checkpointed layer inputs in host memory:
 #     parallel.cpu_checkpointing, runs named ..._host) or "0 1" (both, measured in the same call).
 #   GPU_LONG_KEEP: "0" (the default), "1" (attention's output kept for the recomputation: parallel.keep_attention,
@@ -92,11 +93,10 @@ for t in $lengths; do
         [ "$host" = 1 ] && name="${name}_host"
         [ "$keep" = 1 ] && name="${name}_keep"
         config "$name" "$t" 1 1 true "$(bool "$host")" "$(bool "$keep")"
-        case "$a" in
-          nondeterministic) envs=(TANDEM_NONDETERMINISTIC_ATTENTION=1) ;;
-          deterministic_g*) envs=(TANDEM_NONDETERMINISTIC_ATTENTION=0 "TANDEM_ATTENTION_BLOCK_GROUPS=${a#deterministic_g}") ;;
-          *) envs=(TANDEM_NONDETERMINISTIC_ATTENTION=0) ;;
-        esac
+        envs=(TANDEM_NONDETERMINISTIC_ATTENTION=0)
+        [ "$a" = nondeterministic ] && envs=(TANDEM_NONDETERMINISTIC_ATTENTION=1)
+        [[ "$a" =~ _g([0-9]+) ]] && envs+=("TANDEM_ATTENTION_BLOCK_GROUPS=${BASH_REMATCH[1]}")
+        [[ "$a" =~ _b([0-9]+) ]] && envs+=("TANDEM_ATTENTION_BLOCK_BYTES=$((BASH_REMATCH[1] << 30))")
         tandem "$name" "${GPU_LONG_LIMIT:-240}" "${envs[@]}"
       done
     done

@@ -88,9 +88,9 @@ void bench_long_attention(CudaDevice& dev) {
     struct Blocking {
       int64_t groups, rows;
     };
-    for (const Blocking k :
-         {Blocking{1, 256}, Blocking{1, 512}, Blocking{1, 1024}, Blocking{2, 1024}, Blocking{2, 2048},
-          Blocking{4, 1024}, Blocking{4, 2048}, Blocking{4, 4096}, Blocking{8, 4096}, Blocking{8, 8192}}) {
+    for (const Blocking k : {Blocking{1, 256}, Blocking{1, 512}, Blocking{1, 1024}, Blocking{2, 1024},
+                             Blocking{2, 2048}, Blocking{4, 1024}, Blocking{4, 2048}, Blocking{4, 4096},
+                             Blocking{8, 4096}, Blocking{8, 8192}, Blocking{8, 16384}, Blocking{8, 32768}}) {
       const int64_t gh = kH / k.groups, gkv = kKv / k.groups;
       const int64_t scratch = gpu::cudnn_attention_blocked_scratch(
           gpu::cudnn_attention_block_workspace(sh.b, gh, gkv, k.rows, sh.t, kD), k.rows, sh.b, kH, kKv, sh.t, kD);

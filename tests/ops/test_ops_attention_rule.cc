@@ -106,5 +106,18 @@ TEST(AttentionRule, HeadGroupsHoldTallerBlocksInTheSameDpBytes) {
   EXPECT_EQ(cudnn_attention_blocking(1, 32, 8, int64_t{1} << 21, 128, 1).rows, 0);
 }
 
+TEST(AttentionRule, MoreDpBytesHoldTallerBlocks) {
+  // 8 GiB of dP a block doubles the height at 128k in 8 groups (16 blocks of 8,192 rows) and lets 64 rows of one head
+  // at 16M tokens fit (2 x 4 x 64 x 2^24 bytes is 8 GiB), where 4 GiB leaves that length to the flash kernels.
+  const int64_t t = 131072, gib = int64_t{1} << 30;
+  EXPECT_EQ(cudnn_attention_blocking(1, 32, 8, t, 128, 8, 4 * gib).rows, 4096);
+  const CudnnAttentionBlocks taller = cudnn_attention_blocking(1, 32, 8, t, 128, 8, 8 * gib);
+  EXPECT_EQ(taller.rows, 8192);
+  EXPECT_EQ(taller.groups, 8);
+  EXPECT_EQ(cudnn_attention_blocks(taller.rows, t), 16);
+  EXPECT_EQ(cudnn_attention_blocking(1, 32, 8, int64_t{1} << 24, 128, 8, 4 * gib).rows, 0);
+  EXPECT_EQ(cudnn_attention_blocking(1, 32, 8, int64_t{1} << 24, 128, 8, 8 * gib).rows, 64);
+}
+
 }  // namespace
 }  // namespace tandem::ops::cuda

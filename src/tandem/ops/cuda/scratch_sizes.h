@@ -100,8 +100,9 @@ inline int64_t cudnn_attention_block_workspace(int64_t b, int64_t h, int64_t kv,
 // and v columns, which an f32 (B, T, 2 Hkv D) accumulator sums block after block in a fixed order (the same bits
 // every run). One graph serves every block of one height: its keys are all T, cut to the block's own at run time
 // (cuDNN's padding mask), so a block's dP tiles are sized for rows x T. The height is the largest power of two, 64 at
-// least, whose 2 B H rows T bytes of dP (of one head group's H, below) fit kCudnnAttentionBlockDpLimit; the last block
-// takes what is left.
+// least, whose 2 B H rows T bytes of dP (of one head group's H, below) fit kCudnnAttentionBlockDpLimit, or N bytes
+// where TANDEM_ATTENTION_BLOCK_BYTES=N is in the environment (to measure taller blocks; the planner reads the same);
+// the last block takes what is left.
 inline constexpr int64_t kCudnnAttentionBlockDpLimit = int64_t{4} << 30;
 inline constexpr int64_t kCudnnAttentionMinBlockRows = 64;
 
@@ -124,6 +125,15 @@ inline int64_t attention_block_groups_aimed() {
   return groups;
 }
 
+inline int64_t attention_block_dp_limit() {
+  static const int64_t limit = [] {
+    const char* n = std::getenv("TANDEM_ATTENTION_BLOCK_BYTES");
+    const int64_t asked = n ? std::atoll(n) : 0;
+    return asked > 0 ? asked : kCudnnAttentionBlockDpLimit;
+  }();
+  return limit;
+}
+
 inline int64_t cudnn_attention_block_groups(int64_t h, int64_t kv, int64_t aimed = attention_block_groups_aimed()) {
   int64_t groups = std::min(aimed, kv);
   while (groups > 1 && (h % groups != 0 || kv % groups != 0)) --groups;
@@ -141,10 +151,11 @@ struct CudnnAttentionBlocks {
 // kCudnnAttentionWorkspaceLimit or one block can hold every row; rows 0 when not even 64 rows of a head group fit
 // kCudnnAttentionBlockDpLimit (the flash kernels run then).
 inline CudnnAttentionBlocks cudnn_attention_blocking(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
-                                                     int64_t aimed_groups = attention_block_groups_aimed()) {
+                                                     int64_t aimed_groups = attention_block_groups_aimed(),
+                                                     int64_t dp_limit = attention_block_dp_limit()) {
   if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit) return {seq, 1};
   const int64_t groups = cudnn_attention_block_groups(h, kv, aimed_groups);
-  auto fits = [&](int64_t rows) { return 2 * b * (h / groups) * rows * seq <= kCudnnAttentionBlockDpLimit; };
+  auto fits = [&](int64_t rows) { return 2 * b * (h / groups) * rows * seq <= dp_limit; };
   if (!fits(kCudnnAttentionMinBlockRows)) return {0, 1};
   int64_t rows = kCudnnAttentionMinBlockRows;
   while (2 * rows <= seq && fits(2 * rows)) rows *= 2;
