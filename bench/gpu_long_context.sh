@@ -9,7 +9,9 @@
 #   GPU_LONG_ATTENTION: "deterministic" (the default attention), "nondeterministic"
 #     (TANDEM_NONDETERMINISTIC_ATTENTION=1), or both (the default); "deterministic_gN" is the deterministic one with
 #     its backward's blocks over N head groups (TANDEM_ATTENTION_BLOCK_GROUPS=N) rather than the rule's count, and
-#     "deterministic_bN" with N GiB of dP a block (TANDEM_ATTENTION_BLOCK_BYTES) rather than 4 (both: _gN_bM).
+#     "deterministic_bN" with N GiB of dP a block (TANDEM_ATTENTION_BLOCK_BYTES) rather than 4, and
+#     "deterministic_s0" or "_s1" with its whole-height blocks unsplit or split (TANDEM_ATTENTION_BLOCK_SPLIT);
+#     these combine (deterministic_g8_b8_s1).
 #   GPU_LONG_HOST_CKPT: "0" (the default), "1" (the checkpointed layer inputs in host memory:
 #     parallel.cpu_checkpointing, runs named ..._host) or "0 1" (both, measured in the same call).
 #   GPU_LONG_KEEP: "0" (the default), "1" (attention's output kept for the recomputation: parallel.keep_attention,
@@ -97,6 +99,7 @@ for t in $lengths; do
         [ "$a" = nondeterministic ] && envs=(TANDEM_NONDETERMINISTIC_ATTENTION=1)
         [[ "$a" =~ _g([0-9]+) ]] && envs+=("TANDEM_ATTENTION_BLOCK_GROUPS=${BASH_REMATCH[1]}")
         [[ "$a" =~ _b([0-9]+) ]] && envs+=("TANDEM_ATTENTION_BLOCK_BYTES=$((BASH_REMATCH[1] << 30))")
+        [[ "$a" =~ _s([01]) ]] && envs+=("TANDEM_ATTENTION_BLOCK_SPLIT=${BASH_REMATCH[1]}")
         tandem "$name" "${GPU_LONG_LIMIT:-240}" "${envs[@]}"
       done
     done

@@ -355,7 +355,8 @@ void check_backward(Suite& s, DType t, const std::string& shape, int64_t b, int6
 
 // cuDNN's deterministic backward in blocks of query rows (attention_blocks.h), which the rule runs past
 // kCudnnAttentionWorkspaceLimit (scratch_sizes.h), forced here at small sizes: several blocks, a short last block, GQA
-// and multi-head attention, D 64 and 128, the heads whole and in groups (two batch elements, one kv head a group);
+// and multi-head attention, D 64 and 128, the heads whole and in groups (two batch elements, one kv head a group),
+// the whole-height blocks split in two (their rows against the keys before them, and their diagonal square) or not;
 // the same bits twice.
 void check_attention_gqa_blocks(Suite& s) {
   struct Case {
@@ -366,16 +367,21 @@ void check_attention_gqa_blocks(Suite& s) {
                                    {2, 1000, 8, 2, 64, 256, 2},   {1, 2048, 32, 8, 128, 1024, 4}};
   for (DType t : {DType::BF16, DType::F16}) {
     for (const Case& c : cases) {
-      const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
-      const std::string shape = dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + " blocks " +
-                                std::to_string(c.rows) + (c.groups > 1 ? " heads in " + std::to_string(c.groups) : "");
-      check_backward(
-          s, t, shape, c.b, c.t, c.h, c.kv, c.d, 236,
-          [&](const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& out) {
-            TANDEM_CHECK(gpu::attention_gqa_backward_in_blocks(qkv, heads, kv, y, lse, dy, out, c.rows, c.groups),
-                         "cuDNN cannot run the blocks");
-          },
-          c.groups > 1 ? "attention_gqa_backward_blocks_groups" : "attention_gqa_backward_blocks");
+      for (const bool split : {false, true}) {
+        const int heads = static_cast<int>(c.h), kv = static_cast<int>(c.kv);
+        const std::string shape = dims({c.b, c.t, c.h, c.d}) + " Hkv=" + std::to_string(c.kv) + " blocks " +
+                                  std::to_string(c.rows) +
+                                  (c.groups > 1 ? " heads in " + std::to_string(c.groups) : "");
+        check_backward(
+            s, t, shape, c.b, c.t, c.h, c.kv, c.d, 236,
+            [&](const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& out) {
+              TANDEM_CHECK(
+                  gpu::attention_gqa_backward_in_blocks(qkv, heads, kv, y, lse, dy, out, c.rows, c.groups, split),
+                  "cuDNN cannot run the blocks");
+            },
+            std::string(c.groups > 1 ? "attention_gqa_backward_blocks_groups" : "attention_gqa_backward_blocks") +
+                (split ? "_split" : ""));
+      }
     }
   }
 }

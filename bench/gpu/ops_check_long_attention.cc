@@ -3,7 +3,7 @@
 // rows past kCudnnAttentionWorkspaceLimit, or the flash kernels), with TFLOP/s forward and backward, the backward's
 // scratch as cuDNN gives it and as the planner estimates it, and the first call's time (its graphs are built then).
 // At 128k the flash kernels beside (attention kept inside one document: theirs), and the deterministic backward in
-// blocks of other heights than the rule's, its heads whole or in groups.
+// blocks of other heights than the rule's, its heads whole or in groups, its whole-height blocks split in two or not.
 #include <cudnn.h>
 
 #include <chrono>
@@ -88,24 +88,26 @@ void bench_long_attention(CudaDevice& dev) {
     struct Blocking {
       int64_t groups, rows;
     };
-    for (const Blocking k : {Blocking{1, 256}, Blocking{1, 512}, Blocking{1, 1024}, Blocking{2, 1024},
-                             Blocking{2, 2048}, Blocking{4, 1024}, Blocking{4, 2048}, Blocking{4, 4096},
-                             Blocking{8, 4096}, Blocking{8, 8192}, Blocking{8, 16384}, Blocking{8, 32768}}) {
-      const int64_t gh = kH / k.groups, gkv = kKv / k.groups;
-      const int64_t scratch = gpu::cudnn_attention_blocked_scratch(
-          gpu::cudnn_attention_block_workspace(sh.b, gh, gkv, k.rows, sh.t, kD), k.rows, sh.b, kH, kKv, sh.t, kD);
-      const double rb = median_ms(
-          dev,
-          [&] {
-            TANDEM_CHECK(
-                gpu::attention_gqa_backward_in_blocks(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv, k.rows, k.groups),
-                "blocks of ", k.rows, " rows, heads in ", k.groups);
-          },
-          1, reps);
-      std::printf("  heads in %lld groups, blocks of %5lld rows: bwd %9.2f ms %7.1f TFLOP/s, scratch %lld bytes\n",
-                  static_cast<long long>(k.groups), static_cast<long long>(k.rows), rb, 2.5 * flops / (rb * 1e9),
-                  static_cast<long long>(scratch));
-      std::fflush(stdout);
+    for (const Blocking k : {Blocking{1, 512}, Blocking{4, 2048}, Blocking{4, 4096}, Blocking{8, 4096},
+                             Blocking{8, 8192}, Blocking{8, 16384}, Blocking{8, 32768}}) {
+      for (const bool split : {false, true}) {
+        const int64_t gh = kH / k.groups, gkv = kKv / k.groups;
+        const int64_t scratch =
+            gpu::cudnn_attention_blocked_scratch(gpu::cudnn_attention_block_workspace(sh.b, gh, gkv, k.rows, sh.t, kD),
+                                                 k.rows, sh.b, kH, kKv, sh.t, kD, split);
+        const double rb = median_ms(
+            dev,
+            [&] {
+              TANDEM_CHECK(gpu::attention_gqa_backward_in_blocks(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv, k.rows,
+                                                                 k.groups, split),
+                           "blocks of ", k.rows, " rows, heads in ", k.groups);
+            },
+            1, reps);
+        std::printf("  heads in %lld groups, blocks of %5lld rows%s: bwd %9.2f ms %7.1f TFLOP/s, scratch %lld bytes\n",
+                    static_cast<long long>(k.groups), static_cast<long long>(k.rows), split ? ", split" : "", rb,
+                    2.5 * flops / (rb * 1e9), static_cast<long long>(scratch));
+        std::fflush(stdout);
+      }
     }
   }
 }

@@ -29,12 +29,16 @@ TEST(AttentionRule, LongSequencesRunInBlocksOfTheTallestHeightThatFits) {
   EXPECT_EQ(cudnn_attention_blocks(4096, t), 32);
   EXPECT_FALSE(attention_uses_flash(kBf, 1, 32, 8, t, 128, false));
   // The scratch: the 4096-row graph's workspace over 4 query heads (its keys all T), the (H, 4096) f32 statistic, the
-  // 32 blocks' query and key lengths, each rounded to 256 bytes, then the (T, 2 Hkv D) f32 sums: 5,637,734,912 bytes,
-  // the planner's peak of the 128k step equal to the measured one on an H100 (docs/benchmarks.md). At 32k: 2 blocks
-  // of 16384 rows.
-  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, t, 128, true), 5637734912);
+  // 32 blocks' query and key lengths, each rounded to 256 bytes, then the (T, 2 Hkv D) f32 sums: 5,637,734,912 bytes
+  // unsplit, the planner's peak of the 128k step equal to the measured one on an H100 (docs/benchmarks.md); split
+  // blocks add their (4096, H D) bf16 dq beside. At 32k: 2 blocks of 16384 rows.
+  const bool split = attention_block_split_aimed();
+  EXPECT_EQ(cudnn_attention_blocking(1, 32, 8, t, 128).split, split);
+  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, t, 128, true),
+            5637734912 + (split ? 2 * 4096 * 32 * 128 : 0));
   EXPECT_EQ(cudnn_attention_block_rows(1, 32, 8, 32768, 128), 16384);
-  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, 32768, 128, true), 4632871424);
+  EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, 32768, 128, true),
+            4632871424 + (split ? 2 * 16384 * 32 * 128 : 0));
   // The forward runs whole (cuDNN's forward workspace does not grow with T).
   EXPECT_EQ(attention_cudnn_workspace_estimate(kBf, 1, 32, 8, t, 128, false), 256);
 }
@@ -104,6 +108,23 @@ TEST(AttentionRule, HeadGroupsHoldTallerBlocksInTheSameDpBytes) {
   EXPECT_EQ(long_four.rows, 128);
   EXPECT_EQ(long_four.groups, 4);
   EXPECT_EQ(cudnn_attention_blocking(1, 32, 8, int64_t{1} << 21, 128, 1).rows, 0);
+}
+
+TEST(AttentionRule, SplitBlocksHoldTheirDiagonalsDqBeside) {
+  // Blocks split or not as asked; the whole graph and the flash kernels' lengths are never split. A split block's dq
+  // beside is (B, rows, H D) 16-bit, rounded to 256 bytes, between the lengths and the sums.
+  const int64_t t = 131072, gib = int64_t{1} << 30;
+  EXPECT_TRUE(cudnn_attention_blocking(1, 32, 8, t, 128, 8, 4 * gib, true).split);
+  EXPECT_FALSE(cudnn_attention_blocking(1, 32, 8, t, 128, 8, 4 * gib, false).split);
+  EXPECT_FALSE(cudnn_attention_blocking(4, 32, 8, 2048, 64, 8, 4 * gib, true).split);
+  EXPECT_FALSE(cudnn_attention_blocking(1, 32, 8, int64_t{1} << 24, 128, 8, 4 * gib, true).split);
+  const int64_t ws = cudnn_attention_block_workspace(1, 4, 1, 4096, t, 128);
+  EXPECT_EQ(cudnn_attention_blocked_scratch(ws, 4096, 1, 32, 8, t, 128, true) -
+                cudnn_attention_blocked_scratch(ws, 4096, 1, 32, 8, t, 128, false),
+            2 * 4096 * 32 * 128);
+  EXPECT_EQ(cudnn_attention_blocked_scratch(0, 64, 3, 5, 1, 1000, 24, true) -
+                cudnn_attention_blocked_scratch(0, 64, 3, 5, 1, 1000, 24, false),
+            (2 * 3 * 64 * 5 * 24 + 255) / 256 * 256);
 }
 
 TEST(AttentionRule, MoreDpBytesHoldTallerBlocks) {

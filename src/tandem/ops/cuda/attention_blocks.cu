@@ -44,11 +44,35 @@ __global__ void block_sums_kernel(float* __restrict__ acc, T* __restrict__ kv, i
   }
 }
 
-__global__ void lengths_kernel(int32_t* __restrict__ lengths, int64_t b, int64_t t, int64_t rows, int64_t n) {
+__global__ void lengths_kernel(int32_t* __restrict__ lengths, int64_t b, int64_t t, int64_t rows, bool split,
+                               int64_t n) {
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < n;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t block = p / (2 * b), first = block * rows, own = t - first < rows ? t - first : rows;
-    lengths[p] = static_cast<int32_t>(p % (2 * b) < b ? own : first + own);  // queries, then keys
+    const int64_t keys = split && own == rows ? first : first + own;
+    lengths[p] = static_cast<int32_t>(p % (2 * b) < b ? own : keys);  // queries, then keys
+  }
+}
+
+// One pack of 8: element (e, r, c..c+7) of a split block's dq.
+template <class T>
+__global__ void add_dq_kernel(T* __restrict__ dq, const T* __restrict__ beside, int64_t t, int64_t row_stride,
+                              int64_t hd, int64_t first, int64_t rows, int64_t packs) {
+  const int64_t per_row = hd / 8;
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = p / per_row, c = (p % per_row) * 8;  // row over (e, r)
+    const int64_t e = row / rows, r = row % rows;
+    T* x = dq + (e * t + first + r) * row_stride + c;
+    const Pack<T> side = *reinterpret_cast<const Pack<T>*>(beside + row * hd + c);
+    Pack<T> out;
+    if (first > 0) {
+      const Pack<T> in = *reinterpret_cast<const Pack<T>*>(x);
+      for (int k = 0; k < 8; ++k) out.v[k] = from_f32<T>(to_f32(in.v[k]) + to_f32(side.v[k]));
+    } else {
+      out = side;
+    }
+    *reinterpret_cast<Pack<T>*>(x) = out;
   }
 }
 
@@ -68,11 +92,27 @@ cudaError_t launch(const BlockSums& s, int64_t keys, int64_t summed, cudaStream_
 
 }  // namespace
 
-cudaError_t attention_blocks_lengths(int32_t* lengths, int64_t b, int64_t t, int64_t rows, cudaStream_t stream) {
+cudaError_t attention_blocks_lengths(int32_t* lengths, int64_t b, int64_t t, int64_t rows, bool split,
+                                     cudaStream_t stream) {
   const int64_t n = 2 * b * ((t + rows - 1) / rows);
   if (n == 0) return cudaSuccess;
   lengths_kernel<<<std::min<int64_t>((n + kThreads - 1) / kThreads, 1024), kThreads, 0, stream>>>(lengths, b, t, rows,
-                                                                                                  n);
+                                                                                                  split, n);
+  return cudaGetLastError();
+}
+
+cudaError_t attention_blocks_add_dq(void* dq, const void* beside, int64_t b, int64_t t, int64_t row_stride, int64_t hd,
+                                    int64_t first, int64_t rows, bool f16, cudaStream_t stream) {
+  const int64_t packs = b * rows * (hd / 8);
+  if (packs == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((packs + kThreads - 1) / kThreads, int64_t{132} * 16);
+  if (f16)
+    add_dq_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(dq), static_cast<const __half*>(beside),
+                                                           t, row_stride, hd, first, rows, packs);
+  else
+    add_dq_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(dq),
+                                                                  static_cast<const __nv_bfloat16*>(beside), t,
+                                                                  row_stride, hd, first, rows, packs);
   return cudaGetLastError();
 }
 

@@ -48,8 +48,8 @@ namespace fe = cudnn_frontend;
 // Tensor uids in the variant packs.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKv };
 
-// (backward, dtype, B, H, Hkv, T, rows, D, head groups)
-using GraphKey = std::array<int64_t, 9>;
+// (backward, dtype, B, H, Hkv, T, rows, D, head groups, block part)
+using GraphKey = std::array<int64_t, 10>;
 
 struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;  // null when cuDNN cannot run this shape
@@ -82,15 +82,21 @@ struct GqaAttentionContext {
 // [keys - rows, keys) against keys [0, keys), the causal mask aligned to the bottom right, the graph's keys all T and
 // each block's own given at run time (cuDNN's padding mask: per batch element, the query and key lengths). A block's
 // graph may take one of `groups` groups of the heads, H / groups query heads over Hkv / groups kv heads, run in turn
-// (scratch_sizes.h). The buffers keep their (B, T, ...) strides either way.
+// (scratch_sizes.h). The buffers keep their (B, T, ...) strides either way. A split block (scratch_sizes.h) runs two
+// graphs of its own parts: its rows against the keys before them (kBefore: no mask, the keys cut by the padding mask)
+// and its diagonal square (kDiagonal: `rows` keys from the block's first, the causal mask at the top left, dq written
+// to a (B, rows, H D) buffer beside).
+enum BlockPart : int64_t { kWholeBlock = 0, kBefore = 1, kDiagonal = 2 };
 struct GqaShape {
   int64_t b, h, kv, t, d;
   int64_t rows = 0;
   int64_t groups = 1;
+  int64_t part = kWholeBlock;
   int64_t width() const { return (h + 2 * kv) * d; }  // W
   int64_t q_rows() const { return rows ? rows : t; }
-  int64_t graph_h() const { return h / groups; }    // the query heads one graph takes
-  int64_t graph_kv() const { return kv / groups; }  // and its kv heads
+  int64_t keys() const { return part == kDiagonal ? rows : t; }  // the graph's keys
+  int64_t graph_h() const { return h / groups; }                 // the query heads one graph takes
+  int64_t graph_kv() const { return kv / groups; }               // and its kv heads
 };
 
 GqaShape shape_of(const Tensor& qkv, int heads, int kv_heads) {
@@ -121,7 +127,7 @@ std::shared_ptr<fe::graph::Tensor_attributes> q_tensor(fe::graph::Graph& g, cons
 }
 std::shared_ptr<fe::graph::Tensor_attributes> kv_tensor(fe::graph::Graph& g, const char* name, int64_t uid,
                                                         const GqaShape& s) {
-  return input(g, name, uid, {s.b, s.graph_kv(), s.t, s.d}, qkv_strides(s));
+  return input(g, name, uid, {s.b, s.graph_kv(), s.keys(), s.d}, qkv_strides(s));
 }
 
 // Runs the build steps; the first failure's message, or "" when the graph is ready.
@@ -184,14 +190,16 @@ Built build_backward(const GqaShape& s, DType t, cudnnHandle_t handle, bool dete
                              .set_dim({s.b, s.graph_h(), s.q_rows(), 1})
                              .set_stride(stats_strides(s))
                              .set_data_type(fe::DataType_t::FLOAT));
-  auto options =
-      fe::graph::SDPA_backward_attributes()
-          .set_name("causal_gqa_attention_backward")
-          .set_attn_scale(1.0f / std::sqrt(static_cast<float>(s.d)))
-          .set_diagonal_alignment(s.rows ? fe::DiagonalAlignment_t::BOTTOM_RIGHT : fe::DiagonalAlignment_t::TOP_LEFT)
-          .set_diagonal_band_right_bound(0)
-          .set_deterministic_algorithm(deterministic);
-  if (s.rows) {
+  auto options = fe::graph::SDPA_backward_attributes()
+                     .set_name("causal_gqa_attention_backward")
+                     .set_attn_scale(1.0f / std::sqrt(static_cast<float>(s.d)))
+                     .set_deterministic_algorithm(deterministic);
+  if (s.part != kBefore)  // the causal mask: at the bottom right of a whole block, else at the top left
+    options
+        .set_diagonal_alignment(s.rows && s.part == kWholeBlock ? fe::DiagonalAlignment_t::BOTTOM_RIGHT
+                                                                : fe::DiagonalAlignment_t::TOP_LEFT)
+        .set_diagonal_band_right_bound(0);
+  if (s.rows && s.part != kDiagonal) {
     auto length = [&](const char* name, int64_t uid) {
       return g->tensor(fe::graph::Tensor_attributes()
                            .set_name(name)
@@ -203,9 +211,13 @@ Built build_backward(const GqaShape& s, DType t, cudnnHandle_t handle, bool dete
     options.set_padding_mask(true).set_seq_len_q(length("seq_q", kSeqQ)).set_seq_len_kv(length("seq_kv", kSeqKv));
   }
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
-  dq->set_output(true).set_uid(kDQ).set_dim({s.b, s.graph_h(), s.q_rows(), s.d}).set_stride(qkv_strides(s));
-  dk->set_output(true).set_uid(kDK).set_dim({s.b, s.graph_kv(), s.t, s.d}).set_stride(qkv_strides(s));
-  dv->set_output(true).set_uid(kDV).set_dim({s.b, s.graph_kv(), s.t, s.d}).set_stride(qkv_strides(s));
+  const std::vector<int64_t> beside = {s.rows * s.h * s.d, s.d, s.h * s.d, 1};  // the (B, rows, H D) dq beside
+  dq->set_output(true)
+      .set_uid(kDQ)
+      .set_dim({s.b, s.graph_h(), s.q_rows(), s.d})
+      .set_stride(s.part == kDiagonal ? beside : qkv_strides(s));
+  dk->set_output(true).set_uid(kDK).set_dim({s.b, s.graph_kv(), s.keys(), s.d}).set_stride(qkv_strides(s));
+  dv->set_output(true).set_uid(kDV).set_dim({s.b, s.graph_kv(), s.keys(), s.d}).set_stride(qkv_strides(s));
   std::string why = finish_graph(*g, handle);
   return {why.empty() ? g : nullptr, why};
 }
@@ -218,12 +230,14 @@ std::string shape_text(const GqaShape& s, DType t) {
   std::string text = buf;
   if (s.rows) text += ", blocks of " + std::to_string(s.rows) + " query rows";
   if (s.groups > 1) text += ", the heads in " + std::to_string(s.groups) + " groups";
+  if (s.part == kBefore) text += ", against the keys before them";
+  if (s.part == kDiagonal) text += ", their diagonal square";
   return text;
 }
 
 // The cached graph for this shape, built on first use; null graph when cuDNN cannot run it (reported once).
 const CachedGraph& graph_for(GqaAttentionContext& ctx, bool backward, const GqaShape& s, DType t) {
-  const GraphKey key{backward, static_cast<int64_t>(t), s.b, s.h, s.kv, s.t, s.rows, s.d, s.groups};
+  const GraphKey key{backward, static_cast<int64_t>(t), s.b, s.h, s.kv, s.t, s.rows, s.d, s.groups, s.part};
   auto it = ctx.graphs.find(key);
   if (it != ctx.graphs.end()) return it->second;
   Built built;
@@ -282,50 +296,82 @@ char* offset(const Tensor& t, int64_t elements) {
   return static_cast<char*>(t.raw()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
-// The blocked backward's graphs, blocks of `b.rows` rows (scratch_sizes.h) and a shorter last one if T needs it, each
-// over one of `b.groups` head groups, built on first use; the widest one's workspace, or -1 when cuDNN cannot run them.
-int64_t block_graphs(GqaAttentionContext& ctx, const GqaShape& s, DType t, const CudnnAttentionBlocks& b,
-                     const CachedGraph** full, const CachedGraph** last) {
+// The blocked backward's graphs (scratch_sizes.h), built on first use, each over one of `b.groups` head groups:
+// those of a whole-height block (`before` and `diagonal` where it is split, else `full`: the bottom-right mask) and of
+// a shorter last block if T needs one (`last`, bottom-right). `widest` is the largest workspace of those that run, -1
+// when cuDNN cannot run them. A split that cuDNN cannot build runs unsplit.
+struct BlockGraphs {
+  const CachedGraph *full = nullptr, *last = nullptr, *before = nullptr, *diagonal = nullptr;
+  bool split = false;
+  int64_t widest = -1;
+};
+
+BlockGraphs block_graphs(GqaAttentionContext& ctx, const GqaShape& s, DType t, const CudnnAttentionBlocks& b) {
+  BlockGraphs g;
   GqaShape block = s;
   block.rows = b.rows;
   block.groups = b.groups;
-  *full = &graph_for(ctx, true, block, t);
-  block.rows = s.t - (cudnn_attention_blocks(b.rows, s.t) - 1) * b.rows;
-  *last = &graph_for(ctx, true, block, t);
-  if (!(*full)->graph || !(*last)->graph) return -1;
-  return std::max((*full)->workspace, (*last)->workspace);
+  int64_t widest = 0;
+  auto use = [&](const CachedGraph* c) {
+    if (!c->graph) return false;
+    widest = std::max(widest, c->workspace);
+    return true;
+  };
+  if (b.split) {
+    block.part = kBefore;
+    g.before = &graph_for(ctx, true, block, t);
+    block.part = kDiagonal;
+    g.diagonal = &graph_for(ctx, true, block, t);
+    g.split = g.before->graph && g.diagonal->graph;
+    block.part = kWholeBlock;
+  }
+  if (g.split) {
+    use(g.before);
+    use(g.diagonal);
+  } else {
+    g.full = &graph_for(ctx, true, block, t);
+    if (!use(g.full)) return g;
+  }
+  const int64_t tail = s.t - (cudnn_attention_blocks(b.rows, s.t) - 1) * b.rows;
+  if (tail < b.rows) {
+    block.rows = tail;
+    g.last = &graph_for(ctx, true, block, t);
+    if (!use(g.last)) return g;
+  } else {
+    g.last = g.full;
+  }
+  g.widest = widest;
+  return g;
 }
 
-// The deterministic backward in blocks of query rows (scratch_sizes.h): each block's dq rows go straight into dqkv,
-// its dk and dv (keys [0, a + rows)) into dqkv's k and v columns, head group after head group, summed into an f32
-// accumulator in block order; the last block's are added to the sums and rounded into dqkv. One allocation holds the
-// largest block's workspace and the accumulator. False when cuDNN cannot run a block (nothing written).
+// The deterministic backward in blocks of query rows (scratch_sizes.h), head group after head group: each block's dq
+// rows go into dqkv (a split block's two parts' added there in f32), its dk and dv (keys [0, a + rows)) into dqkv's k
+// and v columns, summed into an f32 accumulator in block order; the last block's are added to the sums and rounded
+// into dqkv. One allocation holds the widest graph's workspace, the dq beside and the accumulator. False when cuDNN
+// cannot run a block (nothing written).
 bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const GqaShape& s,
                         const CudnnAttentionBlocks& shape, const Tensor& qkv, const Tensor& y, const Tensor& lse,
                         const Tensor& dy, const Tensor& dqkv) {
-  const CachedGraph *full = nullptr, *last = nullptr;
-  const int64_t widest = block_graphs(ctx, s, qkv.dtype(), shape, &full, &last);
-  if (widest < 0) return false;
+  const BlockGraphs graphs = block_graphs(ctx, s, qkv.dtype(), shape);
+  if (graphs.widest < 0) return false;
   const int64_t rows = shape.rows, blocks = cudnn_attention_blocks(rows, s.t);
   const int64_t gh = s.h / shape.groups, gkv = s.kv / shape.groups;  // one graph's heads
-  const int64_t bytes = cudnn_attention_blocked_scratch(widest, rows, s.b, s.h, s.kv, s.t, s.d);
+  const int64_t bytes = cudnn_attention_blocked_scratch(graphs.widest, rows, s.b, s.h, s.kv, s.t, s.d, graphs.split);
   Tensor scratch = Tensor::empty({bytes / 4}, DType::F32, dev,
-                                 "cuDNN attention backward blocks: workspace, statistic rows, lengths, dk dv sums");
+                                 "cuDNN attention backward blocks: workspace, statistic rows, lengths, dq, dk dv sums");
+  auto round = [](int64_t n) { return (n + 255) / 256 * 256; };
   char* ws = static_cast<char*>(scratch.raw());
-  char* stats = ws + (widest + 255) / 256 * 256;
-  auto* lengths = reinterpret_cast<int32_t*>(stats + (4 * s.b * s.h * rows + 255) / 256 * 256);
-  TANDEM_CUDA_CHECK(attention_blocks_lengths(lengths, s.b, s.t, rows, dev.compute_stream()));
+  char* stats = ws + round(graphs.widest);
+  auto* lengths = reinterpret_cast<int32_t*>(stats + round(4 * s.b * s.h * rows));
+  char* beside = reinterpret_cast<char*>(lengths) + round(8 * s.b * blocks);
+  char* sums_at = beside + (graphs.split ? round(2 * s.b * rows * s.h * s.d) : 0);
+  TANDEM_CUDA_CHECK(attention_blocks_lengths(lengths, s.b, s.t, rows, graphs.split, dev.compute_stream()));
   const BlockSums sums{
-      reinterpret_cast<float*>(reinterpret_cast<char*>(lengths) + (8 * s.b * blocks + 255) / 256 * 256),
-      offset(dqkv, k_offset(s)),
-      s.b,
-      s.t,
-      2 * s.kv * s.d,
-      s.width(),
+      reinterpret_cast<float*>(sums_at), offset(dqkv, k_offset(s)), s.b, s.t, 2 * s.kv * s.d, s.width(),
       qkv.dtype() == DType::F16};
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t a = i * rows, n = std::min(rows, s.t - a);
-    const bool final_block = i + 1 == blocks;
+    const bool final_block = i + 1 == blocks, parts = graphs.split && n == rows;
     for (int64_t g = 0; g < shape.groups; ++g) {
       // The block's rows of the group's lse (B, H, T) packed as (B, gh, n).
       for (int64_t e = 0; e < s.b; ++e)
@@ -340,9 +386,30 @@ bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const
           {kDQ, offset(dqkv, a * s.width() + q)}, {kDK, offset(dqkv, k_offset(s) + k)},
           {kDV, offset(dqkv, v_offset(s) + k)},   {kSeqQ, lengths + 2 * s.b * i},
           {kSeqKv, lengths + 2 * s.b * i + s.b}};
-      const fe::error_t status = (final_block ? last : full)->graph->execute(ctx.handle, pack, ws);
-      TANDEM_CHECK(status.is_good(), "cuDNN grouped-query attention backward (a block) failed: ", status.err_msg);
+      auto execute = [&](const CachedGraph* graph) {
+        const fe::error_t status = graph->graph->execute(ctx.handle, pack, ws);
+        TANDEM_CHECK(status.is_good(), "cuDNN grouped-query attention backward (a block) failed: ", status.err_msg);
+      };
+      if (!parts) {
+        execute(final_block ? graphs.last : graphs.full);
+        continue;
+      }
+      if (a > 0) execute(graphs.before);  // the keys before the block; the first block has none
+      const int64_t at = a * s.width() + k, side = dtype_size(qkv.dtype()) * q;
+      pack = {{kQ, offset(qkv, a * s.width() + q)},
+              {kK, offset(qkv, at + k_offset(s))},
+              {kV, offset(qkv, at + v_offset(s))},
+              {kO, offset(y, a * s.h * s.d + q)},
+              {kDO, offset(dy, a * s.h * s.d + q)},
+              {kStats, stats},
+              {kDQ, beside + side},
+              {kDK, offset(dqkv, at + k_offset(s))},
+              {kDV, offset(dqkv, at + v_offset(s))}};
+      execute(graphs.diagonal);
     }
+    if (parts)
+      TANDEM_CUDA_CHECK(attention_blocks_add_dq(dqkv.raw(), beside, s.b, s.t, s.width(), s.h * s.d, a, rows, sums.f16,
+                                                dev.compute_stream()));
     TANDEM_CUDA_CHECK(final_block ? attention_blocks_finish(sums, a, dev.compute_stream())
                                   : attention_blocks_add(sums, a + n, a, dev.compute_stream()));
   }
@@ -488,7 +555,7 @@ void attention_gqa_documents_backward(const Tensor& qkv, int heads, int kv_heads
 }
 
 bool attention_gqa_backward_in_blocks(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
-                                      const Tensor& dy, const Tensor& dqkv, int64_t rows, int64_t groups) {
+                                      const Tensor& dy, const Tensor& dqkv, int64_t rows, int64_t groups, bool split) {
 #if TANDEM_HAVE_CUDNN_FRONTEND
   const GqaShape s = shape_of(qkv, heads, kv_heads);
   if (rows <= 0 || groups <= 0 || s.h % groups != 0 || s.kv % groups != 0 ||
@@ -497,9 +564,10 @@ bool attention_gqa_backward_in_blocks(const Tensor& qkv, int heads, int kv_heads
   device::CudaDevice& dev = cuda_device(dqkv);
   GqaAttentionContext& ctx = dev.context<GqaAttentionContext>();
   std::lock_guard<std::mutex> lock(ctx.mu);
-  return backward_in_blocks(ctx, dev, s, CudnnAttentionBlocks{rows, groups}, qkv, y, lse, dy, dqkv);
+  return backward_in_blocks(ctx, dev, s, CudnnAttentionBlocks{rows, groups, split}, qkv, y, lse, dy, dqkv);
 #else
-  (void)qkv, (void)heads, (void)kv_heads, (void)y, (void)lse, (void)dy, (void)dqkv, (void)rows, (void)groups;
+  (void)qkv, (void)heads, (void)kv_heads, (void)y, (void)lse, (void)dy, (void)dqkv, (void)rows, (void)groups,
+      (void)split;
   return false;
 #endif
 }
@@ -517,9 +585,8 @@ int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, i
   const CudnnAttentionBlocks blocks =
       backward && ctx.deterministic ? cudnn_attention_blocking(s.b, s.h, s.kv, s.t, s.d) : CudnnAttentionBlocks{s.t, 1};
   if (blocks.rows > 0 && blocks.rows < s.t) {
-    const CachedGraph *full = nullptr, *last = nullptr;
-    const int64_t widest = block_graphs(ctx, s, qkv.dtype(), blocks, &full, &last);
-    return widest < 0 ? 0 : cudnn_attention_blocked_scratch(widest, blocks.rows, s.b, s.h, s.kv, s.t, s.d);
+    const BlockGraphs g = block_graphs(ctx, s, qkv.dtype(), blocks);
+    return g.widest < 0 ? 0 : cudnn_attention_blocked_scratch(g.widest, blocks.rows, s.b, s.h, s.kv, s.t, s.d, g.split);
   }
   const CachedGraph& entry = graph_for(ctx, backward, s, qkv.dtype());
   return entry.graph ? (entry.workspace + 3) / 4 * 4 : 0;

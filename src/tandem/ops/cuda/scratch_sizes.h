@@ -116,21 +116,20 @@ inline constexpr int64_t kCudnnAttentionMinBlockRows = 64;
 // 2,048) and 9,415 over 8 (32 of 4,096), its peak lower each time (docs/benchmarks.md, 2026-12-05).
 inline constexpr int64_t kCudnnAttentionBlockGroups = 8;
 
+// The positive count the environment variable `name` gives, else `otherwise`.
+inline int64_t positive_or(const char* name, int64_t otherwise) {
+  const char* n = std::getenv(name);
+  const int64_t asked = n ? std::atoll(n) : 0;
+  return asked > 0 ? asked : otherwise;
+}
+
 inline int64_t attention_block_groups_aimed() {
-  static const int64_t groups = [] {
-    const char* n = std::getenv("TANDEM_ATTENTION_BLOCK_GROUPS");
-    const int64_t asked = n ? std::atoll(n) : 0;
-    return asked > 0 ? asked : kCudnnAttentionBlockGroups;
-  }();
+  static const int64_t groups = positive_or("TANDEM_ATTENTION_BLOCK_GROUPS", kCudnnAttentionBlockGroups);
   return groups;
 }
 
 inline int64_t attention_block_dp_limit() {
-  static const int64_t limit = [] {
-    const char* n = std::getenv("TANDEM_ATTENTION_BLOCK_BYTES");
-    const int64_t asked = n ? std::atoll(n) : 0;
-    return asked > 0 ? asked : kCudnnAttentionBlockDpLimit;
-  }();
+  static const int64_t limit = positive_or("TANDEM_ATTENTION_BLOCK_BYTES", kCudnnAttentionBlockDpLimit);
   return limit;
 }
 
@@ -140,11 +139,31 @@ inline int64_t cudnn_attention_block_groups(int64_t h, int64_t kv, int64_t aimed
   return std::max<int64_t>(groups, 1);
 }
 
+// A whole-height block's graph with the causal mask at its bottom right computes its whole diagonal square, the
+// masked half too: in n blocks the backward does (n + 1) / n of the causal work (on an H100 at 128k in 8 groups: 350
+// TFLOP/s over 32 blocks, 401 over 16, 384 over 8, 352 over 4, where 8k runs whole at 453). Split, each such block
+// runs as two graphs: its rows against the keys before them (no mask; none for the first block) and its diagonal
+// square alone (the causal mask at the top left), whose dq lands in a (B, rows, H D) buffer beside and is added to
+// the first's in f32. In the same call the split blocks ran 355, 426, 438 and 450, the 32k backward (2 blocks) 427
+// against 305, the 128k step 9,436 tok/s against 9,266 and the 8B with LoRA at 64k 4,589 against 4,391, their peaks
+// as predicted (docs/benchmarks.md, 2026-12-05). The constant says which the rule runs; TANDEM_ATTENTION_BLOCK_SPLIT=0
+// or 1 in the environment says instead (the planner reads the same).
+inline constexpr bool kCudnnAttentionBlockSplit = true;
+
+inline bool attention_block_split_aimed() {
+  static const bool split = [] {
+    const char* n = std::getenv("TANDEM_ATTENTION_BLOCK_SPLIT");
+    return n && *n ? std::string(n) != "0" : kCudnnAttentionBlockSplit;
+  }();
+  return split;
+}
+
 // The deterministic backward's blocks: `rows` query rows each, covering [0, R), [R, 2R), ... (the last what is left),
-// every block's graph run over `groups` head groups.
+// every block's graph run over `groups` head groups, the whole-height ones split (above) or not.
 struct CudnnAttentionBlocks {
   int64_t rows = 0;
   int64_t groups = 1;
+  bool split = false;
 };
 
 // The blocks' shape: rows seq (one block, the heads whole: the whole graph runs) when the whole graph's workspace fits
@@ -152,14 +171,15 @@ struct CudnnAttentionBlocks {
 // kCudnnAttentionBlockDpLimit (the flash kernels run then).
 inline CudnnAttentionBlocks cudnn_attention_blocking(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
                                                      int64_t aimed_groups = attention_block_groups_aimed(),
-                                                     int64_t dp_limit = attention_block_dp_limit()) {
+                                                     int64_t dp_limit = attention_block_dp_limit(),
+                                                     bool split = attention_block_split_aimed()) {
   if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit) return {seq, 1};
   const int64_t groups = cudnn_attention_block_groups(h, kv, aimed_groups);
   auto fits = [&](int64_t rows) { return 2 * b * (h / groups) * rows * seq <= dp_limit; };
   if (!fits(kCudnnAttentionMinBlockRows)) return {0, 1};
   int64_t rows = kCudnnAttentionMinBlockRows;
   while (2 * rows <= seq && fits(2 * rows)) rows *= 2;
-  return rows >= seq ? CudnnAttentionBlocks{seq, 1} : CudnnAttentionBlocks{rows, groups};
+  return rows >= seq ? CudnnAttentionBlocks{seq, 1} : CudnnAttentionBlocks{rows, groups, split};
 }
 
 // The blocks' height alone (seq: whole; 0: the flash kernels).
@@ -171,13 +191,13 @@ inline int64_t cudnn_attention_blocks(int64_t rows, int64_t seq) { return (seq +
 
 // The blocked backward's scratch, one allocation: the widest block graph's cuDNN workspace (`block_workspace`), a
 // block's rows of the forward's statistic packed (B, H, rows) f32 (cuDNN before 9.26 takes no strided one), every
-// block's (B) i32 query and key lengths, each rounded up to 256 bytes, and then the f32 (B, T, 2 Hkv D) dk, dv
-// accumulator.
+// block's (B) i32 query and key lengths, split blocks' (B, rows, H D) 16-bit dq beside, each rounded up to 256 bytes,
+// and then the f32 (B, T, 2 Hkv D) dk, dv accumulator.
 inline int64_t cudnn_attention_blocked_scratch(int64_t block_workspace, int64_t rows, int64_t b, int64_t h, int64_t kv,
-                                               int64_t seq, int64_t d) {
+                                               int64_t seq, int64_t d, bool split) {
   auto round = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   return round(block_workspace) + round(4 * b * h * rows) + round(2 * 4 * b * cudnn_attention_blocks(rows, seq)) +
-         4 * b * seq * 2 * kv * d;
+         (split ? round(2 * b * rows * h * d) : 0) + 4 * b * seq * 2 * kv * d;
 }
 
 // THE rule choosing between cuDNN's fused attention and the flash kernels, per shape, followed by the kernels'
@@ -205,7 +225,7 @@ inline int64_t attention_cudnn_workspace_estimate(DType t, int64_t b, int64_t h,
   // The graphs' keys are all T (the padding mask cuts them): the widest is the tallest block's, of one head group.
   const int64_t g = blocks.groups;
   return cudnn_attention_blocked_scratch(cudnn_attention_block_workspace(b, h / g, kv / g, blocks.rows, seq, d),
-                                         blocks.rows, b, h, kv, seq, d);
+                                         blocks.rows, b, h, kv, seq, d, blocks.split);
 }
 
 }  // namespace tandem::ops::cuda
