@@ -127,6 +127,22 @@ TEST(AttentionRule, SplitBlocksHoldTheirDiagonalsDqBeside) {
             (2 * 3 * 64 * 5 * 24 + 255) / 256 * 256);
 }
 
+TEST(AttentionRule, TheBlockedScratchIsCarvedInOneOrder) {
+  // 128k in 8 groups of 4096 split rows: the workspace, the (H, 4096) f32 statistic, 32 blocks' lengths (256 bytes),
+  // the (4096, H D) bf16 dq beside, then the f32 sums; unsplit, the sums follow the lengths.
+  const int64_t t = 131072, ws = cudnn_attention_block_workspace(1, 4, 1, 4096, t, 128);
+  const CudnnAttentionBlockedScratch l = cudnn_attention_blocked_scratch_layout(ws, 4096, 1, 32, 8, t, 128, true);
+  EXPECT_EQ(l.stats, (ws + 255) / 256 * 256);
+  EXPECT_EQ(l.lengths, l.stats + 4 * 32 * 4096);
+  EXPECT_EQ(l.beside, l.lengths + 256);
+  EXPECT_EQ(l.sums, l.beside + 2 * 4096 * 32 * 128);
+  EXPECT_EQ(l.bytes, l.sums + 4 * t * 2 * 8 * 128);
+  EXPECT_EQ(l.bytes, cudnn_attention_blocked_scratch(ws, 4096, 1, 32, 8, t, 128, true));
+  const CudnnAttentionBlockedScratch whole = cudnn_attention_blocked_scratch_layout(ws, 4096, 1, 32, 8, t, 128, false);
+  EXPECT_EQ(whole.sums, whole.beside);
+  EXPECT_EQ(l.bytes - whole.bytes, 2 * 4096 * 32 * 128);
+}
+
 TEST(AttentionRule, MoreDpBytesHoldTallerBlocks) {
   // 8 GiB of dP a block doubles the height at 128k in 8 groups (16 blocks of 8,192 rows) and lets 64 rows of one head
   // at 16M tokens fit (2 x 4 x 64 x 2^24 bytes is 8 GiB), where 4 GiB leaves that length to the flash kernels.

@@ -356,19 +356,22 @@ bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const
   if (graphs.widest < 0) return false;
   const int64_t rows = shape.rows, blocks = cudnn_attention_blocks(rows, s.t);
   const int64_t gh = s.h / shape.groups, gkv = s.kv / shape.groups;  // one graph's heads
-  const int64_t bytes = cudnn_attention_blocked_scratch(graphs.widest, rows, s.b, s.h, s.kv, s.t, s.d, graphs.split);
-  Tensor scratch = Tensor::empty({bytes / 4}, DType::F32, dev,
+  const CudnnAttentionBlockedScratch at =
+      cudnn_attention_blocked_scratch_layout(graphs.widest, rows, s.b, s.h, s.kv, s.t, s.d, graphs.split);
+  Tensor scratch = Tensor::empty({at.bytes / 4}, DType::F32, dev,
                                  "cuDNN attention backward blocks: workspace, statistic rows, lengths, dq, dk dv sums");
-  auto round = [](int64_t n) { return (n + 255) / 256 * 256; };
   char* ws = static_cast<char*>(scratch.raw());
-  char* stats = ws + round(graphs.widest);
-  auto* lengths = reinterpret_cast<int32_t*>(stats + round(4 * s.b * s.h * rows));
-  char* beside = reinterpret_cast<char*>(lengths) + round(8 * s.b * blocks);
-  char* sums_at = beside + (graphs.split ? round(2 * s.b * rows * s.h * s.d) : 0);
+  char* stats = ws + at.stats;
+  auto* lengths = reinterpret_cast<int32_t*>(ws + at.lengths);
+  char* beside = ws + at.beside;
   TANDEM_CUDA_CHECK(attention_blocks_lengths(lengths, s.b, s.t, rows, graphs.split, dev.compute_stream()));
-  const BlockSums sums{
-      reinterpret_cast<float*>(sums_at), offset(dqkv, k_offset(s)), s.b, s.t, 2 * s.kv * s.d, s.width(),
-      qkv.dtype() == DType::F16};
+  const BlockSums sums{reinterpret_cast<float*>(ws + at.sums),
+                       offset(dqkv, k_offset(s)),
+                       s.b,
+                       s.t,
+                       2 * s.kv * s.d,
+                       s.width(),
+                       qkv.dtype() == DType::F16};
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t a = i * rows, n = std::min(rows, s.t - a);
     const bool final_block = i + 1 == blocks, parts = graphs.split && n == rows;
@@ -379,33 +382,30 @@ bool backward_in_blocks(GqaAttentionContext& ctx, device::CudaDevice& dev, const
                                             static_cast<char*>(lse.raw()) + 4 * ((e * s.h + g * gh) * s.t + a), s.t * 4,
                                             n * 4, gh, cudaMemcpyDeviceToDevice, dev.compute_stream()));
       const int64_t q = g * gh * s.d, k = g * gkv * s.d;  // the group's first q and k (or v) column
-      std::unordered_map<int64_t, void*> pack{
-          {kQ, offset(qkv, a * s.width() + q)},   {kK, offset(qkv, k_offset(s) + k)},
-          {kV, offset(qkv, v_offset(s) + k)},     {kO, offset(y, a * s.h * s.d + q)},
-          {kDO, offset(dy, a * s.h * s.d + q)},   {kStats, stats},
-          {kDQ, offset(dqkv, a * s.width() + q)}, {kDK, offset(dqkv, k_offset(s) + k)},
-          {kDV, offset(dqkv, v_offset(s) + k)},   {kSeqQ, lengths + 2 * s.b * i},
-          {kSeqKv, lengths + 2 * s.b * i + s.b}};
-      auto execute = [&](const CachedGraph* graph) {
+      // Runs one graph of the block: its dq at `dq`, its keys (and their dk, dv) from row `from`.
+      auto execute = [&](const CachedGraph* graph, void* dq, int64_t from) {
+        const int64_t kv_at = from * s.width() + k;
+        std::unordered_map<int64_t, void*> pack{{kQ, offset(qkv, a * s.width() + q)},
+                                                {kK, offset(qkv, kv_at + k_offset(s))},
+                                                {kV, offset(qkv, kv_at + v_offset(s))},
+                                                {kO, offset(y, a * s.h * s.d + q)},
+                                                {kDO, offset(dy, a * s.h * s.d + q)},
+                                                {kStats, stats},
+                                                {kDQ, dq},
+                                                {kDK, offset(dqkv, kv_at + k_offset(s))},
+                                                {kDV, offset(dqkv, kv_at + v_offset(s))}};
+        if (graph != graphs.diagonal)  // the padding mask's lengths (the diagonal square has none)
+          pack.insert({{kSeqQ, lengths + 2 * s.b * i}, {kSeqKv, lengths + 2 * s.b * i + s.b}});
         const fe::error_t status = graph->graph->execute(ctx.handle, pack, ws);
         TANDEM_CHECK(status.is_good(), "cuDNN grouped-query attention backward (a block) failed: ", status.err_msg);
       };
+      void* dq = offset(dqkv, a * s.width() + q);
       if (!parts) {
-        execute(final_block ? graphs.last : graphs.full);
-        continue;
+        execute(final_block ? graphs.last : graphs.full, dq, 0);
+      } else {
+        if (a > 0) execute(graphs.before, dq, 0);  // the keys before the block; the first block has none
+        execute(graphs.diagonal, beside + dtype_size(qkv.dtype()) * q, a);
       }
-      if (a > 0) execute(graphs.before);  // the keys before the block; the first block has none
-      const int64_t at = a * s.width() + k, side = dtype_size(qkv.dtype()) * q;
-      pack = {{kQ, offset(qkv, a * s.width() + q)},
-              {kK, offset(qkv, at + k_offset(s))},
-              {kV, offset(qkv, at + v_offset(s))},
-              {kO, offset(y, a * s.h * s.d + q)},
-              {kDO, offset(dy, a * s.h * s.d + q)},
-              {kStats, stats},
-              {kDQ, beside + side},
-              {kDK, offset(dqkv, at + k_offset(s))},
-              {kDV, offset(dqkv, at + v_offset(s))}};
-      execute(graphs.diagonal);
     }
     if (parts)
       TANDEM_CUDA_CHECK(attention_blocks_add_dq(dqkv.raw(), beside, s.b, s.t, s.width(), s.h * s.d, a, rows, sums.f16,

@@ -189,15 +189,31 @@ inline int64_t cudnn_attention_block_rows(int64_t b, int64_t h, int64_t kv, int6
 
 inline int64_t cudnn_attention_blocks(int64_t rows, int64_t seq) { return (seq + rows - 1) / rows; }
 
-// The blocked backward's scratch, one allocation: the widest block graph's cuDNN workspace (`block_workspace`), a
-// block's rows of the forward's statistic packed (B, H, rows) f32 (cuDNN before 9.26 takes no strided one), every
-// block's (B) i32 query and key lengths, split blocks' (B, rows, H D) 16-bit dq beside, each rounded up to 256 bytes,
-// and then the f32 (B, T, 2 Hkv D) dk, dv accumulator.
+// The blocked backward's scratch, one allocation, in this order: the widest block graph's cuDNN workspace
+// (`block_workspace`), a block's rows of the forward's statistic packed (B, H, rows) f32 (cuDNN before 9.26 takes no
+// strided one), every block's (B) i32 query and key lengths, split blocks' (B, rows, H D) 16-bit dq beside, each
+// rounded up to 256 bytes, and then the f32 (B, T, 2 Hkv D) dk, dv accumulator. Byte offsets of each part and the
+// whole size (the kernels carve the allocation by it, the planner counts `bytes`).
+struct CudnnAttentionBlockedScratch {
+  int64_t stats = 0, lengths = 0, beside = 0, sums = 0, bytes = 0;
+};
+
+inline CudnnAttentionBlockedScratch cudnn_attention_blocked_scratch_layout(int64_t block_workspace, int64_t rows,
+                                                                           int64_t b, int64_t h, int64_t kv,
+                                                                           int64_t seq, int64_t d, bool split) {
+  auto round = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  CudnnAttentionBlockedScratch l;
+  l.stats = round(block_workspace);
+  l.lengths = l.stats + round(4 * b * h * rows);
+  l.beside = l.lengths + round(2 * 4 * b * cudnn_attention_blocks(rows, seq));
+  l.sums = l.beside + (split ? round(2 * b * rows * h * d) : 0);
+  l.bytes = l.sums + 4 * b * seq * 2 * kv * d;
+  return l;
+}
+
 inline int64_t cudnn_attention_blocked_scratch(int64_t block_workspace, int64_t rows, int64_t b, int64_t h, int64_t kv,
                                                int64_t seq, int64_t d, bool split) {
-  auto round = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-  return round(block_workspace) + round(4 * b * h * rows) + round(2 * 4 * b * cudnn_attention_blocks(rows, seq)) +
-         (split ? round(2 * b * rows * h * d) : 0) + 4 * b * seq * 2 * kv * d;
+  return cudnn_attention_blocked_scratch_layout(block_workspace, rows, b, h, kv, seq, d, split).bytes;
 }
 
 // THE rule choosing between cuDNN's fused attention and the flash kernels, per shape, followed by the kernels'
