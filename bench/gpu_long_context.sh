@@ -9,7 +9,8 @@
 #   GPU_LONG_ATTENTION: "deterministic" (the default attention), "nondeterministic"
 #     (TANDEM_NONDETERMINISTIC_ATTENTION=1), or both (the default); "deterministic_gN" is the deterministic one with
 #     its backward's blocks over N head groups (TANDEM_ATTENTION_BLOCK_GROUPS=N) rather than the rule's count, and
-#     "deterministic_bN" with N GiB of dP a block (TANDEM_ATTENTION_BLOCK_BYTES) rather than 4, and
+#     "deterministic_bN" with N GiB of dP a block (tiles.attention_block_bytes) rather than the preflight's choice
+#     (8 where the plan fits the GPU with them, else 4), and
 #     "deterministic_s0" or "_s1" with its whole-height blocks unsplit or split (TANDEM_ATTENTION_BLOCK_SPLIT);
 #     these combine (deterministic_g8_b8_s1).
 #   GPU_LONG_HOST_CKPT: "0" (the default), "1" (the checkpointed layer inputs in host memory:
@@ -47,9 +48,10 @@ started=$(date +%s)
 status=0
 source "$here/budgeted_run.sh"
 
-# config NAME T BATCH MICRO CKPT [HOST_CKPT [KEEP]]: the shape of GPU_LONG_MODEL at sequence length T.
+# config NAME T BATCH MICRO CKPT [HOST_CKPT [KEEP [BLOCK_GIB]]]: the shape of GPU_LONG_MODEL at sequence length T.
 config() {
-  local layers=8 lora=""
+  local layers=8 lora="" tiles=""
+  [ -n "${8:-}" ] && tiles=", \"tiles\": { \"attention_block_bytes\": \"${8}GiB\" }"
   if [ "$model" = 8b_lora ]; then
     layers=32
     lora=', "lora": { "r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
@@ -67,7 +69,7 @@ config() {
   "parallel": { "activation_checkpointing": $5, "cpu_checkpointing": ${6:-false}, "keep_attention": ${7:-false} },
   "steps": $steps, "seed": 1, "bf16": { "enabled": true },
   "optimizer": { "type": "AdamW", "params": { "lr": 1e-4, "weight_decay": 0.1 } },
-  "checkpoint": { "every": 0, "at_end": false }$lora }
+  "checkpoint": { "every": 0, "at_end": false }$lora$tiles }
 JSON
 }
 
@@ -94,11 +96,12 @@ for t in $lengths; do
         [ "$model" != 8l ] && name="${model}_t${t}_${a}"
         [ "$host" = 1 ] && name="${name}_host"
         [ "$keep" = 1 ] && name="${name}_keep"
-        config "$name" "$t" 1 1 true "$(bool "$host")" "$(bool "$keep")"
+        block_gib=""
+        [[ "$a" =~ _b([0-9]+) ]] && block_gib="${BASH_REMATCH[1]}"
+        config "$name" "$t" 1 1 true "$(bool "$host")" "$(bool "$keep")" "$block_gib"
         envs=(TANDEM_NONDETERMINISTIC_ATTENTION=0)
         [ "$a" = nondeterministic ] && envs=(TANDEM_NONDETERMINISTIC_ATTENTION=1)
         [[ "$a" =~ _g([0-9]+) ]] && envs+=("TANDEM_ATTENTION_BLOCK_GROUPS=${BASH_REMATCH[1]}")
-        [[ "$a" =~ _b([0-9]+) ]] && envs+=("TANDEM_ATTENTION_BLOCK_BYTES=$((BASH_REMATCH[1] << 30))")
         [[ "$a" =~ _s([01]) ]] && envs+=("TANDEM_ATTENTION_BLOCK_SPLIT=${BASH_REMATCH[1]}")
         tandem "$name" "${GPU_LONG_LIMIT:-240}" "${envs[@]}"
       done

@@ -133,6 +133,8 @@ add_library(tandem_ops_cuda STATIC
   ${_tandem_ops}/swiglu.cu
   ${_tandem_ops}/moe.cu
   ${_tandem_ops}/attention_gqa.cc
+  ${_tandem_ops}/attention_cudnn.cc
+  ${_tandem_ops}/attention_cudnn_blocks.cc
   ${_tandem_ops}/attention_gqa.cu
   ${_tandem_ops}/attention_pair.cu
   ${_tandem_ops}/attention_blocks.cu
@@ -150,10 +152,8 @@ if(TANDEM_CUDNN_FRONTEND_INCLUDE)
   # SYSTEM: the library's own headers are not ours to warn about. Its bundled JSON is not needed (no graph
   # serialisation here) and would sit beside the project's nlohmann_json.
   target_include_directories(tandem_ops_cuda SYSTEM PRIVATE ${TANDEM_CUDNN_FRONTEND_INCLUDE})
-  set_source_files_properties(${_tandem_ops}/attention.cc PROPERTIES COMPILE_DEFINITIONS
-                              "TANDEM_HAVE_CUDNN_FRONTEND=1;CUDNN_FRONTEND_SKIP_JSON_LIB=1")
-  set_source_files_properties(${_tandem_ops}/attention_gqa.cc PROPERTIES COMPILE_DEFINITIONS
-                              "TANDEM_HAVE_CUDNN_FRONTEND=1;CUDNN_FRONTEND_SKIP_JSON_LIB=1")
+  set_source_files_properties(${_tandem_ops}/attention_cudnn.cc ${_tandem_ops}/attention_cudnn_blocks.cc PROPERTIES
+                              COMPILE_DEFINITIONS "TANDEM_HAVE_CUDNN_FRONTEND=1;CUDNN_FRONTEND_SKIP_JSON_LIB=1")
   set(_tandem_attention "cuDNN fused attention (cudnn-frontend at ${TANDEM_CUDNN_FRONTEND_INCLUDE})")
 else()
   set(_tandem_attention "plain attention kernels only: cudnn_frontend.h not found, set TANDEM_CUDNN_FRONTEND_INCLUDE")

@@ -144,9 +144,9 @@ int launch_with_mpirun(int argc, char** argv, int n) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
 
-// The planner's prediction before anything is allocated: printed, and a refusal when it cannot fit. Returns the
-// predicted peak of the fullest device.
-int64_t preflight(const tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan,
+// The planner's prediction before anything is allocated: printed, and a refusal when it cannot fit. The tiles it
+// chose are written into `tc`. Returns the predicted peak of the fullest device.
+int64_t preflight(tandem::config::TrainConfig& tc, const tandem::layout::ParallelPlan& plan,
                   tandem::device::AccountedDevice* gpu, uint64_t gpu_memory, bool print) {
   using namespace tandem;
   layout::validate_for_model(plan, tc.model, tc.batch.accum);  // its messages say what to change; say them first
@@ -164,6 +164,7 @@ int64_t preflight(const tandem::config::TrainConfig& tc, const tandem::layout::P
     std::fflush(stdout);
   }
   if (!pre.fits) TANDEM_FAIL(pre.message);
+  tc.tiles = pre.tiles;
   return pre.peak;
 }
 

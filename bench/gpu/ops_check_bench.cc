@@ -33,9 +33,9 @@ void bench(CudaDevice& dev) {
     gpu::fill(dy, 0.01f);
     // Causal: half of the T x T scores. Forward 2 matmuls (QK^T, PV), backward 5 (2.5x the forward).
     const double flops = 4.0 * B * H * T * T * D / 2.0;
-    const double f = median_ms(dev, [&] { gpu::attention_gqa_forward(qkv, H, H, y, lse); });
+    const double f = median_ms(dev, [&] { gpu::attention_gqa_forward(qkv, H, H, y, lse, 0); });
     print("attention bf16 fwd (B=8 T=1024 H=25 D=64)", f, flops, "TFLOP/s");
-    const double b = median_ms(dev, [&] { gpu::attention_gqa_backward(qkv, H, H, y, lse, dy, dqkv); });
+    const double b = median_ms(dev, [&] { gpu::attention_gqa_backward(qkv, H, H, y, lse, dy, dqkv, 0); });
     print("attention bf16 bwd (B=8 T=1024 H=25 D=64)", b, 2.5 * flops, "TFLOP/s");
   }
   {
@@ -194,9 +194,9 @@ void bench(CudaDevice& dev) {
     const double r = median_ms(dev, [&] { gpu::rotary_forward(qkv, cos, sin, static_cast<int>(H + KV), qkv); });
     print("rotary bf16 in place" + what, r, 2.0 * B * T * (H + KV) * D * 2, "GB/s");
     const double flops = 2.0 * B * T * T * H * D;  // causal: half of 4 B T^2 H D
-    const double af = median_ms(dev, [&] { gpu::attention_gqa_forward(qkv, H, KV, y, lse); });
+    const double af = median_ms(dev, [&] { gpu::attention_gqa_forward(qkv, H, KV, y, lse, 0); });
     print("attention_gqa bf16 fwd" + what, af, flops, "TFLOP/s");
-    const double ab = median_ms(dev, [&] { gpu::attention_gqa_backward(qkv, H, KV, y, lse, dy, dqkv); });
+    const double ab = median_ms(dev, [&] { gpu::attention_gqa_backward(qkv, H, KV, y, lse, dy, dqkv, 0); });
     print("attention_gqa bf16 bwd" + what, ab, 2.5 * flops, "TFLOP/s");
   }
   // cuDNN's workspace at the model shapes (what the planner asks for through the scratch table).
@@ -210,8 +210,8 @@ void bench(CudaDevice& dev) {
     Tensor qkv = Tensor::empty({w.b, w.t, (w.h + 2 * w.kv) * w.d}, bf, dev, "qkv");
     const int h = static_cast<int>(w.h), kv = static_cast<int>(w.kv);
     std::printf("cuDNN attention workspace, %s: forward %lld bytes, backward %lld bytes\n", w.what,
-                static_cast<long long>(gpu::attention_gqa_cudnn_workspace_bytes(&dev, qkv, h, kv, false)),
-                static_cast<long long>(gpu::attention_gqa_cudnn_workspace_bytes(&dev, qkv, h, kv, true)));
+                static_cast<long long>(gpu::attention_gqa_cudnn_workspace_bytes(&dev, qkv, h, kv, false, 0)),
+                static_cast<long long>(gpu::attention_gqa_cudnn_workspace_bytes(&dev, qkv, h, kv, true, 0)));
   }
 }
 

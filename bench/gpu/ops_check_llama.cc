@@ -287,8 +287,8 @@ void check_attention_gqa_flash(Suite& s) {
           cpu::attention_gqa_documents_forward(qkv.cpu, heads, kv, docs.cpu, y.cpu, lse.cpu);
           gpu::attention_gqa_documents_forward(qkv.gpu, heads, kv, docs.gpu, y.gpu, lse.gpu);
         } else {
-          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y.cpu, lse.cpu);
-          gpu::attention_gqa_forward(qkv.gpu, heads, kv, y.gpu, lse.gpu);
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y.cpu, lse.cpu, 0);
+          gpu::attention_gqa_forward(qkv.gpu, heads, kv, y.gpu, lse.gpu, 0);
         }
         s.compare(fwd + " y", t, shape, y.gpu, y.cpu);
         s.compare(fwd + " lse", t, shape, lse.gpu, lse.cpu);
@@ -304,15 +304,15 @@ void check_attention_gqa_flash(Suite& s) {
           cpu::attention_gqa_documents_forward(qkv.cpu, heads, kv, docs.cpu, y, lse);
           cpu::attention_gqa_documents_backward(qkv.cpu, heads, kv, docs.cpu, y, lse, dy.cpu, dqkv.cpu);
         } else {
-          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y, lse);
-          cpu::attention_gqa_backward(qkv.cpu, heads, kv, y, lse, dy.cpu, dqkv.cpu);
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y, lse, 0);
+          cpu::attention_gqa_backward(qkv.cpu, heads, kv, y, lse, dy.cpu, dqkv.cpu, 0);
         }
         Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
         auto run = [&](const Tensor& out) {
           if (c.docs) {
             gpu::attention_gqa_documents_backward(qkv.gpu, heads, kv, docs.gpu, y_g, lse_g, dy.gpu, out);
           } else {
-            gpu::attention_gqa_backward(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out);
+            gpu::attention_gqa_backward(qkv.gpu, heads, kv, y_g, lse_g, dy.gpu, out, 0);
           }
         };
         run(dqkv.gpu);
@@ -340,10 +340,10 @@ void check_backward(Suite& s, DType t, const std::string& shape, int64_t b, int6
     // The CPU forward's y and lse feed both backwards, so only the backward is compared.
     Tensor y = Tensor::empty({b, seq, cy}, DType::F32, s.host(), "y");
     Tensor lse = Tensor::empty({b, h, seq}, DType::F32, s.host(), "lse");
-    cpu::attention_gqa_forward(qkv.cpu, heads, kvh, y, lse);
+    cpu::attention_gqa_forward(qkv.cpu, heads, kvh, y, lse, 0);
     Tensor y_g = s.upload(y, t), lse_g = s.upload(lse, DType::F32);
     auto dqkv = s.output({b, seq, w}, t);
-    cpu::attention_gqa_backward(qkv.cpu, heads, kvh, y, lse, dy.cpu, dqkv.cpu);
+    cpu::attention_gqa_backward(qkv.cpu, heads, kvh, y, lse, dy.cpu, dqkv.cpu, 0);
     backward(qkv.gpu, y_g, lse_g, dy.gpu, dqkv.gpu);
     s.compare(bwd + " dqkv", t, shape, dqkv.gpu, dqkv.cpu);
     Tensor again = Tensor::empty(dqkv.gpu.shape(), t, s.dev(), "dqkv again");
@@ -410,11 +410,11 @@ void check_attention_gqa(Suite& s) {
           auto qkv = s.make({c.b, c.t, w}, t, 230);
           auto y = s.output({c.b, c.t, cy}, t);
           auto lse = s.output({c.b, c.h, c.t}, DType::F32);
-          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y.cpu, lse.cpu);
+          cpu::attention_gqa_forward(qkv.cpu, heads, kv, y.cpu, lse.cpu, 0);
           if (plain) {
             gpu::attention_gqa_forward_plain(qkv.gpu, heads, kv, y.gpu, lse.gpu);
           } else {
-            gpu::attention_gqa_forward(qkv.gpu, heads, kv, y.gpu, lse.gpu);
+            gpu::attention_gqa_forward(qkv.gpu, heads, kv, y.gpu, lse.gpu, 0);
           }
           s.compare(fwd + " y", t, shape, y.gpu, y.cpu);
           s.compare(fwd + " lse", t, shape, lse.gpu, lse.cpu);
@@ -424,7 +424,7 @@ void check_attention_gqa(Suite& s) {
                          if (plain) {
                            gpu::attention_gqa_backward_plain(qkv, heads, kv, y, lse, dy, out);
                          } else {
-                           gpu::attention_gqa_backward(qkv, heads, kv, y, lse, dy, out);
+                           gpu::attention_gqa_backward(qkv, heads, kv, y, lse, dy, out, 0);
                          }
                        });
       }

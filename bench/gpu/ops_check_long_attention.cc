@@ -54,22 +54,23 @@ void bench_long_attention(CudaDevice& dev) {
     const double flops = 2.0 * sh.b * sh.t * sh.t * kH * kD;  // causal: half of 4 B T^2 H D
     const int reps = sh.t >= 131072 ? 4 : 10;
     const auto t0 = std::chrono::steady_clock::now();
-    gpu::attention_gqa_forward(x.qkv, kH, kKv, x.y, x.lse);
-    gpu::attention_gqa_backward(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv);
+    gpu::attention_gqa_forward(x.qkv, kH, kKv, x.y, x.lse, 0);
+    gpu::attention_gqa_backward(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv, 0);
     dev.synchronize();
     const double first = seconds_since(t0);
     const double f = median_ms(
-        dev, [&] { gpu::attention_gqa_forward(x.qkv, kH, kKv, x.y, x.lse); }, 1, reps);
+        dev, [&] { gpu::attention_gqa_forward(x.qkv, kH, kKv, x.y, x.lse, 0); }, 1, reps);
     const double b = median_ms(
-        dev, [&] { gpu::attention_gqa_backward(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv); }, 1, reps);
-    const int64_t rows = gpu::attention_uses_flash(DType::BF16, sh.b, kH, kKv, sh.t, kD, false)
-                             ? 0
-                             : gpu::cudnn_attention_block_rows(sh.b, kH, kKv, sh.t, kD);
+        dev, [&] { gpu::attention_gqa_backward(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv, 0); }, 1, reps);
+    const int64_t rows =
+        gpu::attention_uses_flash(DType::BF16, sh.b, kH, kKv, sh.t, kD, false, 0)
+            ? 0
+            : gpu::cudnn_attention_block_rows(sh.b, kH, kKv, sh.t, kD, gpu::kCudnnAttentionBlockDpLimit);
     const std::string path = rows == 0      ? "flash"
                              : rows == sh.t ? "cuDNN whole"
                                             : std::to_string(gpu::cudnn_attention_blocks(rows, sh.t)) + " blocks";
-    const int64_t asked = gpu::attention_gqa_cudnn_workspace_bytes(&dev, x.qkv, kH, kKv, true);
-    const int64_t estimate = gpu::attention_cudnn_workspace_estimate(DType::BF16, sh.b, kH, kKv, sh.t, kD, true);
+    const int64_t asked = gpu::attention_gqa_cudnn_workspace_bytes(&dev, x.qkv, kH, kKv, true, 0);
+    const int64_t estimate = gpu::attention_cudnn_workspace_estimate(DType::BF16, sh.b, kH, kKv, sh.t, kD, true, 0);
     std::printf("%-3lld %-7lld %-12s %-9.2f %-8.1f %-9.2f %-8.1f %-11lld %-11lld %.1f\n", static_cast<long long>(sh.b),
                 static_cast<long long>(sh.t), path.c_str(), f, flops / (f * 1e9), b, 2.5 * flops / (b * 1e9),
                 static_cast<long long>(asked), static_cast<long long>(estimate), first);

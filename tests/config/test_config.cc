@@ -413,6 +413,23 @@ TEST(Config, TilesDefaultToTheRulesAndTakeCountsOfTokens) {
   EXPECT_HAS(error_of([&] { validate(c); }), "tiles.attention_tokens");
 }
 
+// tiles.attention_block_bytes: 0 by default (the preflight's choice), else a size or a byte count.
+TEST(Config, AttentionBlockBytesTakeASize) {
+  Json c = gpt_cfg();
+  EXPECT_EQ(validate(c)["tiles"]["attention_block_bytes"], 0);
+  EXPECT_EQ(parse(validate(c), 1).tiles.attention_block_bytes, 0);
+  c["tiles"] = {{"attention_block_bytes", "8GiB"}};
+  const Json v = validate(c);
+  EXPECT_EQ(validate(v), v);
+  EXPECT_EQ(parse(v, 1).tiles.attention_block_bytes, int64_t{8} << 30);
+  c["tiles"] = {{"attention_block_bytes", 1 << 20}};
+  EXPECT_EQ(parse(validate(c), 1).tiles.attention_block_bytes, 1 << 20);
+  for (const Json& bad : {Json(-1), Json(true), Json("8 lemons")}) {
+    c["tiles"] = {{"attention_block_bytes", bad}};
+    EXPECT_HAS(error_of([&] { validate(c); }), "config key 'tiles.attention_block_bytes'");
+  }
+}
+
 TEST(Config, OffloadUpdateAndUploadPiece) {
   Json c = gpt_cfg();
   c["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};

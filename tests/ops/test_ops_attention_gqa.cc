@@ -299,12 +299,12 @@ TEST(OpsAttentionGqa, ScratchIsReturnedAndMatchesItsScratchEntry) {
   attention_gqa_forward(qkv, heads, kv, r.y, r.lse);
   EXPECT_EQ(dev.live_bytes(), live);
   EXPECT_EQ(dev.peak_bytes() - live,
-            static_cast<uint64_t>(cpu::attention_gqa_forward_scratch(ctx, qkv, heads, kv, r.y, r.lse)));
+            static_cast<uint64_t>(cpu::attention_gqa_forward_scratch(ctx, qkv, heads, kv, r.y, r.lse, 0)));
   dev.reset_peak();
   attention_gqa_backward(qkv, heads, kv, r.y, r.lse, dy, dqkv);
   EXPECT_EQ(dev.live_bytes(), live);
   EXPECT_EQ(dev.peak_bytes() - live,
-            static_cast<uint64_t>(cpu::attention_gqa_backward_scratch(ctx, qkv, heads, kv, r.y, r.lse, dy, dqkv)));
+            static_cast<uint64_t>(cpu::attention_gqa_backward_scratch(ctx, qkv, heads, kv, r.y, r.lse, dy, dqkv, 0)));
   // The per-head (T, T) scores at least.
   EXPECT_GE(dev.peak_bytes(), live + static_cast<uint64_t>(s.t * s.t) * sizeof(float));
 }

@@ -356,11 +356,30 @@ void validate_fp8(Fields& top) {
                 "' does not have: use a gpt or llama model, or remove \"fp8\"");
 }
 
-// "tiles": {"loss_tokens", "mlp_tokens"} (spec/tiles.h): how many tokens the loss's chunks and the MLPs' tiles take at
-// once; 0 (the default) lets nn/tiles.h's rules choose from the sizes.
+// "device_memory", "host_memory" or "tiles.attention_block_bytes": a size such as "512MiB", or a byte count.
+void validate_memory_size(Fields& top, const char* key) {
+  if (!top.has(key)) return;
+  const Json& v = top.raw(key);
+  if (const std::optional<int64_t> bytes = as_integer(v)) {
+    if (*bytes < 0) top.fail_type(key, "a size such as \"512MiB\" or a byte count >= 0");
+    top.raw(key) = *bytes;
+    return;
+  }
+  if (!v.is_string()) top.fail_type(key, "a size such as \"512MiB\" or a byte count >= 0");
+  try {
+    parse_bytes(v.get<std::string>());
+  } catch (const Error& e) {
+    TANDEM_FAIL("config key '", top.path(key), "': ", e.what());
+  }
+}
+
+// "tiles": {"loss_tokens", "mlp_tokens", "attention_block_bytes"} (spec/tiles.h): how many tokens the loss's chunks
+// and the MLPs' tiles take at once, and the bytes a block of the GPU's attention backward takes; 0 (the default) lets
+// the rules choose (nn/tiles.h, plan/preflight.cc).
 void validate_tiles(Fields& top) {
   Fields t(top.object("tiles"), "tiles");
   t.only(setting_keys("tiles"));
+  validate_memory_size(t, "attention_block_bytes");
   for (const std::string& k : setting_keys("tiles")) read_setting(t, k);
 }
 
@@ -449,23 +468,6 @@ void validate_monitor(Fields& top, const std::string& name) {
   const std::string job = read_setting(m, "job_name").get<std::string>();
   if (job.find('/') != std::string::npos || job == "." || job == "..")
     TANDEM_FAIL(name, ".job_name '", job, "' must name one folder (inside output_path): use a name without '/'");
-}
-
-// "device_memory" or "host_memory": a size such as "512MiB", or a byte count.
-void validate_memory_size(Fields& top, const char* key) {
-  if (!top.has(key)) return;
-  const Json& v = top.raw(key);
-  if (const std::optional<int64_t> bytes = as_integer(v)) {
-    if (*bytes < 0) top.fail_type(key, "a size such as \"512MiB\" or a byte count >= 0");
-    top.raw(key) = *bytes;
-    return;
-  }
-  if (!v.is_string()) top.fail_type(key, "a size such as \"512MiB\" or a byte count >= 0");
-  try {
-    parse_bytes(v.get<std::string>());
-  } catch (const Error& e) {
-    TANDEM_FAIL("config key '", key, "': ", e.what());
-  }
 }
 
 }  // namespace

@@ -7,11 +7,15 @@
 namespace tandem::config::rows {
 namespace {
 
-// A memory budget: a size such as "512MiB" (core/units.h) or a byte count, checked by schema.cc.
-Field bytes(uint64_t Run::*which) {
-  return {[which](const Run& r) { return Json(r.*which); },
-          [which](Run& r, const Json& j) {
-            r.*which = j.is_string() ? parse_bytes(j.get<std::string>()) : j.get<uint64_t>();
+// A memory size: a size such as "512MiB" (core/units.h) or a byte count, checked by schema.cc, at the member reached
+// from spec::TrainConfig through `m`.
+template <class... M>
+Field bytes(M... m) {
+  return {[=](const Run& r) { return Json(member_of(r, m...)); },
+          [=](Run& r, const Json& j) {
+            auto& value = member_of(r, m...);
+            using T = std::decay_t<decltype(value)>;
+            value = j.is_string() ? static_cast<T>(parse_bytes(j.get<std::string>())) : j.get<T>();
           }};
 }
 
@@ -94,13 +98,18 @@ std::vector<Setting> run_rows() {
              "the output gradients' format; \"e4m3\" by default with the blockwise recipe", &Run::fp8,
              &Fp8Config::gradients),
       object("tiles", "",
-             "tokens the long-sequence passes take at once; 0: their rules' choice (docs/long-context.md)"),
+             "tokens the long-sequence passes take at once, and on GPUs the memory of attention's blocks; 0: their "
+             "rules' choice (docs/long-context.md)"),
       bound(field(&Run::tiles, &Tiles::loss_tokens),
             integer("tiles.loss_tokens", {}, 0, kIntMax, "",
                     "tokens of logits the head makes at once; 0: at most 512 MiB of logits")),
       bound(field(&Run::tiles, &Tiles::mlp_tokens),
             integer("tiles.mlp_tokens", {}, 0, kIntMax, "",
                     "tokens a Llama block's MLP runs at once; 0: whole up to 1 GiB of intermediates")),
+      bound(bytes(&Run::tiles, &Tiles::attention_block_bytes),
+            of_shape("tiles.attention_block_bytes", {}, "a size or a byte count", "",
+                     "on GPUs, the memory a block of the deterministic attention backward takes for its scores' "
+                     "gradient, e.g. \"8GiB\"; 0: 8 GiB where the plan fits the device with it, else 4 GiB")),
       writes(bytes(&Run::device_memory_bytes),
              absent(of_shape("device_memory", Json(), "a size or a byte count", "",
                              "the per-device budget, e.g. \"512MiB\": exceeding it is an error naming the tensor"),

@@ -115,7 +115,7 @@ Tensor GptBlock::forward(const Tensor& x, const Batch& batch, Saved& saved) {
     else if (documents.defined())
       ops::attention_gqa_documents_forward(qkv, heads, heads, documents, att, lse);  // multi-head: Hkv = H
     else
-      ops::attention_forward(qkv, heads, att, lse);
+      ops::attention_forward(qkv, heads, att, lse, batch.tiles.attention_block_bytes);
     keep_attention(batch, att, lse, saved);
   }
   // (B, T, C / tp): this shard's tokens of every head again
@@ -149,7 +149,7 @@ Tensor GptBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) {
   else if (documents.defined())
     ops::attention_gqa_documents_backward(qkv, heads, heads, documents, att, lse, datt, dqkv);
   else
-    ops::attention_backward(qkv, heads, att, lse, datt, dqkv);
+    ops::attention_backward(qkv, heads, att, lse, datt, dqkv, batch.tiles.attention_block_bytes);
   saved.tensors.clear();
   datt = Tensor();
   if (cp.active() && !ring) {  // (B, T, 3C / tp): this shard's tokens of q | k | v of every head

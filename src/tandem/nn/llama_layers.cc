@@ -241,7 +241,7 @@ Tensor LlamaBlock::run(const Tensor& x, const Batch& batch, Saved& saved, bool o
     else if (documents.defined())
       ops::attention_gqa_documents_forward(qkv, heads, kv_heads, documents, att, lse);
     else
-      ops::attention_gqa_forward(qkv, heads, kv_heads, att, lse);
+      ops::attention_gqa_forward(qkv, heads, kv_heads, att, lse, batch.tiles.attention_block_bytes);
     keep_attention(batch, att, lse, saved);
   }
   // (B, T, H D / tp): this shard's tokens of every head again
@@ -340,7 +340,7 @@ Tensor LlamaBlock::backward(const Tensor& dy, const Batch& batch, Saved& saved) 
   else if (documents.defined())
     ops::attention_gqa_documents_backward(qkv, heads, kv_heads, documents, att, lse, datt, dqkv);
   else
-    ops::attention_gqa_backward(qkv, heads, kv_heads, att, lse, datt, dqkv);
+    ops::attention_gqa_backward(qkv, heads, kv_heads, att, lse, datt, dqkv, batch.tiles.attention_block_bytes);
   saved.tensors.clear();
   datt = Tensor();
   rotate(ops::rotary_backward, dqkv, rope_->cos(dev), rope_->sin(dev), heads + kv_heads, cp, ring);

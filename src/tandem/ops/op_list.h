@@ -117,11 +117,12 @@ using tandem::kIgnoreTarget;
   X(void, swiglu_forward, (const Tensor& gate_up, const Tensor& y), (gate_up, y))                                  \
   X(void, swiglu_backward, (const Tensor& gate_up, const Tensor& dy, const Tensor& dgate_up),                      \
     (gate_up, dy, dgate_up))                                                                                       \
-  X(void, attention_gqa_forward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse), \
-    (qkv, heads, kv_heads, y, lse))                                                                                \
+  X(void, attention_gqa_forward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse, \
+                                  int64_t block_bytes),                                                            \
+    (qkv, heads, kv_heads, y, lse, block_bytes))                                                                   \
   X(void, attention_gqa_backward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse, \
-                                   const Tensor& dy, const Tensor& dqkv),                                          \
-    (qkv, heads, kv_heads, y, lse, dy, dqkv))                                                                      \
+                                   const Tensor& dy, const Tensor& dqkv, int64_t block_bytes),                     \
+    (qkv, heads, kv_heads, y, lse, dy, dqkv, block_bytes))                                                         \
   X(void, attention_gqa_documents_forward, (const Tensor& qkv, int heads, int kv_heads, const Tensor& documents,   \
                                             const Tensor& y, const Tensor& lse),                                   \
     (qkv, heads, kv_heads, documents, y, lse))                                                                     \

@@ -336,14 +336,15 @@ void check_attention(const char* op, const Tensor& qkv, int heads, const Tensor&
 }
 }  // namespace
 
-void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse) {
+void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, int64_t block_bytes) {
   check_devices("attention_forward", y, qkv, lse);
   check_attention("attention_forward", qkv, heads, y, lse);
-  return backend_of("attention_forward", y).attention_gqa_forward(qkv, heads, heads, y, lse);  // Hkv = H
+  TANDEM_CHECK(block_bytes >= 0, "attention_forward: block_bytes ", block_bytes, " is negative");
+  return backend_of("attention_forward", y).attention_gqa_forward(qkv, heads, heads, y, lse, block_bytes);  // Hkv = H
 }
 
 void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
-                        const Tensor& dqkv) {
+                        const Tensor& dqkv, int64_t block_bytes) {
   check_devices("attention_backward", dqkv, qkv, y, lse, dy);
   check_attention("attention_backward", qkv, heads, y, lse);
   check_compute("attention_backward", {{"qkv", qkv}, {"y", y}, {"dy", dy}, {"dqkv", dqkv}});
@@ -351,7 +352,9 @@ void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Ten
   check_same_shape("attention_backward", "qkv", qkv, "dqkv", dqkv);
   TANDEM_CHECK(!overlaps(dqkv, qkv) && !overlaps(dqkv, y) && !overlaps(dqkv, dy) && !overlaps(dqkv, lse),
                "attention_backward: dqkv shares memory with an input");
-  return backend_of("attention_backward", dqkv).attention_gqa_backward(qkv, heads, heads, y, lse, dy, dqkv);
+  TANDEM_CHECK(block_bytes >= 0, "attention_backward: block_bytes ", block_bytes, " is negative");
+  return backend_of("attention_backward", dqkv)
+      .attention_gqa_backward(qkv, heads, heads, y, lse, dy, dqkv, block_bytes);
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {

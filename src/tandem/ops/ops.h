@@ -112,11 +112,12 @@ void add_positions_backward(const Tensor& dy, const Tensor& dpos);
 // Causal multi-head self-attention on a fused projection: qkv (B, T, 3C) laid out as [q | k | v] along the
 // last dim, head h using columns h*D .. h*D+D-1 of each part (PyTorch's split then view(B, T, H, D)).
 // y (B, T, C) = softmax(q k^T / sqrt(D) + causal mask) v, heads concatenated. Saves lse (B, H, T), the
-// log-sum-exp of each score row, so backward recomputes the probabilities instead of storing (T, T).
-void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse);
+// log-sum-exp of each score row, so backward recomputes the probabilities instead of storing (T, T). `block_bytes`:
+// as attention_gqa_forward's.
+void attention_forward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, int64_t block_bytes = 0);
 // dqkv (B, T, 3C) overwritten.
 void attention_backward(const Tensor& qkv, int heads, const Tensor& y, const Tensor& lse, const Tensor& dy,
-                        const Tensor& dqkv);
+                        const Tensor& dqkv, int64_t block_bytes = 0);
 
 // Softmax cross-entropy: logits (N, V), targets (N) i32 in [0, V), or kIgnoreTarget (op_list.h: -100) for a row that
 // does not count: its loss is 0 and its logits' gradient 0, in every op below. losses (N) gets each row's
@@ -258,11 +259,15 @@ void swiglu_backward(const Tensor& gate_up, const Tensor& dy, const Tensor& dgat
 // repeat_kv (kv head g serves query heads g H/Hkv .. (g+1) H/Hkv - 1). H must be a multiple of Hkv; Hkv = H is
 // multi-head attention (attention_forward's layout and result), Hkv = 1 multi-query attention.
 // y (B, T, H*D) = softmax(q k^T / sqrt(D) + causal mask) v, heads concatenated; lse (B, H, T) f32 saved, as
-// attention_forward.
-void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse);
+// attention_forward. `block_bytes` changes time and memory, never the result: the bytes of dP a block of the CUDA
+// deterministic backward may take (the config's tiles.attention_block_bytes, or the preflight's choice; 0: the rule's
+// 4 GiB, cuda/scratch_sizes.h), which the forward takes too because the kernels it picks follow the blocks (a
+// forward and its backward take the same path). The CPU backend has no blocks.
+void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
+                           int64_t block_bytes = 0);
 // dqkv (B, T, (H + 2 Hkv) D) overwritten; dk and dv of each kv head are summed over the query heads it serves.
 void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
-                            const Tensor& dy, const Tensor& dqkv);
+                            const Tensor& dy, const Tensor& dqkv, int64_t block_bytes = 0);
 
 // The same attention kept inside documents: documents (B, T) i32 gives each position's document, non-decreasing along
 // T (documents packed into one sequence), and position t attends to the positions s <= t of its own document only

@@ -265,17 +265,19 @@ void check_attention_gqa(const char* op, const Tensor& qkv, int heads, int kv_he
 }
 }  // namespace
 
-void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse) {
+void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
+                           int64_t block_bytes) {
   const char* op = "attention_gqa_forward";
   check_devices(op, y, qkv, lse);
   check_attention_gqa(op, qkv, heads, kv_heads, y, lse);
   check_apart(op, "y", y, {{"qkv", qkv}, {"lse", lse}});
   check_apart(op, "lse", lse, {{"qkv", qkv}});
-  return backend_of(op, y).attention_gqa_forward(qkv, heads, kv_heads, y, lse);
+  TANDEM_CHECK(block_bytes >= 0, op, ": block_bytes ", block_bytes, " is negative");
+  return backend_of(op, y).attention_gqa_forward(qkv, heads, kv_heads, y, lse, block_bytes);
 }
 
 void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
-                            const Tensor& dy, const Tensor& dqkv) {
+                            const Tensor& dy, const Tensor& dqkv, int64_t block_bytes) {
   const char* op = "attention_gqa_backward";
   check_devices(op, dqkv, qkv, y, lse, dy);
   check_attention_gqa(op, qkv, heads, kv_heads, y, lse);
@@ -283,7 +285,8 @@ void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Te
   check_same_shape(op, "y", y, "dy", dy);
   check_same_shape(op, "qkv", qkv, "dqkv", dqkv);
   check_apart(op, "dqkv", dqkv, {{"qkv", qkv}, {"y", y}, {"lse", lse}, {"dy", dy}});
-  return backend_of(op, dqkv).attention_gqa_backward(qkv, heads, kv_heads, y, lse, dy, dqkv);
+  TANDEM_CHECK(block_bytes >= 0, op, ": block_bytes ", block_bytes, " is negative");
+  return backend_of(op, dqkv).attention_gqa_backward(qkv, heads, kv_heads, y, lse, dy, dqkv, block_bytes);
 }
 
 namespace {

@@ -29,6 +29,8 @@ struct PreflightOptions {
 };
 
 struct PreflightResult {
+  // The tiles the run takes: the config's, with attention_block_bytes as chosen here where the config left it 0.
+  spec::Tiles tiles;
   int64_t peak = 0;               // the largest per-device peak
   std::vector<int64_t> per_rank;  // predicted peak of every world rank
   MemoryPrediction memory;

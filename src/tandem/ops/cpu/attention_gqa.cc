@@ -247,14 +247,14 @@ void backward_kernel(const Tensor& qkv, int heads, int kv_heads, const Tensor& d
 }  // namespace
 
 int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
-                                      const Tensor&, const Tensor&) {
+                                      const Tensor&, const Tensor&, int64_t) {
   const Dims s = dims_of(qkv, heads, kv_heads);
   if (empty(s)) return 0;
   return forward_plan(s, ctx.cpu_threads).teams * forward_scratch_per_thread(s) * 4;
 }
 
 int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
-                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) {
   const Dims s = dims_of(qkv, heads, kv_heads);
   if (empty(s)) return 0;
   return backward_plan(s, ctx.cpu_threads).teams * backward_scratch_per_thread(s) * 4;
@@ -262,21 +262,22 @@ int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& 
 
 int64_t attention_gqa_documents_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
                                                 const Tensor&, const Tensor& y, const Tensor& lse) {
-  return attention_gqa_forward_scratch(ctx, qkv, heads, kv_heads, y, lse);
+  return attention_gqa_forward_scratch(ctx, qkv, heads, kv_heads, y, lse, 0);
 }
 
 int64_t attention_gqa_documents_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
                                                  const Tensor&, const Tensor& y, const Tensor& lse, const Tensor& dy,
                                                  const Tensor& dqkv) {
-  return attention_gqa_backward_scratch(ctx, qkv, heads, kv_heads, y, lse, dy, dqkv);
+  return attention_gqa_backward_scratch(ctx, qkv, heads, kv_heads, y, lse, dy, dqkv, 0);
 }
 
-void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse) {
+// block_bytes: the CUDA backward's blocks (ops.h); the CPU kernels have none.
+void attention_gqa_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse, int64_t) {
   visit_float(qkv.dtype(), [&](auto t) { forward_kernel<decltype(t)>(qkv, heads, kv_heads, Tensor(), y, lse); });
 }
 
 void attention_gqa_backward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse,
-                            const Tensor& dy, const Tensor& dqkv) {
+                            const Tensor& dy, const Tensor& dqkv, int64_t) {
   visit_float(qkv.dtype(),
               [&](auto t) { backward_kernel<decltype(t)>(qkv, heads, kv_heads, Tensor(), y, lse, dy, dqkv); });
 }

@@ -32,9 +32,10 @@ int64_t grouped_matmul_scratch(const ScratchContext& ctx, const Tensor& a, const
 int64_t grouped_weight_grad_scratch(const ScratchContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& dw,
                                     const std::vector<int64_t>& rows);
 int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
-                                      const Tensor& y, const Tensor& lse);
+                                      const Tensor& y, const Tensor& lse, int64_t block_bytes);
 int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
-                                       const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv);
+                                       const Tensor& y, const Tensor& lse, const Tensor& dy, const Tensor& dqkv,
+                                       int64_t block_bytes);
 int64_t attention_gqa_documents_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
                                                 const Tensor& documents, const Tensor& y, const Tensor& lse);
 int64_t attention_gqa_documents_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,

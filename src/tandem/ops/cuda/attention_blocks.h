@@ -1,4 +1,4 @@
-// The sums of cuDNN's deterministic attention backward run in blocks of query rows (attention_gqa.cc,
+// The sums of cuDNN's deterministic attention backward run in blocks of query rows (attention_cudnn_blocks.cc,
 // scratch_sizes.h): every block writes the dk and dv of its keys [0, keys) into dqkv's k and v columns, and these
 // two kernels add them, block after block, into an f32 accumulator, so every key's gradient is summed in the order
 // of the blocks (the same bits every run).

@@ -16,23 +16,26 @@ namespace {
 
 // cuDNN's workspace for the attention graph of this shape: asked of cuDNN on the run's device, else estimated (a
 // build without CUDA has no cuDNN to ask).
-int64_t cudnn_workspace(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads, bool backward) {
+int64_t cudnn_workspace(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads, bool backward,
+                        int64_t block_bytes) {
 #ifdef TANDEM_WITH_CUDA
   if (ctx.planned_device)
-    return attention_gqa_cudnn_workspace_bytes(ctx.planned_device, qkv, heads, kv_heads, backward);
+    return attention_gqa_cudnn_workspace_bytes(ctx.planned_device, qkv, heads, kv_heads, backward, block_bytes);
 #endif
   const int64_t d = qkv.dim(2) / (heads + 2 * static_cast<int64_t>(kv_heads));
-  return attention_cudnn_workspace_estimate(qkv.dtype(), qkv.dim(0), heads, kv_heads, qkv.dim(1), d, backward);
+  return attention_cudnn_workspace_estimate(qkv.dtype(), qkv.dim(0), heads, kv_heads, qkv.dim(1), d, backward,
+                                            block_bytes);
 }
 
 // attention_gqa.cc, .cu: cuDNN's workspace where cuDNN runs, else the plain backward's rowsum(dO * O) (B, H, T) f32.
 int64_t attention_gqa_forward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
-                                      const Tensor&, const Tensor&) {
-  return cudnn_workspace(ctx, qkv, heads, kv_heads, false);
+                                      const Tensor&, const Tensor&, int64_t block_bytes) {
+  return cudnn_workspace(ctx, qkv, heads, kv_heads, false, block_bytes);
 }
 int64_t attention_gqa_backward_scratch(const ScratchContext& ctx, const Tensor& qkv, int heads, int kv_heads,
-                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  const int64_t cudnn = cudnn_workspace(ctx, qkv, heads, kv_heads, true);
+                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       int64_t block_bytes) {
+  const int64_t cudnn = cudnn_workspace(ctx, qkv, heads, kv_heads, true, block_bytes);
   return cudnn > 0 ? cudnn : attention_gqa_backward_scratch_bytes(qkv.dim(0), heads, qkv.dim(1));
 }
 // Attention kept inside documents runs the flash kernels alone (attention_gqa.cc): no workspace forward, their

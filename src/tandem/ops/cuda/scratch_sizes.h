@@ -42,12 +42,14 @@ inline int64_t attention_gqa_backward_scratch_bytes(int64_t batch, int64_t heads
 }
 
 // cuDNN's workspace for the fused attention graph of this shape (forward or backward), asked of cuDNN on `device`
-// when it is a CUDA device (attention_gqa.cc: the graph is built and cached there, and the run reuses it); 0 for
-// any other device, and where the plain or the flash kernels run (attention_uses_flash below).
-int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward);
+// when it is a CUDA device (attention_cudnn.cc: the graph is built and cached there, and the run reuses it); 0 for
+// any other device, and where the plain or the flash kernels run (attention_uses_flash below). `block_bytes`: the op's
+// (attention_block_bytes).
+int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, int heads, int kv_heads, bool backward,
+                                            int64_t block_bytes);
 
 // The shapes cuDNN's fused attention takes: 16-bit data, the head dim D and the fused row width (H + 2 Hkv) D in
-// multiples of 8 elements (its pointers on 16-byte boundaries besides: attention_gqa.cc checks those).
+// multiples of 8 elements (its pointers on 16-byte boundaries besides: attention_cudnn.cc checks those).
 inline bool cudnn_attention_shape(DType t, int64_t d, int64_t width) {
   return (t == DType::BF16 || t == DType::F16) && d % 8 == 0 && width % 8 == 0;
 }
@@ -95,16 +97,23 @@ inline int64_t cudnn_attention_block_workspace(int64_t b, int64_t h, int64_t kv,
   return 2 * b * h * rows * keys + 4 * b * h * rows + 256 + (kv < h ? 4 * b * h * keys * d : 0);
 }
 
-// Past kCudnnAttentionWorkspaceLimit the deterministic backward runs in blocks of query rows (attention_gqa.cc): each
-// block's cuDNN graph writes its rows of dq straight into dqkv and its (B, keys, 2 Hkv D) dk and dv into dqkv's k
-// and v columns, which an f32 (B, T, 2 Hkv D) accumulator sums block after block in a fixed order (the same bits
-// every run). One graph serves every block of one height: its keys are all T, cut to the block's own at run time
-// (cuDNN's padding mask), so a block's dP tiles are sized for rows x T. The height is the largest power of two, 64 at
-// least, whose 2 B H rows T bytes of dP (of one head group's H, below) fit kCudnnAttentionBlockDpLimit, or N bytes
-// where TANDEM_ATTENTION_BLOCK_BYTES=N is in the environment (to measure taller blocks; the planner reads the same);
-// the last block takes what is left.
+// Past kCudnnAttentionWorkspaceLimit the deterministic backward runs in blocks of query rows
+// (attention_cudnn_blocks.cc): each block's cuDNN graph writes its rows of dq straight into dqkv and the
+// (B, keys, 2 Hkv D) dk and dv of its keys into dqkv's k and v columns, which an f32 (B, T, 2 Hkv D) accumulator sums
+// block after block in a fixed order (the same bits every run). One graph serves every block of one height: its keys
+// are all T, cut to the block's own at run time (cuDNN's padding mask), so a block's dP tiles are sized for rows x T.
+// The height is the largest power of two, 64 at least, whose 2 B H rows T bytes of dP (of one head group's H, below)
+// fit the run's block bytes (the ops' `block_bytes`, from the config's tiles.attention_block_bytes or the preflight's
+// choice; 0: kCudnnAttentionBlockDpLimit); the last block takes what is left.
 inline constexpr int64_t kCudnnAttentionBlockDpLimit = int64_t{4} << 30;
 inline constexpr int64_t kCudnnAttentionMinBlockRows = 64;
+inline int64_t attention_block_bytes(int64_t set) { return set > 0 ? set : kCudnnAttentionBlockDpLimit; }
+
+// Taller blocks where the device has room: with tiles.attention_block_bytes 0, the preflight gives the blocks this
+// many bytes of dP when the run's plan with them fits its budget (plan/preflight.cc), else the 4 GiB above. On an
+// H100 the 8-layer Llama-3-8B shape's 128k step ran 10,520 tok/s in 8 GiB blocks against 9,436 in 4 (74.40 GiB
+// against 70.37), and the full 8B with LoRA at 64k 4,714 against 4,589 (docs/benchmarks.md, 2026-12-05).
+inline constexpr int64_t kCudnnAttentionBlockDpRoomy = int64_t{8} << 30;
 
 // A block's graph may take the heads in groups, H / groups query heads over Hkv / groups kv heads, one group after
 // another (each its own query and key columns of qkv and dqkv): a group's dP tiles are 2 B (H / groups) rows T bytes,
@@ -126,11 +135,6 @@ inline int64_t positive_or(const char* name, int64_t otherwise) {
 inline int64_t attention_block_groups_aimed() {
   static const int64_t groups = positive_or("TANDEM_ATTENTION_BLOCK_GROUPS", kCudnnAttentionBlockGroups);
   return groups;
-}
-
-inline int64_t attention_block_dp_limit() {
-  static const int64_t limit = positive_or("TANDEM_ATTENTION_BLOCK_BYTES", kCudnnAttentionBlockDpLimit);
-  return limit;
 }
 
 inline int64_t cudnn_attention_block_groups(int64_t h, int64_t kv, int64_t aimed = attention_block_groups_aimed()) {
@@ -168,10 +172,10 @@ struct CudnnAttentionBlocks {
 
 // The blocks' shape: rows seq (one block, the heads whole: the whole graph runs) when the whole graph's workspace fits
 // kCudnnAttentionWorkspaceLimit or one block can hold every row; rows 0 when not even 64 rows of a head group fit
-// kCudnnAttentionBlockDpLimit (the flash kernels run then).
+// `dp_limit` (the flash kernels run then).
 inline CudnnAttentionBlocks cudnn_attention_blocking(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
+                                                     int64_t dp_limit,
                                                      int64_t aimed_groups = attention_block_groups_aimed(),
-                                                     int64_t dp_limit = attention_block_dp_limit(),
                                                      bool split = attention_block_split_aimed()) {
   if (cudnn_attention_deterministic_workspace(b, h, kv, seq, d, true) <= kCudnnAttentionWorkspaceLimit) return {seq, 1};
   const int64_t groups = cudnn_attention_block_groups(h, kv, aimed_groups);
@@ -183,8 +187,8 @@ inline CudnnAttentionBlocks cudnn_attention_blocking(int64_t b, int64_t h, int64
 }
 
 // The blocks' height alone (seq: whole; 0: the flash kernels).
-inline int64_t cudnn_attention_block_rows(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d) {
-  return cudnn_attention_blocking(b, h, kv, seq, d).rows;
+inline int64_t cudnn_attention_block_rows(int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d, int64_t dp_limit) {
+  return cudnn_attention_blocking(b, h, kv, seq, d, dp_limit).rows;
 }
 
 inline int64_t cudnn_attention_blocks(int64_t rows, int64_t seq) { return (seq + rows - 1) / rows; }
@@ -220,12 +224,14 @@ inline int64_t cudnn_attention_blocked_scratch(int64_t block_workspace, int64_t 
 // dispatch (attention_gqa.cc) and the planner's estimates alike, so the predicted workspace stays exact. The forward
 // and the backward of one shape take the same path (the backward reads the forward's lse). The flash kernels run
 // where they take the shape and either attention is kept inside documents (cuDNN has no such graph here) or not even
-// the smallest block of cuDNN's deterministic backward fits (unless attention_deterministic() is false); cuDNN (or,
-// for shapes it cannot take, the plain kernels) otherwise.
-inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d, bool documents) {
+// the smallest block of cuDNN's deterministic backward fits `block_bytes` (attention_block_bytes; unless
+// attention_deterministic() is false); cuDNN (or, for shapes it cannot take, the plain kernels) otherwise.
+inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d, bool documents,
+                                 int64_t block_bytes) {
   // B H at most 65535: the kernels' grids put the (batch element, head) pairs in their second dimension.
   if (!flash_attention_shape(t, d) || b * h > 65535) return false;
-  return documents || (attention_deterministic() && cudnn_attention_block_rows(b, h, kv, seq, d) == 0);
+  return documents || (attention_deterministic() &&
+                       cudnn_attention_block_rows(b, h, kv, seq, d, attention_block_bytes(block_bytes)) == 0);
 }
 
 // cuDNN's workspace where cuDNN cannot be asked (planning away from the GPU): the sizes above where cuDNN runs (the
@@ -233,10 +239,13 @@ inline bool attention_uses_flash(DType t, int64_t b, int64_t h, int64_t kv, int6
 // where the flash kernels run (attention_uses_flash) or the plain kernels would (f32, or D or the row width not a
 // multiple of 8).
 inline int64_t attention_cudnn_workspace_estimate(DType t, int64_t b, int64_t h, int64_t kv, int64_t seq, int64_t d,
-                                                  bool backward) {
-  if (!cudnn_attention_shape(t, d, (h + 2 * kv) * d) || attention_uses_flash(t, b, h, kv, seq, d, false)) return 0;
+                                                  bool backward, int64_t block_bytes) {
+  if (!cudnn_attention_shape(t, d, (h + 2 * kv) * d) || attention_uses_flash(t, b, h, kv, seq, d, false, block_bytes))
+    return 0;
   const CudnnAttentionBlocks blocks =
-      backward && attention_deterministic() ? cudnn_attention_blocking(b, h, kv, seq, d) : CudnnAttentionBlocks{seq, 1};
+      backward && attention_deterministic()
+          ? cudnn_attention_blocking(b, h, kv, seq, d, attention_block_bytes(block_bytes))
+          : CudnnAttentionBlocks{seq, 1};
   if (blocks.rows >= seq) return cudnn_attention_deterministic_workspace(b, h, kv, seq, d, backward);  // whole
   // The graphs' keys are all T (the padding mask cuts them): the widest is the tallest block's, of one head group.
   const int64_t g = blocks.groups;
