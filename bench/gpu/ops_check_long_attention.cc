@@ -2,8 +2,9 @@
 // tokens, through the dispatch (scratch_sizes.h: cuDNN's graphs whole, its deterministic backward in blocks of query
 // rows past kCudnnAttentionWorkspaceLimit, or the flash kernels), with TFLOP/s forward and backward, the backward's
 // scratch as cuDNN gives it and as the planner estimates it, and the first call's time (its graphs are built then).
-// At 128k the flash kernels beside (attention kept inside one document: theirs), and the deterministic backward in
-// blocks of other heights than the rule's, its heads whole or in groups, its whole-height blocks split in two or not.
+// At 128k the flash kernels beside (attention kept inside one document: theirs), the ops with the blocks the preflight
+// chooses where the plan has room, and the deterministic backward in blocks of other heights than the rule's, its heads
+// whole or in groups, its whole-height blocks split in two or not.
 #include <cudnn.h>
 
 #include <chrono>
@@ -84,6 +85,17 @@ void bench_long_attention(CudaDevice& dev) {
         dev, [&] { gpu::attention_gqa_documents_backward(x.qkv, kH, kKv, x.docs, x.y, x.lse, x.dy, x.dqkv); }, 1, reps);
     std::printf("  flash kernels: fwd %9.2f ms %7.1f TFLOP/s, bwd %9.2f ms %7.1f TFLOP/s\n", ff, flops / (ff * 1e9), fb,
                 2.5 * flops / (fb * 1e9));
+    // The ops with the bytes the preflight gives the blocks where the plan has room (tiles.attention_block_bytes),
+    // and the scratch cuDNN gives for them beside the planner's estimate.
+    const int64_t roomy = gpu::kCudnnAttentionBlockDpRoomy;
+    gpu::attention_gqa_forward(x.qkv, kH, kKv, x.y, x.lse, roomy);
+    const double rb = median_ms(
+        dev, [&] { gpu::attention_gqa_backward(x.qkv, kH, kKv, x.y, x.lse, x.dy, x.dqkv, roomy); }, 1, reps);
+    std::printf("  the ops with %lld GiB blocks: bwd %9.2f ms %7.1f TFLOP/s, scratch %lld, estimate %lld\n",
+                static_cast<long long>(roomy >> 30), rb, 2.5 * flops / (rb * 1e9),
+                static_cast<long long>(gpu::attention_gqa_cudnn_workspace_bytes(&dev, x.qkv, kH, kKv, true, roomy)),
+                static_cast<long long>(
+                    gpu::attention_cudnn_workspace_estimate(DType::BF16, sh.b, kH, kKv, sh.t, kD, true, roomy)));
     // The deterministic backward in blocks of other shapes than the rule's: heights, and the heads whole or in groups
     // (each block's graph over H / groups query heads in turn), with the scratch each holds.
     struct Blocking {
