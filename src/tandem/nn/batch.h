@@ -68,8 +68,7 @@ struct Batch {
   // A backward follows the forward (a training step, its recomputation too): with a sink, the head computes the loss
   // in its backward, and dropout applies.
   bool training = false;
-  Tiles
-      tiles;  // the rows of the loss's chunks and of the MLPs' tiles, attention's block bytes (0: their rules' choice)
+  Tiles tiles;           // the loss's chunks, the MLPs' tiles, attention's blocks (0: their rules' choice)
   ContextSplit context;  // this shard of the sequences (size 1: whole sequences)
   SamplePlace samples;   // where its samples sit in the run
   // A mixture-of-experts model's balance sums for this micro-batch (MoeBalance), or null (no MoE layers).

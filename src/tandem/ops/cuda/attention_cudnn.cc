@@ -207,6 +207,26 @@ namespace tandem::ops::cuda {
 #if TANDEM_HAVE_CUDNN_FRONTEND
 using namespace cudnn_attention;
 
+namespace {
+
+// The forward's operands, which the backward's pack holds too (then with dO and the gradients).
+std::unordered_map<int64_t, void*> forward_pack(const GqaShape& s, const Tensor& qkv, const Tensor& y,
+                                                const Tensor& lse) {
+  return {{kQ, qkv.raw()},
+          {kK, offset(qkv, k_offset(s))},
+          {kV, offset(qkv, v_offset(s))},
+          {kO, y.raw()},
+          {kStats, lse.raw()}};
+}
+
+// The backward's blocks: the rule's for `block_bytes` where it is deterministic, else one (the whole graph).
+CudnnAttentionBlocks backward_blocks(const GqaAttentionContext& ctx, const GqaShape& s, int64_t block_bytes) {
+  return ctx.deterministic ? cudnn_attention_blocking(s.b, s.h, s.kv, s.t, s.d, attention_block_bytes(block_bytes))
+                           : CudnnAttentionBlocks{s.t, 1};
+}
+
+}  // namespace
+
 CudnnAttention cudnn_attention_forward(const Tensor& qkv, int heads, int kv_heads, const Tensor& y, const Tensor& lse) {
   const GqaShape s = shape_of(qkv, heads, kv_heads);
   if (s.b == 0 || s.t == 0 || s.d == 0 || y.dtype() != qkv.dtype() || lse.dtype() != DType::F32 ||
@@ -218,11 +238,7 @@ CudnnAttention cudnn_attention_forward(const Tensor& qkv, int heads, int kv_head
   std::lock_guard<std::mutex> lock(ctx.mu);
   const CachedGraph& entry = graph_for(ctx, false, s, qkv.dtype());
   if (!entry.graph) return CudnnAttention::NotTaken;
-  std::unordered_map<int64_t, void*> pack{{kQ, qkv.raw()},
-                                          {kK, offset(qkv, k_offset(s))},
-                                          {kV, offset(qkv, v_offset(s))},
-                                          {kO, y.raw()},
-                                          {kStats, lse.raw()}};
+  std::unordered_map<int64_t, void*> pack = forward_pack(s, qkv, y, lse);
   run(ctx, entry, dev, pack);
   return CudnnAttention::Ran;
 }
@@ -240,23 +256,14 @@ CudnnAttention cudnn_attention_backward(const Tensor& qkv, int heads, int kv_hea
   device::CudaDevice& dev = cuda_device(dqkv);
   GqaAttentionContext& ctx = dev.context<GqaAttentionContext>();
   std::lock_guard<std::mutex> lock(ctx.mu);
-  const CudnnAttentionBlocks blocks =
-      ctx.deterministic ? cudnn_attention_blocking(s.b, s.h, s.kv, s.t, s.d, attention_block_bytes(block_bytes))
-                        : CudnnAttentionBlocks{s.t, 1};
+  const CudnnAttentionBlocks blocks = backward_blocks(ctx, s, block_bytes);
   if (blocks.rows > 0 && blocks.rows < s.t)
     return backward_in_blocks(ctx, dev, s, blocks, qkv, y, lse, dy, dqkv) ? CudnnAttention::Ran
                                                                           : CudnnAttention::NoBlocks;
   const CachedGraph& entry = graph_for(ctx, true, s, qkv.dtype());
   if (!entry.graph) return CudnnAttention::NotTaken;
-  std::unordered_map<int64_t, void*> pack{{kQ, qkv.raw()},
-                                          {kK, offset(qkv, k_offset(s))},
-                                          {kV, offset(qkv, v_offset(s))},
-                                          {kO, y.raw()},
-                                          {kDO, dy.raw()},
-                                          {kStats, lse.raw()},
-                                          {kDQ, dqkv.raw()},
-                                          {kDK, offset(dqkv, k_offset(s))},
-                                          {kDV, offset(dqkv, v_offset(s))}};
+  std::unordered_map<int64_t, void*> pack = forward_pack(s, qkv, y, lse);
+  pack.insert({{kDO, dy.raw()}, {kDQ, dqkv.raw()}, {kDK, offset(dqkv, k_offset(s))}, {kDV, offset(dqkv, v_offset(s))}});
   run(ctx, entry, dev, pack);
   return CudnnAttention::Ran;
 }
@@ -271,10 +278,7 @@ int64_t attention_gqa_cudnn_workspace_bytes(Device* device, const Tensor& qkv, i
     return 0;
   GqaAttentionContext& ctx = dev->context<GqaAttentionContext>();
   std::lock_guard<std::mutex> lock(ctx.mu);
-  const CudnnAttentionBlocks blocks =
-      backward && ctx.deterministic
-          ? cudnn_attention_blocking(s.b, s.h, s.kv, s.t, s.d, attention_block_bytes(block_bytes))
-          : CudnnAttentionBlocks{s.t, 1};
+  const CudnnAttentionBlocks blocks = backward ? backward_blocks(ctx, s, block_bytes) : CudnnAttentionBlocks{s.t, 1};
   if (blocks.rows > 0 && blocks.rows < s.t) {
     const BlockGraphs g = block_graphs(ctx, s, qkv.dtype(), blocks);
     return g.widest < 0 ? 0 : cudnn_attention_blocked_scratch(g.widest, blocks.rows, s.b, s.h, s.kv, s.t, s.d, g.split);
