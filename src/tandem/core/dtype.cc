@@ -1,6 +1,9 @@
 #include "tandem/core/dtype.h"
 
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "tandem/core/error.h"
 
@@ -100,32 +103,61 @@ float f16_to_f32(uint16_t h) {
 
 namespace {
 
-// An FP8 format of `mant` mantissa bits and exponent bias `bias`, whose largest finite value is `max`.
+// An FP8 format of `mant` mantissa bits and exponent bias `bias`, whose largest finite value is `max`; round to
+// nearest even on the bits of the fp32: a magnitude in the format's normal range keeps its exponent, and rounding its
+// mantissa to `mant` bits may carry into the exponent (the next binade), which the addition does by itself.
 uint8_t f32_to_fp8(float f, int mant, int bias, float max, uint8_t nan) {
   if (std::isnan(f)) return nan;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  const float a = std::fmin(std::fabs(f), max);
-  if (a == 0.0f) return sign;
-  int e = std::ilogb(a);  // a = m 2^e, 1 <= m < 2
-  const int min_normal = 1 - bias;
-  if (e < min_normal) e = min_normal;  // subnormal: the quantum of the smallest exponent
-  // a / 2^(e - mant) is exact (a power-of-two scaling of a normal fp32); rounding it to an integer is the RNE rounding
-  // to the format's grid at this exponent.
-  auto q = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, mant - e)));
-  if (q == (2u << mant)) {  // rounded up to the next binade
-    q = 1u << mant;
-    ++e;
+  const float a = std::fabs(f) > max ? max : std::fabs(f);  // inf included
+  uint32_t u;
+  std::memcpy(&u, &a, 4);
+  const uint32_t min_normal = static_cast<uint32_t>(128 - bias) << 23;  // fp32 bits of 2^(1 - bias)
+  if (u >= min_normal) {
+    const int drop = 23 - mant;
+    const uint32_t up = u + ((1u << (drop - 1)) - 1) + ((u >> drop) & 1);  // round half to even
+    return static_cast<uint8_t>(sign | ((up >> drop) - (static_cast<uint32_t>(127 - bias) << mant)));
   }
-  if (q < (1u << mant)) return static_cast<uint8_t>(sign | q);  // subnormal (exponent field 0)
-  return static_cast<uint8_t>(sign | (static_cast<uint32_t>(e + bias) << mant) | (q - (1u << mant)));
+  // Below the smallest normal the grid's step is 2^(1 - bias - mant): a times its inverse (a power of two, exact)
+  // rounded to an integer is the subnormal's mantissa field; 1 << mant rounds up to the smallest normal, whose
+  // exponent field 1 the same bits give.
+  float step_inverse;
+  const uint32_t inverse_bits = static_cast<uint32_t>(127 + bias - 1 + mant) << 23;
+  std::memcpy(&step_inverse, &inverse_bits, 4);
+  return static_cast<uint8_t>(sign | static_cast<uint32_t>(std::nearbyint(a * step_inverse)));
 }
 
-float fp8_to_f32(uint8_t b, int mant, int bias) {
-  const int exp_bits = 7 - mant, field = (b >> mant) & ((1 << exp_bits) - 1), m = b & ((1 << mant) - 1);
-  const float sign = (b & 0x80) ? -1.0f : 1.0f;
-  if (field == 0) return sign * std::ldexp(static_cast<float>(m), 1 - bias - mant);
-  return sign * std::ldexp(static_cast<float>((1 << mant) | m), field - bias - mant);
-}
+// The fp32 bits of every byte of an FP8 format (`mant` mantissa bits, exponent bias `bias`): exact, since every FP8
+// value is an fp32. `nan` says which bytes are NaN (the quiet NaN std::nanf gives, without the sign) and `inf` which
+// are infinities.
+struct Fp8Table {
+  std::array<float, 256> value;
+  Fp8Table(int mant, int bias, bool (*nan)(uint8_t), bool (*inf)(uint8_t)) {
+    for (int b = 0; b < 256; ++b) {
+      const auto byte = static_cast<uint8_t>(b);
+      const uint32_t sign = (b & 0x80) ? 0x80000000u : 0u;
+      const uint32_t field = (b & 0x7f) >> mant, m = b & ((1u << mant) - 1);
+      uint32_t bits = sign;
+      if (nan(byte)) {
+        bits = 0x7fc00000u;
+      } else if (inf(byte)) {
+        bits = sign | 0x7f800000u;
+      } else if (field != 0) {
+        bits = sign | ((field - bias + 127) << 23) | (m << (23 - mant));
+      } else if (m != 0) {  // subnormal: m 2^(1 - bias - mant), normalised
+        const int top = std::bit_width(m) - 1;
+        bits =
+            sign | (static_cast<uint32_t>(top + 1 - bias - mant + 127) << 23) | ((m & ((1u << top) - 1)) << (23 - top));
+      }
+      std::memcpy(&value[static_cast<size_t>(b)], &bits, 4);
+    }
+  }
+};
+
+bool e4m3_nan(uint8_t b) { return (b & 0x7f) == 0x7f; }
+bool e5m2_nan(uint8_t b) { return (b & 0x7c) == 0x7c && (b & 0x03) != 0; }
+bool e5m2_inf(uint8_t b) { return (b & 0x7f) == 0x7c; }
+bool none(uint8_t) { return false; }
 
 }  // namespace
 
@@ -133,12 +165,12 @@ uint8_t f32_to_e4m3(float f) { return f32_to_fp8(f, 3, 7, kE4M3Max, 0x7f); }
 uint8_t f32_to_e5m2(float f) { return f32_to_fp8(f, 2, 15, kE5M2Max, 0x7f); }
 
 float e4m3_to_f32(uint8_t b) {
-  if ((b & 0x7f) == 0x7f) return std::nanf("");
-  return fp8_to_f32(b, 3, 7);
+  static const Fp8Table table(3, 7, &e4m3_nan, &none);
+  return table.value[b];
 }
 float e5m2_to_f32(uint8_t b) {
-  if ((b & 0x7c) == 0x7c) return (b & 0x03) ? std::nanf("") : ((b & 0x80) ? -INFINITY : INFINITY);
-  return fp8_to_f32(b, 2, 15);
+  static const Fp8Table table(2, 15, &e5m2_nan, &e5m2_inf);
+  return table.value[b];
 }
 
 }  // namespace tandem

@@ -66,12 +66,15 @@ void quantize_kernel(const Tensor& x, const Fp8ScaleGrid& g, const float* scales
   auto* out_t = q_t.defined() ? static_cast<uint8_t*>(q_t.raw()) : nullptr;  // (C, R)
   const bool single = g.single();
 #pragma omp parallel for schedule(static) if (worth_parallel(r * c, 8))
-  for (int64_t i = 0; i < r; ++i)
+  for (int64_t i = 0; i < r; ++i) {
+    // Row i's blocks: along q's grid its row of blocks is i / block_rows, along q_t's its column i / block_cols.
+    const int64_t q_row = single ? 0 : i / g.block_rows, q_t_col = single ? 0 : i / g.block_cols;
     for (int64_t j = 0; j < c; ++j) {
       const float v = load(in, i * c + j);
-      if (out) out[i * c + j] = round(v * scales[single ? 0 : g.at(i / g.block_rows, j / g.block_cols)]);
-      if (out_t) out_t[j * r + i] = round(v * scales[single ? 0 : g.at(j / g.block_rows, i / g.block_cols)]);
+      if (out) out[i * c + j] = round(v * scales[single ? 0 : g.at(q_row, j / g.block_cols)]);
+      if (out_t) out_t[j * r + i] = round(v * scales[single ? 0 : g.at(j / g.block_rows, q_t_col)]);
     }
+  }
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 // the rows of c are the layer's, the same in every layout.
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "tandem/ops/cpu/cpu_ops.h"
 #include "tandem/ops/cpu/element.h"
 #include "tandem/ops/op_util.h"
@@ -149,7 +151,10 @@ void scale_blocks(float* x32, int64_t rows, int64_t k, const Tensor& inv_scale, 
   const float* s = inv_scale.f32();
 #pragma omp parallel for schedule(static) if (worth_parallel(rows * k))
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < k; ++j) x32[i * k + j] *= s[g.at(i / g.block_rows, j / g.block_cols)];
+    for (int64_t bj = 0; bj < g.cols; ++bj) {
+      const float scale = s[g.at(i / g.block_rows, bj)];
+      for (int64_t j = bj * g.block_cols; j < std::min(k, (bj + 1) * g.block_cols); ++j) x32[i * k + j] *= scale;
+    }
 }
 }  // namespace
 
