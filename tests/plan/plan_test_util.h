@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -53,6 +54,7 @@ struct MemCase {
   // "param-nvme": both to swap files
   std::string offload;
 
+  // "gpt dp2 pp1 tp1 zero3 micro 2x2 ...": what the tables print.
   std::string name() const {
     std::ostringstream os;
     os << model << " dp" << dp << " pp" << pp << " tp" << tp << (cp > 1 ? " cp" + std::to_string(cp) : "")
@@ -64,6 +66,13 @@ struct MemCase {
        << (cpu_ckpt_layers >= 0 ? std::to_string(cpu_ckpt_layers) : "") << (keep_attention ? " keep" : "")
        << (bf16 ? " bf16" : "") << (offload.empty() ? "" : " offload " + offload);
     return os.str();
+  }
+  // name() with every character but letters and digits made '_': a parameterised test's name.
+  std::string test_name() const {
+    std::string s = name();
+    for (char& ch : s)
+      if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return s;
   }
 };
 

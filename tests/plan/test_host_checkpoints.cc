@@ -55,45 +55,48 @@ std::vector<MemCase> cases() {
   return out;
 }
 
-TEST(HostCheckpoints, PredictTheDeviceAndTheHostExactly) {
-  std::vector<testing::MemRow> rows;
-  for (const MemCase& c : cases()) {
-    const plan::MemoryPrediction p = predict(c);
-    MemCase on_device = c;
-    on_device.cpu_ckpt = false;
-    const plan::MemoryPrediction before = predict(on_device);
-    // The fullest device holds less. A rank whose peak comes in the backward of its chunk's first layers holds no more
-    // than before (the last stage of a pipeline: by then the inputs are gone from the device either way).
-    EXPECT_LT(p.peak(), before.peak()) << c.name() << ": the inputs left the device";
-    testing::MemRow row{c.name()};
-    for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
-      const plan::RankMemory& r = p.of_rank(rank);
-      EXPECT_GT(r.host_checkpoints(), 0) << c.name() << " rank " << rank;
-      EXPECT_LE(r.peak, before.of_rank(rank).peak) << c.name() << " rank " << rank;
-      run_case(c, rank, [&](train::Trainer& trainer) {
-        const auto measured = static_cast<int64_t>(trainer.device().peak_bytes());
-        ASSERT_NE(trainer.engine().host_memory(), nullptr) << c.name();
-        const device::AccountedDevice& host = *trainer.engine().host_memory();
-        EXPECT_EQ(r.peak, measured) << c.name() << " rank " << rank << ": device";
-        EXPECT_EQ(r.host_peak, static_cast<int64_t>(host.peak_bytes())) << c.name() << " rank " << rank << ": host";
-        // The buffers are kept for the next step: what the host holds after it is what the plan counted.
-        EXPECT_EQ(r.host_checkpoints(), host.live()[MemoryPurpose::Activations]) << c.name() << " rank " << rank;
-        if (measured > row.measured) {
-          row.measured = measured;
-          row.predicted = r.peak;
-        }
-      });
-      std::printf(
-          "[host checkpoints] %s rank %d: device peak %lld with the inputs on the device, %lld with them in "
-          "host memory (%lld in host memory)\n",
-          c.name().c_str(), rank, static_cast<long long>(before.of_rank(rank).peak), static_cast<long long>(r.peak),
-          static_cast<long long>(r.host_checkpoints()));
-    }
-    rows.push_back(row);
+// One case a test.
+class HostCheckpointsCase : public ::testing::TestWithParam<MemCase> {};
+
+TEST_P(HostCheckpointsCase, PredictTheDeviceAndTheHostExactly) {
+  const MemCase& c = GetParam();
+  const plan::MemoryPrediction p = predict(c);
+  MemCase on_device = c;
+  on_device.cpu_ckpt = false;
+  const plan::MemoryPrediction before = predict(on_device);
+  // The fullest device holds less. A rank whose peak comes in the backward of its chunk's first layers holds no more
+  // than before (the last stage of a pipeline: by then the inputs are gone from the device either way).
+  EXPECT_LT(p.peak(), before.peak()) << c.name() << ": the inputs left the device";
+  testing::MemRow row{c.name()};
+  for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
+    const plan::RankMemory& r = p.of_rank(rank);
+    EXPECT_GT(r.host_checkpoints(), 0) << c.name() << " rank " << rank;
+    EXPECT_LE(r.peak, before.of_rank(rank).peak) << c.name() << " rank " << rank;
+    run_case(c, rank, [&](train::Trainer& trainer) {
+      const auto measured = static_cast<int64_t>(trainer.device().peak_bytes());
+      ASSERT_NE(trainer.engine().host_memory(), nullptr) << c.name();
+      const device::AccountedDevice& host = *trainer.engine().host_memory();
+      EXPECT_EQ(r.peak, measured) << c.name() << " rank " << rank << ": device";
+      EXPECT_EQ(r.host_peak, static_cast<int64_t>(host.peak_bytes())) << c.name() << " rank " << rank << ": host";
+      // The buffers are kept for the next step: what the host holds after it is what the plan counted.
+      EXPECT_EQ(r.host_checkpoints(), host.live()[MemoryPurpose::Activations]) << c.name() << " rank " << rank;
+      if (measured > row.measured) {
+        row.measured = measured;
+        row.predicted = r.peak;
+      }
+    });
+    std::printf(
+        "[host checkpoints] %s rank %d: device peak %lld with the inputs on the device, %lld with them in "
+        "host memory (%lld in host memory)\n",
+        c.name().c_str(), rank, static_cast<long long>(before.of_rank(rank).peak), static_cast<long long>(r.peak),
+        static_cast<long long>(r.host_checkpoints()));
   }
   std::printf("[memory model with checkpoints in host memory: the device's peak]\n%s",
-              testing::format_rows(rows).c_str());
+              testing::format_rows({row}).c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Cases, HostCheckpointsCase, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<MemCase>& info) { return info.param.test_name(); });
 
 // On one device, one micro-batch at a time: the host holds every layer's input but the last one's (the head's, whose
 // backward comes first). The peak comes in the last block's backward: on the device it held the inputs of every layer

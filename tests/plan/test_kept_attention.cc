@@ -41,30 +41,33 @@ std::vector<MemCase> cases() {
   return out;
 }
 
-TEST(KeptAttention, PredictsEveryRanksPeakExactly) {
-  std::vector<testing::MemRow> rows;
-  for (const MemCase& c : cases()) {
-    const plan::MemoryPrediction p = predict(c);
-    MemCase recomputed = c;
-    recomputed.keep_attention = false;
-    const plan::MemoryPrediction before = predict(recomputed);
-    EXPECT_GT(p.peak(), before.peak()) << c.name() << ": the kept outputs are held beside the inputs";
-    testing::MemRow row{c.name()};
-    for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
-      const plan::RankMemory& r = p.of_rank(rank);
-      run_case(c, rank, [&](train::Trainer& trainer) {
-        const auto measured = static_cast<int64_t>(trainer.device().peak_bytes());
-        EXPECT_EQ(r.peak, measured) << c.name() << " rank " << rank;
-        if (measured > row.measured) {
-          row.measured = measured;
-          row.predicted = r.peak;
-        }
-      });
-    }
-    rows.push_back(row);
+// One case a test.
+class KeptAttentionCase : public ::testing::TestWithParam<MemCase> {};
+
+TEST_P(KeptAttentionCase, PredictsEveryRanksPeakExactly) {
+  const MemCase& c = GetParam();
+  const plan::MemoryPrediction p = predict(c);
+  MemCase recomputed = c;
+  recomputed.keep_attention = false;
+  const plan::MemoryPrediction before = predict(recomputed);
+  EXPECT_GT(p.peak(), before.peak()) << c.name() << ": the kept outputs are held beside the inputs";
+  testing::MemRow row{c.name()};
+  for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
+    const plan::RankMemory& r = p.of_rank(rank);
+    run_case(c, rank, [&](train::Trainer& trainer) {
+      const auto measured = static_cast<int64_t>(trainer.device().peak_bytes());
+      EXPECT_EQ(r.peak, measured) << c.name() << " rank " << rank;
+      if (measured > row.measured) {
+        row.measured = measured;
+        row.predicted = r.peak;
+      }
+    });
   }
-  std::printf("[memory model with attention kept for the recomputation]\n%s", testing::format_rows(rows).c_str());
+  std::printf("[memory model with attention kept for the recomputation]\n%s", testing::format_rows({row}).c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Cases, KeptAttentionCase, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<MemCase>& info) { return info.param.test_name(); });
 
 // On one device the kept outputs are each block's attention output (B, T, C) and log-sum-exp (B, H, T) f32, held for
 // every block at once: the peak grows by at most 4 blocks' worth (less where the recomputation's own attention

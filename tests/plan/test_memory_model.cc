@@ -190,16 +190,9 @@ TEST_P(MemoryModelGrid, PredictsEveryRanksMeasuredPeakExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, MemoryModelGrid, ::testing::ValuesIn(grid()),
-                         [](const ::testing::TestParamInfo<MemCase>& info) {
-                           std::string name = info.param.name();
-                           for (char& ch : name)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return name;
-                         });
+                         [](const ::testing::TestParamInfo<MemCase>& info) { return info.param.test_name(); });
 
-// Offload: the device's peak and the host memory the offloaded state takes, both predicted to the byte, on every
-// rank; the device holds less than without offload.
-TEST(MemoryModel, OffloadPredictsTheDeviceAndTheHostExactly) {
+std::vector<MemCase> offload_cases() {
   std::vector<MemCase> cases;
   for (const char* offload : {"cpu", "param", "nvme", "param-nvme"})
     for (MemCase c : {mem_case(1, 1, 1), mem_case(2, 1, 1, 2), mem_case(2, 2, 1, 1), mem_case(1, 1, 2, 3),
@@ -209,37 +202,45 @@ TEST(MemoryModel, OffloadPredictsTheDeviceAndTheHostExactly) {
       c.offload = offload;
       cases.push_back(c);
     }
-  std::vector<testing::MemRow> rows;
-  for (const MemCase& c : cases) {
-    const plan::MemoryPrediction p =
-        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(c), true);
-    MemCase device_only = c;
-    device_only.offload.clear();
-    const plan::MemoryPrediction without =
-        plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(device_only));
-    EXPECT_LT(p.peak(), without.peak()) << c.name();
-    testing::MemRow row{c.name()};
-    for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
-      run_case(c, rank, [&](train::Trainer& trainer) {
-        const auto measured = static_cast<int64_t>(trainer.device().peak_bytes());
-        ASSERT_NE(trainer.engine().host_memory(), nullptr) << c.name();
-        const auto host = static_cast<int64_t>(trainer.engine().host_memory()->peak_bytes());
-        EXPECT_EQ(p.of_rank(rank).peak, measured) << c.name() << " rank " << rank << ": device";
-        EXPECT_EQ(p.of_rank(rank).host_peak, host) << c.name() << " rank " << rank << ": host";
-        EXPECT_GT(host, 0) << c.name();
-        EXPECT_EQ(p.of_rank(rank).disk_bytes, static_cast<int64_t>(trainer.engine().store().swap_bytes()))
-            << c.name() << " rank " << rank << ": disk";
-        EXPECT_EQ(p.of_rank(rank).disk_bytes > 0, c.offload.find("nvme") != std::string::npos) << c.name();
-        if (measured > row.measured) {
-          row.measured = measured;
-          row.predicted = p.of_rank(rank).peak;
-        }
-      });
-    }
-    rows.push_back(row);
-  }
-  std::printf("[memory model with offload: the device's peak]\n%s", testing::format_rows(rows).c_str());
+  return cases;
 }
+
+// Offload: the device's peak and the host memory the offloaded state takes, both predicted to the byte, on every
+// rank; the device holds less than without offload. One case a test.
+class OffloadCase : public ::testing::TestWithParam<MemCase> {};
+
+TEST_P(OffloadCase, PredictsTheDeviceAndTheHostExactly) {
+  const MemCase& c = GetParam();
+  const plan::MemoryPrediction p =
+      plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(c), true);
+  MemCase device_only = c;
+  device_only.offload.clear();
+  const plan::MemoryPrediction without =
+      plan::MemoryModel(plan::planned_model(testing::typed_model(c.model))).predict(testing::case_setup(device_only));
+  EXPECT_LT(p.peak(), without.peak()) << c.name();
+  testing::MemRow row{c.name()};
+  for (int rank = 0; rank < c.dp * c.pp * c.tp; ++rank) {
+    run_case(c, rank, [&](train::Trainer& trainer) {
+      const auto measured = static_cast<int64_t>(trainer.device().peak_bytes());
+      ASSERT_NE(trainer.engine().host_memory(), nullptr) << c.name();
+      const auto host = static_cast<int64_t>(trainer.engine().host_memory()->peak_bytes());
+      EXPECT_EQ(p.of_rank(rank).peak, measured) << c.name() << " rank " << rank << ": device";
+      EXPECT_EQ(p.of_rank(rank).host_peak, host) << c.name() << " rank " << rank << ": host";
+      EXPECT_GT(host, 0) << c.name();
+      EXPECT_EQ(p.of_rank(rank).disk_bytes, static_cast<int64_t>(trainer.engine().store().swap_bytes()))
+          << c.name() << " rank " << rank << ": disk";
+      EXPECT_EQ(p.of_rank(rank).disk_bytes > 0, c.offload.find("nvme") != std::string::npos) << c.name();
+      if (measured > row.measured) {
+        row.measured = measured;
+        row.predicted = p.of_rank(rank).peak;
+      }
+    });
+  }
+  std::printf("[memory model with offload: the device's peak]\n%s", testing::format_rows({row}).c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Offload, OffloadCase, ::testing::ValuesIn(offload_cases()),
+                         [](const ::testing::TestParamInfo<MemCase>& info) { return info.param.test_name(); });
 
 // With one replica and several micro-batches an offloaded unit keeps one fp32 gradient on the host: the step's
 // running sum, whose last copy down is the reduced gradient the host AdamW reads (not a second buffer beside it).
