@@ -309,7 +309,8 @@ TEST(OpsAttentionGqa, ScratchIsReturnedAndMatchesItsScratchEntry) {
   EXPECT_GE(dev.peak_bytes(), live + static_cast<uint64_t>(s.t * s.t) * sizeof(float));
 }
 
-// The counting backend records 2 B T^2 H D attention FLOPs forward and 2.5 times that backward, whatever Hkv.
+// The counting backend records 2 B T^2 H D attention FLOPs forward and 2.5 times that backward, whatever Hkv, and
+// for the GPU's time model the same weighted 128 / D for the head dim D 16.
 TEST(OpsAttentionGqa, CountingBackendRecordsAttentionFlops) {
   const Dims s{2, 64, 8, 2, 16};
   device::CountingDevice dev(DeviceKind::Cuda);
@@ -320,8 +321,12 @@ TEST(OpsAttentionGqa, CountingBackendRecordsAttentionFlops) {
   const double forward_flops = 2.0 * s.b * s.t * s.t * s.h * s.d;
   attention_gqa_forward(qkv, static_cast<int>(s.h), static_cast<int>(s.kv), y, lse);
   EXPECT_DOUBLE_EQ(dev.work().attention_flops, forward_flops);
+  EXPECT_DOUBLE_EQ(dev.work().attention_backward_flops, 0.0);
   attention_gqa_backward(qkv, static_cast<int>(s.h), static_cast<int>(s.kv), y, lse, y, dqkv);
   EXPECT_DOUBLE_EQ(dev.work().attention_flops, 3.5 * forward_flops);
+  EXPECT_DOUBLE_EQ(dev.work().attention_backward_flops, 2.5 * forward_flops);
+  EXPECT_DOUBLE_EQ(dev.work().attention_weighted_flops, 8 * 3.5 * forward_flops);
+  EXPECT_DOUBLE_EQ(dev.work().attention_weighted_backward_flops, 8 * 2.5 * forward_flops);
   EXPECT_DOUBLE_EQ(dev.work().ops, 2.0);
 }
 

@@ -239,6 +239,10 @@ TEST(OpsAttentionPairScratch, ThroughTheDeviceAndCountedAlike) {
   EXPECT_EQ(counting.peak_bytes() - counted_live, backward);
   const double flops = 4.0 * s.b * s.t * s.t * s.h * s.d;
   EXPECT_DOUBLE_EQ(counting.work().attention_flops, flops + 2.5 * flops / 2);
+  EXPECT_DOUBLE_EQ(counting.work().attention_backward_flops, 2.5 * flops / 2);
+  const double weight = 128.0 / s.d;  // ops::attention_head_weight
+  EXPECT_DOUBLE_EQ(counting.work().attention_weighted_flops, weight * (flops + 2.5 * flops / 2));
+  EXPECT_DOUBLE_EQ(counting.work().attention_weighted_backward_flops, weight * 2.5 * flops / 2);
 
   // Planned for a GPU: the CUDA kernels' scratch, none forward and the rows' dots (B, H, Tq) f32 backward.
   device::CountingDevice gpu(DeviceKind::Cuda);

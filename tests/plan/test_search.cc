@@ -480,19 +480,26 @@ TEST(Rates, BuiltInsAndFilesRoundTrip) {
   plan::Rates r = plan::builtin_rates("cpu");
   r.name = "test host";
   r.gemm_flops_fp32 = 12.5e9;
-  r.attention_flops = 7e9;
+  r.attention_forward_flops = 7e9;
+  r.attention_backward_flops = 5e9;
   r.grouped_flops = 3e9;
   r.op_overhead_s = 2e-6;
   plan::save_rates(r, path);
   const plan::Rates back = plan::load_rates(path);
   EXPECT_EQ(back.name, "test host");
   EXPECT_EQ(back.gemm_flops_fp32, 12.5e9);
-  EXPECT_EQ(back.attention_flops, 7e9);
+  EXPECT_EQ(back.attention_forward_flops, 7e9);
+  EXPECT_EQ(back.attention_backward_flops, 5e9);
   EXPECT_EQ(back.grouped_flops, 3e9);
   EXPECT_EQ(back.op_overhead_s, 2e-6);
   EXPECT_EQ(back.dp_bus_bw, r.dp_bus_bw);
   std::filesystem::remove(path);
   EXPECT_THROW(plan::load_rates("no-such-rates"), Error);
+  // A file from before the two attention rates were apart sets both with its one.
+  const plan::Rates one = plan::rates_from_json(Json{{"base", "h200"}, {"attention_flops", 300e12}});
+  EXPECT_EQ(one.attention_forward_flops, 300e12);
+  EXPECT_EQ(one.attention_backward_flops, 300e12);
+  EXPECT_EQ(one.gemm_flops, h.gemm_flops);
   EXPECT_THROW(plan::rates_from_json(Json{{"gemm_flop", 1}}), Error);  // a misspelt key is an error
 }
 

@@ -23,8 +23,12 @@ struct WorkLog {
   double gemm_flops_fp8 = 0;   // matrix products with FP8 operands (e4m3, e5m2)
   double grouped_flops = 0;    // a mixture of experts' grouped products with 16-bit operands (many small products)
   double attention_flops = 0;  // fused causal attention, forward and backward
-  double bytes = 0;            // bytes read and written by every other op (elementwise, norms, the loss, AdamW)
-  double ops = 0;              // kernel calls
+  // Of attention_flops: the backward's, and both weighted by head dim for the GPU's rates (ops::add_attention).
+  double attention_backward_flops = 0;
+  double attention_weighted_flops = 0;
+  double attention_weighted_backward_flops = 0;
+  double bytes = 0;  // bytes read and written by every other op (elementwise, norms, the loss, AdamW)
+  double ops = 0;    // kernel calls
   // Per axis: collectives and messages, and their bus bytes (NCCL's convention: an all-reduce of S bytes over n
   // ranks moves 2 (n-1)/n S, a reduce-scatter or all-gather of S bytes in all (n-1)/n S, a message its bytes).
   std::array<double, kCommAxes> comm_calls{};

@@ -7,6 +7,7 @@
 #include "tandem/ops/cpu/attention_pair.h"
 #include "tandem/ops/cuda/attention_pair.h"
 #include "tandem/ops/op_checks.h"
+#include "tandem/ops/work.h"
 
 namespace tandem::ops {
 namespace {
@@ -51,16 +52,20 @@ double pair_flops(const Tensor& q, const Tensor& kv, const PairPlace& place) {
   return place.k0 + kv.dim(1) <= place.q0 + 1 ? full : full / 2;
 }
 
+double head_dim(const Tensor& q, int heads) { return static_cast<double>(q.dim(2)) / heads; }
+
 // On a counting device (t's): the planned backend's kernel's scratch (`cpu`, `gpu` bytes) taken and freed, the work
 // recorded.
-void count(const Tensor& t, int64_t cpu, int64_t gpu, double attention_flops, double bytes) {
+// `attention_flops`: a block pair's at head dim `head_dim`, forward or `backward`.
+void count(const Tensor& t, int64_t cpu, int64_t gpu, double attention_flops, double head_dim, bool backward,
+           double bytes) {
   device::CountingDevice* d = device::as_counting(t.device());
   const int64_t scratch = d->planned() == DeviceKind::Cuda ? gpu : cpu;
   const PurposeScope scope(*d, MemoryPurpose::Transient);
   if (scratch > 0) d->release(d->allocate(static_cast<size_t>(scratch), "op scratch"), static_cast<size_t>(scratch));
   device::WorkLog& w = d->work();
   w.ops += 1;
-  w.attention_flops += attention_flops;
+  add_attention(w, attention_flops, head_dim, backward);
   w.bytes += bytes;
 }
 
@@ -87,7 +92,7 @@ void attention_pair_forward(const Tensor& q, const Tensor& kv, int heads, int kv
   check_f32(op, "y", y);
   if (device::as_counting(q.device()))
     return count(q, cpu::attention_pair_forward_scratch(threads_of(q), q, kv, heads, kv_heads), 0,
-                 pair_flops(q, kv, place), 0);
+                 pair_flops(q, kv, place), head_dim(q, heads), false, 0);
 #ifdef TANDEM_WITH_CUDA
   if (on_gpu(op, q)) return cuda::attention_pair_forward(q, kv, heads, kv_heads, place, y, lse);
 #else
@@ -108,7 +113,7 @@ void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor&
                op, ": y ", shape_str(y.shape()), " and lse ", shape_str(lse.shape()),
                " are not (B, T, H D) and (B, H, T)");
   const double bytes = 4.0 * 3 * static_cast<double>(y.numel() + lse.numel());
-  if (device::as_counting(y.device())) return count(y, 0, 0, 0, bytes);
+  if (device::as_counting(y.device())) return count(y, 0, 0, 0, 1, false, bytes);
 #ifdef TANDEM_WITH_CUDA
   if (on_gpu(op, y)) return cuda::attention_merge(y_part, lse_part, y, lse);
 #else
@@ -133,7 +138,7 @@ void attention_pair_backward(const Tensor& q, const Tensor& kv, int heads, int k
   if (device::as_counting(q.device()))
     return count(q, cpu::attention_pair_backward_scratch(threads_of(q), q, kv, heads, kv_heads),
                  cuda::attention_pair_backward_scratch_bytes(q.dim(0), heads, q.dim(1)), 2.5 * pair_flops(q, kv, place),
-                 0);
+                 head_dim(q, heads), true, 0);
 #ifdef TANDEM_WITH_CUDA
   if (on_gpu(op, q)) return cuda::attention_pair_backward(q, kv, heads, kv_heads, place, y, lse, dy, dq, dkv);
 #else

@@ -34,6 +34,9 @@ void record(device::WorkLog& w, const A&... a) {
   w.gemm_flops_fp8 += k.gemm_flops_fp8;
   w.grouped_flops += k.grouped_flops;
   w.attention_flops += k.attention_flops;
+  w.attention_backward_flops += k.attention_backward_flops;
+  w.attention_weighted_flops += k.attention_weighted_flops;
+  w.attention_weighted_backward_flops += k.attention_weighted_backward_flops;
   w.bytes += k.bytes;
 }
 

@@ -18,9 +18,30 @@ struct OpWork {
   double gemm_flops_fp8 = 0;   // fp8_matmul
   double grouped_flops = 0;    // grouped_matmul / grouped_weight_grad with 16-bit operands (fp32 ones: gemm_flops_fp32)
   double attention_flops = 0;  // causal attention, forward and backward
-  double bytes = 0;            // every other op
+  // Of attention_flops: the backward's, and both again weighted for the time model (attention_head_weight).
+  double attention_backward_flops = 0;
+  double attention_weighted_flops = 0;
+  double attention_weighted_backward_flops = 0;
+  double bytes = 0;  // every other op
   double flops() const { return gemm_flops + gemm_flops_fp32 + gemm_flops_fp8 + grouped_flops + attention_flops; }
 };
+
+// A head of D < 128 runs attention on the tensor cores at about D / 128 of a 128-wide head's FLOP rate (the softmax's
+// exponentials per score are the same work for half the products: cuDNN forward 291-369 against 553-609 TFLOP/s,
+// backward 185-231 against 383-455 on an H100, docs/benchmarks.md), so the GPU's time model prices its FLOPs 128 / D
+// times.
+inline double attention_head_weight(double head_dim) { return head_dim < 128 ? 128.0 / head_dim : 1.0; }
+
+// Adds attention's `flops` at head dim `head_dim` to w (an OpWork or a device::WorkLog), forward or backward.
+template <class W>
+void add_attention(W& w, double flops, double head_dim, bool backward) {
+  const double weighted = flops * attention_head_weight(head_dim);
+  w.attention_flops += flops;
+  w.attention_weighted_flops += weighted;
+  if (!backward) return;
+  w.attention_backward_flops += flops;
+  w.attention_weighted_backward_flops += weighted;
+}
 
 namespace work_detail {
 
@@ -106,16 +127,17 @@ OpWork work_of(const A&... a) {
     w.gemm_flops_fp8 =
         2.0 * static_cast<double>(rows_of(d)) * static_cast<double>(cols_of(d)) * static_cast<double>(cols_of(x));
     w.bytes = work_detail::tensor_bytes(bias) + work_detail::tensor_bytes(c);
-  } else if constexpr (id == OpId::attention_gqa_forward) {
-    w.attention_flops = work_detail::attention_gqa_forward_flops(std::get<3>(std::tie(a...)));  // y
-  } else if constexpr (id == OpId::attention_gqa_backward) {
-    // dV, dP, dQ, dK and the recomputed scores: 2.5 times the forward's products.
-    w.attention_flops = 2.5 * work_detail::attention_gqa_forward_flops(std::get<3>(std::tie(a...)));  // y
-  } else if constexpr (id == OpId::attention_gqa_documents_forward) {
-    // Counted as the causal attention it computes within (the masked-out scores are formed too).
-    w.attention_flops = work_detail::attention_gqa_forward_flops(std::get<4>(std::tie(a...)));  // y
-  } else if constexpr (id == OpId::attention_gqa_documents_backward) {
-    w.attention_flops = 2.5 * work_detail::attention_gqa_forward_flops(std::get<4>(std::tie(a...)));  // y
+  } else if constexpr (id == OpId::attention_gqa_forward || id == OpId::attention_gqa_backward ||
+                       id == OpId::attention_gqa_documents_forward || id == OpId::attention_gqa_documents_backward) {
+    // (qkv, heads, kv_heads, [documents,] y, ...). The documents' attention is counted as the causal attention it
+    // computes within (the masked-out scores are formed too). The backward (dV, dP, dQ, dK and the recomputed
+    // scores) is 2.5 times the forward's products.
+    constexpr bool documents =
+        id == OpId::attention_gqa_documents_forward || id == OpId::attention_gqa_documents_backward;
+    constexpr bool backward = id == OpId::attention_gqa_backward || id == OpId::attention_gqa_documents_backward;
+    const Tensor& y = std::get < documents ? 4 : 3 > (std::tie(a...));
+    const double head_dim = static_cast<double>(y.dim(2)) / static_cast<double>(std::get<1>(std::tie(a...)));
+    add_attention(w, (backward ? 2.5 : 1.0) * work_detail::attention_gqa_forward_flops(y), head_dim, backward);
   } else if constexpr (id == OpId::adamw_step) {
     w.bytes = 28.0 * static_cast<double>(std::get<0>(std::tie(a...)).numel()) +
               work_detail::tensor_bytes(std::get<5>(std::tie(a...)));  // the rounded copy, when asked for

@@ -50,9 +50,10 @@ Calibration calibrate(const Rates& base, comm::Communicator* world) {
     c.rates.gemm_flops_fp32 = 2.0 * n * n * n / s;
     // The CPU ops widen 16-bit operands to fp32 for OpenBLAS: the same rate, plus the copies.
     c.rates.gemm_flops = c.rates.gemm_flops_fp32;
-    c.rates.gemm_flops_fp8 = c.rates.gemm_flops_fp32;   // the CPU's FP8 product is an fp32 one
-    c.rates.grouped_flops = c.rates.gemm_flops_fp32;    // the CPU's grouped products are its products, one a group
-    c.rates.attention_flops = c.rates.gemm_flops_fp32;  // attention runs through the same matmul on the CPU
+    c.rates.gemm_flops_fp8 = c.rates.gemm_flops_fp32;  // the CPU's FP8 product is an fp32 one
+    c.rates.grouped_flops = c.rates.gemm_flops_fp32;   // the CPU's grouped products are its products, one a group
+    // Attention runs through the same matmul on the CPU, both ways.
+    c.rates.attention_forward_flops = c.rates.attention_backward_flops = c.rates.gemm_flops_fp32;
     os << line("GEMM 1024^3 (fp32, ops::matmul)", c.rates.gemm_flops_fp32 / 1e9, "GFLOP/s");
   }
   {  // a 256 MiB copy reads and writes every byte
@@ -70,7 +71,7 @@ Calibration calibrate(const Rates& base, comm::Communicator* world) {
     c.rates.gemm_flops = c.rates.gemm_flops_fp32;
     c.rates.gemm_flops_fp8 = c.rates.gemm_flops_fp32;
     c.rates.grouped_flops = c.rates.gemm_flops_fp32;
-    c.rates.attention_flops = c.rates.gemm_flops_fp32;
+    c.rates.attention_forward_flops = c.rates.attention_backward_flops = c.rates.gemm_flops_fp32;
     c.rates.memory_bw = world->all_reduce_scalar(c.rates.memory_bw) / n;
     Tensor big = Tensor::zeros({int64_t{4} << 20}, DType::F32, dev, "calibrate all-reduce");  // 16 MiB
     const double ar = best_seconds(3, [&] { world->all_reduce(big); });

@@ -25,10 +25,15 @@ Rates builtin_rates(const std::string& name) {
     // micro 4 x 2 is predicted at the 579 ms measured beside transformers (docs/benchmarks.md, 2026-12-04; another
     // call of that day ran the same step in 413 ms).
     r.grouped_flops = 75e12;
-    r.attention_flops = 220e12;  // cuDNN fused attention, forward 256 / backward 199 TFLOP/s at T=1024 D=64
-    r.memory_bw = 4.0e12;        // HBM3e, 4.8 TB/s peak
-    r.op_overhead_s = 8e-6;      // launch and tail of each kernel: what makes micro-batches of 1-2 slower
-    r.tp_bus_bw = 329e9;         // NCCL all-reduce bus bandwidth over NVLink inside a node
+    // cuDNN's fused attention at head dim 128 (bf16, 32 query heads over 8, causal; ops_check on an H100, whose tensor
+    // cores the H200 shares): forward 553-609 TFLOP/s and the deterministic backward 383-455 from T 2k to 128k
+    // (the backward in blocks past 32k). At head dim 64 the same rates, halved, give 270 and 200, where cuDNN ran
+    // 256 and 199 at T 1024 on an H200 (the rate the gpt runs above were fitted with).
+    r.attention_forward_flops = 540e12;
+    r.attention_backward_flops = 400e12;
+    r.memory_bw = 4.0e12;    // HBM3e, 4.8 TB/s peak
+    r.op_overhead_s = 8e-6;  // launch and tail of each kernel: what makes micro-batches of 1-2 slower
+    r.tp_bus_bw = 329e9;     // NCCL all-reduce bus bandwidth over NVLink inside a node
     r.dp_bus_bw = 329e9;
     r.pp_p2p_bw = 300e9;         // one NVLink send
     r.inter_node_bus_bw = 45e9;  // a 400 Gb/s NIC per GPU
@@ -53,7 +58,8 @@ config::Json rates_to_json(const Rates& r) {
                       {"gemm_flops_fp32", r.gemm_flops_fp32},
                       {"gemm_flops_fp8", r.gemm_flops_fp8},
                       {"grouped_flops", r.grouped_flops},
-                      {"attention_flops", r.attention_flops},
+                      {"attention_forward_flops", r.attention_forward_flops},
+                      {"attention_backward_flops", r.attention_backward_flops},
                       {"memory_bw", r.memory_bw},
                       {"op_overhead_s", r.op_overhead_s},
                       {"tp_bus_bw", r.tp_bus_bw},
@@ -70,8 +76,9 @@ config::Json rates_to_json(const Rates& r) {
 Rates rates_from_json(const config::Json& j) {
   Rates r = builtin_rates(j.value("base", std::string("cpu")));
   const config::Json known = rates_to_json(r);
+  // "attention_flops": one rate for both directions, as files written before the two were apart say it.
   for (const auto& [key, value] : j.items())
-    if (key != "base" && !known.contains(key))
+    if (key != "base" && key != "attention_flops" && !known.contains(key))
       TANDEM_FAIL("rates: unknown key '", key, "'; known keys: ", known.dump());
   r.name = j.value("name", r.name);
   r.device = j.value("device", r.device);
@@ -85,7 +92,10 @@ Rates rates_from_json(const config::Json& j) {
   num("gemm_flops_fp32", r.gemm_flops_fp32);
   num("gemm_flops_fp8", r.gemm_flops_fp8);
   num("grouped_flops", r.grouped_flops);
-  num("attention_flops", r.attention_flops);
+  num("attention_flops", r.attention_forward_flops);
+  num("attention_flops", r.attention_backward_flops);
+  num("attention_forward_flops", r.attention_forward_flops);
+  num("attention_backward_flops", r.attention_backward_flops);
   num("memory_bw", r.memory_bw);
   if (j.contains("op_overhead_s")) {
     r.op_overhead_s = j.at("op_overhead_s").get<double>();

@@ -15,9 +15,12 @@ struct Rates {
   double gemm_flops_fp32 = 30e9;  // FLOP/s of large matmuls in fp32
   double gemm_flops_fp8 = 30e9;   // FLOP/s of large FP8 matmuls (fp8_matmul; on the CPU the fp32 product it runs)
   double grouped_flops = 30e9;    // FLOP/s of a mixture of experts' grouped products (many small ones), 16-bit
-  double attention_flops = 30e9;  // FLOP/s of causal attention (forward and backward), 16-bit compute dtype
-  double memory_bw = 8e9;         // B/s of elementwise work (bytes read plus bytes written)
-  double op_overhead_s = 0;       // fixed cost of each op (kernel launch, small-kernel tail), on top of its work
+  // FLOP/s of causal attention's forward and backward, 16-bit compute dtype; on a "cuda" device at head dim 128, a
+  // narrower head running at D / 128 of it (ops::attention_head_weight).
+  double attention_forward_flops = 30e9;
+  double attention_backward_flops = 30e9;
+  double memory_bw = 8e9;    // B/s of elementwise work (bytes read plus bytes written)
+  double op_overhead_s = 0;  // fixed cost of each op (kernel launch, small-kernel tail), on top of its work
   // Collectives inside one node, as bus bandwidth (NCCL's busbw: an all-reduce of S bytes over n ranks takes
   // 2 (n-1)/n S / busbw; a reduce-scatter or all-gather (n-1)/n S / busbw).
   double tp_bus_bw = 4e9;
@@ -33,7 +36,8 @@ struct Rates {
   double from_host_bw = 8e9;
 };
 
-// "h200" (bf16 GEMM 650 TFLOP/s at model shapes, attention 220 TFLOP/s, 8 us per op, NCCL all-reduce bus
+// "h200" (bf16 GEMM 650 TFLOP/s at model shapes, attention at head dim 128 540 TFLOP/s forward and 400 backward, 8 us
+// per op, NCCL all-reduce bus
 // bandwidth 329 GB/s, HBM 4.0 TB/s; its host: 47 GB/s of AdamW traffic, 55 GB/s of page-locked copies each way) or
 // "cpu" (what a 2-core host gives: 30 GFLOP/s, collectives through shared memory). Throws for other names.
 Rates builtin_rates(const std::string& name);

@@ -53,11 +53,9 @@ class Pricing {
 
   Seconds price(const device::WorkLog& w) const {
     Seconds s;
-    // Attention in fp32 runs no faster than an fp32 product.
-    const double attention = fp32_ ? std::min(r_.attention_flops, r_.gemm_flops_fp32) : r_.attention_flops;
     s.compute = w.gemm_flops / r_.gemm_flops + w.gemm_flops_fp32 / r_.gemm_flops_fp32 +
-                w.gemm_flops_fp8 / r_.gemm_flops_fp8 + w.grouped_flops / r_.grouped_flops +
-                w.attention_flops / attention + w.bytes / r_.memory_bw + w.ops * r_.op_overhead_s;
+                w.gemm_flops_fp8 / r_.gemm_flops_fp8 + w.grouped_flops / r_.grouped_flops + attention(w) +
+                w.bytes / r_.memory_bw + w.ops * r_.op_overhead_s;
     auto comm = [&](CommAxis a) {
       const auto i = static_cast<size_t>(a);
       return w.comm_calls[i] * r_.latency_s + w.comm_bus_bytes[i] / bw_[i];
@@ -67,6 +65,16 @@ class Pricing {
     s.dp = comm(CommAxis::Dp) + comm(CommAxis::World);
     s.offload = w.to_host_bytes / r_.to_host_bw + w.from_host_bytes / r_.from_host_bw;
     return s;
+  }
+
+  // Attention's seconds: forward and backward at their rates, in fp32 no faster than an fp32 product; on a GPU each
+  // head's FLOPs weighted by its width (ops::attention_head_weight).
+  double attention(const device::WorkLog& w) const {
+    const bool gpu = r_.device == "cuda";
+    const double all = gpu ? w.attention_weighted_flops : w.attention_flops;
+    const double backward = gpu ? w.attention_weighted_backward_flops : w.attention_backward_flops;
+    const auto rate = [&](double r) { return fp32_ ? std::min(r, r_.gemm_flops_fp32) : r; };
+    return (all - backward) / rate(r_.attention_forward_flops) + backward / rate(r_.attention_backward_flops);
   }
 
   // The host's own work (offload): its memory traffic, the only term host ops have that matters.
