@@ -113,7 +113,7 @@ void attention_merge(const Tensor& y_part, const Tensor& lse_part, const Tensor&
                op, ": y ", shape_str(y.shape()), " and lse ", shape_str(lse.shape()),
                " are not (B, T, H D) and (B, H, T)");
   const double bytes = 4.0 * 3 * static_cast<double>(y.numel() + lse.numel());
-  if (device::as_counting(y.device())) return count(y, 0, 0, 0, 1, false, bytes);
+  if (device::as_counting(y.device())) return count(y, 0, 0, 0, 1, false, bytes);  // no scratch, no attention FLOPs
 #ifdef TANDEM_WITH_CUDA
   if (on_gpu(op, y)) return cuda::attention_merge(y_part, lse_part, y, lse);
 #else

@@ -135,7 +135,8 @@ OpWork work_of(const A&... a) {
     constexpr bool documents =
         id == OpId::attention_gqa_documents_forward || id == OpId::attention_gqa_documents_backward;
     constexpr bool backward = id == OpId::attention_gqa_backward || id == OpId::attention_gqa_documents_backward;
-    const Tensor& y = std::get < documents ? 4 : 3 > (std::tie(a...));
+    constexpr size_t y_at = documents ? 4 : 3;
+    const Tensor& y = std::get<y_at>(std::tie(a...));
     const double head_dim = static_cast<double>(y.dim(2)) / static_cast<double>(std::get<1>(std::tie(a...)));
     add_attention(w, (backward ? 2.5 : 1.0) * work_detail::attention_gqa_forward_flops(y), head_dim, backward);
   } else if constexpr (id == OpId::adamw_step) {

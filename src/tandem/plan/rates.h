@@ -37,9 +37,9 @@ struct Rates {
 };
 
 // "h200" (bf16 GEMM 650 TFLOP/s at model shapes, attention at head dim 128 540 TFLOP/s forward and 400 backward, 8 us
-// per op, NCCL all-reduce bus
-// bandwidth 329 GB/s, HBM 4.0 TB/s; its host: 47 GB/s of AdamW traffic, 55 GB/s of page-locked copies each way) or
-// "cpu" (what a 2-core host gives: 30 GFLOP/s, collectives through shared memory). Throws for other names.
+// per op, NCCL all-reduce bus bandwidth 329 GB/s, HBM 4.0 TB/s; its host: 47 GB/s of AdamW traffic, 55 GB/s of
+// page-locked copies each way) or "cpu" (what a 2-core host gives: 30 GFLOP/s, collectives through shared memory).
+// Throws for other names.
 Rates builtin_rates(const std::string& name);
 // A built-in name, or a JSON file as save_rates writes it (keys it leaves out keep the "cpu" defaults, or the
 // defaults of the built-in set its "base" key names).
